@@ -1,0 +1,97 @@
+"""The provider protocol: a new provider is one module with one class implementing it.
+
+Providers classify every outcome. A failure the next attempt may fix (timeout, connection error,
+408/429/5xx) raises `TransientProviderError`, carrying the provider's `Retry-After` if it sent
+one; anything else (other 4xx, a rejected payload) raises `PermanentProviderError`.
+"""
+
+from __future__ import annotations
+
+import email.utils
+from collections.abc import Callable, Mapping
+from datetime import UTC, datetime
+from typing import Any, ClassVar, Protocol
+
+import httpx
+
+from common.models import PollRequest, PollResult, SubmitRequest, SubmitResult
+
+
+class ProviderError(Exception):
+    """Base of the errors a provider raises; `status_code` is the HTTP status, if any."""
+
+    def __init__(self, message: str, status_code: int | None = None) -> None:
+        super().__init__(message)
+        self.status_code = status_code
+
+
+class TransientProviderError(ProviderError):
+    """Worth retrying; `retry_after_s` is the provider's own `Retry-After`, never to be undercut."""
+
+    def __init__(
+        self, message: str, status_code: int | None = None, retry_after_s: float | None = None
+    ) -> None:
+        super().__init__(message, status_code)
+        self.retry_after_s = retry_after_s
+
+
+class PermanentProviderError(ProviderError):
+    """Retrying cannot help (bad request, unauthorised, gone)."""
+
+
+class Provider(Protocol):
+    """Submits an item and, for providers with long-running operations, polls it."""
+
+    kind: ClassVar[str]
+
+    async def submit(self, request: SubmitRequest) -> SubmitResult: ...
+
+    async def poll(self, request: PollRequest) -> PollResult: ...
+
+
+ProviderFactory = Callable[[Mapping[str, Any], httpx.AsyncClient], Provider]
+
+TRANSIENT_STATUS_CODES = frozenset({408, 425, 429, 500, 502, 503, 504})
+
+
+def parse_retry_after(value: str | None, now: datetime | None = None) -> float | None:
+    """Seconds to wait from a `Retry-After` header: delta-seconds or an HTTP-date (RFC 9110)."""
+    if value is None or not value.strip():
+        return None
+    value = value.strip()
+    if value.isdigit():
+        return float(value)
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=UTC)
+    now = now or datetime.now(UTC)
+    # An HTTP-date has whole-second precision; round up so we never come back early.
+    return max(0.0, (when - now).total_seconds() + 1.0)
+
+
+def raise_for_status(response: httpx.Response, what: str) -> None:
+    """Turn a non-2xx response into the matching transient or permanent error."""
+    if response.is_success:
+        return
+    body = response.text[:500]
+    message = f"{what}: HTTP {response.status_code}: {body}".rstrip(": ")
+    if response.status_code in TRANSIENT_STATUS_CODES:
+        raise TransientProviderError(
+            message,
+            status_code=response.status_code,
+            retry_after_s=parse_retry_after(response.headers.get("Retry-After")),
+        )
+    raise PermanentProviderError(message, status_code=response.status_code)
+
+
+async def send(client: httpx.AsyncClient, request: httpx.Request, what: str) -> httpx.Response:
+    """Send `request`, mapping timeouts and connection errors to transient errors."""
+    try:
+        return await client.send(request)
+    except httpx.TimeoutException as err:
+        raise TransientProviderError(f"{what}: timed out ({type(err).__name__})") from err
+    except httpx.TransportError as err:
+        raise TransientProviderError(f"{what}: connection failed: {err!r}") from err

@@ -1,0 +1,58 @@
+"""Identifiers: workflow ids, task queue names and provider idempotency keys, in one place."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import uuid
+from typing import Any
+
+# A fixed namespace so the provider idempotency key of an item never changes, in any process.
+_PROVIDER_KEY_NAMESPACE = uuid.UUID("5b0f1c8e-3f3a-4c55-9c55-0d0b7e1a9d21")
+
+WORKFLOW_TASK_QUEUE = "outbox-workflows"
+MAX_KEY_LENGTH = 200
+MAX_OUTBOX_LENGTH = 100
+
+
+def item_workflow_id(outbox: str, key: str) -> str:
+    """The one workflow id of an item: `outbox/{outbox}/{key}`."""
+    return f"outbox/{outbox}/{key}"
+
+
+def parse_item_workflow_id(workflow_id: str) -> tuple[str, str]:
+    """Inverse of `item_workflow_id`: returns `(outbox, key)`."""
+    prefix, outbox, key = workflow_id.split("/", 2)
+    if prefix != "outbox":
+        raise ValueError(f"not an outbox item workflow id: {workflow_id!r}")
+    return outbox, key
+
+
+def provider_idempotency_key(item_id: str) -> str:
+    """A UUID derived from the item id: ACS `Operation-Id`, Standard Webhooks `webhook-id`.
+
+    Stable across retries, workers and redrives of the same item, so a provider that dedupes
+    never delivers one item twice.
+    """
+    return str(uuid.uuid5(_PROVIDER_KEY_NAMESPACE, item_id))
+
+
+def submit_task_queue(destination: str) -> str:
+    """Task queue of a destination's submit activities (its rate limit is the submit rate)."""
+    return f"outbox-submit-{destination}"
+
+
+def poll_task_queue(destination: str) -> str:
+    """Task queue of a destination's poll activities (its rate limit is the poll rate)."""
+    return f"outbox-poll-{destination}"
+
+
+def payload_hash(destination: str, payload: Any, ordering_key: str | None = None) -> str:
+    """A canonical hash of what was asked for, to tell a retry from a conflicting reuse of a key."""
+    canonical = json.dumps(
+        {"destination": destination, "payload": payload, "ordering_key": ordering_key},
+        sort_keys=True,
+        separators=(",", ":"),
+        ensure_ascii=False,
+    )
+    return hashlib.sha256(canonical.encode()).hexdigest()

@@ -1,0 +1,49 @@
+"""Process settings, read once from the environment (and `.env`), shared by worker, API and CLI."""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from pathlib import Path
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from common.ids import WORKFLOW_TASK_QUEUE
+
+PROJECT_ROOT = Path(__file__).resolve().parent.parent
+
+
+class Settings(BaseSettings):
+    """Configuration of every durable-outbox process. Each field is an env var of the same name."""
+
+    model_config = SettingsConfigDict(env_file=".env", extra="ignore", case_sensitive=False)
+
+    temporal_address: str = "localhost:7233"
+    temporal_namespace: str = "default"
+    # Temporal Cloud or any mTLS cluster: an API key, or a client certificate and key (PEM paths).
+    temporal_api_key: str | None = None
+    temporal_tls: bool = False
+    temporal_tls_cert: Path | None = None
+    temporal_tls_key: Path | None = None
+    temporal_tls_server_ca: Path | None = None
+
+    workflow_task_queue: str = WORKFLOW_TASK_QUEUE
+    outbox_config: Path = Field(default=PROJECT_ROOT / "config" / "destinations.toml")
+    database_url: str = f"sqlite:///{PROJECT_ROOT / '.data' / 'readmodel.db'}"
+
+    # Bearer tokens the API accepts (comma-separated); empty means the API runs open.
+    api_token: str = ""
+    # Largest accepted request body, in bytes (413 above it).
+    max_request_bytes: int = 256 * 1024
+
+    fake_provider_url: str = "http://127.0.0.1:8025"
+
+    @property
+    def api_tokens(self) -> list[str]:
+        return [token.strip() for token in self.api_token.split(",") if token.strip()]
+
+
+@lru_cache
+def get_settings() -> Settings:
+    """The process-wide settings, read once."""
+    return Settings()
