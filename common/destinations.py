@@ -77,7 +77,9 @@ class Destination(BaseModel):
 
     def policy(self, max_attempts: int | None = None) -> DeliveryPolicy:
         """The snapshot a new item's workflow carries; `max_attempts` may only lower the limit."""
-        attempts = self.max_attempts if max_attempts is None else min(max_attempts, self.max_attempts)
+        attempts = (
+            self.max_attempts if max_attempts is None else min(max_attempts, self.max_attempts)
+        )
         return DeliveryPolicy(
             destination=self.name,
             submit_task_queue=self.submit_task_queue,
@@ -119,9 +121,7 @@ class DestinationRegistry:
         return sorted(self._destinations)
 
     @classmethod
-    def from_file(
-        cls, path: Path, environ: Mapping[str, str] | None = None
-    ) -> DestinationRegistry:
+    def from_file(cls, path: Path, environ: Mapping[str, str] | None = None) -> DestinationRegistry:
         """Load `path`, expand `${ENV}` references and apply `DEST_*` overrides."""
         environ = os.environ if environ is None else environ
         try:

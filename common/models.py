@@ -30,6 +30,7 @@ class ItemEventType(StrEnum):
     """One transition or notable step of an item, as recorded in its event history."""
 
     ENQUEUED = "enqueued"
+    REDRIVEN = "redriven"
     SUBMIT_FAILED = "submit_failed"
     ACCEPTED = "accepted"
     POLLED = "polled"
@@ -105,6 +106,7 @@ class ItemEvent:
 class OutboxItemState:
     """The item's whole mutable state; carried verbatim across continue-as-new."""
 
+    started: bool = False
     status: ItemStatus = ItemStatus.QUEUED
     attempts: int = 0
     last_error: str | None = None
@@ -119,9 +121,10 @@ class OutboxItemState:
     provider_message_id: str | None = None
     cancel_requested: bool = False
     cancel_reason: str | None = None
+    # Sequence of the newest event; a redriven item continues its predecessor's numbering.
+    last_event_seq: int = 0
+    # Events not yet written to the read model (cleared by each successful projection).
     events: list[ItemEvent] = field(default_factory=list)
-    # Events already written to the read model; everything after this index is still to project.
-    projected_events: int = 0
 
 
 @dataclass
@@ -145,6 +148,7 @@ class OutboxItemView:
     ordering_key: str | None = None
     payload_hash: str | None = None
     provider_message_id: str | None = None
+    last_event_seq: int = 0
 
 
 @dataclass

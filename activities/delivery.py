@@ -1,0 +1,80 @@
+"""Submit and poll activities: the only code that talks to external providers.
+
+Each destination's activities run on that destination's own task queues, whose rates the
+Temporal server enforces; the class itself only translates provider outcomes into the typed
+errors the item workflow understands.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from temporalio import activity
+from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
+
+from activities.providers.base import PermanentProviderError, Provider, TransientProviderError
+from common.models import PollRequest, PollResult, SubmitRequest, SubmitResult
+from workflows.outbox_item import (
+    PERMANENT_ERROR,
+    POLL_ACTIVITY,
+    SUBMIT_ACTIVITY,
+    TRANSIENT_ERROR,
+)
+
+
+class DeliveryActivities:
+    """Submit/poll activities over a fixed set of providers, one per destination name."""
+
+    def __init__(self, providers: Mapping[str, Provider]) -> None:
+        self._providers = dict(providers)
+
+    @activity.defn(name=SUBMIT_ACTIVITY)
+    async def submit_item(self, request: SubmitRequest) -> SubmitResult:
+        """Hand the item to its provider; raises typed errors the workflow retries or fails on."""
+        provider = self._provider(request.destination)
+        try:
+            return await provider.submit(request)
+        except TransientProviderError as err:
+            raise _transient(err) from err
+        except PermanentProviderError as err:
+            raise _permanent(err) from err
+
+    @activity.defn(name=POLL_ACTIVITY)
+    async def poll_operation(self, request: PollRequest) -> PollResult:
+        """Observe the provider's long-running operation once."""
+        provider = self._provider(request.destination)
+        try:
+            return await provider.poll(request)
+        except TransientProviderError as err:
+            raise _transient(err) from err
+        except PermanentProviderError as err:
+            raise _permanent(err) from err
+
+    def _provider(self, destination: str) -> Provider:
+        provider = self._providers.get(destination)
+        if provider is None:
+            # A worker started without this destination's config: a deployment error that
+            # retrying on this worker cannot fix.
+            raise ApplicationError(
+                f"this worker has no provider for destination {destination!r}",
+                type=PERMANENT_ERROR,
+                non_retryable=True,
+            )
+        return provider
+
+
+def _transient(err: TransientProviderError) -> ApplicationError:
+    return ApplicationError(
+        str(err),
+        {"retry_after_s": err.retry_after_s, "status_code": err.status_code},
+        type=TRANSIENT_ERROR,
+        non_retryable=True,
+        # Expected and handled by the workflow: logged without a traceback, not as an error.
+        category=ApplicationErrorCategory.BENIGN,
+    )
+
+
+def _permanent(err: PermanentProviderError) -> ApplicationError:
+    return ApplicationError(
+        str(err), {"status_code": err.status_code}, type=PERMANENT_ERROR, non_retryable=True
+    )

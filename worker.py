@@ -1,0 +1,142 @@
+"""The worker process: one worker for item workflows, one submit and one poll worker per destination.
+
+Run `python worker.py` (settings from the environment, see `common/settings.py`). Any number of
+these processes can run against one cluster: the per-destination rates are enforced by the
+Temporal server on the task queues, not by this process.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import signal
+from collections.abc import Sequence
+from contextlib import AsyncExitStack
+
+import httpx
+from sqlalchemy import Engine
+from temporalio.client import Client
+from temporalio.worker import Worker
+
+from activities.delivery import DeliveryActivities
+from activities.projection import ProjectionActivities
+from activities.providers import build_provider
+from common.client import connect
+from common.destinations import Destination, DestinationRegistry
+from common.settings import Settings, get_settings
+from readmodel.db import create_schema, make_engine
+from workflows.outbox_item import OutboxItemWorkflow
+
+log = logging.getLogger("outbox.worker")
+
+
+def build_workers(
+    client: Client,
+    *,
+    destinations: Sequence[Destination],
+    http_client: httpx.AsyncClient,
+    engine: Engine | None,
+    workflow_task_queue: str,
+    run_workflows: bool = True,
+) -> list[Worker]:
+    """All workers of one process; `engine` is the read model the projection writes to."""
+    workers: list[Worker] = []
+    if run_workflows:
+        if engine is None:
+            raise ValueError("the workflow worker needs the read-model engine for projections")
+        workers.append(
+            Worker(
+                client,
+                task_queue=workflow_task_queue,
+                workflows=[OutboxItemWorkflow],
+                activities=[ProjectionActivities(engine).project_item],
+            )
+        )
+    delivery = DeliveryActivities(
+        {destination.name: build_provider(destination, http_client) for destination in destinations}
+    )
+    for destination in destinations:
+        workers.append(
+            Worker(
+                client,
+                task_queue=destination.submit_task_queue,
+                activities=[delivery.submit_item],
+                max_task_queue_activities_per_second=destination.submit_rate,
+            )
+        )
+        workers.append(
+            Worker(
+                client,
+                task_queue=destination.poll_task_queue,
+                activities=[delivery.poll_operation],
+                max_task_queue_activities_per_second=destination.poll_rate,
+            )
+        )
+    return workers
+
+
+async def run_worker(
+    settings: Settings, only_destinations: list[str] | None, run_workflows: bool
+) -> None:
+    """Run until SIGINT/SIGTERM, then finish in-flight tasks and stop."""
+    registry = DestinationRegistry.from_file(settings.outbox_config)
+    destinations = list(registry)
+    if only_destinations is not None:
+        unknown = sorted(set(only_destinations) - set(registry.names))
+        if unknown:
+            raise SystemExit(f"unknown destinations: {', '.join(unknown)}")
+        destinations = [d for d in destinations if d.name in only_destinations]
+    engine = None
+    if run_workflows:
+        engine = make_engine(settings.database_url)
+        create_schema(engine)
+    client = await connect(settings)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    async with AsyncExitStack() as stack:
+        http_client = await stack.enter_async_context(httpx.AsyncClient())
+        workers = build_workers(
+            client,
+            destinations=destinations,
+            http_client=http_client,
+            engine=engine,
+            workflow_task_queue=settings.workflow_task_queue,
+            run_workflows=run_workflows,
+        )
+        for worker in workers:
+            await stack.enter_async_context(worker)
+        log.info(
+            "worker ready: %s; destinations: %s",
+            "workflows + activities" if run_workflows else "activities only",
+            ", ".join(
+                f"{d.name} (submit {d.submit_rate}/s, poll {d.poll_rate}/s)" for d in destinations
+            )
+            or "none",
+        )
+        await stop.wait()
+        log.info("shutting down: finishing in-flight tasks")
+    if engine is not None:
+        engine.dispose()
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--no-workflows", action="store_true", help="run activity workers only")
+    parser.add_argument(
+        "--destinations", help="comma-separated destinations to serve (default: all configured)"
+    )
+    args = parser.parse_args(argv)
+    logging.basicConfig(
+        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    # One line per provider request at INFO would drown the worker's own log.
+    logging.getLogger("httpx").setLevel(logging.WARNING)
+    only = args.destinations.split(",") if args.destinations else None
+    asyncio.run(run_worker(get_settings(), only, run_workflows=not args.no_workflows))
+
+
+if __name__ == "__main__":
+    main()

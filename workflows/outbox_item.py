@@ -1,0 +1,410 @@
+"""The outbox item workflow: one item, from `queued` to `sent`, `failed` or `cancelled`.
+
+Replaces the seed's Durable Object row + alarm: the row's state machine is this workflow's state,
+`setAlarm(now + 10s)` is a durable timer, and the alarm's spacing as a rate limit is the rate the
+Temporal server enforces on the destination's submit and poll task queues.
+
+Retries of *classified* provider failures are driven here rather than by Temporal's activity
+retry policy, so the status query can show attempts, the last error and the next attempt time,
+and so `Retry-After` is honoured exactly. Temporal still retries what only infrastructure can
+cause (a worker killed mid-activity, an unexpected exception) a few times.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from datetime import timedelta
+
+from temporalio import workflow
+from temporalio.common import RetryPolicy
+from temporalio.exceptions import ActivityError, ApplicationError
+from temporalio.exceptions import TimeoutError as ActivityTimeoutError
+
+with workflow.unsafe.imports_passed_through():
+    from common import search_attributes
+    from common.ids import provider_idempotency_key
+    from common.models import (
+        CancelRequest,
+        ItemEvent,
+        ItemEventType,
+        ItemProjection,
+        ItemStatus,
+        OperationStatus,
+        OutboxItemInput,
+        OutboxItemState,
+        OutboxItemView,
+        PollRequest,
+        PollResult,
+        SubmitRequest,
+        SubmitResult,
+    )
+
+WORKFLOW_NAME = "OutboxItem"
+STATUS_QUERY = "status"
+CANCEL_UPDATE = "cancel"
+
+SUBMIT_ACTIVITY = "submit_item"
+POLL_ACTIVITY = "poll_operation"
+PROJECT_ACTIVITY = "project_item"
+
+TRANSIENT_ERROR = "TransientDeliveryError"
+PERMANENT_ERROR = "PermanentDeliveryError"
+DELIVERY_FAILED = "DeliveryFailed"
+CANNOT_CANCEL = "CannotCancel"
+
+# Our own classified errors come back to the workflow at once; anything else (a worker killed
+# mid-request, a bug) Temporal retries a few times before the workflow counts it as an attempt.
+_INFRASTRUCTURE_RETRIES = RetryPolicy(
+    initial_interval=timedelta(seconds=1),
+    maximum_attempts=3,
+    non_retryable_error_types=[TRANSIENT_ERROR, PERMANENT_ERROR],
+)
+# The read model must see every transition, so a projection is retried until the DB is back.
+_PROJECTION_RETRIES = RetryPolicy(
+    initial_interval=timedelta(milliseconds=200), maximum_interval=timedelta(seconds=30)
+)
+
+
+class _DeliveryFailed(Exception):
+    """Raised inside the workflow to end it failed; converted to an ApplicationError in `run`."""
+
+    def __init__(self, message: str, error_type: str) -> None:
+        super().__init__(message)
+        self.error_type = error_type
+
+
+@workflow.defn(name=WORKFLOW_NAME)
+class OutboxItemWorkflow:
+    """Delivers one outbox item: submit, poll the operation on durable timers, retry, report."""
+
+    @workflow.init
+    def __init__(self, item: OutboxItemInput) -> None:
+        self._item = item
+        self._state = item.state or OutboxItemState()
+
+    @workflow.run
+    async def run(self, item: OutboxItemInput) -> OutboxItemView:
+        state = self._state
+        if not state.started:
+            state.started = True
+            state.created_at = state.created_at or item.enqueued_at or workflow.now()
+            if state.last_event_seq:
+                self._record(ItemEventType.REDRIVEN, ItemStatus.QUEUED, "redriven after failure")
+            else:
+                self._record(ItemEventType.ENQUEUED, ItemStatus.QUEUED, self._describe_enqueue())
+            await self._project()
+        try:
+            if state.status is ItemStatus.QUEUED:
+                await self._submit_until_accepted()
+            if state.status is ItemStatus.SENDING:
+                await self._poll_until_done()
+        except _DeliveryFailed as failure:
+            await self._finish(ItemStatus.FAILED, ItemEventType.FAILED, str(failure))
+            raise ApplicationError(
+                str(failure), self.view(), type=failure.error_type, non_retryable=True
+            ) from None
+        except asyncio.CancelledError:
+            # Cancelled from Temporal itself (Web UI, CLI): record it, then let Temporal end the
+            # workflow as cancelled.
+            if not state.status.is_final:
+                await self._finish(
+                    ItemStatus.CANCELLED, ItemEventType.CANCELLED, "workflow cancelled"
+                )
+            raise
+        return self.view()
+
+    @workflow.query(name=STATUS_QUERY)
+    def status(self) -> OutboxItemView:
+        """The live view: status, attempts, last error, next attempt, operation, polls."""
+        return self.view()
+
+    @workflow.update(name=CANCEL_UPDATE)
+    async def cancel(self, request: CancelRequest) -> OutboxItemView:
+        """Cancel a queued item; returns the view once the cancel has taken effect or lost."""
+        if not self._state.cancel_requested:
+            self._state.cancel_requested = True
+            self._state.cancel_reason = request.reason
+        # Returns once the submit loop has acted on it: `cancelled`, or `sending`/`sent` if a
+        # submit already in flight won the race (the caller reports that as too late).
+        await workflow.wait_condition(lambda: self._state.status is not ItemStatus.QUEUED)
+        return self.view()
+
+    @cancel.validator
+    def _validate_cancel(self, request: CancelRequest) -> None:
+        if self._state.status is not ItemStatus.QUEUED:
+            raise ApplicationError(
+                f"item is {self._state.status.value}; only queued items can be cancelled",
+                type=CANNOT_CANCEL,
+            )
+
+    def view(self) -> OutboxItemView:
+        """The item as the API, the query and the read model show it."""
+        item, state = self._item, self._state
+        return OutboxItemView(
+            id=workflow.info().workflow_id,
+            outbox=item.outbox,
+            key=item.key,
+            destination=item.destination,
+            status=state.status,
+            attempts=state.attempts,
+            max_attempts=item.policy.max_attempts,
+            last_error=state.last_error,
+            next_attempt_at=state.next_attempt_at,
+            operation_url=state.operation_url,
+            poll_count=state.poll_count,
+            created_at=state.created_at,
+            updated_at=state.updated_at,
+            finished_at=state.finished_at,
+            ordering_key=item.ordering_key,
+            payload_hash=item.payload_hash,
+            provider_message_id=state.provider_message_id,
+            last_event_seq=state.last_event_seq,
+        )
+
+    async def _submit_until_accepted(self) -> None:
+        item, state, policy = self._item, self._state, self._item.policy
+        while True:
+            if state.cancel_requested:
+                await self._finish(
+                    ItemStatus.CANCELLED, ItemEventType.CANCELLED, state.cancel_reason
+                )
+                return
+            state.attempts += 1
+            state.next_attempt_at = None
+            self._show_details(f"Submitting, attempt {state.attempts}/{policy.max_attempts}.")
+            try:
+                result: SubmitResult = await workflow.execute_activity(
+                    SUBMIT_ACTIVITY,
+                    SubmitRequest(
+                        destination=item.destination,
+                        item_id=workflow.info().workflow_id,
+                        idempotency_key=provider_idempotency_key(workflow.info().workflow_id),
+                        payload=item.payload,
+                        attempt=state.attempts,
+                    ),
+                    result_type=SubmitResult,
+                    task_queue=policy.submit_task_queue,
+                    start_to_close_timeout=timedelta(seconds=policy.submit_timeout_s),
+                    retry_policy=_INFRASTRUCTURE_RETRIES,
+                    summary=f"submit to {item.destination}, attempt {state.attempts}",
+                )
+            except ActivityError as err:
+                error_type, message, retry_after_s = _classify(err)
+                if error_type != TRANSIENT_ERROR:
+                    raise _DeliveryFailed(message, PERMANENT_ERROR) from None
+                if state.attempts >= policy.max_attempts:
+                    raise _DeliveryFailed(
+                        f"gave up after {state.attempts} attempts: {message}", DELIVERY_FAILED
+                    ) from None
+                await self._wait_before_retry(message, retry_after_s)
+                continue
+            state.provider_message_id = result.provider_message_id
+            if result.delivered:
+                await self._finish(ItemStatus.SENT, ItemEventType.SENT, "delivered")
+                return
+            state.operation_url = result.operation_url
+            state.operation_started_at = workflow.now()
+            state.next_attempt_at = workflow.now() + timedelta(
+                seconds=self._first_poll_delay(result.retry_after_s)
+            )
+            self._record(
+                ItemEventType.ACCEPTED, ItemStatus.SENDING, f"operation {result.operation_url}"
+            )
+            await self._project()
+            return
+
+    async def _wait_before_retry(self, message: str, retry_after_s: float | None) -> None:
+        state, policy = self._state, self._item.policy
+        if retry_after_s is not None:
+            # The provider said when; coming back earlier only earns another 429.
+            delay = retry_after_s
+            why = f"Retry-After {retry_after_s:g}s"
+        else:
+            backoff = min(
+                policy.backoff_initial_s * policy.backoff_multiplier ** (state.attempts - 1),
+                policy.backoff_max_s,
+            )
+            delay = backoff * (1 + policy.backoff_jitter * workflow.random().random())
+            why = f"backoff {delay:.1f}s"
+        state.last_error = message
+        state.next_attempt_at = workflow.now() + timedelta(seconds=delay)
+        self._record(ItemEventType.SUBMIT_FAILED, ItemStatus.QUEUED, f"{message} ({why})")
+        await self._project()
+        self._show_details(f"Attempt {state.attempts} failed: {message}. Retrying after {why}.")
+        with contextlib.suppress(TimeoutError):
+            await workflow.wait_condition(
+                lambda: state.cancel_requested,
+                timeout=timedelta(seconds=delay),
+                timeout_summary=f"retry after {why}",
+            )
+
+    async def _poll_until_done(self) -> None:
+        state, policy = self._state, self._item.policy
+        assert state.operation_url is not None and state.operation_started_at is not None
+        deadline = state.operation_started_at + timedelta(seconds=policy.poll_deadline_s)
+        while True:
+            now = workflow.now()
+            if now >= deadline:
+                raise _DeliveryFailed(
+                    f"operation timed out: still running after {policy.poll_deadline_s:g}s",
+                    DELIVERY_FAILED,
+                )
+            wake_at = min(state.next_attempt_at or now, deadline)
+            self._show_details(f"Operation accepted; next poll at {wake_at:%H:%M:%S} UTC.")
+            if wake_at > now:
+                await workflow.sleep(wake_at - now, summary=f"next poll #{state.poll_count + 1}")
+            if workflow.now() >= deadline:
+                continue
+            result = await self._poll_once()
+            if result is not None and result.status is OperationStatus.SUCCEEDED:
+                await self._finish(ItemStatus.SENT, ItemEventType.SENT, "operation succeeded")
+                return
+            if result is not None and result.status in (
+                OperationStatus.FAILED,
+                OperationStatus.CANCELED,
+            ):
+                raise _DeliveryFailed(
+                    result.error or f"operation {result.status.value}", DELIVERY_FAILED
+                )
+            if workflow.info().is_continue_as_new_suggested():
+                await self._project()
+                await workflow.wait_condition(workflow.all_handlers_finished)
+                self._item.state = state
+                workflow.continue_as_new(self._item)
+
+    async def _poll_once(self) -> PollResult | None:
+        """One poll; a transient poll failure is logged and the next poll is scheduled."""
+        item, state, policy = self._item, self._state, self._item.policy
+        state.poll_count += 1
+        try:
+            result: PollResult = await workflow.execute_activity(
+                POLL_ACTIVITY,
+                PollRequest(
+                    destination=item.destination,
+                    item_id=workflow.info().workflow_id,
+                    operation_url=state.operation_url or "",
+                ),
+                result_type=PollResult,
+                task_queue=policy.poll_task_queue,
+                start_to_close_timeout=timedelta(seconds=policy.poll_timeout_s),
+                retry_policy=_INFRASTRUCTURE_RETRIES,
+                summary=f"poll operation #{state.poll_count}",
+            )
+        except ActivityError as err:
+            error_type, message, retry_after_s = _classify(err)
+            if error_type != TRANSIENT_ERROR:
+                raise _DeliveryFailed(f"poll failed: {message}", PERMANENT_ERROR) from None
+            state.last_error = f"poll failed: {message}"
+            self._schedule_next_poll(retry_after_s)
+            self._record(ItemEventType.POLLED, ItemStatus.SENDING, state.last_error)
+            await self._project()
+            return None
+        if result.status in (OperationStatus.RUNNING, OperationStatus.NOT_STARTED):
+            self._schedule_next_poll(result.retry_after_s)
+            self._record(ItemEventType.POLLED, ItemStatus.SENDING, result.status.value)
+            await self._project()
+        return result
+
+    def _schedule_next_poll(self, retry_after_s: float | None) -> None:
+        policy = self._item.policy
+        if retry_after_s is not None:
+            delay = retry_after_s
+        else:
+            delay = min(
+                policy.poll_interval_s
+                * policy.poll_backoff_multiplier ** max(self._state.poll_count - 1, 0),
+                policy.poll_interval_max_s,
+            )
+        self._state.next_attempt_at = workflow.now() + timedelta(seconds=delay)
+
+    def _first_poll_delay(self, retry_after_s: float | None) -> float:
+        return self._item.policy.poll_interval_s if retry_after_s is None else retry_after_s
+
+    async def _finish(self, status: ItemStatus, event: ItemEventType, detail: str | None) -> None:
+        state = self._state
+        if status is ItemStatus.FAILED:
+            state.last_error = detail
+        state.next_attempt_at = None
+        state.finished_at = workflow.now()
+        self._record(event, status, detail)
+        self._show_details(f"{status.value.capitalize()}: {detail}.")
+        await self._project()
+
+    def _record(self, event: ItemEventType, status: ItemStatus, detail: str | None) -> None:
+        """Apply a transition: state, event history and (on status change) search attributes."""
+        state = self._state
+        if status is not state.status:
+            state.status = status
+            workflow.upsert_search_attributes([search_attributes.OUTBOX_STATUS.value_set(status)])
+        state.updated_at = workflow.now()
+        state.last_event_seq += 1
+        state.events.append(
+            ItemEvent(
+                seq=state.last_event_seq,
+                type=event,
+                status=status,
+                at=state.updated_at,
+                attempt=state.attempts,
+                detail=detail,
+            )
+        )
+
+    async def _project(self) -> None:
+        """Write the transitions not yet in the read model (a local activity, so it is cheap)."""
+        state = self._state
+        if not state.events:
+            return
+        starts_item = state.events[0].type in (ItemEventType.ENQUEUED, ItemEventType.REDRIVEN)
+        await workflow.execute_local_activity(
+            PROJECT_ACTIVITY,
+            ItemProjection(
+                view=self.view(),
+                events=list(state.events),
+                enqueued_at=self._item.enqueued_at,
+                payload=self._item.payload if starts_item else None,
+            ),
+            start_to_close_timeout=timedelta(seconds=10),
+            retry_policy=_PROJECTION_RETRIES,
+            summary="project to read model",
+        )
+        # Projected events live on in the read model; dropping them keeps the state carried
+        # across continue-as-new small however long an operation is polled.
+        state.events.clear()
+
+    def _show_details(self, line: str) -> None:
+        state, policy = self._state, self._item.policy
+        lines = [
+            f"**{state.status.value}** — {self._item.destination}, outbox `{self._item.outbox}`",
+            line,
+            f"Attempts: {state.attempts}/{policy.max_attempts}; polls: {state.poll_count}.",
+        ]
+        if state.last_error:
+            lines.append(f"Last error: {state.last_error}")
+        if state.operation_url:
+            lines.append(f"Operation: {state.operation_url}")
+        workflow.set_current_details("\n\n".join(lines))
+
+    def _describe_enqueue(self) -> str:
+        item = self._item
+        if item.not_before is not None:
+            return f"to {item.destination}, not before {item.not_before.isoformat()}"
+        return f"to {item.destination}"
+
+
+def _classify(err: ActivityError) -> tuple[str, str, float | None]:
+    """(error type, message, Retry-After seconds) of a failed activity."""
+    cause = err.cause
+    if isinstance(cause, ApplicationError):
+        retry_after_s = None
+        if cause.details and isinstance(cause.details[0], dict):
+            value = cause.details[0].get("retry_after_s")
+            retry_after_s = float(value) if value is not None else None
+        error_type = cause.type or TRANSIENT_ERROR
+        if error_type not in (TRANSIENT_ERROR, PERMANENT_ERROR):
+            # An unexpected exception survived the infrastructure retries: worth another go.
+            error_type = PERMANENT_ERROR if cause.non_retryable else TRANSIENT_ERROR
+        return error_type, cause.message, retry_after_s
+    if isinstance(cause, ActivityTimeoutError):
+        return TRANSIENT_ERROR, f"activity timed out ({cause.type.name.lower()})", None
+    return TRANSIENT_ERROR, str(cause or err), None
