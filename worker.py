@@ -1,4 +1,4 @@
-"""The worker process: one worker for item workflows, one submit and one poll worker per destination.
+"""The worker process: item workflows, plus a submit and a poll worker per destination.
 
 Run `python worker.py` (settings from the environment, see `common/settings.py`). Any number of
 these processes can run against one cluster: the per-destination rates are enforced by the
