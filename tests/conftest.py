@@ -6,6 +6,7 @@ queue, so tests sharing one server never steal each other's tasks.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import uuid
 from collections.abc import AsyncIterator, Iterator
@@ -22,11 +23,13 @@ from temporalio.api.enums.v1 import IndexedValueType
 from temporalio.api.operatorservice.v1 import AddSearchAttributesRequest
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureError
 from temporalio.exceptions import ApplicationError
+from temporalio.runtime import Runtime, TelemetryConfig
 from temporalio.testing import WorkflowEnvironment
 
 from common import search_attributes
 from common.client import EnqueueResult, OutboxClient
 from common.destinations import Destination, DestinationRegistry
+from common.ids import item_workflow_id, provider_idempotency_key
 from common.models import OutboxItemView
 from devstack.fake_provider import FakeProvider, run_fake_provider
 from devstack.temporal_server import dev_server_extra_args, temporal_cli_path, test_server_path
@@ -113,7 +116,7 @@ def make_destination(provider: str, settings: dict[str, Any], **overrides: Any) 
 
 def email_destination(fake: FakeProvider, **overrides: Any) -> Destination:
     """An acs-email destination at the fake provider."""
-    settings = {"endpoint": f"{fake.url}/acs", "access_key": ACS_ACCESS_KEY}
+    settings = {"endpoint": fake.url, "access_key": ACS_ACCESS_KEY}
     return make_destination("acs-email", settings, **overrides)
 
 
@@ -129,6 +132,7 @@ class Stack:
     """A running set of workers plus the client to drive them, as one test sees it."""
 
     env: WorkflowEnvironment
+    fake: FakeProvider
     outbox: OutboxClient
     engine: Engine
     destinations: list[Destination]
@@ -141,8 +145,18 @@ class Stack:
         return self.outbox.client
 
     async def enqueue(
-        self, destination: Destination, payload: dict[str, Any], **kwargs: Any
+        self,
+        destination: Destination,
+        payload: dict[str, Any],
+        *,
+        script: list[dict[str, Any]] | None = None,
+        **kwargs: Any,
     ) -> EnqueueResult:
+        """Enqueue into outbox `tests`; `script` tells the fake how to answer its submits."""
+        key = kwargs.setdefault("key", uuid.uuid4().hex)
+        if script is not None:
+            item_id = item_workflow_id("tests", key)
+            await self.fake.admin.script(provider_idempotency_key(item_id), script)
         result = await self.outbox.enqueue("tests", destination.name, payload, **kwargs)
         self.started.append(result.item_id)
         return result
@@ -150,8 +164,13 @@ class Stack:
     async def result(self, item_id: str) -> OutboxItemView:
         """Wait for the item to end, letting the server skip time (plain handles do not)."""
         handle = self.client.get_workflow_handle_for(OutboxItemWorkflow.run, item_id)
+        unlocked = (
+            self.env.time_skipping_unlocked()
+            if self.env.supports_time_skipping
+            else contextlib.nullcontext()
+        )
         try:
-            async with self.env.time_skipping_unlocked():
+            async with unlocked:
                 return await handle.result()
         finally:
             await self._record_history(item_id)
@@ -179,7 +198,7 @@ class Stack:
 
 @pytest_asyncio.fixture(loop_scope="session")
 async def stack_factory(
-    time_skipping_env: WorkflowEnvironment, engine: Engine
+    time_skipping_env: WorkflowEnvironment, fake_provider: FakeProvider, engine: Engine
 ) -> AsyncIterator[Any]:
     """Builds stacks on the time-skipping server; terminates whatever a test leaves running.
 
@@ -193,12 +212,14 @@ async def stack_factory(
             *destinations: Destination,
             env: WorkflowEnvironment | None = None,
             task_queue: str | None = None,
+            client: Client | None = None,
         ) -> Stack:
             env = env or time_skipping_env
+            client = client or env.client
             task_queue = task_queue or unique_name("workflows")
             workers = AsyncExitStack()
             for worker in build_workers(
-                env.client,
+                client,
                 destinations=list(destinations),
                 http_client=http_client,
                 engine=engine,
@@ -208,7 +229,8 @@ async def stack_factory(
             registry = DestinationRegistry({d.name: d for d in destinations})
             stack = Stack(
                 env=env,
-                outbox=OutboxClient(env.client, registry, task_queue),
+                fake=fake_provider,
+                outbox=OutboxClient(client, registry, task_queue),
                 engine=engine,
                 destinations=list(destinations),
                 task_queue=task_queue,
@@ -223,6 +245,17 @@ async def stack_factory(
             for stack in stacks:
                 await _terminate_leftovers(stack)
                 await stack.workers.aclose()
+
+
+async def separate_process_client(env: WorkflowEnvironment) -> Client:
+    """A client on its own SDK runtime: it may run a second worker on the same task queue,
+    as another worker process would (one runtime refuses two workers on one queue)."""
+    config = env.client.service_client.config
+    return await Client.connect(
+        config.target_host,
+        namespace=env.client.namespace,
+        runtime=Runtime(telemetry=TelemetryConfig()),
+    )
 
 
 async def _terminate_leftovers(stack: Stack) -> None:

@@ -1,4 +1,4 @@
-"""What only the real dev server has: visibility queries, server-side rate limits, continue-as-new."""
+"""What only the real dev server has: visibility, server-side rate limits, continue-as-new."""
 
 from __future__ import annotations
 
@@ -6,8 +6,9 @@ import asyncio
 import math
 
 from common.models import ItemStatus
-from tests.conftest import email_destination, webhook_destination
-from tests.fakes import deliveries, max_requests_in_window, script
+from tests.conftest import email_destination, separate_process_client, webhook_destination
+from tests.fakes import deliveries, max_requests_in_window, submits
+from tests.workflows.test_outbox_item import EMAIL, wait_for_status
 
 
 async def test_search_attributes_find_exactly_the_failed_items(
@@ -16,9 +17,7 @@ async def test_search_attributes_find_exactly_the_failed_items(
     destination = webhook_destination(fake_provider)
     stack = await stack_factory(destination, env=dev_env)
     sent = await stack.enqueue(destination, {"n": 1})
-    failing = [await stack.enqueue(destination, {"n": n}) for n in (2, 3)]
-    for item in failing:
-        await script(fake_provider, item.item_id, [{"status": 400}])
+    failing = [await stack.enqueue(destination, {"n": n}, script=[{"status": 400}]) for n in (2, 3)]
     await stack.result(sent.item_id)
     for item in failing:
         await stack.failure(item.item_id)
@@ -41,7 +40,12 @@ async def test_submit_rate_holds_across_two_workers(dev_env, stack_factory, fake
     destination = webhook_destination(fake_provider, submit_rate=rate)
     first = await stack_factory(destination, env=dev_env)
     # A second process's worth of workers on the same task queues: the limit is the server's.
-    await stack_factory(destination, env=dev_env, task_queue=first.task_queue)
+    await stack_factory(
+        destination,
+        env=dev_env,
+        task_queue=first.task_queue,
+        client=await separate_process_client(dev_env),
+    )
     enqueued = [await first.enqueue(destination, {"n": n}) for n in range(items)]
     await asyncio.gather(*(first.result(item.item_id) for item in enqueued))
 
@@ -57,8 +61,11 @@ async def test_long_polling_continues_as_new_and_keeps_state(
 ) -> None:
     destination = email_destination(fake_provider, poll_interval_s=0.1, poll_backoff_multiplier=1)
     stack = await stack_factory(destination, env=dev_env)
-    item = await stack.enqueue(destination, {"senderAddress": "a@example.com", "recipients": {}})
-    await script(fake_provider, item.item_id, [{"running_polls": 12}])
+    item = await stack.enqueue(
+        destination,
+        {"senderAddress": "a@example.com", "recipients": {}},
+        script=[{"running_polls": 12}],
+    )
 
     view = await stack.result(item.item_id)
 
@@ -67,3 +74,21 @@ async def test_long_polling_continues_as_new_and_keeps_state(
     assert view.status is ItemStatus.SENT
     assert view.poll_count == 13
     assert await deliveries(fake_provider, item.item_id) == 1
+
+
+async def test_new_worker_finishes_an_item_a_stopped_worker_began(
+    dev_env, stack_factory, fake_provider
+) -> None:
+    destination = email_destination(fake_provider, poll_interval_s=1, poll_backoff_multiplier=1)
+    first = await stack_factory(destination, env=dev_env)
+    item = await first.enqueue(destination, EMAIL, script=[{"running_polls": 3}])
+    await wait_for_status(first, item.key, status=ItemStatus.SENDING)
+    # Stop every worker of the first stack, then bring up a new set on the same task queues.
+    await first.shutdown()
+    second = await stack_factory(destination, env=dev_env, task_queue=first.task_queue)
+
+    view = await second.result(item.item_id)
+
+    assert view.status is ItemStatus.SENT
+    assert await deliveries(fake_provider, item.item_id) == 1
+    assert await submits(fake_provider, item.item_id) == 1

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -13,7 +14,7 @@ from common.ids import provider_idempotency_key
 from common.models import ItemStatus
 from readmodel import store
 from tests.conftest import email_destination, webhook_destination
-from tests.fakes import deliveries, script, submits
+from tests.fakes import deliveries, submits
 
 EMAIL = {
     "senderAddress": "noreply@example.com",
@@ -34,15 +35,14 @@ async def timer_durations(stack: Any, item_id: str) -> list[float]:
 async def test_email_is_submitted_polled_and_sent(stack_factory, fake_provider) -> None:
     destination = email_destination(fake_provider)
     stack = await stack_factory(destination)
-    item = await stack.enqueue(destination, EMAIL, key="welcome-ada")
-    await script(fake_provider, item.item_id, [{"running_polls": 2}])
+    item = await stack.enqueue(destination, EMAIL, key="welcome-ada", script=[{"running_polls": 2}])
 
     view = await stack.result(item.item_id)
 
     assert view.status is ItemStatus.SENT
     assert view.attempts == 1
     assert view.poll_count == 3
-    assert view.operation_url and "/acs/" in view.operation_url
+    assert view.operation_url and "/emails/operations/" in view.operation_url
     assert await deliveries(fake_provider, item.item_id) == 1
     row = store.get_item(stack.engine, item.item_id)
     assert row is not None and row.status == ItemStatus.SENT
@@ -65,8 +65,7 @@ async def test_webhook_is_delivered_synchronously(stack_factory, fake_provider) 
 async def test_transient_errors_are_retried_with_backoff(stack_factory, fake_provider) -> None:
     destination = email_destination(fake_provider, backoff_initial_s=10, backoff_jitter=0)
     stack = await stack_factory(destination)
-    item = await stack.enqueue(destination, EMAIL)
-    await script(fake_provider, item.item_id, [{"status": 503}, {"status": 500}])
+    item = await stack.enqueue(destination, EMAIL, script=[{"status": 503}, {"status": 500}])
 
     view = await stack.result(item.item_id)
 
@@ -81,8 +80,7 @@ async def test_transient_errors_are_retried_with_backoff(stack_factory, fake_pro
 async def test_retry_after_seconds_is_honoured_exactly(stack_factory, fake_provider) -> None:
     destination = email_destination(fake_provider, backoff_initial_s=1)
     stack = await stack_factory(destination)
-    item = await stack.enqueue(destination, EMAIL)
-    await script(fake_provider, item.item_id, [{"status": 429, "retry_after": "120"}])
+    item = await stack.enqueue(destination, EMAIL, script=[{"status": 429, "retry_after": "120"}])
 
     view = await stack.result(item.item_id)
 
@@ -93,10 +91,11 @@ async def test_retry_after_seconds_is_honoured_exactly(stack_factory, fake_provi
 async def test_retry_after_http_date_is_never_undercut(stack_factory, fake_provider) -> None:
     destination = email_destination(fake_provider, backoff_initial_s=1)
     stack = await stack_factory(destination)
-    item = await stack.enqueue(destination, EMAIL)
     not_before = datetime.now(UTC) + timedelta(seconds=300)
     http_date = not_before.strftime("%a, %d %b %Y %H:%M:%S GMT")
-    await script(fake_provider, item.item_id, [{"status": 503, "retry_after": http_date}])
+    item = await stack.enqueue(
+        destination, EMAIL, script=[{"status": 503, "retry_after": http_date}]
+    )
 
     await stack.result(item.item_id)
 
@@ -109,8 +108,9 @@ async def test_client_error_fails_permanently_and_keeps_the_error(
 ) -> None:
     destination = email_destination(fake_provider)
     stack = await stack_factory(destination)
-    item = await stack.enqueue(destination, EMAIL)
-    await script(fake_provider, item.item_id, [{"status": 400, "body": "bad recipients"}])
+    item = await stack.enqueue(
+        destination, EMAIL, script=[{"status": 400, "body": "bad recipients"}]
+    )
 
     failure = await stack.failure(item.item_id)
 
@@ -126,8 +126,7 @@ async def test_client_error_fails_permanently_and_keeps_the_error(
 async def test_max_attempts_ends_failed_with_last_error(stack_factory, fake_provider) -> None:
     destination = email_destination(fake_provider, max_attempts=3)
     stack = await stack_factory(destination)
-    item = await stack.enqueue(destination, EMAIL)
-    await script(fake_provider, item.item_id, [{"status": 503}] * 5)
+    item = await stack.enqueue(destination, EMAIL, script=[{"status": 503}] * 5)
 
     failure = await stack.failure(item.item_id)
 
@@ -141,8 +140,9 @@ async def test_max_attempts_ends_failed_with_last_error(stack_factory, fake_prov
 async def test_operation_failed_at_provider_fails_item(stack_factory, fake_provider) -> None:
     destination = email_destination(fake_provider)
     stack = await stack_factory(destination)
-    item = await stack.enqueue(destination, EMAIL)
-    await script(fake_provider, item.item_id, [{"running_polls": 1, "operation_result": "Failed"}])
+    item = await stack.enqueue(
+        destination, EMAIL, script=[{"running_polls": 1, "operation_result": "Failed"}]
+    )
 
     failure = await stack.failure(item.item_id)
 
@@ -156,8 +156,7 @@ async def test_poll_deadline_fails_a_stuck_operation(stack_factory, fake_provide
         fake_provider, poll_interval_s=10, poll_backoff_multiplier=1, poll_deadline_s=60
     )
     stack = await stack_factory(destination)
-    item = await stack.enqueue(destination, EMAIL)
-    await script(fake_provider, item.item_id, [{"running_polls": 10_000}])
+    item = await stack.enqueue(destination, EMAIL, script=[{"running_polls": 10_000}])
 
     failure = await stack.failure(item.item_id)
 
@@ -182,9 +181,8 @@ async def test_cancel_a_delayed_item(stack_factory, fake_provider) -> None:
 async def test_cancel_during_backoff_stops_retries(stack_factory, fake_provider) -> None:
     destination = email_destination(fake_provider, backoff_initial_s=3600)
     stack = await stack_factory(destination)
-    item = await stack.enqueue(destination, EMAIL)
-    await script(fake_provider, item.item_id, [{"status": 503}])
-    await _wait_for_status_detail(stack, item.key, attempts=1)
+    item = await stack.enqueue(destination, EMAIL, script=[{"status": 503}])
+    await wait_for_status(stack, item.key, attempts=1)
 
     view = await stack.outbox.cancel("tests", item.key)
 
@@ -229,8 +227,7 @@ async def test_same_key_with_other_payload_conflicts(stack_factory, fake_provide
 async def test_failed_item_needs_redrive_then_runs_again(stack_factory, fake_provider) -> None:
     destination = email_destination(fake_provider)
     stack = await stack_factory(destination)
-    item = await stack.enqueue(destination, EMAIL, key="to-redrive")
-    await script(fake_provider, item.item_id, [{"status": 403}])
+    item = await stack.enqueue(destination, EMAIL, key="to-redrive", script=[{"status": 403}])
     await stack.failure(item.item_id)
 
     with pytest.raises(ItemFailedUseRedrive):
@@ -245,38 +242,17 @@ async def test_failed_item_needs_redrive_then_runs_again(stack_factory, fake_pro
     assert "redriven" in [e.type for e in events]
 
 
-async def test_new_worker_finishes_an_item_a_stopped_worker_began(
-    stack_factory, fake_provider
-) -> None:
-    destination = email_destination(fake_provider, poll_interval_s=30, poll_backoff_multiplier=1)
-    first = await stack_factory(destination)
-    item = await first.enqueue(destination, EMAIL)
-    await script(fake_provider, item.item_id, [{"running_polls": 3}])
-    await _wait_for_status_detail(first, item.key, status=ItemStatus.SENDING)
-    # Stop every worker of the first stack, then bring up a new set on the same task queues.
-    await first.shutdown()
-    second = await stack_factory(destination, task_queue=first.task_queue)
-
-    view = await second.result(item.item_id)
-
-    assert view.status is ItemStatus.SENT
-    assert await deliveries(fake_provider, item.item_id) == 1
-    assert await submits(fake_provider, item.item_id) == 1
-
-
-async def _wait_for_status_detail(
+async def wait_for_status(
     stack: Any, key: str, *, attempts: int | None = None, status: ItemStatus | None = None
 ) -> None:
     """Poll the status query (not wall-clock sleeps of the workflow) until a condition holds."""
-    import asyncio
-
     for _ in range(200):
         view = await stack.outbox.status("tests", key)
-        if (attempts is None or view.attempts >= attempts) and (
-            status is None or view.status is status
-        ):
-            if attempts is None or view.next_attempt_at is not None:
-                return
+        reached_attempts = attempts is None or (
+            view.attempts >= attempts and view.next_attempt_at is not None
+        )
+        if reached_attempts and (status is None or view.status is status):
+            return
         await asyncio.sleep(0.05)
     raise AssertionError(f"item {key} never reached attempts={attempts} status={status}")
 

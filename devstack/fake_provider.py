@@ -1,0 +1,495 @@
+"""A local provider that speaks the ACS Email and Standard Webhooks contracts, with faults.
+
+For development, demos, tests and benchmarks: it checks signatures like the real services, dedupes
+by idempotency key (`Operation-Id`, `webhook-id`) and counts what it sees so tests can assert
+"delivered exactly once", "rate never exceeded", "no request before Retry-After elapsed".
+
+Faults come from three places, most specific first: a per-key script (`POST /_admin/script`),
+per-request headers (`X-Fake-Status`, `X-Fake-Retry-After`, `X-Fake-Latency-Ms`, `X-Fake-Hang-S`,
+`X-Fake-Running-Polls`, `X-Fake-Operation-Result`), and the global fault config
+(`PUT /_admin/faults`, or flags at start-up). Run it with
+`python -m devstack.fake_provider --port 8025`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import base64
+import bisect
+import contextlib
+import dataclasses
+import hashlib
+import hmac
+import logging
+import os
+import random
+import socket
+import time
+import uuid
+from collections import defaultdict
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from email.utils import formatdate
+from typing import Any
+
+import httpx
+import uvicorn
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+log = logging.getLogger("fake_provider")
+
+DEFAULT_ACS_ACCESS_KEY = "ZmFrZS1hY3MtYWNjZXNzLWtleQ=="
+DEFAULT_WEBHOOK_SECRET = "whsec_ZmFrZS13ZWJob29rLXNpZ25pbmctc2VjcmV0"
+# Standard Webhooks receivers reject timestamps further than this from their clock.
+WEBHOOK_TOLERANCE_S = 300
+
+
+@dataclass
+class FaultConfig:
+    """Random faults applied to every submit (and `running_polls` to every new operation)."""
+
+    error_rate: float = 0.0
+    throttle_rate: float = 0.0
+    retry_after: str = "1"
+    retry_after_http_date: bool = False
+    timeout_rate: float = 0.0
+    hang_s: float = 30.0
+    latency_ms: float = 0.0
+    running_polls: int = 0
+    operation_fail_rate: float = 0.0
+    poll_retry_after: str | None = None
+    seed: int | None = None
+
+
+@dataclass
+class Step:
+    """How to answer one submit: an error status, a delay, or how its operation should go."""
+
+    status: int | None = None
+    retry_after: str | None = None
+    body: str | None = None
+    latency_ms: float = 0.0
+    hang_s: float | None = None
+    running_polls: int | None = None
+    operation_result: str | None = None
+
+
+@dataclass
+class Operation:
+    id: str
+    polls_left: int
+    result: str
+    error: str | None = None
+
+
+@dataclass
+class KeyStats:
+    """What one idempotency key saw: requests, first-time deliveries, Retry-After violations."""
+
+    submits: int = 0
+    deliveries: int = 0
+    polls: int = 0
+    early_requests: int = 0
+    request_times: list[float] = field(default_factory=list)
+    not_before: float = 0.0
+
+
+class FakeProviderState:
+    """Everything the fake remembers; reset with `POST /_admin/reset`."""
+
+    def __init__(self, acs_access_key: str, webhook_secret: str, faults: FaultConfig) -> None:
+        self.acs_access_key = acs_access_key
+        self.webhook_secret = webhook_secret
+        self.faults = faults
+        self.reset()
+
+    def reset(self) -> None:
+        self.rng = random.Random(self.faults.seed)
+        self.keys: dict[str, KeyStats] = defaultdict(KeyStats)
+        self.scripts: dict[str, list[Step]] = {}
+        self.operations: dict[str, Operation] = {}
+        self.operation_by_key: dict[str, str] = {}
+        self.delivered_keys: set[str] = set()
+        # (monotonic time, path) of every request, for max-rate-in-window questions.
+        self.requests: list[tuple[float, str]] = []
+
+    def next_step(self, key: str, request: Request) -> Step:
+        """The scripted step for `key`, else one built from headers, else from random faults."""
+        script = self.scripts.get(key)
+        if script:
+            return script.pop(0)
+        headers = request.headers
+        if any(name.startswith("x-fake-") for name in headers):
+            return Step(
+                status=int(headers["x-fake-status"]) if "x-fake-status" in headers else None,
+                retry_after=headers.get("x-fake-retry-after"),
+                latency_ms=float(headers.get("x-fake-latency-ms", 0)),
+                hang_s=float(headers["x-fake-hang-s"]) if "x-fake-hang-s" in headers else None,
+                running_polls=(
+                    int(headers["x-fake-running-polls"])
+                    if "x-fake-running-polls" in headers
+                    else None
+                ),
+                operation_result=headers.get("x-fake-operation-result"),
+            )
+        return self._random_step()
+
+    def _random_step(self) -> Step:
+        faults, draw = self.faults, self.rng.random()
+        step = Step(latency_ms=faults.latency_ms)
+        if draw < faults.error_rate:
+            step.status = 503
+        elif draw < faults.error_rate + faults.throttle_rate:
+            step.status = 429
+            step.retry_after = self._retry_after_value(faults.retry_after)
+        elif draw < faults.error_rate + faults.throttle_rate + faults.timeout_rate:
+            step.hang_s = faults.hang_s
+        if self.rng.random() < faults.operation_fail_rate:
+            step.operation_result = "Failed"
+        return step
+
+    def _retry_after_value(self, seconds: str) -> str:
+        if self.faults.retry_after_http_date:
+            return formatdate(time.time() + float(seconds), usegmt=True)
+        return seconds
+
+    def record(self, key: str | None, path: str, kind: str) -> KeyStats | None:
+        now = time.monotonic()
+        self.requests.append((now, path))
+        if key is None:
+            return None
+        stats = self.keys[key]
+        if kind == "submit":
+            stats.submits += 1
+            if now < stats.not_before:
+                stats.early_requests += 1
+            stats.request_times.append(time.time())
+        else:
+            stats.polls += 1
+        return stats
+
+    def max_in_window(self, prefix: str, window_s: float) -> int:
+        """Most requests to paths starting with `prefix` inside any `window_s`-second window."""
+        times = [at for at, path in self.requests if path.startswith(prefix)]
+        best = 0
+        for index, start in enumerate(times):
+            best = max(best, bisect.bisect_left(times, start + window_s) - index)
+        return best
+
+
+def _valid_acs_signature(request: Request, body: bytes, access_key: str) -> bool:
+    authorization = request.headers.get("authorization", "")
+    date = request.headers.get("x-ms-date", "")
+    content_hash = request.headers.get("x-ms-content-sha256", "")
+    if not authorization.startswith("HMAC-SHA256 ") or "&Signature=" not in authorization:
+        return False
+    if base64.b64encode(hashlib.sha256(body).digest()).decode() != content_hash:
+        return False
+    path_and_query = request.url.path + (f"?{request.url.query}" if request.url.query else "")
+    host = request.headers.get("host", "")
+    string_to_sign = f"{request.method}\n{path_and_query}\n{date};{host};{content_hash}"
+    expected = base64.b64encode(
+        hmac.new(base64.b64decode(access_key), string_to_sign.encode(), hashlib.sha256).digest()
+    ).decode()
+    return hmac.compare_digest(expected, authorization.split("&Signature=", 1)[1])
+
+
+def _valid_webhook_signature(request: Request, body: bytes, secret: str) -> bool:
+    message_id = request.headers.get("webhook-id", "")
+    timestamp = request.headers.get("webhook-timestamp", "")
+    if not message_id or not timestamp.isdigit():
+        return False
+    if abs(time.time() - int(timestamp)) > WEBHOOK_TOLERANCE_S:
+        return False
+    key = base64.b64decode(secret.removeprefix("whsec_"))
+    digest = hmac.new(key, f"{message_id}.{timestamp}.".encode() + body, hashlib.sha256).digest()
+    expected = base64.b64encode(digest).decode()
+    offered = request.headers.get("webhook-signature", "").split()
+    return any(hmac.compare_digest(expected, signature.split(",", 1)[-1]) for signature in offered)
+
+
+def _acs_error(status: int, code: str, message: str, **headers: str) -> JSONResponse:
+    return JSONResponse({"error": {"code": code, "message": message}}, status, headers=headers)
+
+
+async def _apply_fault(
+    state: FakeProviderState, step: Step, stats: KeyStats | None
+) -> Response | None:
+    """Delay and/or an error response for `step`; None when the request should succeed."""
+    if step.latency_ms:
+        await asyncio.sleep(step.latency_ms / 1000)
+    if step.hang_s is not None:
+        await asyncio.sleep(step.hang_s)
+        return _acs_error(504, "GatewayTimeout", "hung request released")
+    if step.status is None or step.status < 300:
+        return None
+    headers = {}
+    if step.retry_after is not None:
+        headers["Retry-After"] = step.retry_after
+        if stats is not None:
+            stats.not_before = time.monotonic() + _retry_after_seconds(step.retry_after)
+    return _acs_error(
+        step.status, "Injected", step.body or f"injected HTTP {step.status}", **headers
+    )
+
+
+def _retry_after_seconds(value: str) -> float:
+    if value.strip().isdigit():
+        return float(value)
+    from email.utils import parsedate_to_datetime
+
+    # Whole-second HTTP-dates: allow the second it names to start, not finish.
+    return max(0.0, parsedate_to_datetime(value).timestamp() - time.time() - 1.0)
+
+
+def create_app(state: FakeProviderState) -> Starlette:
+    """The fake provider's ASGI app over `state`."""
+
+    async def acs_send(request: Request) -> Response:
+        body = await request.body()
+        key = request.headers.get("operation-id") or str(uuid.uuid4())
+        stats = state.record(key, request.url.path, "submit")
+        if not _valid_acs_signature(request, body, state.acs_access_key):
+            return _acs_error(401, "Denied", "Denied by the HMAC-SHA256 authentication policy")
+        step = state.next_step(key, request)
+        fault = await _apply_fault(state, step, stats)
+        if fault is not None:
+            log.info("ACS send %s -> %s (injected)", key, fault.status_code)
+            return fault
+        operation_id = state.operation_by_key.get(key)
+        if operation_id is None:
+            operation_id = key
+            running = step.running_polls
+            state.operations[operation_id] = Operation(
+                id=operation_id,
+                polls_left=state.faults.running_polls if running is None else running,
+                result=step.operation_result or "Succeeded",
+            )
+            state.operation_by_key[key] = operation_id
+            state.keys[key].deliveries += 1
+        base = str(request.base_url).rstrip("/")
+        location = f"{base}/emails/operations/{operation_id}?api-version={request.query_params.get('api-version', '')}"
+        log.info("ACS send %s -> 202", key)
+        return JSONResponse(
+            {"id": operation_id, "status": "Running"},
+            202,
+            headers={"Operation-Location": location, "Retry-After": "0"},
+        )
+
+    async def acs_operation(request: Request) -> Response:
+        operation = state.operations.get(request.path_params["operation_id"])
+        state.record(operation.id if operation else None, request.url.path, "poll")
+        if not _valid_acs_signature(request, await request.body(), state.acs_access_key):
+            return _acs_error(401, "Denied", "Denied by the HMAC-SHA256 authentication policy")
+        if operation is None:
+            return _acs_error(404, "NotFound", "no such operation")
+        headers = {}
+        if state.faults.poll_retry_after is not None:
+            headers["Retry-After"] = state.faults.poll_retry_after
+        if operation.polls_left > 0:
+            operation.polls_left -= 1
+            return JSONResponse({"id": operation.id, "status": "Running"}, headers=headers)
+        body: dict[str, Any] = {"id": operation.id, "status": operation.result}
+        if operation.result != "Succeeded":
+            body["error"] = {
+                "code": "EmailDroppedAllRecipientsSuppressed",
+                "message": "injected operation failure",
+            }
+        return JSONResponse(body, headers=headers)
+
+    async def webhook(request: Request) -> Response:
+        body = await request.body()
+        key = request.headers.get("webhook-id")
+        stats = state.record(key, request.url.path, "submit")
+        if key is None or not _valid_webhook_signature(request, body, state.webhook_secret):
+            return JSONResponse({"error": "invalid signature"}, 401)
+        fault = await _apply_fault(state, state.next_step(key, request), stats)
+        if fault is not None:
+            log.info("webhook %s %s -> %s (injected)", request.url.path, key, fault.status_code)
+            return fault
+        if key not in state.delivered_keys:
+            state.delivered_keys.add(key)
+            state.keys[key].deliveries += 1
+        log.info("webhook %s %s -> 204", request.url.path, key)
+        return Response(status_code=204)
+
+    async def admin_stats(request: Request) -> Response:
+        return JSONResponse(
+            {
+                "keys": {key: _stats_json(stats) for key, stats in state.keys.items()},
+                "totals": {
+                    "requests": len(state.requests),
+                    "submits": sum(s.submits for s in state.keys.values()),
+                    "deliveries": sum(s.deliveries for s in state.keys.values()),
+                    "duplicates": sum(max(0, s.deliveries - 1) for s in state.keys.values()),
+                    "early_requests": sum(s.early_requests for s in state.keys.values()),
+                },
+            }
+        )
+
+    async def admin_key(request: Request) -> Response:
+        stats = state.keys.get(request.path_params["key"], KeyStats())
+        return JSONResponse(_stats_json(stats))
+
+    async def admin_max_rate(request: Request) -> Response:
+        prefix = request.query_params.get("prefix", "/")
+        window_s = float(request.query_params.get("window_s", "1"))
+        return JSONResponse(
+            {"prefix": prefix, "window_s": window_s, "max": state.max_in_window(prefix, window_s)}
+        )
+
+    async def admin_faults(request: Request) -> Response:
+        if request.method == "PUT":
+            state.faults = dataclasses.replace(FaultConfig(), **await request.json())
+            state.rng = random.Random(state.faults.seed)
+        return JSONResponse(dataclasses.asdict(state.faults))
+
+    async def admin_script(request: Request) -> Response:
+        spec = await request.json()
+        state.scripts[spec["key"]] = [Step(**step) for step in spec["steps"]]
+        return JSONResponse({"key": spec["key"], "steps": len(spec["steps"])})
+
+    async def admin_reset(request: Request) -> Response:
+        state.reset()
+        return Response(status_code=204)
+
+    return Starlette(
+        routes=[
+            Route("/emails:send", acs_send, methods=["POST"]),
+            Route("/emails/operations/{operation_id}", acs_operation, methods=["GET"]),
+            Route("/webhook/{endpoint:path}", webhook, methods=["POST"]),
+            Route("/_admin/stats", admin_stats),
+            Route("/_admin/keys/{key}", admin_key),
+            Route("/_admin/max-rate", admin_max_rate),
+            Route("/_admin/faults", admin_faults, methods=["GET", "PUT"]),
+            Route("/_admin/script", admin_script, methods=["POST"]),
+            Route("/_admin/reset", admin_reset, methods=["POST"]),
+        ]
+    )
+
+
+def _stats_json(stats: KeyStats) -> dict[str, Any]:
+    return {
+        "submits": stats.submits,
+        "deliveries": stats.deliveries,
+        "polls": stats.polls,
+        "early_requests": stats.early_requests,
+        "request_times": stats.request_times,
+    }
+
+
+class FakeProviderAdmin:
+    """Reads counters and sets faults over HTTP, for a fake in this process or another."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url.rstrip("/")
+
+    async def _call(self, method: str, path: str, **kwargs: Any) -> Any:
+        async with httpx.AsyncClient(base_url=self.url, timeout=10) as client:
+            response = await client.request(method, path, **kwargs)
+            response.raise_for_status()
+            return response.json() if response.content else None
+
+    async def stats(self) -> dict[str, Any]:
+        return dict(await self._call("GET", "/_admin/stats"))
+
+    async def key_stats(self, key: str) -> dict[str, Any]:
+        return dict(await self._call("GET", f"/_admin/keys/{key}"))
+
+    async def max_rate(self, prefix: str, window_s: float) -> int:
+        answer = await self._call(
+            "GET", "/_admin/max-rate", params={"prefix": prefix, "window_s": window_s}
+        )
+        return int(answer["max"])
+
+    async def set_faults(self, **faults: Any) -> None:
+        await self._call("PUT", "/_admin/faults", json=faults)
+
+    async def script(self, key: str, steps: list[dict[str, Any]]) -> None:
+        await self._call("POST", "/_admin/script", json={"key": key, "steps": steps})
+
+    async def reset(self) -> None:
+        await self._call("POST", "/_admin/reset")
+
+
+@dataclass
+class FakeProvider:
+    """A fake provider running in this process: its base URL, state and admin client."""
+
+    url: str
+    state: FakeProviderState
+    admin: FakeProviderAdmin
+
+
+@contextlib.asynccontextmanager
+async def run_fake_provider(
+    faults: FaultConfig | None = None,
+    acs_access_key: str = DEFAULT_ACS_ACCESS_KEY,
+    webhook_secret: str = DEFAULT_WEBHOOK_SECRET,
+) -> AsyncIterator[FakeProvider]:
+    """Serve the fake on a free loopback port for the duration of the block."""
+    state = FakeProviderState(acs_access_key, webhook_secret, faults or FaultConfig())
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    config = uvicorn.Config(create_app(state), log_level="warning", lifespan="off")
+    server = uvicorn.Server(config)
+    task = asyncio.create_task(server.serve(sockets=[sock]))
+    while not server.started:
+        if task.done():
+            task.result()
+        await asyncio.sleep(0.01)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        yield FakeProvider(url=url, state=state, admin=FakeProviderAdmin(url))
+    finally:
+        server.should_exit = True
+        await task
+        sock.close()
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description="Fake ACS Email + Standard Webhooks provider")
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=8025)
+    parser.add_argument(
+        "--error-rate", type=float, default=0.0, help="share of submits answered 503"
+    )
+    parser.add_argument("--throttle-rate", type=float, default=0.0, help="share answered 429")
+    parser.add_argument("--retry-after", default="1", help="Retry-After seconds on a 429")
+    parser.add_argument("--retry-after-http-date", action="store_true")
+    parser.add_argument("--timeout-rate", type=float, default=0.0, help="share of hung requests")
+    parser.add_argument("--hang-s", type=float, default=30.0)
+    parser.add_argument("--latency-ms", type=float, default=0.0)
+    parser.add_argument("--running-polls", type=int, default=0)
+    parser.add_argument("--operation-fail-rate", type=float, default=0.0)
+    parser.add_argument("--seed", type=int)
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s fake: %(message)s")
+    faults = FaultConfig(
+        error_rate=args.error_rate,
+        throttle_rate=args.throttle_rate,
+        retry_after=args.retry_after,
+        retry_after_http_date=args.retry_after_http_date,
+        timeout_rate=args.timeout_rate,
+        hang_s=args.hang_s,
+        latency_ms=args.latency_ms,
+        running_polls=args.running_polls,
+        operation_fail_rate=args.operation_fail_rate,
+        seed=args.seed,
+    )
+    state = FakeProviderState(
+        os.environ.get("FAKE_ACS_ACCESS_KEY", DEFAULT_ACS_ACCESS_KEY),
+        os.environ.get("FAKE_WEBHOOK_SECRET", DEFAULT_WEBHOOK_SECRET),
+        faults,
+    )
+    uvicorn.run(create_app(state), host=args.host, port=args.port, log_level="warning")
+
+
+if __name__ == "__main__":
+    main()

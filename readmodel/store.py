@@ -1,0 +1,206 @@
+"""Reads and idempotent writes of the read model.
+
+A projection may be retried, replayed, or (rarely) overtaken by a newer one for the same item, so
+every write is conditional: events are unique per (item, seq) and the item row only moves forward
+in `version` (the newest event seq it reflects).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import Engine, and_, func, or_, select, text
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlmodel import Session
+
+from common.models import ItemProjection
+from readmodel.models import OutboxEvent, OutboxItem
+
+MAX_PAGE = 500
+
+
+class InvalidCursor(ValueError):
+    """A list cursor that this service did not issue."""
+
+
+def apply_projection(engine: Engine, projection: ItemProjection) -> None:
+    """Write the item's events and newest view in one transaction; re-applying changes nothing."""
+    view = projection.view
+    insert = postgresql.insert if engine.dialect.name == "postgresql" else sqlite.insert
+    with Session(engine) as session, session.begin():
+        if engine.dialect.name == "postgresql":
+            # Serialise event inserts per outbox so ids commit in id order: a live tailer reading
+            # `id > last_seen` can then never skip an event that commits late with a smaller id.
+            # (SQLite serialises all writers already.)
+            session.execute(
+                text("SELECT pg_advisory_xact_lock(hashtext(:outbox))"), {"outbox": view.outbox}
+            )
+        if projection.events:
+            session.execute(
+                insert(OutboxEvent)
+                .values(
+                    [
+                        {
+                            "item_id": view.id,
+                            "outbox": view.outbox,
+                            "seq": event.seq,
+                            "type": event.type.value,
+                            "status": event.status.value,
+                            "at": event.at,
+                            "attempt": event.attempt,
+                            "detail": event.detail,
+                        }
+                        for event in projection.events
+                    ]
+                )
+                .on_conflict_do_nothing(index_elements=["item_id", "seq"])
+            )
+        row = {
+            "id": view.id,
+            "outbox": view.outbox,
+            "key": view.key,
+            "destination": view.destination,
+            "status": view.status.value,
+            "attempts": view.attempts,
+            "max_attempts": view.max_attempts,
+            "last_error": view.last_error,
+            "next_attempt_at": view.next_attempt_at,
+            "operation_url": view.operation_url,
+            "poll_count": view.poll_count,
+            "created_at": view.created_at,
+            "updated_at": view.updated_at,
+            "finished_at": view.finished_at,
+            "ordering_key": view.ordering_key,
+            "payload_hash": view.payload_hash,
+            "provider_message_id": view.provider_message_id,
+            "payload": projection.payload,
+            "version": view.last_event_seq,
+        }
+        statement = insert(OutboxItem).values(row)
+        updates = {name: statement.excluded[name] for name in row if name != "id"}
+        table = OutboxItem.__table__  # type: ignore[attr-defined]
+        updates["payload"] = func.coalesce(statement.excluded.payload, table.c.payload)
+        session.execute(
+            statement.on_conflict_do_update(
+                index_elements=["id"],
+                set_=updates,
+                where=table.c.version < statement.excluded.version,
+            )
+        )
+
+
+def get_item(engine: Engine, item_id: str) -> OutboxItem | None:
+    with Session(engine) as session:
+        return session.get(OutboxItem, item_id)
+
+
+def item_events(engine: Engine, item_id: str) -> list[OutboxEvent]:
+    """The item's history, oldest first."""
+    with Session(engine) as session:
+        query = select(OutboxEvent).where(OutboxEvent.item_id == item_id).order_by(OutboxEvent.seq)  # type: ignore[arg-type]
+        return list(session.scalars(query))
+
+
+def list_items(
+    engine: Engine,
+    outbox: str,
+    *,
+    status: str | None = None,
+    destination: str | None = None,
+    created_from: datetime | None = None,
+    created_to: datetime | None = None,
+    cursor: str | None = None,
+    limit: int = 50,
+) -> tuple[list[OutboxItem], str | None]:
+    """Newest first, keyset-paginated: a cursor stays valid however many items arrive meanwhile."""
+    limit = max(1, min(limit, MAX_PAGE))
+    conditions: list[Any] = [OutboxItem.outbox == outbox]
+    if status is not None:
+        conditions.append(OutboxItem.status == status)
+    if destination is not None:
+        conditions.append(OutboxItem.destination == destination)
+    if created_from is not None:
+        conditions.append(OutboxItem.created_at >= created_from)  # type: ignore[operator]
+    if created_to is not None:
+        conditions.append(OutboxItem.created_at < created_to)  # type: ignore[operator]
+    if cursor is not None:
+        after_created, after_id = _decode_cursor(cursor)
+        conditions.append(
+            or_(
+                OutboxItem.created_at < after_created,  # type: ignore[operator]
+                and_(OutboxItem.created_at == after_created, OutboxItem.id < after_id),  # type: ignore[arg-type]
+            )
+        )
+    query = (
+        select(OutboxItem)
+        .where(*conditions)
+        .order_by(OutboxItem.created_at.desc(), OutboxItem.id.desc())  # type: ignore[union-attr,attr-defined]
+        .limit(limit + 1)
+    )
+    with Session(engine) as session:
+        items = list(session.scalars(query))
+    if len(items) <= limit:
+        return items, None
+    items = items[:limit]
+    last = items[-1]
+    return items, _encode_cursor(last.created_at, last.id)
+
+
+def events_since(engine: Engine, outbox: str, since_id: int, limit: int = 500) -> list[OutboxEvent]:
+    """Events of the outbox after cursor `since_id`, in cursor order (the live stream's feed)."""
+    query = (
+        select(OutboxEvent)
+        .where(OutboxEvent.outbox == outbox, OutboxEvent.id > since_id)  # type: ignore[operator]
+        .order_by(OutboxEvent.id)  # type: ignore[arg-type]
+        .limit(limit)
+    )
+    with Session(engine) as session:
+        return list(session.scalars(query))
+
+
+def counts_by_status(engine: Engine, outbox: str) -> dict[str, int]:
+    query = (
+        select(OutboxItem.status, func.count())
+        .where(OutboxItem.outbox == outbox)
+        .group_by(OutboxItem.status)
+    )
+    with Session(engine) as session:
+        return {status: count for status, count in session.execute(query)}
+
+
+def list_outboxes(engine: Engine) -> dict[str, dict[str, int]]:
+    """Every outbox with its item counts by status."""
+    query = select(OutboxItem.outbox, OutboxItem.status, func.count()).group_by(
+        OutboxItem.outbox, OutboxItem.status
+    )
+    outboxes: dict[str, dict[str, int]] = {}
+    with Session(engine) as session:
+        for outbox, status, count in session.execute(query):
+            outboxes.setdefault(outbox, {})[status] = count
+    return outboxes
+
+
+def list_failed(engine: Engine, outbox: str, destination: str | None = None) -> list[str]:
+    """Keys of the outbox's failed items (for redrive-all), oldest first."""
+    query = select(OutboxItem.key).where(OutboxItem.outbox == outbox, OutboxItem.status == "failed")
+    if destination is not None:
+        query = query.where(OutboxItem.destination == destination)
+    with Session(engine) as session:
+        return list(session.scalars(query.order_by(OutboxItem.created_at)))  # type: ignore[arg-type]
+
+
+def _encode_cursor(created_at: datetime | None, item_id: str) -> str:
+    raw = json.dumps([created_at.isoformat() if created_at else None, item_id])
+    return base64.urlsafe_b64encode(raw.encode()).decode().rstrip("=")
+
+
+def _decode_cursor(cursor: str) -> tuple[datetime, str]:
+    try:
+        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
+        created_at, item_id = json.loads(raw)
+        return datetime.fromisoformat(created_at), str(item_id)
+    except (ValueError, TypeError) as err:
+        raise InvalidCursor("invalid cursor") from err
