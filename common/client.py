@@ -51,8 +51,9 @@ from common.settings import Settings
 from workflows.outbox_item import CANCEL_UPDATE, STATUS_QUERY, OutboxItemWorkflow
 
 _OUTBOX_NAME = re.compile(rf"^[A-Za-z0-9][A-Za-z0-9._-]{{0,{MAX_OUTBOX_LENGTH - 1}}}$")
-# Printable characters only: the key is part of a workflow id shown in UIs and logs.
-_KEY = re.compile(rf"^[^\x00-\x1f\x7f]{{1,{MAX_KEY_LENGTH}}}$")
+# Printable characters only (the key is part of a workflow id shown in UIs and logs), and no
+# "/", so a key is always exactly one URL path segment in the REST API.
+_KEY = re.compile(rf"^[^\x00-\x1f\x7f/]{{1,{MAX_KEY_LENGTH}}}$")
 _FAILED_STATES = (
     WorkflowExecutionStatus.FAILED,
     WorkflowExecutionStatus.TERMINATED,
@@ -102,8 +103,12 @@ class EnqueueResult:
     created: bool
 
 
-async def connect(settings: Settings) -> Client:
-    """A Temporal client for the configured cluster: dev server, self-hosted mTLS, or Cloud."""
+async def connect(settings: Settings, *, lazy: bool = False) -> Client:
+    """A Temporal client for the configured cluster: dev server, self-hosted mTLS, or Cloud.
+
+    `lazy` connects on first use, so the API can start (and report not-ready) while Temporal
+    is still coming up.
+    """
     tls: TLSConfig | bool = settings.temporal_tls or settings.temporal_api_key is not None
     if settings.temporal_tls_cert and settings.temporal_tls_key:
         tls = TLSConfig(
@@ -120,6 +125,7 @@ async def connect(settings: Settings) -> Client:
         namespace=settings.temporal_namespace,
         api_key=settings.temporal_api_key,
         tls=tls,
+        lazy=lazy,
     )
 
 
@@ -182,12 +188,14 @@ class OutboxClient:
         handle = self._handle(outbox, key)
         description = await self._describe(handle)
         if description.status == WorkflowExecutionStatus.COMPLETED:
-            return await handle.result()
+            view: OutboxItemView = await handle.result()
+            return view
         if description.status in _FAILED_STATES:
-            view = await self._failed_view(handle)
-            if view is not None:
-                return view
-        return await handle.query(STATUS_QUERY, result_type=OutboxItemView)
+            failed = await self._failed_view(handle)
+            if failed is not None:
+                return failed
+        live: OutboxItemView = await handle.query(STATUS_QUERY, result_type=OutboxItemView)
+        return live
 
     async def cancel(
         self, outbox: str, key: str, reason: str = "cancelled by request"
@@ -196,10 +204,10 @@ class OutboxClient:
         handle = self._handle(outbox, key)
         description = await self._describe(handle)
         if description.status != WorkflowExecutionStatus.RUNNING:
-            view = await self.status(outbox, key)
-            raise CannotCancel(f"item is {view.status.value}; only queued items can be cancelled")
+            ended = await self.status(outbox, key)
+            raise CannotCancel(f"item is {ended.status.value}; only queued items can be cancelled")
         try:
-            view = await handle.execute_update(
+            view: OutboxItemView = await handle.execute_update(
                 CANCEL_UPDATE, CancelRequest(reason=reason), result_type=OutboxItemView
             )
         except WorkflowUpdateFailedError as err:
@@ -301,7 +309,8 @@ class OutboxClient:
         except WorkflowFailureError as err:
             cause = err.cause
             if isinstance(cause, ApplicationError) and cause.details:
-                return value_to_type(OutboxItemView, cause.details[0])
+                view: OutboxItemView = value_to_type(OutboxItemView, cause.details[0])
+                return view
         return None
 
     async def _original_input(self, handle: WorkflowHandle[Any, OutboxItemView]) -> OutboxItemInput:
@@ -309,20 +318,33 @@ class OutboxClient:
             if event.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_STARTED:
                 payloads = event.workflow_execution_started_event_attributes.input.payloads
                 converter = self.client.data_converter or DataConverter.default
-                [item] = await converter.decode(payloads, [OutboxItemInput])
+                decoded = await converter.decode(payloads, [OutboxItemInput])
+                item: OutboxItemInput = decoded[0]
                 # The first run's input; a continued-as-new run's state is not wanted here.
                 return replace(item, state=None)
         raise ItemNotFound(f"no start event for {handle.id!r}")
 
 
 def _validate(outbox: str, key: str) -> None:
+    validate_outbox(outbox)
+    validate_key(key)
+
+
+def validate_outbox(outbox: str) -> None:
+    """Raise InvalidRequest unless `outbox` is a valid outbox name."""
     if not _OUTBOX_NAME.match(outbox):
         raise InvalidRequest(
             f"outbox name must be 1-{MAX_OUTBOX_LENGTH} letters, digits, '.', '_' or '-',"
             " starting with a letter or digit"
         )
+
+
+def validate_key(key: str) -> None:
+    """Raise InvalidRequest unless `key` is a valid idempotency key."""
     if not _KEY.match(key):
-        raise InvalidRequest(f"idempotency key must be 1-{MAX_KEY_LENGTH} printable characters")
+        raise InvalidRequest(
+            f"idempotency key must be 1-{MAX_KEY_LENGTH} printable characters other than '/'"
+        )
 
 
 def _summary(item: OutboxItemInput) -> str:

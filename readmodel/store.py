@@ -12,7 +12,7 @@ import json
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Engine, and_, func, or_, select, text
+from sqlalchemy import Engine, Table, and_, func, or_, select, text
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlmodel import Session
 
@@ -20,6 +20,10 @@ from common.models import ItemProjection
 from readmodel.models import OutboxEvent, OutboxItem
 
 MAX_PAGE = 500
+
+# Core tables: typed columns for queries (the ORM classes stay the rows we return).
+ITEMS: Table = OutboxItem.__table__  # type: ignore[attr-defined]
+EVENTS: Table = OutboxEvent.__table__  # type: ignore[attr-defined]
 
 
 class InvalidCursor(ValueError):
@@ -80,14 +84,13 @@ def apply_projection(engine: Engine, projection: ItemProjection) -> None:
             "version": view.last_event_seq,
         }
         statement = insert(OutboxItem).values(row)
-        updates = {name: statement.excluded[name] for name in row if name != "id"}
-        table = OutboxItem.__table__  # type: ignore[attr-defined]
-        updates["payload"] = func.coalesce(statement.excluded.payload, table.c.payload)
+        updates: dict[str, Any] = {name: statement.excluded[name] for name in row if name != "id"}
+        updates["payload"] = func.coalesce(statement.excluded.payload, ITEMS.c.payload)
         session.execute(
             statement.on_conflict_do_update(
                 index_elements=["id"],
                 set_=updates,
-                where=table.c.version < statement.excluded.version,
+                where=ITEMS.c.version < statement.excluded.version,
             )
         )
 
@@ -100,7 +103,7 @@ def get_item(engine: Engine, item_id: str) -> OutboxItem | None:
 def item_events(engine: Engine, item_id: str) -> list[OutboxEvent]:
     """The item's history, oldest first."""
     with Session(engine) as session:
-        query = select(OutboxEvent).where(OutboxEvent.item_id == item_id).order_by(OutboxEvent.seq)  # type: ignore[arg-type]
+        query = select(OutboxEvent).where(EVENTS.c.item_id == item_id).order_by(EVENTS.c.seq)
         return list(session.scalars(query))
 
 
@@ -117,27 +120,27 @@ def list_items(
 ) -> tuple[list[OutboxItem], str | None]:
     """Newest first, keyset-paginated: a cursor stays valid however many items arrive meanwhile."""
     limit = max(1, min(limit, MAX_PAGE))
-    conditions: list[Any] = [OutboxItem.outbox == outbox]
+    conditions: list[Any] = [ITEMS.c.outbox == outbox]
     if status is not None:
-        conditions.append(OutboxItem.status == status)
+        conditions.append(ITEMS.c.status == status)
     if destination is not None:
-        conditions.append(OutboxItem.destination == destination)
+        conditions.append(ITEMS.c.destination == destination)
     if created_from is not None:
-        conditions.append(OutboxItem.created_at >= created_from)  # type: ignore[operator]
+        conditions.append(ITEMS.c.created_at >= created_from)
     if created_to is not None:
-        conditions.append(OutboxItem.created_at < created_to)  # type: ignore[operator]
+        conditions.append(ITEMS.c.created_at < created_to)
     if cursor is not None:
         after_created, after_id = _decode_cursor(cursor)
         conditions.append(
             or_(
-                OutboxItem.created_at < after_created,  # type: ignore[operator]
-                and_(OutboxItem.created_at == after_created, OutboxItem.id < after_id),  # type: ignore[arg-type]
+                ITEMS.c.created_at < after_created,
+                and_(ITEMS.c.created_at == after_created, ITEMS.c.id < after_id),
             )
         )
     query = (
         select(OutboxItem)
         .where(*conditions)
-        .order_by(OutboxItem.created_at.desc(), OutboxItem.id.desc())  # type: ignore[union-attr,attr-defined]
+        .order_by(ITEMS.c.created_at.desc(), ITEMS.c.id.desc())
         .limit(limit + 1)
     )
     with Session(engine) as session:
@@ -153,8 +156,8 @@ def events_since(engine: Engine, outbox: str, since_id: int, limit: int = 500) -
     """Events of the outbox after cursor `since_id`, in cursor order (the live stream's feed)."""
     query = (
         select(OutboxEvent)
-        .where(OutboxEvent.outbox == outbox, OutboxEvent.id > since_id)  # type: ignore[operator]
-        .order_by(OutboxEvent.id)  # type: ignore[arg-type]
+        .where(EVENTS.c.outbox == outbox, EVENTS.c.id > since_id)
+        .order_by(EVENTS.c.id)
         .limit(limit)
     )
     with Session(engine) as session:
@@ -163,9 +166,9 @@ def events_since(engine: Engine, outbox: str, since_id: int, limit: int = 500) -
 
 def counts_by_status(engine: Engine, outbox: str) -> dict[str, int]:
     query = (
-        select(OutboxItem.status, func.count())
-        .where(OutboxItem.outbox == outbox)
-        .group_by(OutboxItem.status)
+        select(ITEMS.c.status, func.count())
+        .where(ITEMS.c.outbox == outbox)
+        .group_by(ITEMS.c.status)
     )
     with Session(engine) as session:
         return {status: count for status, count in session.execute(query)}
@@ -173,8 +176,8 @@ def counts_by_status(engine: Engine, outbox: str) -> dict[str, int]:
 
 def list_outboxes(engine: Engine) -> dict[str, dict[str, int]]:
     """Every outbox with its item counts by status."""
-    query = select(OutboxItem.outbox, OutboxItem.status, func.count()).group_by(
-        OutboxItem.outbox, OutboxItem.status
+    query = select(ITEMS.c.outbox, ITEMS.c.status, func.count()).group_by(
+        ITEMS.c.outbox, ITEMS.c.status
     )
     outboxes: dict[str, dict[str, int]] = {}
     with Session(engine) as session:
@@ -185,11 +188,11 @@ def list_outboxes(engine: Engine) -> dict[str, dict[str, int]]:
 
 def list_failed(engine: Engine, outbox: str, destination: str | None = None) -> list[str]:
     """Keys of the outbox's failed items (for redrive-all), oldest first."""
-    query = select(OutboxItem.key).where(OutboxItem.outbox == outbox, OutboxItem.status == "failed")
+    query = select(ITEMS.c.key).where(ITEMS.c.outbox == outbox, ITEMS.c.status == "failed")
     if destination is not None:
-        query = query.where(OutboxItem.destination == destination)
+        query = query.where(ITEMS.c.destination == destination)
     with Session(engine) as session:
-        return list(session.scalars(query.order_by(OutboxItem.created_at)))  # type: ignore[arg-type]
+        return list(session.scalars(query.order_by(ITEMS.c.created_at)))
 
 
 def _encode_cursor(created_at: datetime | None, item_id: str) -> str:

@@ -406,5 +406,6 @@ def _classify(err: ActivityError) -> tuple[str, str, float | None]:
             error_type = PERMANENT_ERROR if cause.non_retryable else TRANSIENT_ERROR
         return error_type, cause.message, retry_after_s
     if isinstance(cause, ActivityTimeoutError):
-        return TRANSIENT_ERROR, f"activity timed out ({cause.type.name.lower()})", None
+        kind = cause.type.name.lower() if cause.type else "unknown"
+        return TRANSIENT_ERROR, f"activity timed out ({kind})", None
     return TRANSIENT_ERROR, str(cause or err), None

@@ -1,0 +1,46 @@
+"""Request dependencies: the resources the app's lifespan owns, as `Annotated` aliases."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Annotated
+
+from fastapi import Depends, Request
+from sqlalchemy import Engine
+
+from common.client import OutboxClient
+from common.destinations import DestinationRegistry
+from common.settings import Settings
+
+
+@dataclass
+class Resources:
+    """Everything the lifespan opens once and every request shares."""
+
+    settings: Settings
+    outbox: OutboxClient
+    destinations: DestinationRegistry
+    engine: Engine
+
+
+def get_resources(request: Request) -> Resources:
+    resources: Resources = request.app.state.resources
+    return resources
+
+
+def get_outbox_client(request: Request) -> OutboxClient:
+    return get_resources(request).outbox
+
+
+def get_engine(request: Request) -> Engine:
+    return get_resources(request).engine
+
+
+def get_destinations(request: Request) -> DestinationRegistry:
+    return get_resources(request).destinations
+
+
+ResourcesDep = Annotated[Resources, Depends(get_resources)]
+OutboxClientDep = Annotated[OutboxClient, Depends(get_outbox_client)]
+EngineDep = Annotated[Engine, Depends(get_engine)]
+DestinationsDep = Annotated[DestinationRegistry, Depends(get_destinations)]

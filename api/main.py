@@ -1,0 +1,78 @@
+"""The FastAPI app factory: `uvicorn api.main:create_app --factory`.
+
+The lifespan owns the long-lived resources (Temporal client, read-model engine, destinations);
+tests may inject their own so the real app runs against a test server.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from fastapi import Depends, FastAPI
+from sqlalchemy import Engine
+from temporalio.client import Client
+
+from api.auth import require_token
+from api.deps import Resources
+from api.errors import install_error_handlers
+from api.limits import BodySizeLimit
+from api.metrics import ApiMetrics, MetricsMiddleware
+from api.routes import health, items, outboxes
+from common.client import OutboxClient, connect
+from common.destinations import DestinationRegistry
+from common.settings import Settings, get_settings
+from readmodel.db import create_schema, make_engine
+
+log = logging.getLogger("outbox.api")
+
+
+def create_app(
+    settings: Settings | None = None,
+    *,
+    temporal_client: Client | None = None,
+    destinations: DestinationRegistry | None = None,
+    engine: Engine | None = None,
+) -> FastAPI:
+    """Build the app; anything not injected is created from `settings` at start-up."""
+    settings = settings or get_settings()
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        registry = destinations or DestinationRegistry.from_file(settings.outbox_config)
+        db = engine or make_engine(settings.database_url)
+        create_schema(db)
+        client = temporal_client or await connect(settings, lazy=True)
+        app.state.resources = Resources(
+            settings=settings,
+            outbox=OutboxClient(client, registry, settings.workflow_task_queue),
+            destinations=registry,
+            engine=db,
+        )
+        if settings.api_tokens:
+            log.info("API requires a bearer token (%d configured)", len(settings.api_tokens))
+        else:
+            log.warning("API running OPEN: no API_TOKEN set; anyone who can reach it can use it")
+        try:
+            yield
+        finally:
+            if engine is None:
+                db.dispose()
+
+    app = FastAPI(
+        title="durable-outbox",
+        version="0.1.0",
+        summary="Durable, observable, rate-limited side effects on Temporal",
+        lifespan=lifespan,
+    )
+    app.state.metrics = ApiMetrics()
+    install_error_handlers(app)
+    authenticated = [Depends(require_token)]
+    app.include_router(items.router, dependencies=authenticated)
+    app.include_router(outboxes.router, dependencies=authenticated)
+    app.include_router(health.router)
+    # Outermost first: metrics see every response, including the size limit's 413.
+    app.add_middleware(BodySizeLimit, max_bytes=settings.max_request_bytes)
+    app.add_middleware(MetricsMiddleware, metrics=app.state.metrics)
+    return app

@@ -1,0 +1,73 @@
+"""Prometheus metrics: HTTP requests by route template, and enqueues by outcome."""
+
+from __future__ import annotations
+
+import time
+
+from prometheus_client import CollectorRegistry, Counter, Histogram
+from starlette.routing import Match
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+
+class ApiMetrics:
+    """One registry per app, so several apps (tests) never collide on metric names."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        self.requests = Counter(
+            "outbox_http_requests_total",
+            "HTTP requests by method, route template and status.",
+            ["method", "route", "status"],
+            registry=self.registry,
+        )
+        self.latency = Histogram(
+            "outbox_http_request_duration_seconds",
+            "HTTP request latency by method and route template.",
+            ["method", "route"],
+            registry=self.registry,
+            buckets=(0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5),
+        )
+        self.enqueued = Counter(
+            "outbox_items_enqueued_total",
+            "Enqueue requests by outbox, destination and result (created, existing, rejected).",
+            ["outbox", "destination", "result"],
+            registry=self.registry,
+        )
+
+
+class MetricsMiddleware:
+    """Times every HTTP request and labels it with its route template, not the raw path."""
+
+    def __init__(self, app: ASGIApp, metrics: ApiMetrics) -> None:
+        self.app = app
+        self.metrics = metrics
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = time.perf_counter()
+        status = 500
+
+        async def capture(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, capture)
+        finally:
+            route = _route_template(scope)
+            self.metrics.requests.labels(scope["method"], route, str(status)).inc()
+            self.metrics.latency.labels(scope["method"], route).observe(
+                time.perf_counter() - started
+            )
+
+
+def _route_template(scope: Scope) -> str:
+    for route in scope["app"].router.routes:
+        match, _ = route.matches(scope)
+        if match == Match.FULL:
+            return str(getattr(route, "path", "unmatched"))
+    return "unmatched"

@@ -1,0 +1,46 @@
+"""Outboxes: what exists, and per-outbox counts and rates in force."""
+
+from __future__ import annotations
+
+import asyncio
+
+from fastapi import APIRouter
+
+from api.deps import DestinationsDep, EngineDep
+from api.schemas import DestinationInfo, OutboxStats, OutboxSummary
+from common.client import validate_outbox
+from readmodel import store
+
+router = APIRouter(prefix="/v1/outboxes", tags=["outboxes"])
+
+
+@router.get("", response_model=list[OutboxSummary], summary="Outboxes with counts by status")
+async def list_outboxes(engine: EngineDep) -> list[OutboxSummary]:
+    outboxes = await asyncio.to_thread(store.list_outboxes, engine)
+    return [
+        OutboxSummary(outbox=name, counts=counts, total=sum(counts.values()))
+        for name, counts in sorted(outboxes.items())
+    ]
+
+
+@router.get("/{outbox}/stats", response_model=OutboxStats, summary="Counts and rates in force")
+async def outbox_stats(
+    outbox: str, engine: EngineDep, destinations: DestinationsDep
+) -> OutboxStats:
+    validate_outbox(outbox)
+    counts = await asyncio.to_thread(store.counts_by_status, engine, outbox)
+    return OutboxStats(
+        outbox=outbox,
+        counts=counts,
+        total=sum(counts.values()),
+        destinations=[
+            DestinationInfo(
+                name=d.name,
+                provider=d.provider,
+                submit_rate=d.submit_rate,
+                poll_rate=d.poll_rate,
+                max_attempts=d.max_attempts,
+            )
+            for d in destinations
+        ],
+    )
