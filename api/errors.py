@@ -12,6 +12,7 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from sqlalchemy.exc import DBAPIError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from temporalio.service import RPCError, RPCStatusCode
 
@@ -170,6 +171,18 @@ def install_error_handlers(app: FastAPI) -> None:
             )
         log.exception("Temporal error on %s %s", request.method, request.url.path)
         return problem(request, 500, "internal", "Internal error", "unexpected workflow error")
+
+    @app.exception_handler(DBAPIError)
+    async def _database(request: Request, err: DBAPIError) -> JSONResponse:
+        log.warning("read model error on %s %s: %s", request.method, request.url.path, err)
+        return problem(
+            request,
+            503,
+            "database-unavailable",
+            "Database unavailable",
+            "the read-model database did not answer; retry later",
+            {"Retry-After": "5"},
+        )
 
     @app.exception_handler(Exception)
     async def _unexpected(request: Request, err: Exception) -> JSONResponse:

@@ -12,6 +12,7 @@ from contextlib import asynccontextmanager
 
 from fastapi import Depends, FastAPI
 from sqlalchemy import Engine
+from sqlalchemy.exc import DBAPIError
 from temporalio.client import Client
 
 from api.auth import require_token
@@ -32,6 +33,7 @@ def create_app(
     settings: Settings | None = None,
     *,
     temporal_client: Client | None = None,
+    outbox_client: OutboxClient | None = None,
     destinations: DestinationRegistry | None = None,
     engine: Engine | None = None,
 ) -> FastAPI:
@@ -40,13 +42,25 @@ def create_app(
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        registry = destinations or DestinationRegistry.from_file(settings.outbox_config)
+        registry = (
+            destinations
+            or (outbox_client.destinations if outbox_client else None)
+            or DestinationRegistry.from_file(settings.outbox_config)
+        )
         db = engine or make_engine(settings.database_url)
-        create_schema(db)
-        client = temporal_client or await connect(settings, lazy=True)
+        try:
+            create_schema(db)
+        except DBAPIError as err:
+            # Start anyway: /readyz reports the database, and the worker creates the schema too.
+            log.error("read model unreachable at start-up (%s); continuing", type(err).__name__)
+        if outbox_client is None:
+            client = temporal_client or await connect(settings, lazy=True)
+            outbox = OutboxClient(client, registry, settings.workflow_task_queue)
+        else:
+            outbox = outbox_client
         app.state.resources = Resources(
             settings=settings,
-            outbox=OutboxClient(client, registry, settings.workflow_task_queue),
+            outbox=outbox,
             destinations=registry,
             engine=db,
         )

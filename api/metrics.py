@@ -5,7 +5,6 @@ from __future__ import annotations
 import time
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
-from starlette.routing import Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 
@@ -66,8 +65,7 @@ class MetricsMiddleware:
 
 
 def _route_template(scope: Scope) -> str:
-    for route in scope["app"].router.routes:
-        match, _ = route.matches(scope)
-        if match == Match.FULL:
-            return str(getattr(route, "path", "unmatched"))
-    return "unmatched"
+    # The router records the matched route in the (shared) scope; unmatched paths stay grouped
+    # under one label so random URLs cannot blow up the metric's cardinality.
+    route = scope.get("route")
+    return str(getattr(route, "path", "unmatched"))

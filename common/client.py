@@ -54,6 +54,8 @@ _OUTBOX_NAME = re.compile(rf"^[A-Za-z0-9][A-Za-z0-9._-]{{0,{MAX_OUTBOX_LENGTH - 
 # Printable characters only (the key is part of a workflow id shown in UIs and logs), and no
 # "/", so a key is always exactly one URL path segment in the REST API.
 _KEY = re.compile(rf"^[^\x00-\x1f\x7f/]{{1,{MAX_KEY_LENGTH}}}$")
+# Started, task scheduled, task started, task completed: before the 4th event no code has run.
+_FIRST_TASK_COMPLETED = 4
 _FAILED_STATES = (
     WorkflowExecutionStatus.FAILED,
     WorkflowExecutionStatus.TERMINATED,
@@ -194,6 +196,10 @@ class OutboxClient:
             failed = await self._failed_view(handle)
             if failed is not None:
                 return failed
+        if description.history_length < _FIRST_TASK_COMPLETED:
+            # Not started yet (a `not_before` delay, or a backlog of workflow tasks): nothing can
+            # answer a query, and the start input says all there is to say.
+            return _pending_view(handle.id, await self._original_input(handle), description)
         live: OutboxItemView = await handle.query(STATUS_QUERY, result_type=OutboxItemView)
         return live
 
@@ -345,6 +351,28 @@ def validate_key(key: str) -> None:
         raise InvalidRequest(
             f"idempotency key must be 1-{MAX_KEY_LENGTH} printable characters other than '/'"
         )
+
+
+def _pending_view(item_id: str, item: OutboxItemInput, description: Any) -> OutboxItemView:
+    starts_at = description.execution_time or item.not_before
+    return OutboxItemView(
+        id=item_id,
+        outbox=item.outbox,
+        key=item.key,
+        destination=item.destination,
+        status=ItemStatus.QUEUED,
+        attempts=0,
+        max_attempts=item.policy.max_attempts,
+        last_error=None,
+        next_attempt_at=starts_at,
+        operation_url=None,
+        poll_count=0,
+        created_at=item.enqueued_at,
+        updated_at=item.enqueued_at,
+        finished_at=None,
+        ordering_key=item.ordering_key,
+        payload_hash=item.payload_hash,
+    )
 
 
 def _summary(item: OutboxItemInput) -> str:

@@ -272,12 +272,13 @@ def create_app(state: FakeProviderState) -> Starlette:
             state.operation_by_key[key] = operation_id
             state.keys[key].deliveries += 1
         base = str(request.base_url).rstrip("/")
-        location = f"{base}/emails/operations/{operation_id}?api-version={request.query_params.get('api-version', '')}"
+        api_version = request.query_params.get("api-version", "")
+        location = f"{base}/emails/operations/{operation_id}?api-version={api_version}"
         log.info("ACS send %s -> 202", key)
         return JSONResponse(
             {"id": operation_id, "status": "Running"},
             202,
-            headers={"Operation-Location": location, "Retry-After": "0"},
+            headers={"Operation-Location": location},
         )
 
     async def acs_operation(request: Request) -> Response:

@@ -41,7 +41,8 @@ class OutboxItem(OutboxItemBase, table=True):
         Index("ix_outbox_items_outbox_destination", "outbox", "destination"),
     )
 
-    payload: dict[str, Any] | None = Field(default=None, sa_column=Column(JSON))
+    # none_as_null: a projection without payload must be SQL NULL so COALESCE keeps the stored one.
+    payload: dict[str, Any] | None = Field(default=None, sa_column=Column(JSON(none_as_null=True)))
     version: int = 0
 
 

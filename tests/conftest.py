@@ -6,12 +6,13 @@ queue, so tests sharing one server never steal each other's tasks.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from contextlib import AsyncExitStack
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -127,18 +128,35 @@ def webhook_destination(fake: FakeProvider, **overrides: Any) -> Destination:
     return make_destination("webhook", settings, name=name, **overrides)
 
 
+class TrackingOutboxClient(OutboxClient):
+    """Remembers every item it starts, so teardown can terminate what a test leaves open."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.started: list[str] = []
+
+    async def enqueue(self, *args: Any, **kwargs: Any) -> EnqueueResult:
+        result = await super().enqueue(*args, **kwargs)
+        self.started.append(result.item_id)
+        return result
+
+    async def redrive(self, outbox: str, key: str) -> EnqueueResult:
+        result = await super().redrive(outbox, key)
+        self.started.append(result.item_id)
+        return result
+
+
 @dataclass
 class Stack:
     """A running set of workers plus the client to drive them, as one test sees it."""
 
     env: WorkflowEnvironment
     fake: FakeProvider
-    outbox: OutboxClient
+    outbox: TrackingOutboxClient
     engine: Engine
     destinations: list[Destination]
     task_queue: str
     workers: AsyncExitStack
-    started: list[str] = field(default_factory=list)
 
     @property
     def client(self) -> Client:
@@ -157,9 +175,7 @@ class Stack:
         if script is not None:
             item_id = item_workflow_id("tests", key)
             await self.fake.admin.script(provider_idempotency_key(item_id), script)
-        result = await self.outbox.enqueue("tests", destination.name, payload, **kwargs)
-        self.started.append(result.item_id)
-        return result
+        return await self.outbox.enqueue("tests", destination.name, payload, **kwargs)
 
     async def result(self, item_id: str) -> OutboxItemView:
         """Wait for the item to end, letting the server skip time (plain handles do not)."""
@@ -230,7 +246,7 @@ async def stack_factory(
             stack = Stack(
                 env=env,
                 fake=fake_provider,
-                outbox=OutboxClient(client, registry, task_queue),
+                outbox=TrackingOutboxClient(client, registry, task_queue),
                 engine=engine,
                 destinations=list(destinations),
                 task_queue=task_queue,
@@ -243,7 +259,7 @@ async def stack_factory(
             yield build
         finally:
             for stack in stacks:
-                await _terminate_leftovers(stack)
+                await _finish_leftovers(stack)
                 await stack.workers.aclose()
 
 
@@ -258,9 +274,17 @@ async def separate_process_client(env: WorkflowEnvironment) -> Client:
     )
 
 
-async def _terminate_leftovers(stack: Stack) -> None:
-    for item_id in stack.started:
+async def _finish_leftovers(stack: Stack) -> None:
+    """Let items a test left running end on their own, terminating only the ones that won't.
+
+    Terminating an item while its activity is in flight leaks a lock in the time-skipping
+    server (the activity's completion is refused), and time stops skipping for every later test.
+    """
+    for item_id in set(stack.outbox.started):
         handle = stack.client.get_workflow_handle(item_id)
-        description = await handle.describe()
-        if description.status == WorkflowExecutionStatus.RUNNING:
+        if (await handle.describe()).status != WorkflowExecutionStatus.RUNNING:
+            continue
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(stack.result(item_id), timeout=10)
+        if (await handle.describe()).status == WorkflowExecutionStatus.RUNNING:
             await handle.terminate(reason="test finished")

@@ -254,7 +254,7 @@ async def wait_for_status(
         if reached_attempts and (status is None or view.status is status):
             return
         await asyncio.sleep(0.05)
-    raise AssertionError(f"item {key} never reached attempts={attempts} status={status}")
+    raise AssertionError(f"item {key} never reached attempts={attempts} status={status}: {view}")
 
 
 def test_provider_key_is_stable_per_item() -> None:

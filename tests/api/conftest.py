@@ -1,0 +1,69 @@
+"""The real FastAPI app, driven in-process over ASGI, on top of a real Temporal stack."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+import pytest_asyncio
+
+from api.main import create_app
+from common.destinations import Destination
+from common.settings import Settings
+from tests.conftest import Stack, email_destination, webhook_destination
+
+
+@dataclass
+class Api:
+    """An HTTP client on the app plus the stack behind it."""
+
+    http: httpx.AsyncClient
+    stack: Stack
+    email: Destination
+    webhook: Destination
+
+
+def api_settings(**overrides: Any) -> Settings:
+    return Settings(_env_file=None, **overrides)  # type: ignore[call-arg]
+
+
+async def open_api(
+    stack: Stack, settings: Settings, **app_kwargs: Any
+) -> AsyncIterator[httpx.AsyncClient]:
+    # The stack's tracking client, so teardown terminates items the API started.
+    stack.outbox.task_queue = settings.workflow_task_queue
+    app = create_app(
+        settings, outbox_client=stack.outbox, engine=app_kwargs.pop("engine", stack.engine)
+    )
+    async with app.router.lifespan_context(app):
+        transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)
+        async with httpx.AsyncClient(transport=transport, base_url="http://api") as http:
+            yield http
+
+
+@pytest_asyncio.fixture(loop_scope="session")
+async def api_factory(stack_factory, fake_provider) -> AsyncIterator[Callable[..., Any]]:
+    """Build an Api with given settings (token, size limit, engine) over a fresh stack."""
+    opened: list[Any] = []
+
+    async def build(**settings_overrides: Any) -> Api:
+        email = email_destination(fake_provider)
+        webhook = webhook_destination(fake_provider)
+        stack = await stack_factory(email, webhook)
+        engine = settings_overrides.pop("engine", stack.engine)
+        settings = api_settings(workflow_task_queue=stack.task_queue, **settings_overrides)
+        generator = open_api(stack, settings, engine=engine)
+        http = await generator.__anext__()
+        opened.append(generator)
+        return Api(http=http, stack=stack, email=email, webhook=webhook)
+
+    yield build
+    for generator in opened:
+        await generator.aclose()
+
+
+@pytest_asyncio.fixture(loop_scope="session")
+async def api(api_factory) -> Api:
+    return await api_factory()
