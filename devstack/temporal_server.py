@@ -46,3 +46,25 @@ def dev_server_extra_args(db_file: Path | None) -> list[str]:
         db_file.parent.mkdir(parents=True, exist_ok=True)
         args += ["--db-filename", str(db_file), *SQLITE_PRAGMAS]
     return args
+
+
+def dev_server_command(
+    db_file: Path | None, *, port: int = 7233, ui_port: int = 8233, ip: str = "127.0.0.1"
+) -> list[str]:
+    """`temporal server start-dev` with persistence, the search attributes and the Web UI."""
+    return [
+        temporal_cli_path(),
+        "server",
+        "start-dev",
+        "--ip",
+        ip,
+        "--port",
+        str(port),
+        "--ui-port",
+        str(ui_port),
+        "--namespace",
+        "default",
+        "--log-level",
+        "warn",
+        *dev_server_extra_args(db_file),
+    ]
