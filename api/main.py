@@ -19,8 +19,9 @@ from api.auth import require_token
 from api.deps import Resources
 from api.errors import install_error_handlers
 from api.limits import BodySizeLimit
+from api.live import LiveHub
 from api.metrics import ApiMetrics, MetricsMiddleware
-from api.routes import health, items, outboxes
+from api.routes import dashboard, health, items, live, outboxes
 from common.client import OutboxClient, connect
 from common.destinations import DestinationRegistry
 from common.settings import Settings, get_settings
@@ -68,9 +69,11 @@ def create_app(
             log.info("API requires a bearer token (%d configured)", len(settings.api_tokens))
         else:
             log.warning("API running OPEN: no API_TOKEN set; anyone who can reach it can use it")
+        app.state.live = LiveHub(db)
         try:
             yield
         finally:
+            await app.state.live.close()
             if engine is None:
                 db.dispose()
 
@@ -85,7 +88,9 @@ def create_app(
     authenticated = [Depends(require_token)]
     app.include_router(items.router, dependencies=authenticated)
     app.include_router(outboxes.router, dependencies=authenticated)
+    app.include_router(live.router)  # checks its own token: browsers cannot send headers
     app.include_router(health.router)
+    app.include_router(dashboard.router)
     # Outermost first: metrics see every response, including the size limit's 413.
     app.add_middleware(BodySizeLimit, max_bytes=settings.max_request_bytes)
     app.add_middleware(MetricsMiddleware, metrics=app.state.metrics)

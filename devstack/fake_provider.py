@@ -24,7 +24,6 @@ import hmac
 import logging
 import os
 import random
-import socket
 import time
 import uuid
 from collections import defaultdict
@@ -39,6 +38,8 @@ from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
+
+from devstack.serving import serve_in_background
 
 log = logging.getLogger("fake_provider")
 
@@ -434,24 +435,8 @@ async def run_fake_provider(
 ) -> AsyncIterator[FakeProvider]:
     """Serve the fake on a free loopback port for the duration of the block."""
     state = FakeProviderState(acs_access_key, webhook_secret, faults or FaultConfig())
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind(("127.0.0.1", 0))
-    port = sock.getsockname()[1]
-    config = uvicorn.Config(create_app(state), log_level="warning", lifespan="off")
-    server = uvicorn.Server(config)
-    task = asyncio.create_task(server.serve(sockets=[sock]))
-    while not server.started:
-        if task.done():
-            task.result()
-        await asyncio.sleep(0.01)
-    url = f"http://127.0.0.1:{port}"
-    try:
+    async with serve_in_background(create_app(state)) as url:
         yield FakeProvider(url=url, state=state, admin=FakeProviderAdmin(url))
-    finally:
-        server.should_exit = True
-        await task
-        sock.close()
 
 
 def main(argv: list[str] | None = None) -> None:

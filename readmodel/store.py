@@ -207,3 +207,10 @@ def _decode_cursor(cursor: str) -> tuple[datetime, str]:
         return datetime.fromisoformat(created_at), str(item_id)
     except (ValueError, TypeError) as err:
         raise InvalidCursor("invalid cursor") from err
+
+
+def last_event_id(engine: Engine, outbox: str) -> int:
+    """The outbox's newest event cursor (0 when it has none): where a new tailer starts."""
+    query = select(func.max(EVENTS.c.id)).where(EVENTS.c.outbox == outbox)
+    with Session(engine) as session:
+        return int(session.scalar(query) or 0)

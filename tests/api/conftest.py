@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any
@@ -12,6 +13,7 @@ import pytest_asyncio
 from api.main import create_app
 from common.destinations import Destination
 from common.settings import Settings
+from devstack.serving import serve_in_background
 from tests.conftest import Stack, email_destination, webhook_destination
 
 
@@ -67,3 +69,27 @@ async def api_factory(stack_factory, fake_provider) -> AsyncIterator[Callable[..
 @pytest_asyncio.fixture(loop_scope="session")
 async def api(api_factory) -> Api:
     return await api_factory()
+
+
+@dataclass
+class ServedApi:
+    """The app on a real loopback port (for WebSockets and the browser), plus its stack."""
+
+    url: str
+    stack: Stack
+    webhook: Destination
+
+
+@pytest_asyncio.fixture(loop_scope="session")
+async def served_api_factory(stack_factory, fake_provider) -> AsyncIterator[Callable[..., Any]]:
+    async with contextlib.AsyncExitStack() as servers:
+
+        async def build(**settings_overrides: Any) -> ServedApi:
+            webhook = webhook_destination(fake_provider)
+            stack = await stack_factory(webhook)
+            settings = api_settings(workflow_task_queue=stack.task_queue, **settings_overrides)
+            app = create_app(settings, outbox_client=stack.outbox, engine=stack.engine)
+            url = await servers.enter_async_context(serve_in_background(app, lifespan="on"))
+            return ServedApi(url=url, stack=stack, webhook=webhook)
+
+        yield build

@@ -1,0 +1,97 @@
+"""`WS /v1/outboxes/{outbox}/live?since=ID`: backfill after `since`, then every new event."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from typing import Any
+
+from fastapi import APIRouter, WebSocket, WebSocketDisconnect, status
+
+from api.auth import websocket_token_is_valid
+from api.live import LiveHub, SubscriberTooSlow
+from common.client import InvalidRequest, validate_outbox
+from readmodel import store
+from readmodel.models import OutboxEvent
+
+router = APIRouter(tags=["live"])
+
+_BACKFILL_PAGE = 500
+
+
+def event_message(event: OutboxEvent) -> dict[str, Any]:
+    """What a socket receives per event; `id` is what to pass as `since` when reconnecting."""
+    return {
+        "id": event.id,
+        "item_id": event.item_id,
+        "key": event.item_id.split("/", 2)[2],
+        "outbox": event.outbox,
+        "seq": event.seq,
+        "type": event.type,
+        "status": event.status,
+        "at": event.at.isoformat(),
+        "attempt": event.attempt,
+        "detail": event.detail,
+    }
+
+
+@router.websocket("/v1/outboxes/{outbox}/live")
+async def live(websocket: WebSocket, outbox: str, since: int | None = None) -> None:
+    """Every event after `since` (none without it), in order, then each new one as it happens."""
+    if not websocket_token_is_valid(websocket):
+        await websocket.close(
+            code=status.WS_1008_POLICY_VIOLATION, reason="invalid or missing token"
+        )
+        return
+    try:
+        validate_outbox(outbox)
+    except InvalidRequest as err:
+        await websocket.close(code=status.WS_1008_POLICY_VIOLATION, reason=str(err))
+        return
+    await websocket.accept()
+    hub: LiveHub = websocket.app.state.live
+    engine = websocket.app.state.resources.engine
+    # Subscribe before backfilling, so nothing committed in between can fall through the gap;
+    # duplicates from the overlap are dropped by id.
+    subscription = await hub.subscribe(outbox)
+    disconnected = asyncio.ensure_future(_until_disconnect(websocket))
+    if since is None:
+        last = await asyncio.to_thread(store.last_event_id, engine, outbox)
+    else:
+        last = since
+    try:
+        while since is not None:
+            page = await asyncio.to_thread(store.events_since, engine, outbox, last, _BACKFILL_PAGE)
+            for event in page:
+                await websocket.send_json(event_message(event))
+                last = event.id or last
+            if len(page) < _BACKFILL_PAGE:
+                break
+        while True:
+            upcoming = asyncio.ensure_future(subscription.next())
+            await asyncio.wait({upcoming, disconnected}, return_when=asyncio.FIRST_COMPLETED)
+            if disconnected.done():
+                upcoming.cancel()
+                return
+            event = upcoming.result()
+            if (event.id or 0) <= last:
+                continue
+            await websocket.send_json(event_message(event))
+            last = event.id or last
+    except SubscriberTooSlow:
+        await websocket.close(
+            code=status.WS_1013_TRY_AGAIN_LATER, reason=f"reconnect with since={last}"
+        )
+    except WebSocketDisconnect:
+        pass
+    finally:
+        disconnected.cancel()
+        hub.unsubscribe(outbox, subscription)
+
+
+async def _until_disconnect(websocket: WebSocket) -> None:
+    with contextlib.suppress(WebSocketDisconnect):
+        while True:
+            message = await websocket.receive()
+            if message["type"] == "websocket.disconnect":
+                return

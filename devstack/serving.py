@@ -1,0 +1,34 @@
+"""Serve an ASGI app on a free loopback port inside the running event loop (tests, benchmarks)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import socket
+from collections.abc import AsyncIterator
+from typing import Any, Literal
+
+import uvicorn
+
+
+@contextlib.asynccontextmanager
+async def serve_in_background(
+    app: Any, *, lifespan: Literal["auto", "on", "off"] = "off"
+) -> AsyncIterator[str]:
+    """Yield the base URL of `app` served by uvicorn until the block ends."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan=lifespan))
+    task = asyncio.create_task(server.serve(sockets=[sock]))
+    try:
+        while not server.started:
+            if task.done():
+                task.result()
+            await asyncio.sleep(0.01)
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        await task
+        sock.close()

@@ -1,0 +1,107 @@
+"""The live feed over a real WebSocket: backfill, new events, reconnects, auth, slow clients."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+import httpx
+import pytest
+import websockets
+from sqlalchemy import Engine
+
+from api.live import SUBSCRIBER_BUFFER, LiveHub, SubscriberTooSlow
+from common.models import ItemEventType, ItemProjection, ItemStatus
+from readmodel import store
+from tests.api.conftest import ServedApi
+from tests.readmodel.test_store import event, view
+
+
+async def enqueue(api: ServedApi, key: str, outbox: str = "live") -> str:
+    async with httpx.AsyncClient(base_url=api.url) as http:
+        response = await http.post(
+            f"/v1/outboxes/{outbox}/items",
+            json={"destination": api.webhook.name, "payload": {"key": key}},
+            headers={"Idempotency-Key": key},
+        )
+    assert response.status_code == 202, response.text
+    return str(response.json()["id"])
+
+
+def ws_url(api: ServedApi, query: str, outbox: str = "live") -> str:
+    return api.url.replace("http://", "ws://") + f"/v1/outboxes/{outbox}/live?{query}"
+
+
+async def receive(socket: Any, count: int) -> list[dict[str, Any]]:
+    return [json.loads(await asyncio.wait_for(socket.recv(), timeout=10)) for _ in range(count)]
+
+
+async def test_backfill_then_live_then_resume_without_gaps_or_duplicates(
+    served_api_factory,
+) -> None:
+    api = await served_api_factory()
+    first = await enqueue(api, "one")
+    await api.stack.result(first)
+
+    async with websockets.connect(ws_url(api, "since=0")) as socket:
+        backfilled = await receive(socket, 2)
+        second = await enqueue(api, "two")
+        live = await receive(socket, 2)
+    third = await enqueue(api, "three")
+    await api.stack.result(third)
+    async with websockets.connect(ws_url(api, f"since={live[-1]['id']}")) as socket:
+        resumed = await receive(socket, 2)
+
+    assert [(e["key"], e["type"]) for e in backfilled] == [("one", "enqueued"), ("one", "sent")]
+    assert [(e["item_id"], e["type"]) for e in live] == [(second, "enqueued"), (second, "sent")]
+    assert [(e["key"], e["type"]) for e in resumed] == [("three", "enqueued"), ("three", "sent")]
+    ids = [e["id"] for e in backfilled + live + resumed]
+    assert ids == sorted(ids) and len(set(ids)) == 6
+
+
+async def test_without_since_only_new_events_arrive(served_api_factory) -> None:
+    api = await served_api_factory()
+    await api.stack.result(await enqueue(api, "old", outbox="fresh"))
+
+    async with websockets.connect(ws_url(api, "", outbox="fresh")) as socket:
+        await asyncio.sleep(0.3)  # let the subscription start before the next item
+        await enqueue(api, "new", outbox="fresh")
+        events = await receive(socket, 2)
+
+    assert {e["key"] for e in events} == {"new"}
+
+
+async def test_websocket_requires_the_token_when_configured(served_api_factory) -> None:
+    api = await served_api_factory(api_token="s3cret")
+
+    with pytest.raises(websockets.exceptions.InvalidStatus):
+        async with websockets.connect(ws_url(api, "since=0")):
+            pass
+    async with websockets.connect(ws_url(api, "since=0&token=s3cret")) as socket:
+        assert socket.state.name == "OPEN"
+
+
+async def test_a_slow_subscriber_is_dropped_and_others_keep_up(engine: Engine) -> None:
+    hub = LiveHub(engine)
+    slow = await hub.subscribe("o")
+    fast = await hub.subscribe("o")
+    count, chunk = SUBSCRIBER_BUFFER + 5, 500
+
+    async def consume_fast() -> list[Any]:
+        return [await asyncio.wait_for(fast.next(), timeout=10) for _ in range(count)]
+
+    consumer = asyncio.create_task(consume_fast())
+    for start in range(1, count + 1, chunk):
+        seqs = range(start, min(start + chunk, count + 1))
+        events = [event(seq, ItemEventType.POLLED, ItemStatus.SENDING) for seq in seqs]
+        projection = ItemProjection(view("k", seqs[-1], ItemStatus.SENDING), events)
+        await asyncio.to_thread(store.apply_projection, engine, projection)
+
+    received = await consumer
+
+    assert [e.seq for e in received] == list(range(1, count + 1))
+    with pytest.raises(SubscriberTooSlow):
+        for _ in range(count):
+            await asyncio.wait_for(slow.next(), timeout=10)
+    await hub.close()
