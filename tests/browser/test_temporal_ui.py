@@ -19,9 +19,8 @@ async def test_web_ui_shows_the_items_summary(
     await stack.result(item.item_id)
     page = await browser.new_page()
 
-    await page.goto(
-        f"http://127.0.0.1:{DEV_UI_PORT}/namespaces/default/workflows/{quote(item.item_id, safe='')}"
-    )
+    workflow_path = f"/namespaces/default/workflows/{quote(item.item_id, safe='')}"
+    await page.goto(f"http://127.0.0.1:{DEV_UI_PORT}{workflow_path}")
 
     # This UI version shows the summary and current details under "User Metadata", each
     # rendered as markdown inside its own iframe.

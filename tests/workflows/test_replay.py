@@ -23,5 +23,5 @@ def test_histories_are_recorded() -> None:
 
 @pytest.mark.parametrize("path", HISTORIES, ids=[path.stem for path in HISTORIES])
 async def test_history_replays_deterministically(path: Path) -> None:
-    history = WorkflowHistory.from_json(path.stem, path.read_text())  # noqa: ASYNC240 (tiny file)
+    history = WorkflowHistory.from_json(path.stem, path.read_text())
     await Replayer(workflows=[OutboxItemWorkflow]).replay_workflow(history)
