@@ -39,7 +39,7 @@ test: install
 lint: install
 	$(BIN)/ruff format --check .
 	$(BIN)/ruff check .
-	$(BIN)/mypy common workflows activities api readmodel devstack worker.py
+	$(BIN)/mypy common workflows activities api readmodel devstack worker.py cli.py
 
 clean:
 	rm -rf $(VENV) .data .bench

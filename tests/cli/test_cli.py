@@ -1,0 +1,77 @@
+"""The `outbox` command against the real API served on a loopback port."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+
+import pytest
+
+from cli import main
+
+
+async def run(api_url: str, *argv: str) -> None:
+    # The CLI is synchronous; a thread keeps this loop free to serve the API it calls.
+    await asyncio.to_thread(main, ["--api", api_url, *argv])
+
+
+async def test_enqueue_status_and_tail(served_api_factory, capsys) -> None:
+    api = await served_api_factory()
+    payload = json.dumps({"hello": "cli"})
+
+    await run(
+        api.url,
+        "enqueue",
+        "cli",
+        "--destination",
+        api.webhook.name,
+        "--payload",
+        payload,
+        "--key",
+        "c1",
+    )
+    created = json.loads(capsys.readouterr().out)
+    await api.stack.result(created["id"])
+    await run(api.url, "status", "cli", "c1")
+    status = json.loads(capsys.readouterr().out)
+    await run(api.url, "tail", "cli", "--since", "0", "--count", "2")
+    tailed = capsys.readouterr().out.splitlines()
+
+    assert created["created"] is True and status["status"] == "sent"
+    assert "c1  enqueued -> queued" in tailed[0] and "c1  sent -> sent" in tailed[1]
+
+
+async def test_batch_file_reports_progress_and_bad_lines(
+    served_api_factory, capsys, tmp_path: Path
+) -> None:
+    api = await served_api_factory()
+    lines = [
+        {"destination": api.webhook.name, "payload": {"n": 1}, "idempotency_key": "f1"},
+        {"destination": "nowhere", "payload": {}},
+        {"destination": api.webhook.name, "payload": {"n": 3}},
+    ]
+    items = tmp_path / "items.jsonl"
+    items.write_text("\n".join(json.dumps(line) for line in lines) + "\n")
+
+    with pytest.raises(SystemExit) as exit_status:
+        await run(api.url, "enqueue", "cli", "--file", str(items))
+
+    err = capsys.readouterr().err
+    assert exit_status.value.code == 1
+    assert "line 2: unknown destination 'nowhere'" in err
+    assert "[##############################] 3/3" in err
+    assert "created 2, existing 0, failed 1" in err
+
+
+async def test_errors_are_one_line_not_tracebacks(served_api_factory, capsys) -> None:
+    api = await served_api_factory()
+
+    with pytest.raises(SystemExit) as missing:
+        await run(api.url, "status", "cli", "never-enqueued")
+    with pytest.raises(SystemExit) as unreachable:
+        await run("http://127.0.0.1:9", "status", "cli", "x")
+
+    err = capsys.readouterr().err
+    assert (missing.value.code, unreachable.value.code) == (1, 1)
+    assert "HTTP 404: Item not found" in err and "cannot reach the API" in err
