@@ -57,22 +57,19 @@ def build_workers(
         {destination.name: build_provider(destination, http_client) for destination in destinations}
     )
     for destination in destinations:
-        workers.append(
-            Worker(
-                client,
-                task_queue=destination.submit_task_queue,
-                activities=[delivery.submit_item],
-                max_task_queue_activities_per_second=destination.submit_rate,
+        # The rate is per task queue and enforced by the server, across all worker processes.
+        for task_queue, activity, rate in (
+            (destination.submit_task_queue, delivery.submit_item, destination.submit_rate),
+            (destination.poll_task_queue, delivery.poll_operation, destination.poll_rate),
+        ):
+            workers.append(
+                Worker(
+                    client,
+                    task_queue=task_queue,
+                    activities=[activity],
+                    max_task_queue_activities_per_second=rate,
+                )
             )
-        )
-        workers.append(
-            Worker(
-                client,
-                task_queue=destination.poll_task_queue,
-                activities=[delivery.poll_operation],
-                max_task_queue_activities_per_second=destination.poll_rate,
-            )
-        )
     return workers
 
 

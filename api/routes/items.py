@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import uuid
 from datetime import datetime
 from typing import Annotated, Any
@@ -254,26 +255,13 @@ async def redrive_item(outbox: str, key: str, resources: ResourcesDep) -> Enqueu
 
 
 def _from_view(view: OutboxItemView, payload: dict[str, Any] | None) -> ItemResponse:
-    return ItemResponse(
-        id=view.id,
-        outbox=view.outbox,
-        key=view.key,
-        destination=view.destination,
-        status=view.status.value,
-        attempts=view.attempts,
-        max_attempts=view.max_attempts,
-        last_error=view.last_error,
-        next_attempt_at=view.next_attempt_at,
-        operation_url=view.operation_url,
-        poll_count=view.poll_count,
-        created_at=view.created_at,
-        updated_at=view.updated_at,
-        finished_at=view.finished_at,
-        ordering_key=view.ordering_key,
-        provider_message_id=view.provider_message_id,
-        payload=payload,
-        source="workflow",
-        links=item_links(view.outbox, view.key),
+    return ItemResponse.model_validate(
+        {
+            **dataclasses.asdict(view),
+            "payload": payload,
+            "source": "workflow",
+            "links": item_links(view.outbox, view.key),
+        }
     )
 
 
