@@ -43,3 +43,6 @@ lint: install
 
 clean:
 	rm -rf $(VENV) .data .bench
+
+bench: install
+	QUICK=$(QUICK) $(BIN)/python -m bench.run

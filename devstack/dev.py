@@ -17,6 +17,7 @@ import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from common.settings import PROJECT_ROOT, get_settings
 from devstack.temporal_server import dev_server_command
@@ -62,7 +63,7 @@ def _pipe_output(child: Child) -> None:
         sys.stdout.flush()
 
 
-def build_children(env: dict[str, str]) -> list[Child]:
+def build_children(env: dict[str, str], fake_args: list[str] | None = None) -> list[Child]:
     """The four processes, in start order, configured from DEV_* variables."""
     data_dir = Path(env.get("DEV_DATA_DIR", str(PROJECT_ROOT / ".data")))
     temporal_port = int(env.get("DEV_TEMPORAL_PORT", "7233"))
@@ -81,7 +82,7 @@ def build_children(env: dict[str, str]) -> list[Child]:
         ),
         Child(
             "fake",
-            [python, "-m", "devstack.fake_provider", "--port", str(fake_port)],
+            [python, "-m", "devstack.fake_provider", "--port", str(fake_port), *(fake_args or [])],
             port_open(fake_port),
         ),
         Child("worker", [python, str(PROJECT_ROOT / "worker.py")], lambda: True),
@@ -115,6 +116,36 @@ def banner(env: dict[str, str]) -> str:
 """
 
 
+def start(children: list[Child], env: dict[str, str], log_dir: Path | None = None) -> None:
+    """Start each child and wait until it is ready; raises RuntimeError naming the one that fails.
+
+    Output goes to the terminal with a name prefix, or to `log_dir/<name>.log` when given.
+    """
+    for child in children:
+        if log_dir is None:
+            output: Any = subprocess.PIPE
+        else:
+            log_dir.mkdir(parents=True, exist_ok=True)
+            output = (log_dir / f"{child.name}.log").open("ab")
+        child.process = subprocess.Popen(
+            child.command,
+            cwd=PROJECT_ROOT,
+            env=env,
+            stdout=output,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,  # Ctrl-C reaches only us; we stop children in order
+        )
+        if log_dir is None:
+            threading.Thread(target=_pipe_output, args=(child,), daemon=True).start()
+        deadline = time.monotonic() + 60
+        while not child.ready():
+            if child.process.poll() is not None:
+                raise RuntimeError(f"{child.name} exited during start-up")
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{child.name} not ready after 60 s")
+            time.sleep(0.2)
+
+
 def main() -> int:
     env = dict(os.environ)
     children = build_children(env)
@@ -122,37 +153,20 @@ def main() -> int:
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stopping.set())
     try:
-        for child in children:
-            child.process = subprocess.Popen(
-                child.command,
-                cwd=PROJECT_ROOT,
-                env=env,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,  # Ctrl-C reaches us only; we stop children in order
-            )
-            threading.Thread(target=_pipe_output, args=(child,), daemon=True).start()
-            deadline = time.monotonic() + 60
-            while not child.ready():
-                if child.process.poll() is not None or stopping.is_set():
-                    print(f"{child.name} exited during start-up", file=sys.stderr)
-                    return 1
-                if time.monotonic() > deadline:
-                    print(f"{child.name} not ready after 60 s", file=sys.stderr)
-                    return 1
-                time.sleep(0.2)
+        start(children, env)
         print(banner(env), flush=True)
         while not stopping.is_set():
             for child in children:
                 assert child.process is not None
                 if child.process.poll() is not None:
-                    print(
-                        f"{child.name} exited with {child.process.returncode}; stopping",
-                        file=sys.stderr,
-                    )
+                    code = child.process.returncode
+                    print(f"{child.name} exited with {code}; stopping", file=sys.stderr)
                     return 1
             stopping.wait(0.5)
         return 0
+    except RuntimeError as err:
+        print(err, file=sys.stderr)
+        return 1
     finally:
         stop(children)
 

@@ -1,0 +1,296 @@
+"""`make bench` (QUICK=1 for the short run): the product's speed, measured side by side.
+
+Starts its own stack (dev server on a WAL SQLite file, fake provider without latency, worker, API,
+and the naive baseline's worker) on ports that do not clash with `make dev`, runs the scenarios,
+prints a table and writes `.bench/latest.json`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import platform
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import httpx
+from temporalio.client import Client
+
+from bench.naive import TASK_QUEUE as NAIVE_TASK_QUEUE
+from bench.naive import NaiveItemWorkflow
+from common.client import OutboxClient
+from common.destinations import DestinationRegistry
+from common.ids import WORKFLOW_TASK_QUEUE
+from common.models import SubmitRequest
+from common.settings import PROJECT_ROOT
+from devstack.dev import Child, build_children, start, stop
+from devstack.temporal_server import temporal_cli_path
+
+QUICK = os.environ.get("QUICK") == "1"
+# Items of the at-rest scenario sleep this long after submit: longer than submitting them all.
+REST_POLL_INTERVAL_S = 150 if QUICK else 1200
+BENCH_DIR = PROJECT_ROOT / ".bench"
+CONFIG = PROJECT_ROOT / "bench" / "destinations.toml"
+PORTS = {
+    "DEV_TEMPORAL_PORT": "7243",
+    "DEV_UI_PORT": "8243",
+    "DEV_FAKE_PORT": "8035",
+    "DEV_API_PORT": "8010",
+}
+EMAIL = {
+    "senderAddress": "bench@example.com",
+    "recipients": {"to": [{"address": "load@example.com"}]},
+    "content": {"subject": "bench", "plainText": "bench"},
+}
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+# The environment the stack runs with (ports, config); set once in main().
+ENV: dict[str, str] = {}
+
+
+def cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
+
+
+def rss_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else float("nan")
+
+
+async def open_loop(http: httpx.AsyncClient, rate: float, duration_s: float) -> dict[str, float]:
+    """Send at a fixed rate whatever the answers do; latency is measured per request."""
+    latencies: list[float] = []
+    errors = 0
+    hold_until = (datetime.now(UTC) + timedelta(hours=6)).isoformat()
+
+    async def one(index: int) -> None:
+        nonlocal errors
+        started = time.perf_counter()
+        response = await http.post(
+            "/v1/outboxes/bench/items",
+            json={"destination": "bench-email", "payload": EMAIL, "not_before": hold_until},
+            headers={"Idempotency-Key": f"latency-{uuid.uuid4().hex}"},
+        )
+        latencies.append((time.perf_counter() - started) * 1000)
+        if response.status_code != 202:
+            errors += 1
+
+    tasks = []
+    begin = time.perf_counter()
+    for index in range(int(rate * duration_s)):
+        delay = begin + index / rate - time.perf_counter()
+        if delay > 0:
+            await asyncio.sleep(delay)
+        tasks.append(asyncio.create_task(one(index)))
+    await asyncio.gather(*tasks)
+    return {
+        "rate": rate,
+        "p50_ms": round(statistics.median(latencies), 2),
+        "p99_ms": round(percentile(latencies, 0.99), 2),
+        "errors": errors,
+    }
+
+
+async def timed(
+    label: str, pids: dict[str, int], work: Callable[[], Awaitable[int]]
+) -> dict[str, float]:
+    """Run `work` (returns items done); report items/s and CPU ms per item per process."""
+    before = {name: cpu_seconds(pid) for name, pid in pids.items()}
+    started = time.perf_counter()
+    done = await work()
+    elapsed = time.perf_counter() - started
+    result = {"items": done, "seconds": round(elapsed, 2), "items_per_s": round(done / elapsed, 2)}
+    for name, pid in pids.items():
+        result[f"cpu_ms_per_item_{name}"] = round(
+            (cpu_seconds(pid) - before[name]) * 1000 / done, 2
+        )
+    print(f"  {label}: {result}", flush=True)
+    return result
+
+
+async def bounded(coroutines: list[Awaitable[Any]], limit: int = 50) -> list[Any]:
+    semaphore = asyncio.Semaphore(limit)
+
+    async def run(coroutine: Awaitable[Any]) -> Any:
+        async with semaphore:
+            return await coroutine
+
+    return await asyncio.gather(*(run(c) for c in coroutines))
+
+
+async def product_items(client: Client, count: int, destination: str, run_id: str) -> int:
+    outbox = OutboxClient(client, DestinationRegistry.from_file(CONFIG, ENV), WORKFLOW_TASK_QUEUE)
+    results = await bounded(
+        [outbox.enqueue("bench", destination, EMAIL, key=f"{run_id}-{n}") for n in range(count)]
+    )
+    views = await asyncio.gather(*(client.get_workflow_handle(r.item_id).result() for r in results))
+    return sum(1 for view in views if view["status"] == "sent")
+
+
+async def naive_items(client: Client, count: int, run_id: str) -> int:
+    handles = await bounded(
+        [
+            client.start_workflow(
+                NaiveItemWorkflow.run,
+                SubmitRequest("bench", f"naive/{run_id}/{n}", f"{run_id}-naive-{n}", EMAIL, 1),
+                id=f"naive/{run_id}/{n}",
+                task_queue=NAIVE_TASK_QUEUE,
+            )
+            for n in range(count)
+        ]
+    )
+    outcomes = await asyncio.gather(*(handle.result() for handle in handles))
+    return sum(1 for outcome in outcomes if outcome == "sent")
+
+
+async def wait_until(predicate: Callable[[], Awaitable[bool]], timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not await predicate():
+        if time.monotonic() > deadline:
+            raise TimeoutError("benchmark condition not reached")
+        await asyncio.sleep(1)
+
+
+async def scenarios(env: dict[str, str], pids: dict[str, int]) -> dict[str, Any]:
+    client = await Client.connect(env["TEMPORAL_ADDRESS"])
+    api = f"http://127.0.0.1:{env['DEV_API_PORT']}"
+    figures: dict[str, Any] = {}
+    limits = httpx.Limits(max_connections=500, max_keepalive_connections=100)
+    async with httpx.AsyncClient(base_url=api, limits=limits, timeout=30) as http:
+        await open_loop(http, 20, 2)  # warm-up: connections, caches, JIT-free but cold DB pages
+        print("enqueue latency, open loop at 50/s:", flush=True)
+        steady = await open_loop(http, 50, 8 if QUICK else 20)
+        print(f"  {steady}", flush=True)
+        figures["enqueue_p50_ms"], figures["enqueue_p99_ms"] = steady["p50_ms"], steady["p99_ms"]
+        capacity = 0.0
+        print("capacity: highest fixed rate with p99 <= 100 ms:", flush=True)
+        for rate in (50, 100, 150, 200, 300, 400):
+            step = await open_loop(http, rate, 3 if QUICK else 6)
+            print(f"  {step}", flush=True)
+            if step["p99_ms"] > 100 or step["errors"]:
+                break
+            capacity = rate
+        figures["max_enqueue_per_s"] = capacity
+
+    count = 300 if QUICK else 2000
+    run_id = uuid.uuid4().hex[:8]
+    print(f"end to end, {count} items (submit + one poll):", flush=True)
+    product = await timed(
+        "product",
+        {"server": pids["temporal"], "worker": pids["worker"]},
+        lambda: product_items(client, count, "bench-email", run_id),
+    )
+    naive = await timed(
+        "naive",
+        {"server": pids["temporal"], "worker": pids["naive"]},
+        lambda: naive_items(client, count, run_id),
+    )
+    figures["items_per_s"] = product["items_per_s"]
+    figures["naive_items_per_s"] = naive["items_per_s"]
+    figures["ratio_vs_naive"] = round(product["items_per_s"] / naive["items_per_s"], 3)
+    figures["cpu_ms_per_item"] = round(
+        product["cpu_ms_per_item_server"] + product["cpu_ms_per_item_worker"], 2
+    )
+    figures["cpu_ms_per_item_server"] = product["cpu_ms_per_item_server"]
+    figures["cpu_ms_per_item_worker"] = product["cpu_ms_per_item_worker"]
+    figures["naive_cpu_ms_per_item"] = round(
+        naive["cpu_ms_per_item_server"] + naive["cpu_ms_per_item_worker"], 2
+    )
+
+    waiting = 1000 if QUICK else 10_000
+    print(f"scale at rest: {waiting} items waiting on {REST_POLL_INTERVAL_S} s timers:", flush=True)
+    outbox = OutboxClient(client, DestinationRegistry.from_file(CONFIG, ENV), WORKFLOW_TASK_QUEUE)
+    rest_id = uuid.uuid4().hex[:8]
+    started = time.perf_counter()
+    results = await bounded(
+        [outbox.enqueue("rest", "bench-wait", EMAIL, key=f"{rest_id}-{n}") for n in range(waiting)]
+    )
+
+    async def all_submitted() -> bool:
+        async with httpx.AsyncClient(base_url=api) as http:
+            counts = (await http.get("/v1/outboxes/rest/stats")).json()["counts"]
+        return int(counts.get("sending", 0)) >= waiting
+
+    await wait_until(all_submitted, REST_POLL_INTERVAL_S)
+    figures["rss_mb_10k_waiting"] = round(rss_mb(pids["worker"]), 1)
+    figures["rss_mb_waiting_server"] = round(rss_mb(pids["temporal"]), 1)
+    figures["waiting_items"] = waiting
+    print(
+        f"  all {waiting} waiting after {time.perf_counter() - started:.0f} s: worker "
+        f"{figures['rss_mb_10k_waiting']} MiB, server {figures['rss_mb_waiting_server']} MiB",
+        flush=True,
+    )
+    views = await asyncio.gather(*(client.get_workflow_handle(r.item_id).result() for r in results))
+    figures["waiting_items_sent"] = sum(1 for view in views if view["status"] == "sent")
+    figures["rss_mb_after_waiting_worker"] = round(rss_mb(pids["worker"]), 1)
+    print(f"  then all completed: {figures['waiting_items_sent']} sent", flush=True)
+    return figures
+
+
+def machine() -> dict[str, str]:
+    version = subprocess.run(
+        [temporal_cli_path(), "--version"], capture_output=True, text=True, check=False
+    ).stdout.strip()
+    return {
+        "cores": str(os.cpu_count()),
+        "python": platform.python_version(),
+        "temporal_cli": version,
+        "mode": "quick" if QUICK else "full",
+        "date": datetime.now(UTC).isoformat(timespec="seconds"),
+    }
+
+
+def main() -> int:
+    # SIGTERM (a timeout, a CI kill) must still stop the stack: SystemExit runs the finally.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    data_dir = BENCH_DIR / "data"
+    shutil.rmtree(data_dir, ignore_errors=True)
+    env = ENV
+    env.update(os.environ)
+    env.update(PORTS)
+    env.update({"DEV_DATA_DIR": str(data_dir), "OUTBOX_CONFIG": str(CONFIG), "API_TOKEN": ""})
+    env["DEST_BENCH_WAIT_POLL_INTERVAL_S"] = str(REST_POLL_INTERVAL_S)
+    children = build_children(env)
+    children.append(Child("naive", [sys.executable, "-m", "bench.naive", "worker"], lambda: True))
+    try:
+        start(children, env, log_dir=BENCH_DIR / "logs")
+        time.sleep(2)
+        dead = [c.name for c in children if c.process is None or c.process.poll() is not None]
+        if dead:
+            raise RuntimeError(f"died at start-up: {', '.join(dead)} (see .bench/logs/)")
+        pids = {child.name: child.process.pid for child in children if child.process}
+        info = machine()
+        print(f"machine: {info}", flush=True)
+        figures = asyncio.run(scenarios(env, pids))
+    finally:
+        stop(children)
+    report = {"machine": info, **figures}
+    BENCH_DIR.mkdir(exist_ok=True)
+    (BENCH_DIR / "latest.json").write_text(json.dumps(report, indent=2))
+    print("\n| metric | value |\n|---|---|")
+    for key, value in report.items():
+        if key != "machine":
+            print(f"| {key} | {value} |")
+    print(f"\nwritten to {BENCH_DIR / 'latest.json'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
