@@ -135,6 +135,8 @@ def start(children: list[Child], env: dict[str, str], log_dir: Path | None = Non
             stderr=subprocess.STDOUT,
             start_new_session=True,  # Ctrl-C reaches only us; we stop children in order
         )
+        if log_dir is not None:
+            output.close()  # the child has its own copy of the descriptor
         if log_dir is None:
             threading.Thread(target=_pipe_output, args=(child,), daemon=True).start()
         deadline = time.monotonic() + 60

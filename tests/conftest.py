@@ -117,12 +117,12 @@ def unique_name(prefix: str) -> str:
     return f"{prefix}-{uuid.uuid4().hex[:10]}"
 
 
-def make_destination(provider: str, settings: dict[str, Any], **overrides: Any) -> Destination:
+def make_destination(provider: str, base_settings: dict[str, Any], **overrides: Any) -> Destination:
     """A destination with a unique name (so unique task queues) and fast test-friendly rates."""
     name = overrides.pop("name", None) or unique_name(provider)
     fields: dict[str, Any] = {"submit_rate": 100.0, "poll_rate": 100.0, "poll_interval_s": 1.0}
     fields.update(overrides)
-    fields["settings"] = {**settings, **overrides.get("settings", {})}
+    fields["settings"] = {**base_settings, **overrides.get("settings", {})}
     return Destination(name=name, provider=provider, **fields)
 
 

@@ -2,13 +2,19 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime
+from email.utils import parsedate_to_datetime
 
 import httpx
+import pytest
 
+from activities.providers.acs_email import API_VERSION, sign_request
 from activities.providers.webhook import webhook_signature
-from devstack.fake_provider import run_fake_provider
-from tests.conftest import WEBHOOK_SECRET
+from devstack.fake_provider import FakeProvider, FaultConfig, run_fake_provider
+from tests.conftest import ACS_ACCESS_KEY, WEBHOOK_SECRET
 
 
 async def post_webhook(
@@ -67,3 +73,119 @@ async def test_max_rate_counts_requests_in_the_busiest_window() -> None:
         await fake.admin.reset()
         after_reset = await fake.admin.max_rate("/webhook/test", 5.0)
     assert (busiest, elsewhere, after_reset) == (7, 0, 0)
+
+
+@pytest.fixture
+async def fake() -> AsyncIterator[FakeProvider]:
+    """A private fake: these tests change its faults and reset it."""
+    async with run_fake_provider() as provider:
+        yield provider
+
+
+@pytest.fixture
+async def http() -> AsyncIterator[httpx.AsyncClient]:
+    async with httpx.AsyncClient() as client:
+        yield client
+
+
+async def post_acs(http: httpx.AsyncClient, url: str, key: str) -> httpx.Response:
+    request = http.build_request(
+        "POST",
+        f"{url}/emails:send",
+        params={"api-version": API_VERSION},
+        content=b'{"content":{"subject":"s"}}',
+        headers={"Content-Type": "application/json", "Operation-Id": key},
+    )
+    sign_request(request, ACS_ACCESS_KEY)
+    return await http.send(request)
+
+
+async def test_error_rate_one_makes_every_submit_503_and_resets_cleanly(fake, http) -> None:
+    await fake.admin.set_faults(error_rate=1.0)
+    failed = [await post_acs(http, fake.url, "e1"), await post_webhook(http, fake.url, "e2")]
+
+    await fake.admin.set_faults()
+    recovered = [await post_acs(http, fake.url, "e1"), await post_webhook(http, fake.url, "e2")]
+
+    assert [r.status_code for r in failed] == [503, 503]
+    assert [r.status_code for r in recovered] == [202, 204]
+    assert fake.state.faults == FaultConfig()
+    assert (await fake.admin.stats())["totals"]["deliveries"] == 2
+
+
+async def test_throttle_with_http_date_retry_after(fake, http) -> None:
+    await fake.admin.set_faults(throttle_rate=1.0, retry_after="30", retry_after_http_date=True)
+
+    response = await post_webhook(http, fake.url, "t1")
+
+    assert response.status_code == 429
+    when = parsedate_to_datetime(response.headers["Retry-After"])
+    remaining = (when - datetime.now(UTC)).total_seconds()
+    assert 28.0 <= remaining <= 31.0
+    assert (await fake.admin.key_stats("t1"))["deliveries"] == 0
+
+
+async def test_scripted_503_then_success(fake, http) -> None:
+    await fake.admin.script("s1", [{"status": 503}, {}])
+
+    statuses = [(await post_webhook(http, fake.url, "s1")).status_code for _ in range(3)]
+
+    assert statuses == [503, 204, 204]
+    stats = await fake.admin.key_stats("s1")
+    assert (stats["submits"], stats["deliveries"]) == (3, 1)
+
+
+async def test_request_before_retry_after_elapsed_is_counted_early(fake, http) -> None:
+    await fake.admin.script("early", [{"status": 429, "retry_after": "30"}])
+    await fake.admin.script("patient", [{"status": 429, "retry_after": "0"}])
+
+    for key in ("early", "patient"):
+        assert (await post_webhook(http, fake.url, key)).status_code == 429
+        assert (await post_webhook(http, fake.url, key)).status_code == 204
+
+    assert (await fake.admin.key_stats("early"))["early_requests"] == 1
+    assert (await fake.admin.key_stats("patient"))["early_requests"] == 0
+    assert (await fake.admin.stats())["totals"]["early_requests"] == 1
+
+
+async def test_max_rate_counts_a_burst_by_prefix_and_window(fake, http) -> None:
+    for n in range(5):
+        await post_webhook(http, fake.url, f"burst-{n}")
+    await asyncio.sleep(0.3)
+    for n in range(3):
+        await post_webhook(http, fake.url, f"later-{n}")
+
+    assert await fake.admin.max_rate("/webhook/test", 0.2) == 5
+    assert await fake.admin.max_rate("/webhook/test", 10.0) == 8
+    assert await fake.admin.max_rate("/emails", 10.0) == 0
+
+
+async def test_deduped_repeats_are_not_duplicates(fake, http) -> None:
+    for _ in range(3):
+        assert (await post_webhook(http, fake.url, "w")).status_code == 204
+    first, second = await post_acs(http, fake.url, "a"), await post_acs(http, fake.url, "a")
+
+    totals = (await fake.admin.stats())["totals"]
+
+    assert first.headers["Operation-Location"] == second.headers["Operation-Location"]
+    assert (totals["submits"], totals["deliveries"], totals["duplicates"]) == (5, 2, 0)
+
+
+async def test_reset_clears_counters_scripts_and_operations(fake, http) -> None:
+    accepted = await post_acs(http, fake.url, "r1")
+    await fake.admin.script("r2", [{"status": 500}])
+
+    await fake.admin.reset()
+
+    totals = (await fake.admin.stats())["totals"]
+    assert totals == {
+        "requests": 0,
+        "submits": 0,
+        "deliveries": 0,
+        "duplicates": 0,
+        "early_requests": 0,
+    }
+    assert (await post_webhook(http, fake.url, "r2")).status_code == 204
+    poll = http.build_request("GET", accepted.headers["Operation-Location"])
+    sign_request(poll, ACS_ACCESS_KEY)
+    assert (await http.send(poll)).status_code == 404

@@ -1,0 +1,172 @@
+"""WebhookProvider: signatures the real Standard Webhooks library accepts, and every outcome."""
+
+from __future__ import annotations
+
+import json
+import socket
+import uuid
+from collections.abc import AsyncIterator
+from typing import Any
+
+import httpx
+import pytest
+import standardwebhooks
+from standardwebhooks.webhooks import WebhookVerificationError
+
+from activities.providers.base import PermanentProviderError, TransientProviderError
+from activities.providers.webhook import WebhookProvider
+from common.models import SubmitRequest
+from devstack.fake_provider import FakeProvider
+from tests.conftest import WEBHOOK_SECRET
+
+PAYLOAD = {"event": "order.paid", "amount": 12.5}
+
+
+def new_key() -> str:
+    return f"wh-{uuid.uuid4().hex}"
+
+
+def submit_request(key: str, payload: dict[str, Any] | None = None) -> SubmitRequest:
+    return SubmitRequest(
+        destination="hook",
+        item_id=f"outbox/t/{key}",
+        idempotency_key=key,
+        payload=payload or PAYLOAD,
+        attempt=1,
+    )
+
+
+@pytest.fixture
+async def http() -> AsyncIterator[httpx.AsyncClient]:
+    async with httpx.AsyncClient() as client:
+        yield client
+
+
+def webhook_at(http: httpx.AsyncClient, url: str, **settings: Any) -> WebhookProvider:
+    return WebhookProvider({"url": url, "secret": WEBHOOK_SECRET, **settings}, http)
+
+
+def fake_webhook(
+    fake: FakeProvider, http: httpx.AsyncClient, **fake_headers: str
+) -> WebhookProvider:
+    return webhook_at(http, f"{fake.url}/webhook/{uuid.uuid4().hex}", headers=fake_headers)
+
+
+async def captured_request() -> tuple[httpx.Request, bool]:
+    captured: list[httpx.Request] = []
+
+    def receiver(request: httpx.Request) -> httpx.Response:
+        captured.append(request)
+        return httpx.Response(204)
+
+    async with httpx.AsyncClient(transport=httpx.MockTransport(receiver)) as client:
+        result = await webhook_at(client, "https://receiver.test/hook").submit(
+            submit_request("msg-1")
+        )
+    return captured[0], result.delivered
+
+
+async def test_signature_verifies_with_the_real_standardwebhooks_library() -> None:
+    sent, delivered = await captured_request()
+
+    verified = standardwebhooks.Webhook(WEBHOOK_SECRET).verify(sent.content, dict(sent.headers))
+
+    assert delivered is True
+    assert verified == PAYLOAD
+    assert sent.headers["webhook-id"] == "msg-1"
+    assert sent.headers["content-type"] == "application/json"
+
+
+async def test_tampered_body_fails_verification() -> None:
+    sent, _ = await captured_request()
+    tampered = json.dumps({**PAYLOAD, "amount": 99}).encode()
+
+    with pytest.raises(WebhookVerificationError):
+        standardwebhooks.Webhook(WEBHOOK_SECRET).verify(tampered, dict(sent.headers))
+
+
+async def test_2xx_from_the_fake_is_delivered(fake_provider, http) -> None:
+    key = new_key()
+
+    result = await fake_webhook(fake_provider, http).submit(submit_request(key))
+
+    assert result.delivered is True and result.operation_url is None
+    assert result.provider_message_id == key
+    assert (await fake_provider.admin.key_stats(key))["deliveries"] == 1
+
+
+async def test_same_webhook_id_twice_is_delivered_once(fake_provider, http) -> None:
+    key = new_key()
+    provider = fake_webhook(fake_provider, http)
+
+    first = await provider.submit(submit_request(key))
+    second = await provider.submit(submit_request(key))
+
+    assert first.delivered and second.delivered
+    stats = await fake_provider.admin.key_stats(key)
+    assert (stats["submits"], stats["deliveries"]) == (2, 1)
+
+
+async def test_410_is_permanent_and_says_the_endpoint_is_gone(fake_provider, http) -> None:
+    provider = fake_webhook(fake_provider, http, **{"X-Fake-Status": "410"})
+
+    with pytest.raises(PermanentProviderError, match="410 Gone.*disabled this endpoint") as error:
+        await provider.submit(submit_request(new_key()))
+
+    assert error.value.status_code == 410
+
+
+async def test_400_is_permanent(fake_provider, http) -> None:
+    provider = fake_webhook(fake_provider, http, **{"X-Fake-Status": "400"})
+
+    with pytest.raises(PermanentProviderError) as error:
+        await provider.submit(submit_request(new_key()))
+
+    assert error.value.status_code == 400
+    assert not isinstance(error.value, TransientProviderError)
+
+
+async def test_429_is_transient_and_carries_retry_after(fake_provider, http) -> None:
+    provider = fake_webhook(
+        fake_provider, http, **{"X-Fake-Status": "429", "X-Fake-Retry-After": "7"}
+    )
+
+    with pytest.raises(TransientProviderError) as error:
+        await provider.submit(submit_request(new_key()))
+
+    assert (error.value.status_code, error.value.retry_after_s) == (429, 7.0)
+
+
+async def test_503_is_transient(fake_provider, http) -> None:
+    key = new_key()
+    provider = fake_webhook(fake_provider, http, **{"X-Fake-Status": "503"})
+
+    with pytest.raises(TransientProviderError) as error:
+        await provider.submit(submit_request(key))
+
+    assert error.value.status_code == 503 and error.value.retry_after_s is None
+    assert (await fake_provider.admin.key_stats(key))["deliveries"] == 0
+
+
+async def test_closed_port_is_a_transient_connection_error(http) -> None:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    provider = webhook_at(http, f"http://127.0.0.1:{port}/hook")
+
+    with pytest.raises(TransientProviderError, match="connection failed") as error:
+        await provider.submit(submit_request(new_key()))
+
+    assert error.value.status_code is None
+
+
+async def test_hung_request_past_timeout_is_a_transient_timeout(fake_provider, http) -> None:
+    provider = webhook_at(
+        http,
+        f"{fake_provider.url}/webhook/{uuid.uuid4().hex}",
+        headers={"X-Fake-Hang-S": "5"},
+        timeout_s=0.2,
+    )
+
+    with pytest.raises(TransientProviderError, match="timed out"):
+        await provider.submit(submit_request(new_key()))
