@@ -17,6 +17,7 @@ from contextlib import AsyncExitStack
 import httpx
 from sqlalchemy import Engine
 from temporalio.client import Client
+from temporalio.runtime import PrometheusConfig, Runtime, TelemetryConfig
 from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 
 from activities.delivery import DeliveryActivities
@@ -93,7 +94,12 @@ async def run_worker(
     if run_workflows:
         engine = make_engine(settings.database_url)
         create_schema(engine)
-    client = await connect(settings)
+    runtime = None
+    if settings.worker_metrics_address:
+        # Temporal SDK metrics (task latencies, slots, polls) for Prometheus at /metrics.
+        metrics = PrometheusConfig(bind_address=settings.worker_metrics_address)
+        runtime = Runtime(telemetry=TelemetryConfig(metrics=metrics))
+    client = await connect(settings, runtime=runtime)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):

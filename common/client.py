@@ -29,6 +29,7 @@ from temporalio.common import (
 )
 from temporalio.converter import DataConverter, value_to_type
 from temporalio.exceptions import ApplicationError, WorkflowAlreadyStartedError
+from temporalio.runtime import Runtime
 from temporalio.service import RPCError, RPCStatusCode, TLSConfig
 
 from common import search_attributes
@@ -105,7 +106,9 @@ class EnqueueResult:
     created: bool
 
 
-async def connect(settings: Settings, *, lazy: bool = False) -> Client:
+async def connect(
+    settings: Settings, *, lazy: bool = False, runtime: Runtime | None = None
+) -> Client:
     """A Temporal client for the configured cluster: dev server, self-hosted mTLS, or Cloud.
 
     `lazy` connects on first use, so the API can start (and report not-ready) while Temporal
@@ -128,6 +131,7 @@ async def connect(settings: Settings, *, lazy: bool = False) -> Client:
         api_key=settings.temporal_api_key,
         tls=tls,
         lazy=lazy,
+        runtime=runtime,
     )
 
 

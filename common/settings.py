@@ -37,6 +37,8 @@ class Settings(BaseSettings):
     max_request_bytes: int = 256 * 1024
 
     fake_provider_url: str = "http://127.0.0.1:8025"
+    # Where the worker serves Temporal SDK metrics for Prometheus (host:port); empty disables.
+    worker_metrics_address: str = "127.0.0.1:9464"
 
     @property
     def api_tokens(self) -> list[str]:

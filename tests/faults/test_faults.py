@@ -8,11 +8,13 @@ import asyncio
 import os
 import random
 import signal
+import socket
 import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
+import httpx
 from temporalio.client import WorkflowFailureError
 
 from common.client import OutboxClient
@@ -36,6 +38,25 @@ def start_worker(env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
         )
 
 
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+async def scrape(url: str) -> str:
+    async with httpx.AsyncClient() as http:
+        for _ in range(100):
+            try:
+                response = await http.get(url)
+                if "temporal_" in response.text:
+                    return response.text
+            except httpx.TransportError:
+                pass
+            await asyncio.sleep(0.1)
+    return ""
+
+
 def worker_env(dev_env: Any, tmp_path: Path, config: Path, task_queue: str) -> dict[str, str]:
     return {
         **os.environ,
@@ -43,6 +64,7 @@ def worker_env(dev_env: Any, tmp_path: Path, config: Path, task_queue: str) -> d
         "OUTBOX_CONFIG": str(config),
         "DATABASE_URL": f"sqlite:///{tmp_path / 'readmodel.db'}",
         "WORKFLOW_TASK_QUEUE": task_queue,
+        "WORKER_METRICS_ADDRESS": f"127.0.0.1:{free_port()}",
     }
 
 
@@ -103,6 +125,9 @@ async def test_worker_killed_three_times_loses_and_duplicates_nothing(
             (await outbox.enqueue("chaos", destination.name, EMAIL, key=f"kill-{n}")).item_id
             for n in range(60)
         ]
+        # The worker exports Temporal SDK metrics for Prometheus.
+        metrics = await scrape(f"http://{env['WORKER_METRICS_ADDRESS']}/metrics")
+        assert "temporal_" in metrics
         for _ in range(3):
             await asyncio.sleep(random.uniform(1.0, 2.5))
             worker.send_signal(signal.SIGKILL)
