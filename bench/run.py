@@ -46,6 +46,7 @@ PORTS = {
     "DEV_UI_PORT": "8243",
     "DEV_FAKE_PORT": "8035",
     "DEV_API_PORT": "8010",
+    "WORKER_METRICS_ADDRESS": "127.0.0.1:9474",
 }
 EMAIL = {
     "senderAddress": "bench@example.com",
