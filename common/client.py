@@ -166,6 +166,8 @@ class OutboxClient:
         if target is None:
             known = ", ".join(self.destinations.names) or "none"
             raise UnknownDestination(f"unknown destination {destination!r} (configured: {known})")
+        if ordering_key is not None:
+            validate_key(ordering_key, "ordering key")
         if max_attempts is not None and max_attempts < 1:
             raise InvalidRequest("max_attempts must be at least 1")
         item_id = item_workflow_id(outbox, key)
@@ -349,11 +351,12 @@ def validate_outbox(outbox: str) -> None:
         )
 
 
-def validate_key(key: str) -> None:
-    """Raise InvalidRequest unless `key` is a valid idempotency key."""
-    if not _KEY.match(key):
+def validate_key(key: str, what: str = "idempotency key") -> None:
+    """Raise InvalidRequest unless `key` is a valid idempotency key (or ordering key)."""
+    # isprintable() also refuses lone surrogates, which no UTF-8 workflow id can carry.
+    if not _KEY.match(key) or not key.isprintable():
         raise InvalidRequest(
-            f"idempotency key must be 1-{MAX_KEY_LENGTH} printable characters other than '/'"
+            f"{what} must be 1-{MAX_KEY_LENGTH} printable characters other than '/'"
         )
 
 

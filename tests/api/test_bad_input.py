@@ -1,0 +1,24 @@
+"""Regression tests for bad input found by schemathesis: a 4xx problem, never a 500."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.api.conftest import Api
+from tests.api.test_items import assert_problem
+
+
+@pytest.mark.parametrize("field", ["ordering_key", "idempotency_key"])
+async def test_lone_surrogates_are_422_not_500(api: Api, field: str) -> None:
+    """Found by schemathesis: JSON may escape a lone surrogate that no UTF-8 id can carry."""
+    item = '{"destination": "%s", "payload": {}, "%s": "\\ud800"}' % (api.webhook.name, field)
+    body = item if field == "ordering_key" else '{"items": [%s]}' % item
+    path = "/v1/outboxes/tests/items" + ("" if field == "ordering_key" else ":batch")
+
+    response = await api.http.post(path, content=body, headers={"Content-Type": "application/json"})
+
+    if field == "ordering_key":
+        assert_problem(response, 422, "invalid-request")
+    else:
+        assert response.status_code == 200
+        assert response.json()["results"][0]["status"] == 422
