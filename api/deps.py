@@ -8,6 +8,7 @@ from typing import Annotated
 from fastapi import Depends, Request
 from sqlalchemy import Engine
 
+from api.metrics import ApiMetrics
 from common.client import OutboxClient
 from common.destinations import DestinationRegistry
 from common.settings import Settings
@@ -40,7 +41,13 @@ def get_destinations(request: Request) -> DestinationRegistry:
     return get_resources(request).destinations
 
 
+def get_metrics(request: Request) -> ApiMetrics:
+    metrics: ApiMetrics = request.app.state.metrics
+    return metrics
+
+
 ResourcesDep = Annotated[Resources, Depends(get_resources)]
 OutboxClientDep = Annotated[OutboxClient, Depends(get_outbox_client)]
 EngineDep = Annotated[Engine, Depends(get_engine)]
 DestinationsDep = Annotated[DestinationRegistry, Depends(get_destinations)]
+MetricsDep = Annotated[ApiMetrics, Depends(get_metrics)]

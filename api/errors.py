@@ -1,12 +1,14 @@
 """RFC 9457 problem+json for every error, mapped in one place.
 
-Bad input is always a 4xx with a `detail` that says what to fix; an unexpected failure is a 500
-whose body carries no stack trace (it is logged server-side with the request id).
+Bad input is always a 4xx with a `detail` that says what to fix; Temporal or the database being
+unreachable is a 503 with `Retry-After`; anything else is a 500 whose body carries no stack trace
+(the trace is logged server-side).
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -14,6 +16,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from sqlalchemy.exc import DBAPIError
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from temporalio.client import RPCTimeoutOrCancelledError
 from temporalio.service import RPCError, RPCStatusCode
 
 from common.client import (
@@ -31,6 +34,7 @@ from readmodel.store import InvalidCursor
 log = logging.getLogger("outbox.api")
 
 PROBLEM_JSON = "application/problem+json"
+RETRY_AFTER_S = "5"
 
 # (HTTP status, problem slug, title) per client error.
 _OUTBOX_ERRORS: dict[type[OutboxError], tuple[int, str, str]] = {
@@ -52,6 +56,14 @@ _HTTP_TITLES = {
     422: "Invalid request",
     503: "Service unavailable",
 }
+# The SDK reports a failed (lazy) connection as a plain RuntimeError with this prefix.
+_TEMPORAL_CONNECT_FAILED = "Failed client connect"
+_TEMPORAL_UNAVAILABLE = (
+    RPCStatusCode.UNAVAILABLE,
+    RPCStatusCode.DEADLINE_EXCEEDED,
+    # The cluster throttles a namespace's requests with this code; retrying later is the fix.
+    RPCStatusCode.RESOURCE_EXHAUSTED,
+)
 
 
 class ApiProblem(Exception):
@@ -71,6 +83,16 @@ class ApiProblem(Exception):
         self.headers = headers or {}
         self.extra = extra
 
+    @classmethod
+    def from_outbox_error(cls, err: OutboxError, **extra: Any) -> ApiProblem:
+        """The client error's problem, optionally with extra members (a link, say)."""
+        status, slug, title = _OUTBOX_ERRORS.get(type(err), (400, "bad-request", "Bad request"))
+        return cls(status, slug, title, str(err), **extra)
+
+    def body(self, request: Request | None) -> dict[str, Any]:
+        """The JSON members; `instance` is the request path when there is a request."""
+        return problem_body(request, self.status, self.slug, self.title, self.detail, **self.extra)
+
 
 def problem_body(
     request: Request | None, status: int, slug: str, title: str, detail: str, **extra: Any
@@ -88,65 +110,105 @@ def problem_body(
     return body
 
 
-def problem(
-    request: Request | None,
-    status: int,
-    slug: str,
-    title: str,
-    detail: str,
-    headers: dict[str, str] | None = None,
-    **extra: Any,
-) -> JSONResponse:
+def problem_response(request: Request, problem: ApiProblem) -> JSONResponse:
+    """The problem as an `application/problem+json` response."""
     return JSONResponse(
-        problem_body(request, status, slug, title, detail, **extra),
-        status_code=status,
+        problem.body(request),
+        status_code=problem.status,
         media_type=PROBLEM_JSON,
-        headers=headers,
+        headers=problem.headers or None,
     )
 
 
-def outbox_error_problem(request: Request | None, err: OutboxError) -> tuple[int, dict[str, Any]]:
-    """Status and body for a client error (also used per item in batch results)."""
-    status, slug, title = _OUTBOX_ERRORS.get(type(err), (400, "bad-request", "Bad request"))
-    return status, problem_body(request, status, slug, title, str(err))
+def known_problem(err: Exception) -> ApiProblem | None:
+    """The problem an expected error stands for; None for anything else (a bug: 500)."""
+    if isinstance(err, ApiProblem):
+        return err
+    if isinstance(err, OutboxError):
+        return ApiProblem.from_outbox_error(err)
+    if isinstance(err, InvalidCursor):
+        return ApiProblem(422, "invalid-cursor", "Invalid cursor", str(err))
+    if isinstance(err, RPCError):
+        if err.status in _TEMPORAL_UNAVAILABLE:
+            return _temporal_unavailable()
+        if err.status == RPCStatusCode.NOT_FOUND:
+            # The item ended or vanished between two calls of one request: a race, not a bug.
+            return ApiProblem(404, "item-not-found", "Item not found", "no such item")
+        return None
+    if isinstance(err, RPCTimeoutOrCancelledError) or (
+        isinstance(err, RuntimeError) and str(err).startswith(_TEMPORAL_CONNECT_FAILED)
+    ):
+        return _temporal_unavailable()
+    if isinstance(err, DBAPIError):
+        return ApiProblem(
+            503,
+            "database-unavailable",
+            "Database unavailable",
+            "the read-model database did not answer; retry later",
+            {"Retry-After": RETRY_AFTER_S},
+        )
+    return None
+
+
+def validation_problem(
+    errors: Sequence[Any], location_prefix: Sequence[str | int] = ()
+) -> ApiProblem:
+    """A 422 listing each invalid field from pydantic's errors (never echoing the input)."""
+    listed = [
+        {
+            "location": [str(part) for part in (*location_prefix, *error.get("loc", ()))],
+            "message": error.get("msg", ""),
+            "type": error.get("type", ""),
+        }
+        for error in errors
+    ]
+    summary = "; ".join(f"{_field_name(e['location'])}: {e['message']}" for e in listed)
+    return ApiProblem(422, "invalid-request", "Invalid request", summary, errors=listed)
 
 
 def install_error_handlers(app: FastAPI) -> None:
     """Route every exception the API can meet to a problem+json response."""
 
-    @app.exception_handler(ApiProblem)
-    async def _api_problem(request: Request, err: ApiProblem) -> JSONResponse:
-        return problem(
-            request, err.status, err.slug, err.title, err.detail, err.headers, **err.extra
-        )
+    async def _known(request: Request, err: Exception) -> JSONResponse:
+        problem = known_problem(err)
+        if problem is None:
+            log.exception("unhandled error on %s %s", request.method, request.url.path)
+            return problem_response(request, _internal_error())
+        if problem.status >= 500 and problem is not err:
+            log.warning("%s on %s %s: %s", problem.title, request.method, request.url.path, err)
+        return problem_response(request, problem)
 
-    @app.exception_handler(OutboxError)
-    async def _outbox_error(request: Request, err: OutboxError) -> JSONResponse:
-        status, body = outbox_error_problem(request, err)
-        return JSONResponse(body, status_code=status, media_type=PROBLEM_JSON)
-
-    @app.exception_handler(InvalidCursor)
-    async def _invalid_cursor(request: Request, err: InvalidCursor) -> JSONResponse:
-        return problem(request, 422, "invalid-cursor", "Invalid cursor", str(err))
+    for error_type in (
+        ApiProblem,
+        OutboxError,
+        InvalidCursor,
+        RPCError,
+        RPCTimeoutOrCancelledError,
+        RuntimeError,
+        DBAPIError,
+    ):
+        app.add_exception_handler(error_type, _known)
 
     @app.exception_handler(RequestValidationError)
     async def _validation(request: Request, err: RequestValidationError) -> JSONResponse:
-        errors = [
-            {
-                "location": [str(part) for part in error.get("loc", ())],
-                "message": error.get("msg", ""),
-                "type": error.get("type", ""),
-            }
-            for error in err.errors()
-        ]
-        if any(error["type"] == "json_invalid" for error in errors):
-            return problem(
-                request, 400, "malformed-json", "Malformed JSON", "the body is not valid JSON"
+        errors = err.errors()
+        if any(error.get("type") == "json_invalid" for error in errors):
+            malformed = ApiProblem(
+                400, "malformed-json", "Malformed JSON", "the body is not valid JSON"
             )
-        summary = "; ".join(
-            f"{'.'.join(e['location'][1:] or e['location'])}: {e['message']}" for e in errors
-        )
-        return problem(request, 422, "invalid-request", "Invalid request", summary, errors=errors)
+            return problem_response(request, malformed)
+        if not _is_json(request.headers.get("content-type")) and any(
+            tuple(error.get("loc", ())) == ("body",) for error in errors
+        ):
+            # FastAPI reads a body as JSON only when it says so (a CSRF defence we keep).
+            unsupported = ApiProblem(
+                415,
+                "unsupported-media-type",
+                "Unsupported media type",
+                "send the body as JSON with 'Content-Type: application/json'",
+            )
+            return problem_response(request, unsupported)
+        return problem_response(request, validation_problem(errors))
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(request: Request, err: StarletteHTTPException) -> JSONResponse:
@@ -154,39 +216,45 @@ def install_error_handlers(app: FastAPI) -> None:
         detail = err.detail if isinstance(err.detail, str) else title
         if err.status_code == 404 and detail == "Not Found":
             detail = f"no route {request.method} {request.url.path}"
+        elif err.status_code == 405 and detail == "Method Not Allowed":
+            detail = f"{request.method} is not allowed on {request.url.path}"
         headers = dict(err.headers) if err.headers else None
-        return problem(request, err.status_code, "about:blank", title, detail, headers)
-
-    @app.exception_handler(RPCError)
-    async def _temporal(request: Request, err: RPCError) -> JSONResponse:
-        if err.status in (RPCStatusCode.UNAVAILABLE, RPCStatusCode.DEADLINE_EXCEEDED):
-            log.warning("Temporal unavailable: %s", err)
-            return problem(
-                request,
-                503,
-                "temporal-unavailable",
-                "Temporal unavailable",
-                "the workflow service did not answer; retry later",
-                {"Retry-After": "5"},
-            )
-        log.exception("Temporal error on %s %s", request.method, request.url.path)
-        return problem(request, 500, "internal", "Internal error", "unexpected workflow error")
-
-    @app.exception_handler(DBAPIError)
-    async def _database(request: Request, err: DBAPIError) -> JSONResponse:
-        log.warning("read model error on %s %s: %s", request.method, request.url.path, err)
-        return problem(
-            request,
-            503,
-            "database-unavailable",
-            "Database unavailable",
-            "the read-model database did not answer; retry later",
-            {"Retry-After": "5"},
-        )
+        problem = ApiProblem(err.status_code, "about:blank", title, detail, headers)
+        return problem_response(request, problem)
 
     @app.exception_handler(Exception)
     async def _unexpected(request: Request, err: Exception) -> JSONResponse:
-        log.exception("unhandled error on %s %s", request.method, request.url.path)
-        return problem(
-            request, 500, "internal", "Internal error", "an unexpected error occurred; it is logged"
-        )
+        # Starlette re-raises after this answer, so the server logs the traceback itself.
+        log.error("unhandled %s on %s %s", type(err).__name__, request.method, request.url.path)
+        return problem_response(request, _internal_error())
+
+
+def _field_name(location: list[str]) -> str:
+    # Locations start with "body", "query", "path" or "header"; a leading "body" is dropped
+    # since almost every mistake is there ("payload", not "body.payload").
+    if location[:1] == ["body"] and len(location) > 1:
+        location = location[1:]
+    return ".".join(location)
+
+
+def _is_json(content_type: str | None) -> bool:
+    media_type = (content_type or "").partition(";")[0].strip().lower()
+    return media_type == "application/json" or (
+        media_type.startswith("application/") and media_type.endswith("+json")
+    )
+
+
+def _internal_error() -> ApiProblem:
+    return ApiProblem(
+        500, "internal", "Internal error", "an unexpected error occurred; it is logged"
+    )
+
+
+def _temporal_unavailable() -> ApiProblem:
+    return ApiProblem(
+        503,
+        "temporal-unavailable",
+        "Temporal unavailable",
+        "the workflow service did not answer; retry later",
+        {"Retry-After": RETRY_AFTER_S},
+    )

@@ -1,4 +1,8 @@
-"""Request body size limit, enforced before the body reaches JSON parsing."""
+"""Request body size limit (`MAX_REQUEST_BYTES`, 256 KiB by default), enforced before parsing.
+
+A declared `Content-Length` over the limit is refused without reading the body; a body without
+one (chunked) is counted as it streams in and refused as soon as it passes the limit.
+"""
 
 from __future__ import annotations
 
@@ -25,27 +29,36 @@ class BodySizeLimit:
             await self._reject(scope, send)
             return
         received = 0
+        too_large = False
         response_started = False
 
         async def counting_receive() -> Message:
-            nonlocal received
+            nonlocal received, too_large
             message = await receive()
             if message["type"] == "http.request":
                 received += len(message.get("body", b""))
                 if received > self.max_bytes:
+                    too_large = True
                     raise _TooLarge
             return message
 
-        async def tracking_send(message: Message) -> None:
+        async def guarded_send(message: Message) -> None:
             nonlocal response_started
+            # The app may catch `_TooLarge` and answer on its own (FastAPI turns any body-read
+            # error into a 400); that answer is dropped so the client gets the 413.
+            if too_large:
+                return
             response_started = response_started or message["type"] == "http.response.start"
             await send(message)
 
         try:
-            await self.app(scope, counting_receive, tracking_send)
-        except _TooLarge:
-            if not response_started:
-                await self._reject(scope, send)
+            await self.app(scope, counting_receive, guarded_send)
+        except Exception:
+            # `_TooLarge` itself, or whatever the app made of it.
+            if not too_large:
+                raise
+        if too_large and not response_started:
+            await self._reject(scope, send)
 
     async def _reject(self, scope: Scope, send: Send) -> None:
         body = json.dumps(
@@ -65,6 +78,8 @@ class BodySizeLimit:
                 "headers": [
                     (b"content-type", PROBLEM_JSON.encode()),
                     (b"content-length", str(len(body)).encode()),
+                    # The rest of the body was never read, so the connection cannot be reused.
+                    (b"connection", b"close"),
                 ],
             }
         )
@@ -72,4 +87,4 @@ class BodySizeLimit:
 
 
 class _TooLarge(Exception):
-    pass
+    """Raised into the app from `receive` once the body passes the limit."""

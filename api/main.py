@@ -1,7 +1,8 @@
 """The FastAPI app factory: `uvicorn api.main:create_app --factory`.
 
-The lifespan owns the long-lived resources (Temporal client, read-model engine, destinations);
-tests may inject their own so the real app runs against a test server.
+The lifespan owns the long-lived resources: the Temporal client and the `OutboxClient` over it,
+the destinations, the read-model engine (schema created at start-up) and the live-event hub.
+Tests inject their own client and engine so the real app runs against a test server.
 """
 
 from __future__ import annotations
@@ -40,21 +41,29 @@ def create_app(
 ) -> FastAPI:
     """Build the app; anything not injected is created from `settings` at start-up."""
     settings = settings or get_settings()
+    if not logging.getLogger().handlers:
+        # Under plain uvicorn nothing configures our loggers, and the start-up line saying
+        # whether auth is on must be seen; a logging config set up beforehand wins.
+        logging.basicConfig(
+            level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+        )
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        registry = (
-            destinations
-            or (outbox_client.destinations if outbox_client else None)
-            or DestinationRegistry.from_file(settings.outbox_config)
-        )
-        db = engine or make_engine(settings.database_url)
+        if destinations is not None:
+            registry = destinations
+        elif outbox_client is not None:
+            registry = outbox_client.destinations
+        else:
+            registry = DestinationRegistry.from_file(settings.outbox_config)
+        db = engine if engine is not None else make_engine(settings.database_url)
         try:
             create_schema(db)
         except DBAPIError as err:
             # Start anyway: /readyz reports the database, and the worker creates the schema too.
             log.error("read model unreachable at start-up (%s); continuing", type(err).__name__)
         if outbox_client is None:
+            # Lazy: the API starts (and /readyz says why it is not ready) while Temporal is down.
             client = temporal_client or await connect(settings, lazy=True)
             outbox = OutboxClient(client, registry, settings.workflow_task_queue)
         else:
@@ -81,6 +90,11 @@ def create_app(
         title="durable-outbox",
         version="0.1.0",
         summary="Durable, observable, rate-limited side effects on Temporal",
+        description=(
+            "Errors are RFC 9457 `application/problem+json`. Request bodies are limited to"
+            f" {settings.max_request_bytes} bytes (`MAX_REQUEST_BYTES`; 413 above). With"
+            " `API_TOKEN` set, `/v1` needs `Authorization: Bearer <token>`."
+        ),
         lifespan=lifespan,
     )
     app.state.metrics = ApiMetrics()
@@ -91,7 +105,7 @@ def create_app(
     app.include_router(live.router)  # checks its own token: browsers cannot send headers
     app.include_router(health.router)
     app.include_router(dashboard.router)
-    # Outermost first: metrics see every response, including the size limit's 413.
+    # The middleware added last runs first: metrics wrap the size limit and count its 413s.
     app.add_middleware(BodySizeLimit, max_bytes=settings.max_request_bytes)
     app.add_middleware(MetricsMiddleware, metrics=app.state.metrics)
     return app

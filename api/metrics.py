@@ -28,10 +28,15 @@ class ApiMetrics:
         )
         self.enqueued = Counter(
             "outbox_items_enqueued_total",
-            "Enqueue requests by outbox, destination and result (created, existing, rejected).",
+            "Enqueued items by outbox, destination and result"
+            " (created, existing, rejected, error).",
             ["outbox", "destination", "result"],
             registry=self.registry,
         )
+
+    def count_enqueue(self, outbox: str, destination: str, result: str) -> None:
+        """Count one enqueue; callers pass only validated names, so label values stay bounded."""
+        self.enqueued.labels(outbox, destination, result).inc()
 
 
 class MetricsMiddleware:

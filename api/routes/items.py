@@ -1,19 +1,29 @@
-"""Outbox items: enqueue (one or a batch), inspect, list, history, cancel, redrive."""
+"""Outbox items: enqueue (one or a batch), inspect, list, history, cancel, redrive.
+
+URL scheme: a key is exactly one path segment (percent-encode it; keys may hold any printable
+character but `/`, and `.`/`..` are refused since clients drop them as dot segments). Actions on
+the whole collection are custom methods after a colon (`items:batch`, `items:redrive-failed`);
+actions on one item are sub-resources (`items/{key}/cancel`, `items/{key}/redrive`), so a key
+that itself contains `:` never collides with an action.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
+import logging
 import uuid
 from datetime import datetime
 from typing import Annotated, Any
 from urllib.parse import quote
 
-from fastapi import APIRouter, Body, Header, Query, Request, Response, status
+from fastapi import APIRouter, Body, Header, Query, Response, status
+from pydantic import ValidationError
 
-from api.deps import EngineDep, OutboxClientDep, ResourcesDep
-from api.errors import outbox_error_problem
+from api.deps import EngineDep, MetricsDep, OutboxClientDep
+from api.errors import ApiProblem, known_problem, validation_problem
 from api.schemas import (
+    BatchEnqueueItem,
     BatchEnqueueRequest,
     BatchEnqueueResponse,
     BatchResult,
@@ -24,89 +34,78 @@ from api.schemas import (
     ItemLinks,
     ItemPage,
     ItemResponse,
+    Problem,
     RedriveFailedRequest,
     RedriveFailedResponse,
+    problem_responses,
 )
 from common.client import (
     EnqueueResult,
+    InvalidRequest,
+    ItemFailedUseRedrive,
     ItemNotFound,
     OutboxClient,
     OutboxError,
     validate_key,
     validate_outbox,
 )
+from common.ids import item_workflow_id
 from common.models import ItemStatus, OutboxItemView
 from readmodel import store
 from readmodel.models import OutboxItem
 
-router = APIRouter(prefix="/v1/outboxes/{outbox}", tags=["items"])
+log = logging.getLogger("outbox.api")
+
+router = APIRouter(
+    prefix="/v1/outboxes/{outbox}",
+    tags=["items"],
+    responses=problem_responses(401, 403, 404, 409, 413, 415, 422, 503),
+)
 
 # Concurrent workflow starts per batch: enough to hide RPC latency, few enough to be polite.
 _BATCH_CONCURRENCY = 10
+# Only a failed item can run again (redrive), so only a failed row can be behind its workflow.
+_SETTLED = frozenset({ItemStatus.SENT.value, ItemStatus.CANCELLED.value})
+_DOT_SEGMENTS = frozenset({".", ".."})
 
 
 def item_links(outbox: str, key: str) -> ItemLinks:
+    """The item's URLs, its key percent-encoded as one path segment."""
     base = f"/v1/outboxes/{quote(outbox, safe='')}/items/{quote(key, safe='')}"
     return ItemLinks(
         self=base, events=f"{base}/events", cancel=f"{base}/cancel", redrive=f"{base}/redrive"
     )
 
 
-def _enqueue_response(result: EnqueueResult, status_value: str) -> EnqueueResponse:
-    return EnqueueResponse(
-        id=result.item_id,
-        outbox=result.outbox,
-        key=result.key,
-        created=result.created,
-        status=status_value,
-        links=item_links(result.outbox, result.key),
-    )
-
-
-async def _enqueue_one(
-    client: OutboxClient, outbox: str, key: str, body: EnqueueRequest
-) -> EnqueueResponse:
-    result = await client.enqueue(
-        outbox,
-        body.destination,
-        body.payload,
-        key=key,
-        ordering_key=body.ordering_key,
-        not_before=body.not_before,
-        max_attempts=body.max_attempts,
-    )
-    if result.created:
-        return _enqueue_response(result, ItemStatus.QUEUED.value)
-    view = await client.status(outbox, key)
-    return _enqueue_response(result, view.status.value)
-
-
 @router.post(
     "/items",
     status_code=status.HTTP_202_ACCEPTED,
     response_model=EnqueueResponse,
-    responses={200: {"description": "An item with this Idempotency-Key already exists"}},
+    responses={200: {"model": EnqueueResponse, "description": "The key's existing item"}},
     summary="Enqueue one item",
 )
 async def enqueue_item(
     outbox: str,
     body: EnqueueRequest,
-    request: Request,
     response: Response,
     client: OutboxClientDep,
-    idempotency_key: Annotated[str | None, Header(max_length=1000)] = None,
+    metrics: MetricsDep,
+    idempotency_key: Annotated[
+        str | None,
+        Header(max_length=1000, description="Repeat it to retry safely; generated when absent"),
+    ] = None,
 ) -> EnqueueResponse:
-    """202 for a new item; 200 with the existing item when the key was seen with this payload."""
-    key = idempotency_key if idempotency_key is not None else str(uuid.uuid4())
-    metrics = request.app.state.metrics
+    """202 and `Location` for a new item; 200 with the existing item for a repeated key."""
+    key = _header_text(idempotency_key) if idempotency_key is not None else str(uuid.uuid4())
     try:
         result = await _enqueue_one(client, outbox, key, body)
-    except OutboxError:
-        metrics.enqueued.labels(outbox, body.destination, "rejected").inc()
+    except OutboxError as err:
+        metrics.count_enqueue(*_bounded_labels(client, outbox, body.destination), "rejected")
+        raise _item_problem(err, outbox, key) from err
+    except Exception:
+        metrics.count_enqueue(*_bounded_labels(client, outbox, body.destination), "error")
         raise
-    metrics.enqueued.labels(
-        outbox, body.destination, "created" if result.created else "existing"
-    ).inc()
+    metrics.count_enqueue(outbox, body.destination, "created" if result.created else "existing")
     if result.created:
         response.headers["Location"] = result.links.self
     else:
@@ -116,28 +115,40 @@ async def enqueue_item(
 
 @router.post("/items:batch", response_model=BatchEnqueueResponse, summary="Enqueue up to 100 items")
 async def enqueue_batch(
-    outbox: str, body: BatchEnqueueRequest, request: Request, client: OutboxClientDep
+    outbox: str, body: BatchEnqueueRequest, client: OutboxClientDep, metrics: MetricsDep
 ) -> BatchEnqueueResponse:
-    """Each item succeeds or fails on its own; `results[i].status` is its own HTTP status."""
+    """Always 200 when the batch is well-formed; each result has its own status and problem."""
     validate_outbox(outbox)
     limit = asyncio.Semaphore(_BATCH_CONCURRENCY)
-    metrics = request.app.state.metrics
 
-    async def one(index: int, item: Any) -> BatchResult:
+    async def one(index: int, raw: Any) -> BatchResult:
+        try:
+            item = BatchEnqueueItem.model_validate(raw)
+        except ValidationError as err:
+            invalid = validation_problem(err.errors(), ("body", "items", index))
+            return BatchResult(index=index, status=422, problem=Problem(**invalid.body(None)))
         key = item.idempotency_key or str(uuid.uuid4())
-        async with limit:
-            try:
+        try:
+            async with limit:
                 result = await _enqueue_one(client, outbox, key, item)
-            except OutboxError as err:
-                metrics.enqueued.labels(outbox, item.destination, "rejected").inc()
-                code, problem = outbox_error_problem(None, err)
-                return BatchResult(index=index, status=code, problem=problem)
-        metrics.enqueued.labels(
-            outbox, item.destination, "created" if result.created else "existing"
-        ).inc()
+        except Exception as err:
+            problem = (
+                _item_problem(err, outbox, key)
+                if isinstance(err, OutboxError)
+                else known_problem(err)
+            )
+            if problem is None:
+                raise  # a bug: the whole request is a 500
+            outcome = "rejected" if problem.status < 500 else "error"
+            metrics.count_enqueue(*_bounded_labels(client, outbox, item.destination), outcome)
+            return BatchResult(
+                index=index, status=problem.status, problem=Problem(**problem.body(None))
+            )
+        outcome = "created" if result.created else "existing"
+        metrics.count_enqueue(outbox, item.destination, outcome)
         return BatchResult(index=index, status=202 if result.created else 200, item=result)
 
-    results = await asyncio.gather(*(one(i, item) for i, item in enumerate(body.items)))
+    results = await asyncio.gather(*(one(i, raw) for i, raw in enumerate(body.items)))
     return BatchEnqueueResponse(
         created=sum(1 for r in results if r.status == 202),
         existing=sum(1 for r in results if r.status == 200),
@@ -152,8 +163,12 @@ async def list_items(
     engine: EngineDep,
     status_filter: Annotated[ItemStatus | None, Query(alias="status")] = None,
     destination: Annotated[str | None, Query(max_length=63)] = None,
-    created_from: datetime | None = None,
-    created_to: datetime | None = None,
+    created_from: Annotated[
+        datetime | None, Query(description="Inclusive; a time without offset is UTC")
+    ] = None,
+    created_to: Annotated[
+        datetime | None, Query(description="Exclusive; a time without offset is UTC")
+    ] = None,
     cursor: Annotated[str | None, Query(max_length=1000)] = None,
     limit: Annotated[int, Query(ge=1, le=store.MAX_PAGE)] = 50,
 ) -> ItemPage:
@@ -188,15 +203,20 @@ async def redrive_failed(
     validate_outbox(outbox)
     destination = body.destination if body else None
     keys = await asyncio.to_thread(store.list_failed, engine, outbox, destination)
-    redriven: list[str] = []
-    for key in keys:
-        try:
-            await client.redrive(outbox, key)
-        except OutboxError:
-            continue  # already redriven by someone else, or no longer failed
-        redriven.append(key)
+    limit = asyncio.Semaphore(_BATCH_CONCURRENCY)
+
+    async def redrive(key: str) -> bool:
+        async with limit:
+            try:
+                await client.redrive(outbox, key)
+            except OutboxError:
+                return False  # redriven meanwhile by someone else, or no longer failed
+        return True
+
+    redriven = await asyncio.gather(*(redrive(key) for key in keys))
+    started = [key for key, ok in zip(keys, redriven, strict=True) if ok]
     return RedriveFailedResponse(
-        redriven=len(redriven), skipped=len(keys) - len(redriven), keys=redriven
+        redriven=len(started), skipped=len(keys) - len(started), keys=started
     )
 
 
@@ -207,26 +227,39 @@ async def get_item(
     """Live from the workflow while it runs; from the read model once it has ended."""
     validate_outbox(outbox)
     validate_key(key)
-    row = await asyncio.to_thread(store.get_item, engine, f"outbox/{outbox}/{key}")
-    if row is not None and ItemStatus(row.status).is_final:
+    row = await asyncio.to_thread(store.get_item, engine, item_workflow_id(outbox, key))
+    if row is not None and row.status in _SETTLED:
         return _from_row(row)
     try:
         view = await client.status(outbox, key)
     except ItemNotFound:
+        # Temporal has deleted the history (retention), the read model still remembers.
         if row is None:
             raise
+        return _from_row(row)
+    except Exception as err:
+        # With Temporal unreachable, the last projected state beats a 503 for a read.
+        problem = known_problem(err)
+        if row is None or problem is None or problem.status != status.HTTP_503_SERVICE_UNAVAILABLE:
+            raise
+        log.warning("serving %s from the read model: %s", row.id, problem.detail)
+        return _from_row(row)
+    if row is not None and view.status.is_final and row.status == view.status.value:
         return _from_row(row)
     return _from_view(view, row.payload if row else None)
 
 
 @router.get("/items/{key}/events", response_model=list[EventResponse], summary="One item's history")
-async def get_item_events(outbox: str, key: str, engine: EngineDep) -> list[EventResponse]:
+async def get_item_events(
+    outbox: str, key: str, engine: EngineDep, client: OutboxClientDep
+) -> list[EventResponse]:
+    """Transitions oldest first, from the read model (empty until the first one is projected)."""
     validate_outbox(outbox)
     validate_key(key)
-    item_id = f"outbox/{outbox}/{key}"
+    item_id = item_workflow_id(outbox, key)
     events = await asyncio.to_thread(store.item_events, engine, item_id)
     if not events and await asyncio.to_thread(store.get_item, engine, item_id) is None:
-        raise ItemNotFound(f"no item {item_id!r}")
+        await client.status(outbox, key)  # raises ItemNotFound (404) for an unknown item
     return [EventResponse.model_validate(event, from_attributes=True) for event in events]
 
 
@@ -237,7 +270,7 @@ async def cancel_item(
     client: OutboxClientDep,
     body: Annotated[CancelRequest | None, Body()] = None,
 ) -> ItemResponse:
-    """409 once the provider has accepted the item: it cannot be recalled."""
+    """409 once the provider has accepted the item (it cannot be recalled) or it has ended."""
     view = await client.cancel(outbox, key, (body or CancelRequest()).reason)
     return _from_view(view, None)
 
@@ -248,10 +281,65 @@ async def cancel_item(
     status_code=status.HTTP_202_ACCEPTED,
     summary="Run a failed item again",
 )
-async def redrive_item(outbox: str, key: str, resources: ResourcesDep) -> EnqueueResponse:
+async def redrive_item(outbox: str, key: str, client: OutboxClientDep) -> EnqueueResponse:
     """Fresh attempts under the same id, with the destination's current policy."""
-    result = await resources.outbox.redrive(outbox, key)
+    result = await client.redrive(outbox, key)
     return _enqueue_response(result, ItemStatus.QUEUED.value)
+
+
+async def _enqueue_one(
+    client: OutboxClient, outbox: str, key: str, body: EnqueueRequest
+) -> EnqueueResponse:
+    if key in _DOT_SEGMENTS:
+        raise InvalidRequest(f"idempotency key {key!r} cannot be addressed in a URL path")
+    result = await client.enqueue(
+        outbox,
+        body.destination,
+        body.payload,
+        key=key,
+        ordering_key=body.ordering_key,
+        not_before=body.not_before,
+        max_attempts=body.max_attempts,
+    )
+    if result.created:
+        return _enqueue_response(result, ItemStatus.QUEUED.value)
+    view = await client.status(outbox, key)
+    return _enqueue_response(result, view.status.value)
+
+
+def _enqueue_response(result: EnqueueResult, status_value: str) -> EnqueueResponse:
+    return EnqueueResponse(
+        id=result.item_id,
+        outbox=result.outbox,
+        key=result.key,
+        created=result.created,
+        status=status_value,
+        links=item_links(result.outbox, result.key),
+    )
+
+
+def _item_problem(err: OutboxError, outbox: str, key: str) -> ApiProblem:
+    """The error's problem; for a permanently failed item it carries the link that redrives it."""
+    if isinstance(err, ItemFailedUseRedrive):
+        return ApiProblem.from_outbox_error(err, redrive=item_links(outbox, key).redrive)
+    return ApiProblem.from_outbox_error(err)
+
+
+def _bounded_labels(client: OutboxClient, outbox: str, destination: str) -> tuple[str, str]:
+    """Labels for a failed enqueue: names nobody configured collapse into one value each."""
+    try:
+        validate_outbox(outbox)
+    except InvalidRequest:
+        outbox = "invalid"
+    return outbox, destination if destination in client.destinations else "unknown"
+
+
+def _header_text(value: str) -> str:
+    """Starlette decodes headers as Latin-1, but clients such as curl send UTF-8 bytes."""
+    try:
+        return value.encode("latin-1").decode("utf-8")
+    except UnicodeError:
+        return value
 
 
 def _from_view(view: OutboxItemView, payload: dict[str, Any] | None) -> ItemResponse:

@@ -7,15 +7,18 @@ import asyncio
 from fastapi import APIRouter
 
 from api.deps import DestinationsDep, EngineDep
-from api.schemas import DestinationInfo, OutboxStats, OutboxSummary
+from api.schemas import DestinationInfo, OutboxStats, OutboxSummary, problem_responses
 from common.client import validate_outbox
 from readmodel import store
 
-router = APIRouter(prefix="/v1/outboxes", tags=["outboxes"])
+router = APIRouter(
+    prefix="/v1/outboxes", tags=["outboxes"], responses=problem_responses(401, 403, 422, 503)
+)
 
 
 @router.get("", response_model=list[OutboxSummary], summary="Outboxes with counts by status")
 async def list_outboxes(engine: EngineDep) -> list[OutboxSummary]:
+    """Every outbox the read model has seen, by name."""
     outboxes = await asyncio.to_thread(store.list_outboxes, engine)
     return [
         OutboxSummary(outbox=name, counts=counts, total=sum(counts.values()))
@@ -27,6 +30,7 @@ async def list_outboxes(engine: EngineDep) -> list[OutboxSummary]:
 async def outbox_stats(
     outbox: str, engine: EngineDep, destinations: DestinationsDep
 ) -> OutboxStats:
+    """Counts by status, and every destination with the rates its task queues are held to."""
     validate_outbox(outbox)
     counts = await asyncio.to_thread(store.counts_by_status, engine, outbox)
     return OutboxStats(

@@ -1,29 +1,51 @@
-"""Auth, health, readiness and metrics of the API."""
+"""Auth, health, readiness, metrics and failure handling of the API."""
 
 from __future__ import annotations
 
-from readmodel.db import make_engine
+import logging
+from typing import Any
+
+import httpx
+import pytest
+
+from api.main import create_app
+from common.client import OutboxClient
+from common.destinations import DestinationRegistry
+from common.models import ItemProjection, ItemStatus, OutboxItemView
+from readmodel import store
+from readmodel.db import create_schema, make_engine
+from tests.api.conftest import api_settings
 from tests.api.test_items import assert_problem
+from tests.readmodel.test_store import view
+
+STATS = "/v1/outboxes/tests/stats"
 
 
 async def test_token_required_when_configured(api_factory) -> None:
-    api = await api_factory(api_token="s3cret,other")
-    url = "/v1/outboxes/tests/stats"
+    api = await api_factory(api_token="s3cret, other")
 
-    missing = await api.http.get(url)
-    wrong = await api.http.get(url, headers={"Authorization": "Bearer nope"})
-    right = await api.http.get(url, headers={"Authorization": "Bearer other"})
-    health = await api.http.get("/healthz")
+    missing = await api.http.get(STATS)
+    basic = await api.http.get(STATS, headers={"Authorization": "Basic czNjcmV0"})
+    empty = await api.http.get(STATS, headers={"Authorization": "Bearer "})
+    wrong = await api.http.get(STATS, headers={"Authorization": "Bearer s3cre"})
+    first = await api.http.get(STATS, headers={"Authorization": "Bearer s3cret"})
+    second = await api.http.get(STATS, headers={"Authorization": "bearer other"})
+    enqueue = await api.http.post(
+        "/v1/outboxes/tests/items", json={"destination": api.webhook.name, "payload": {}}
+    )
 
-    assert_problem(missing, 401)
-    assert missing.headers["www-authenticate"].startswith("Bearer")
-    assert_problem(wrong, 403)
-    assert right.status_code == 200
-    assert health.status_code == 200
+    for unauthenticated in (missing, basic, empty, enqueue):
+        assert_problem(unauthenticated, 401, "unauthorized")
+        assert unauthenticated.headers["www-authenticate"].startswith("Bearer")
+    assert api.stack.outbox.started == []
+    assert_problem(wrong, 403, "forbidden")
+    assert (first.status_code, second.status_code) == (200, 200)
+    for open_path in ("/healthz", "/readyz", "/metrics", "/openapi.json"):
+        assert (await api.http.get(open_path)).status_code == 200, open_path
 
 
 async def test_open_api_without_token(api) -> None:
-    assert (await api.http.get("/v1/outboxes/tests/stats")).status_code == 200
+    assert (await api.http.get(STATS)).status_code == 200
 
 
 async def test_readyz_reports_ready(api) -> None:
@@ -36,9 +58,86 @@ async def test_readyz_is_503_when_database_is_down(api_factory) -> None:
     unreachable = make_engine("postgresql://nobody@127.0.0.1:1/none?connect_timeout=1")
     api = await api_factory(engine=unreachable)
 
-    body = assert_problem(await api.http.get("/readyz"), 503)
+    body = assert_problem(await api.http.get("/readyz"), 503, "not-ready")
+    listing = await api.http.get("/v1/outboxes/tests/items")
 
-    assert "database" in body["detail"] and "temporal" not in body["detail"]
+    assert body["down"] == ["database"] and "database" in body["detail"]
+    assert_problem(listing, 503, "database-unavailable")
+    assert listing.headers["retry-after"]
+
+
+async def test_temporal_unreachable_is_503_not_500(tmp_path, fake_provider) -> None:
+    settings = api_settings(temporal_address="127.0.0.1:1")
+    engine = make_engine(f"sqlite:///{tmp_path / 'readmodel.db'}")
+    create_schema(engine)
+    registry = DestinationRegistry.from_mapping(
+        {"down-test": {"provider": "webhook", "settings": {"url": fake_provider.url}}}
+    )
+    app = create_app(settings, destinations=registry, engine=engine)
+    known = view("known", 3, ItemStatus.SENDING, "tests", destination="down-test")
+    store.apply_projection(engine, ItemProjection(view=known, events=[]))
+
+    async with app.router.lifespan_context(app):
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://api") as http:
+            enqueue = await http.post(
+                "/v1/outboxes/tests/items", json={"destination": "down-test", "payload": {}}
+            )
+            item = await http.get("/v1/outboxes/tests/items/some-key")
+            projected = await http.get("/v1/outboxes/tests/items/known")
+            ready = await http.get("/readyz")
+            metrics = (await http.get("/metrics")).text
+
+    for response in (enqueue, item):
+        assert_problem(response, 503, "temporal-unavailable")
+        assert response.headers["retry-after"]
+    assert assert_problem(ready, 503, "not-ready")["down"] == ["temporal"]
+    assert projected.status_code == 200
+    assert projected.json()["status"] == "sending" and projected.json()["source"] == "read-model"
+    assert 'destination="down-test",outbox="tests",result="error"} 1.0' in metrics
+    engine.dispose()
+
+
+async def test_injected_temporal_client_is_used(time_skipping_env, engine) -> None:
+    app = create_app(
+        api_settings(),
+        temporal_client=time_skipping_env.client,
+        destinations=DestinationRegistry({}),
+        engine=engine,
+    )
+
+    async with app.router.lifespan_context(app):
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://api") as http:
+            ready = await http.get("/readyz")
+            unknown = await http.get("/v1/outboxes/tests/items/never-enqueued")
+
+    assert ready.status_code == 200
+    assert_problem(unknown, 404, "item-not-found")
+    assert app.state.resources.outbox.client is time_skipping_env.client
+
+
+class _BrokenClient(OutboxClient):
+    async def status(self, outbox: str, key: str) -> OutboxItemView:
+        raise KeyError("internal detail that must not leak")
+
+
+async def test_unexpected_error_is_500_problem_without_internals(
+    time_skipping_env, engine, caplog
+) -> None:
+    broken = _BrokenClient(time_skipping_env.client, DestinationRegistry({}))
+    app = create_app(api_settings(), outbox_client=broken, engine=engine)
+
+    async with app.router.lifespan_context(app):
+        transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)
+        async with httpx.AsyncClient(transport=transport, base_url="http://api") as http:
+            with caplog.at_level(logging.ERROR, logger="outbox.api"):
+                response = await http.get("/v1/outboxes/tests/items/k")
+
+    body = assert_problem(response, 500, "internal")
+    assert "must not leak" not in response.text and "Traceback" not in response.text
+    assert set(body) == {"type", "title", "status", "detail", "instance"}
+    assert any("KeyError" in record.getMessage() for record in caplog.records)
 
 
 async def test_metrics_count_requests_and_enqueues(api) -> None:
@@ -46,24 +145,60 @@ async def test_metrics_count_requests_and_enqueues(api) -> None:
         "/v1/outboxes/tests/items", json={"destination": api.webhook.name, "payload": {}}
     )
     await api.http.post("/v1/outboxes/tests/items", json={"destination": "nowhere", "payload": {}})
+    await api.http.post(
+        "/v1/outboxes/bad name/items", json={"destination": api.webhook.name, "payload": {}}
+    )
+    await api.http.get("/v1/outboxes/tests/items/k-404")
+    await api.http.get("/no/such/route/12345")
 
     text = (await api.http.get("/metrics")).text
 
-    assert (
-        'outbox_http_requests_total{method="POST",route="/v1/outboxes/{outbox}/items",status="202"}'
-        in text
-    )
-    created = f'destination="{api.webhook.name}",outbox="tests",result="created"'
-    assert f"outbox_items_enqueued_total{{{created}}} 1.0" in text
-    assert (
-        'outbox_items_enqueued_total{destination="nowhere",outbox="tests",result="rejected"} 1.0'
-        in text
-    )
+    def sample(name: str, labels: str) -> float:
+        prefix = f"{name}{{{labels}}} "
+        lines = [line for line in text.splitlines() if line.startswith(prefix)]
+        assert lines, f"{prefix!r} not in metrics"
+        return float(lines[0].removeprefix(prefix))
+
+    requests = "outbox_http_requests_total"
+    assert sample(requests, 'method="POST",route="/v1/outboxes/{outbox}/items",status="202"') == 1
+    assert sample(requests, 'method="POST",route="/v1/outboxes/{outbox}/items",status="404"') == 1
+    item_route = 'method="GET",route="/v1/outboxes/{outbox}/items/{key}",status="404"'
+    assert sample(requests, item_route) == 1
+    assert sample(requests, 'method="GET",route="unmatched",status="404"') == 1
+    assert "k-404" not in text and "12345" not in text
+    duration = "outbox_http_request_duration_seconds_count"
+    assert sample(duration, 'method="POST",route="/v1/outboxes/{outbox}/items"') == 3
+    enqueued = "outbox_items_enqueued_total"
+    assert sample(enqueued, f'destination="{api.webhook.name}",outbox="tests",result="created"')
+    # Names nobody configured collapse into one label value, so callers cannot grow the series.
+    assert sample(enqueued, 'destination="unknown",outbox="tests",result="rejected"') == 1
+    rejected_outbox = f'destination="{api.webhook.name}",outbox="invalid",result="rejected"'
+    assert sample(enqueued, rejected_outbox) == 1
+    assert "nowhere" not in text and "bad name" not in text
 
 
-async def test_openapi_documents_the_endpoints(api) -> None:
-    paths = (await api.http.get("/openapi.json")).json()["paths"]
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/v1/outboxes/{outbox}/items",
+        "/v1/outboxes/{outbox}/items:batch",
+        "/v1/outboxes/{outbox}/items:redrive-failed",
+        "/v1/outboxes/{outbox}/items/{key}",
+        "/v1/outboxes/{outbox}/items/{key}/events",
+        "/v1/outboxes/{outbox}/items/{key}/cancel",
+        "/v1/outboxes/{outbox}/items/{key}/redrive",
+        "/v1/outboxes",
+        "/v1/outboxes/{outbox}/stats",
+        "/healthz",
+        "/readyz",
+        "/metrics",
+    ],
+)
+async def test_openapi_documents_the_endpoints(api, path: str) -> None:
+    spec: dict[str, Any] = (await api.http.get("/openapi.json")).json()
 
-    assert "/v1/outboxes/{outbox}/items" in paths
-    assert "/v1/outboxes/{outbox}/items:batch" in paths
-    assert "/v1/outboxes/{outbox}/items/{key}/cancel" in paths
+    assert path in spec["paths"]
+    if path.startswith("/v1"):
+        operation = next(iter(spec["paths"][path].values()))
+        assert operation["security"] == [{"HTTPBearer": []}]
+        assert "application/problem+json" in operation["responses"]["422"]["content"]
