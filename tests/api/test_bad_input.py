@@ -11,8 +11,8 @@ from tests.api.test_items import assert_problem
 @pytest.mark.parametrize("field", ["ordering_key", "idempotency_key"])
 async def test_lone_surrogates_are_422_not_500(api: Api, field: str) -> None:
     """Found by schemathesis: JSON may escape a lone surrogate that no UTF-8 id can carry."""
-    item = '{"destination": "%s", "payload": {}, "%s": "\\ud800"}' % (api.webhook.name, field)
-    body = item if field == "ordering_key" else '{"items": [%s]}' % item
+    item = f'{{"destination": "{api.webhook.name}", "payload": {{}}, "{field}": "\\ud800"}}'
+    body = item if field == "ordering_key" else f'{{"items": [{item}]}}'
     path = "/v1/outboxes/tests/items" + ("" if field == "ordering_key" else ":batch")
 
     response = await api.http.post(path, content=body, headers={"Content-Type": "application/json"})
