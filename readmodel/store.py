@@ -12,11 +12,11 @@ import json
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Engine, Table, and_, func, or_, select, text
+from sqlalchemy import Engine, Table, and_, func, or_, select, text, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlmodel import Session
 
-from common.models import ItemProjection
+from common.models import ItemProjection, ItemStatus
 from readmodel.models import OutboxEvent, OutboxItem
 
 MAX_PAGE = 500
@@ -33,16 +33,21 @@ class InvalidCursor(ValueError):
 def apply_projection(engine: Engine, projection: ItemProjection) -> None:
     """Write the item's events and newest view in one transaction; re-applying changes nothing."""
     view = projection.view
-    insert = postgresql.insert if engine.dialect.name == "postgresql" else sqlite.insert
+    is_postgres = engine.dialect.name == "postgresql"
+    insert = postgresql.insert if is_postgres else sqlite.insert
+    row = _item_row(projection)
     with Session(engine) as session, session.begin():
-        if engine.dialect.name == "postgresql":
-            # Serialise event inserts per outbox so ids commit in id order: a live tailer reading
-            # `id > last_seen` can then never skip an event that commits late with a smaller id.
-            # (SQLite serialises all writers already.)
-            session.execute(
-                text("SELECT pg_advisory_xact_lock(hashtext(:outbox))"), {"outbox": view.outbox}
-            )
         if projection.events:
+            if is_postgres:
+                # A live tailer reads `id > last_seen`. PostgreSQL allocates sequence values at
+                # insert time but makes them visible at commit, so two writers could commit ids
+                # out of order and the tailer would skip the smaller one. Taking this per-outbox
+                # lock first means that, within an outbox, one transaction allocates and commits
+                # its ids before the next allocates any. SQLite serialises all writers already.
+                session.execute(
+                    text("SELECT pg_advisory_xact_lock(hashtext(:outbox))"),
+                    {"outbox": view.outbox},
+                )
             session.execute(
                 insert(OutboxEvent)
                 .values(
@@ -51,8 +56,8 @@ def apply_projection(engine: Engine, projection: ItemProjection) -> None:
                             "item_id": view.id,
                             "outbox": view.outbox,
                             "seq": event.seq,
-                            "type": event.type.value,
-                            "status": event.status.value,
+                            "type": str(event.type),
+                            "status": str(event.status),
                             "at": event.at,
                             "attempt": event.attempt,
                             "detail": event.detail,
@@ -62,27 +67,6 @@ def apply_projection(engine: Engine, projection: ItemProjection) -> None:
                 )
                 .on_conflict_do_nothing(index_elements=["item_id", "seq"])
             )
-        row = {
-            "id": view.id,
-            "outbox": view.outbox,
-            "key": view.key,
-            "destination": view.destination,
-            "status": view.status.value,
-            "attempts": view.attempts,
-            "max_attempts": view.max_attempts,
-            "last_error": view.last_error,
-            "next_attempt_at": view.next_attempt_at,
-            "operation_url": view.operation_url,
-            "poll_count": view.poll_count,
-            "created_at": view.created_at,
-            "updated_at": view.updated_at,
-            "finished_at": view.finished_at,
-            "ordering_key": view.ordering_key,
-            "payload_hash": view.payload_hash,
-            "provider_message_id": view.provider_message_id,
-            "payload": projection.payload,
-            "version": view.last_event_seq,
-        }
         statement = insert(OutboxItem).values(row)
         updates: dict[str, Any] = {name: statement.excluded[name] for name in row if name != "id"}
         updates["payload"] = func.coalesce(statement.excluded.payload, ITEMS.c.payload)
@@ -93,9 +77,48 @@ def apply_projection(engine: Engine, projection: ItemProjection) -> None:
                 where=ITEMS.c.version < statement.excluded.version,
             )
         )
+        if projection.payload is not None:
+            # Only the first projection of a run carries the payload; if it arrives after a newer
+            # one (a late retry), the version check above skipped it, so fill the payload here.
+            session.execute(
+                update(OutboxItem)
+                .where(ITEMS.c.id == view.id, ITEMS.c.payload.is_(None))
+                .values(payload=projection.payload)
+            )
+
+
+def _item_row(projection: ItemProjection) -> dict[str, Any]:
+    view = projection.view
+    created_at = view.created_at or projection.enqueued_at
+    if created_at is None and projection.events:
+        created_at = min(event.at for event in projection.events)
+    if created_at is None:
+        raise ValueError(f"projection of {view.id!r} has no creation time and no events")
+    return {
+        "id": view.id,
+        "outbox": view.outbox,
+        "key": view.key,
+        "destination": view.destination,
+        "status": str(view.status),
+        "attempts": view.attempts,
+        "max_attempts": view.max_attempts,
+        "last_error": view.last_error,
+        "next_attempt_at": view.next_attempt_at,
+        "operation_url": view.operation_url,
+        "poll_count": view.poll_count,
+        "created_at": created_at,
+        "updated_at": view.updated_at,
+        "finished_at": view.finished_at,
+        "ordering_key": view.ordering_key,
+        "payload_hash": view.payload_hash,
+        "provider_message_id": view.provider_message_id,
+        "payload": projection.payload,
+        "version": view.last_event_seq,
+    }
 
 
 def get_item(engine: Engine, item_id: str) -> OutboxItem | None:
+    """The item's row, or None if it was never projected."""
     with Session(engine) as session:
         return session.get(OutboxItem, item_id)
 
@@ -118,7 +141,10 @@ def list_items(
     cursor: str | None = None,
     limit: int = 50,
 ) -> tuple[list[OutboxItem], str | None]:
-    """Newest first, keyset-paginated: a cursor stays valid however many items arrive meanwhile."""
+    """Newest first, keyset-paginated: a cursor stays valid however many items arrive meanwhile.
+
+    `created_from` is inclusive and `created_to` exclusive; raises `InvalidCursor` on a bad cursor.
+    """
     limit = max(1, min(limit, MAX_PAGE))
     conditions: list[Any] = [ITEMS.c.outbox == outbox]
     if status is not None:
@@ -164,7 +190,15 @@ def events_since(engine: Engine, outbox: str, since_id: int, limit: int = 500) -
         return list(session.scalars(query))
 
 
+def last_event_id(engine: Engine, outbox: str) -> int:
+    """The outbox's newest event cursor (0 when it has none): where a new tailer starts."""
+    query = select(func.max(EVENTS.c.id)).where(EVENTS.c.outbox == outbox)
+    with Session(engine) as session:
+        return int(session.scalar(query) or 0)
+
+
 def counts_by_status(engine: Engine, outbox: str) -> dict[str, int]:
+    """The outbox's item counts by status; statuses without items are absent."""
     query = (
         select(ITEMS.c.status, func.count())
         .where(ITEMS.c.outbox == outbox)
@@ -183,20 +217,22 @@ def list_outboxes(engine: Engine) -> dict[str, dict[str, int]]:
     with Session(engine) as session:
         for outbox, status, count in session.execute(query):
             outboxes.setdefault(outbox, {})[status] = count
-    return outboxes
+    return dict(sorted(outboxes.items()))
 
 
 def list_failed(engine: Engine, outbox: str, destination: str | None = None) -> list[str]:
     """Keys of the outbox's failed items (for redrive-all), oldest first."""
-    query = select(ITEMS.c.key).where(ITEMS.c.outbox == outbox, ITEMS.c.status == "failed")
+    query = select(ITEMS.c.key).where(
+        ITEMS.c.outbox == outbox, ITEMS.c.status == ItemStatus.FAILED.value
+    )
     if destination is not None:
         query = query.where(ITEMS.c.destination == destination)
     with Session(engine) as session:
-        return list(session.scalars(query.order_by(ITEMS.c.created_at)))
+        return list(session.scalars(query.order_by(ITEMS.c.created_at, ITEMS.c.id)))
 
 
-def _encode_cursor(created_at: datetime | None, item_id: str) -> str:
-    raw = json.dumps([created_at.isoformat() if created_at else None, item_id])
+def _encode_cursor(created_at: datetime, item_id: str) -> str:
+    raw = json.dumps([created_at.isoformat(), item_id])
     return base64.urlsafe_b64encode(raw.encode()).decode().rstrip("=")
 
 
@@ -204,13 +240,8 @@ def _decode_cursor(cursor: str) -> tuple[datetime, str]:
     try:
         raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
         created_at, item_id = json.loads(raw)
-        return datetime.fromisoformat(created_at), str(item_id)
-    except (ValueError, TypeError) as err:
+        if not isinstance(created_at, str) or not isinstance(item_id, str):
+            raise TypeError("cursor fields have the wrong types")
+        return datetime.fromisoformat(created_at), item_id
+    except (ValueError, TypeError) as err:  # binascii.Error is a ValueError
         raise InvalidCursor("invalid cursor") from err
-
-
-def last_event_id(engine: Engine, outbox: str) -> int:
-    """The outbox's newest event cursor (0 when it has none): where a new tailer starts."""
-    query = select(func.max(EVENTS.c.id)).where(EVENTS.c.outbox == outbox)
-    with Session(engine) as session:
-        return int(session.scalar(query) or 0)

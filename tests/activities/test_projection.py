@@ -1,0 +1,61 @@
+"""The projection activity, run as Temporal runs it, writes the read model idempotently."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+from sqlalchemy import Engine, event
+from temporalio.converter import DataConverter
+from temporalio.testing import ActivityEnvironment
+
+from activities.projection import ProjectionActivities
+from common.models import ItemProjection
+from readmodel import store
+from tests.readmodel.test_store import lifecycle
+
+
+async def through_converter(projection: ItemProjection) -> ItemProjection:
+    """The projection as the activity receives it: serialised by the workflow, decoded here."""
+    payloads = await DataConverter.default.encode([projection])
+    [decoded] = await DataConverter.default.decode(payloads, [ItemProjection])
+    assert isinstance(decoded, ItemProjection)
+    return decoded
+
+
+async def test_activity_projects_each_transition_once(engine: Engine) -> None:
+    activities = ProjectionActivities(engine)
+    env = ActivityEnvironment()
+    projections = [await through_converter(p) for p in lifecycle("k")]
+
+    for projection in projections:
+        await env.run(activities.project_item, projection)
+    # A replayed workflow resends everything; a late retry resends the first projection.
+    for projection in [*projections, projections[0]]:
+        await env.run(activities.project_item, projection)
+
+    row = store.get_item(engine, "outbox/o/k")
+    assert row is not None
+    assert (row.status, row.version, row.poll_count) == ("sent", 4, 1)
+    assert row.payload == {"to": "a@b.c"}
+    events = store.item_events(engine, "outbox/o/k")
+    assert [(e.seq, e.type) for e in events] == [
+        (1, "enqueued"),
+        (2, "accepted"),
+        (3, "polled"),
+        (4, "sent"),
+    ]
+    assert events[-1].at == projections[-1].events[-1].at
+
+
+async def test_activity_does_the_database_work_off_the_event_loop(engine: Engine) -> None:
+    loop_thread = threading.get_ident()
+    statement_threads: set[int] = set()
+
+    @event.listens_for(engine, "before_cursor_execute")
+    def record_thread(*_: Any) -> None:
+        statement_threads.add(threading.get_ident())
+
+    await ActivityEnvironment().run(ProjectionActivities(engine).project_item, lifecycle("k")[0])
+
+    assert statement_threads and loop_thread not in statement_threads
