@@ -3,21 +3,29 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+SOURCES := common workflows activities api readmodel devstack bench worker.py cli.py
+# `make bench QUICK=1` / `make chaos QUICK=1`: the short runs.
 QUICK ?=
+# Extra pytest arguments, e.g. `make test PYTEST_ARGS='tests/devstack -x'`.
+PYTEST_ARGS ?=
 
 .DEFAULT_GOAL := help
-.PHONY: help install dev test lint bench chaos clean
+.PHONY: help venv install dev test lint bench chaos clean clean-data
 
 help:
-	@echo "make dev      create .venv, install, start Temporal + fake provider + worker + API"
-	@echo "make test     create .venv, install, run the whole test suite"
-	@echo "make lint     ruff format --check, ruff check, mypy --strict"
-	@echo "make bench    benchmarks (QUICK=1 for the short run); writes .bench/latest.json"
-	@echo "make chaos    large-scale fault injection; fails on any loss, duplicate or rate breach"
-	@echo "make clean    remove .venv, .data and .bench"
+	@echo "make dev         create .venv, install, start Temporal + fake provider + worker + API"
+	@echo "make test        create .venv, install, run the whole test suite (PYTEST_ARGS=...)"
+	@echo "make lint        ruff format --check, ruff check, mypy --strict on the source"
+	@echo "make bench       benchmarks (QUICK=1 for the short run); writes .bench/latest.json"
+	@echo "make chaos       large-scale fault injection (QUICK=1 for the short run)"
+	@echo "make install     create .venv and install (again only when pyproject.toml changes)"
+	@echo "make clean       remove .venv and tool caches"
+	@echo "make clean-data  remove .data (the dev stack's items) and .bench"
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
+
+venv: $(BIN)/python
 
 # Reinstall only when the dependency pins change.
 $(STAMP): pyproject.toml | $(BIN)/python
@@ -32,17 +40,24 @@ dev: install
 
 # pytest exits 5 when it collected nothing: that is a failure here, never a pass.
 test: install
-	@$(BIN)/pytest; status=$$?; \
-	if [ $$status -eq 5 ]; then echo "FAIL: no tests were collected"; exit 1; fi; \
+	@$(BIN)/pytest $(PYTEST_ARGS); status=$$?; \
+	if [ $$status -eq 5 ]; then echo "FAIL: pytest collected no tests"; exit 1; fi; \
 	exit $$status
 
 lint: install
 	$(BIN)/ruff format --check .
 	$(BIN)/ruff check .
-	$(BIN)/mypy common workflows activities api readmodel devstack worker.py cli.py
-
-clean:
-	rm -rf $(VENV) .data .bench
+	$(BIN)/mypy $(SOURCES)
 
 bench: install
 	QUICK=$(QUICK) $(BIN)/python -m bench.run
+
+chaos: install
+	QUICK=$(QUICK) $(BIN)/python -m bench.chaos
+
+clean:
+	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache build *.egg-info
+	find . -name __pycache__ -type d -prune -exec rm -rf {} +
+
+clean-data:
+	rm -rf .data .bench

@@ -1,28 +1,50 @@
 """`make dev`: the whole stack in one terminal — Temporal dev server, fake provider, worker, API.
 
-Each process's output is prefixed with its name. Ctrl-C stops everything (newest first); if any
-process dies, the rest are stopped and the exit code says so. Items persist in `.data/`.
+Each process's output is prefixed with its name. Ctrl-C or SIGTERM stops everything, newest
+first (a second Ctrl-C kills what is left at once); if any process dies, the rest are stopped and
+the message names it. Items persist in the data directory across restarts.
+
+Environment (defaults): DEV_TEMPORAL_PORT (7233), DEV_UI_PORT (8233), DEV_FAKE_PORT (8025),
+DEV_API_PORT (8000), DEV_DATA_DIR (.data). The children get the matching TEMPORAL_ADDRESS and
+FAKE_PROVIDER_URL, and DATABASE_URL (SQLite in the data directory) unless it is set.
 """
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
 import time
+import urllib.error
 import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import IO
 
-from common.settings import PROJECT_ROOT, get_settings
-from devstack.temporal_server import dev_server_command
+from common.settings import PROJECT_ROOT
+from devstack.temporal_server import (
+    STOP_GRACE_S,
+    dev_server_command,
+    port_in_use,
+    serving_with_search_attributes,
+)
 
 COLOURS = {"temporal": "35", "fake": "36", "worker": "33", "api": "32"}
+START_TIMEOUT_S = 60.0
+# The worker logs this once every worker of the process polls (worker.py); it opens no port.
+WORKER_READY_LINE = "worker ready"
+
+
+class StartupError(RuntimeError):
+    """A child could not start or never became ready."""
+
+
+class StartCancelled(Exception):
+    """Ctrl-C or SIGTERM arrived while the stack was starting."""
 
 
 @dataclass
@@ -32,16 +54,35 @@ class Child:
     name: str
     command: list[str]
     ready: Callable[[], bool]
+    # Ports it listens on: checked free before anything starts, so a leftover server is named.
+    ports: tuple[int, ...] = ()
+    # When set, the child is ready only once this text has appeared in its output too.
+    ready_line: str | None = None
+    stop_grace_s: float = 15.0
     process: subprocess.Popen[bytes] | None = field(default=None, repr=False)
+    log_file: Path | None = field(default=None, repr=False)
+    log_offset: int = field(default=0, repr=False)
+    ready_line_seen: threading.Event = field(default_factory=threading.Event, repr=False)
+    output_thread: threading.Thread | None = field(default=None, repr=False)
+
+    def is_ready(self) -> bool:
+        if self.ready_line is not None and not self._saw_ready_line():
+            return False
+        return self.ready()
+
+    def _saw_ready_line(self) -> bool:
+        if self.ready_line_seen.is_set():
+            return True
+        if self.log_file is not None and self.ready_line is not None:
+            with self.log_file.open("rb") as log:
+                log.seek(self.log_offset)
+                if self.ready_line.encode() in log.read():
+                    self.ready_line_seen.set()
+        return self.ready_line_seen.is_set()
 
 
 def port_open(port: int) -> Callable[[], bool]:
-    def check() -> bool:
-        with socket.socket() as sock:
-            sock.settimeout(0.5)
-            return sock.connect_ex(("127.0.0.1", port)) == 0
-
-    return check
+    return lambda: port_in_use(port)
 
 
 def http_ok(url: str) -> Callable[[], bool]:
@@ -55,49 +96,98 @@ def http_ok(url: str) -> Callable[[], bool]:
     return check
 
 
-def _pipe_output(child: Child) -> None:
+def temporal_serving(port: int) -> Callable[[], bool]:
+    """gRPC answers and the search attributes are registered (the port opens before that)."""
+    return lambda: (
+        port_in_use(port) and asyncio.run(serving_with_search_attributes(f"127.0.0.1:{port}"))
+    )
+
+
+def _use_colour() -> bool:
+    return sys.stdout.isatty() and "NO_COLOR" not in os.environ
+
+
+def _pipe_output(child: Child, colour: bool) -> None:
     assert child.process is not None and child.process.stdout is not None
-    prefix = f"\033[{COLOURS.get(child.name, '0')}m{child.name:>8} |\033[0m "
+    label = f"{child.name:>8} |"
+    prefix = f"\033[{COLOURS.get(child.name, '0')}m{label}\033[0m " if colour else f"{label} "
     for line in iter(child.process.stdout.readline, b""):
-        sys.stdout.write(prefix + line.decode(errors="replace"))
+        text = line.decode(errors="replace")
+        if child.ready_line is not None and child.ready_line in text:
+            child.ready_line_seen.set()
+        sys.stdout.write(prefix + text)
         sys.stdout.flush()
 
 
 def build_children(env: dict[str, str], fake_args: list[str] | None = None) -> list[Child]:
-    """The four processes, in start order, configured from DEV_* variables."""
-    data_dir = Path(env.get("DEV_DATA_DIR", str(PROJECT_ROOT / ".data")))
+    """The four processes, in start order, configured from DEV_* variables (`env` is updated)."""
+    data_dir = Path(env.get("DEV_DATA_DIR", str(PROJECT_ROOT / ".data"))).resolve()
     temporal_port = int(env.get("DEV_TEMPORAL_PORT", "7233"))
     ui_port = int(env.get("DEV_UI_PORT", "8233"))
     fake_port = int(env.get("DEV_FAKE_PORT", "8025"))
     api_port = int(env.get("DEV_API_PORT", "8000"))
     python = sys.executable
-    env.setdefault("TEMPORAL_ADDRESS", f"127.0.0.1:{temporal_port}")
-    env.setdefault("FAKE_PROVIDER_URL", f"http://127.0.0.1:{fake_port}")
+    # The stack's own servers, whatever a shell or .env points at (a cloud cluster, say).
+    env["TEMPORAL_ADDRESS"] = f"127.0.0.1:{temporal_port}"
+    env["TEMPORAL_NAMESPACE"] = "default"
+    env["FAKE_PROVIDER_URL"] = f"http://127.0.0.1:{fake_port}"
     env.setdefault("DATABASE_URL", f"sqlite:///{data_dir / 'readmodel.db'}")
+    # Children write to a pipe: without this, Python would hold their output back in buffers.
+    env["PYTHONUNBUFFERED"] = "1"
+    fake = [python, "-m", "devstack.fake_provider", "--host", "127.0.0.1", "--port", str(fake_port)]
+    api = [python, "-m", "uvicorn", "api.main:create_app", "--factory"]
     return [
         Child(
             "temporal",
             dev_server_command(data_dir / "temporal.db", port=temporal_port, ui_port=ui_port),
-            port_open(temporal_port),
+            temporal_serving(temporal_port),
+            ports=(temporal_port, ui_port),
+            stop_grace_s=STOP_GRACE_S,
         ),
         Child(
             "fake",
-            [python, "-m", "devstack.fake_provider", "--port", str(fake_port), *(fake_args or [])],
-            port_open(fake_port),
+            [*fake, *(fake_args or [])],
+            http_ok(f"http://127.0.0.1:{fake_port}/_admin/stats"),
+            ports=(fake_port,),
         ),
-        Child("worker", [python, str(PROJECT_ROOT / "worker.py")], lambda: True),
+        Child(
+            "worker",
+            [python, str(PROJECT_ROOT / "worker.py")],
+            lambda: True,
+            ready_line=WORKER_READY_LINE,
+        ),
         Child(
             "api",
-            [python, "-m", "uvicorn", "api.main:create_app", "--factory", "--port", str(api_port)],
+            [*api, "--host", "127.0.0.1", "--port", str(api_port)],
             http_ok(f"http://127.0.0.1:{api_port}/healthz"),
+            ports=(api_port,),
         ),
     ]
 
 
+def api_requires_token(api_url: str) -> bool:
+    """Whether the running API answers 401 to a request without a token."""
+    try:
+        with urllib.request.urlopen(f"{api_url}/v1/outboxes", timeout=5):  # noqa: S310
+            return False
+    except urllib.error.HTTPError as err:
+        return err.code == 401
+    except OSError:
+        return False
+
+
 def banner(env: dict[str, str]) -> str:
+    """What is running where, how to call it, and whether the API asks for a token."""
     api = f"http://127.0.0.1:{env.get('DEV_API_PORT', '8000')}"
     ui = f"http://127.0.0.1:{env.get('DEV_UI_PORT', '8233')}"
-    auth = "bearer token required" if get_settings().api_tokens else "OPEN: no API_TOKEN set"
+    data_dir = Path(env.get("DEV_DATA_DIR", str(PROJECT_ROOT / ".data"))).resolve()
+    # Ask the API itself: its tokens may come from the environment or from the project's .env.
+    if api_requires_token(api):
+        auth = "bearer token required (API_TOKEN)"
+        auth_header = '-H "Authorization: Bearer $API_TOKEN" '
+    else:
+        auth = "OPEN: no API_TOKEN set, anyone who reaches the port can call it"
+        auth_header = ""
     return f"""
   durable-outbox is up
     API               {api}   ({auth})
@@ -107,83 +197,153 @@ def banner(env: dict[str, str]) -> str:
     Fake provider     {env["FAKE_PROVIDER_URL"]}   (stats: /_admin/stats)
 
   Try:
-    curl -s -X POST {api}/v1/outboxes/demo/items -H 'Content-Type: application/json' \\
-      -H 'Idempotency-Key: hello-1' \\
+    curl -s -X POST {api}/v1/outboxes/demo/items {auth_header}\\
+      -H 'Content-Type: application/json' -H 'Idempotency-Key: hello-1' \\
       -d '{{"destination": "fake-webhook", "payload": {{"hello": "world"}}}}'
-    curl -s {api}/v1/outboxes/demo/items/hello-1
+    curl -s {auth_header}{api}/v1/outboxes/demo/items/hello-1
 
-  Ctrl-C stops everything; items persist in .data/.
+  Ctrl-C stops everything; items persist in {data_dir}.
 """
 
 
-def start(children: list[Child], env: dict[str, str], log_dir: Path | None = None) -> None:
-    """Start each child and wait until it is ready; raises RuntimeError naming the one that fails.
+def start(
+    children: list[Child],
+    env: dict[str, str],
+    log_dir: Path | None = None,
+    stopping: threading.Event | None = None,
+) -> None:
+    """Start each child in turn and wait until it is ready.
 
     Output goes to the terminal with a name prefix, or to `log_dir/<name>.log` when given.
+    Raises StartupError naming the child that failed, StartCancelled if `stopping` gets set.
     """
+    colour = _use_colour()
     for child in children:
-        if log_dir is None:
-            output: Any = subprocess.PIPE
-        else:
-            log_dir.mkdir(parents=True, exist_ok=True)
-            output = (log_dir / f"{child.name}.log").open("ab")
-        child.process = subprocess.Popen(
-            child.command,
-            cwd=PROJECT_ROOT,
-            env=env,
-            stdout=output,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,  # Ctrl-C reaches only us; we stop children in order
-        )
+        for port in child.ports:
+            if port_in_use(port):
+                raise StartupError(
+                    f"{child.name}: port {port} is already in use (is the stack running "
+                    "already? the DEV_*_PORT variables choose other ports)"
+                )
+    for child in children:
+        output: IO[bytes] | int = subprocess.PIPE
         if log_dir is not None:
-            output.close()  # the child has its own copy of the descriptor
+            log_dir.mkdir(parents=True, exist_ok=True)
+            child.log_file = log_dir / f"{child.name}.log"
+            output = child.log_file.open("ab")
+            child.log_offset = output.tell()
+        try:
+            child.process = subprocess.Popen(
+                child.command,
+                cwd=PROJECT_ROOT,
+                env=env,
+                stdout=output,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,  # Ctrl-C reaches only us; we stop children in order
+            )
+        finally:
+            if not isinstance(output, int):
+                output.close()  # the child has its own copy of the descriptor
         if log_dir is None:
-            threading.Thread(target=_pipe_output, args=(child,), daemon=True).start()
-        deadline = time.monotonic() + 60
-        while not child.ready():
-            if child.process.poll() is not None:
-                raise RuntimeError(f"{child.name} exited during start-up")
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"{child.name} not ready after 60 s")
-            time.sleep(0.2)
+            child.output_thread = threading.Thread(
+                target=_pipe_output, args=(child, colour), daemon=True
+            )
+            child.output_thread.start()
+        _wait_until_ready(child, children, stopping)
+
+
+def _wait_until_ready(
+    child: Child, children: list[Child], stopping: threading.Event | None
+) -> None:
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while not child.is_ready():
+        if stopping is not None and stopping.is_set():
+            raise StartCancelled
+        died = first_exited(children)
+        if died is not None:
+            assert died.process is not None
+            raise StartupError(
+                f"{died.name} exited during start-up with code {died.process.returncode}"
+            )
+        if time.monotonic() > deadline:
+            raise StartupError(f"{child.name} not ready after {START_TIMEOUT_S:.0f} s")
+        time.sleep(0.2)
+
+
+def first_exited(children: list[Child]) -> Child | None:
+    """The first started child that is no longer running, if any."""
+    for child in children:
+        if child.process is not None and child.process.poll() is not None:
+            return child
+    return None
+
+
+def stop(children: list[Child], hurry: threading.Event | None = None) -> None:
+    """Newest first, so the API and worker finish before the server they talk to goes away.
+
+    Each child gets SIGTERM and its grace period, then SIGKILL; all at once if `hurry` is set.
+    """
+    for child in reversed(children):
+        process = child.process
+        if process is None:
+            continue
+        if process.poll() is None:
+            process.terminate()
+            deadline = time.monotonic() + child.stop_grace_s
+            while process.poll() is None and time.monotonic() < deadline:
+                if hurry is not None and hurry.is_set():
+                    break
+                time.sleep(0.1)
+            if process.poll() is None:
+                process.kill()
+            process.wait()
+        reader = child.output_thread
+        if reader is not None:
+            reader.join(timeout=2)  # let its last lines reach the terminal
+        if process.stdout is not None and not (reader is not None and reader.is_alive()):
+            process.stdout.close()
 
 
 def main() -> int:
     env = dict(os.environ)
-    children = build_children(env)
-    stopping = threading.Event()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, lambda *_: stopping.set())
     try:
-        start(children, env)
+        children = build_children(env)
+    except FileNotFoundError as err:  # the temporal binary: not installed yet
+        print(f"dev: {err}", file=sys.stderr)
+        return 1
+    stopping = threading.Event()
+    hurry = threading.Event()
+
+    def on_signal(signum: int, frame: object) -> None:
+        (hurry if stopping.is_set() else stopping).set()
+
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, on_signal)
+    try:
+        start(children, env, stopping=stopping)
         print(banner(env), flush=True)
-        while not stopping.is_set():
-            for child in children:
-                assert child.process is not None
-                if child.process.poll() is not None:
-                    code = child.process.returncode
-                    print(f"{child.name} exited with {code}; stopping", file=sys.stderr)
-                    return 1
-            stopping.wait(0.5)
+        while not stopping.wait(0.5):
+            died = first_exited(children)
+            if died is not None:
+                assert died.process is not None
+                print(
+                    f"dev: {died.name} exited unexpectedly with code {died.process.returncode};"
+                    " stopping the stack",
+                    file=sys.stderr,
+                    flush=True,
+                )
+                return 1
+        print("dev: stopping (Ctrl-C again to kill at once)", file=sys.stderr, flush=True)
         return 0
-    except RuntimeError as err:
-        print(err, file=sys.stderr)
+    except StartCancelled:
+        print("dev: interrupted during start-up; stopping", file=sys.stderr, flush=True)
+        return 0
+    except StartupError as err:
+        print(f"dev: {err}; stopping the stack", file=sys.stderr, flush=True)
         return 1
     finally:
-        stop(children)
-
-
-def stop(children: list[Child]) -> None:
-    """Newest first, so the API and worker finish before the server they talk to goes away."""
-    for child in reversed(children):
-        if child.process is None or child.process.poll() is not None:
-            continue
-        child.process.terminate()
-        try:
-            child.process.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            child.process.kill()
-            child.process.wait()
+        stop(children, hurry)
+        print("dev: stopped", file=sys.stderr, flush=True)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,180 @@
+"""`make dev` end to end: the stack starts, delivers, stops on Ctrl-C, keeps its items, and stops
+by itself when one of its processes dies."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+from temporalio.client import Client, WorkflowExecutionStatus
+
+from common.ids import item_workflow_id
+
+ROOT = Path(__file__).resolve().parents[2]
+BANNER = "durable-outbox is up"
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def port_in_use(port: int) -> bool:
+    with socket.socket() as sock:
+        return sock.connect_ex(("127.0.0.1", port)) == 0
+
+
+class DevStack:
+    """`python -m devstack.dev` as a user runs it, on free ports and a data directory of its own."""
+
+    def __init__(self, data_dir: Path) -> None:
+        self.ports = {
+            name: free_port() for name in ("DEV_TEMPORAL_PORT", "DEV_UI_PORT", "DEV_FAKE_PORT")
+        }
+        self.ports["DEV_API_PORT"] = free_port()
+        self.env = {
+            key: value
+            for key, value in os.environ.items()
+            if key not in {"API_TOKEN", "DATABASE_URL", "TEMPORAL_ADDRESS", "FAKE_PROVIDER_URL"}
+        }
+        self.env.update({name: str(port) for name, port in self.ports.items()})
+        self.env.update(
+            DEV_DATA_DIR=str(data_dir),
+            WORKER_METRICS_ADDRESS=f"127.0.0.1:{free_port()}",
+            NO_COLOR="1",
+        )
+        self.api = f"http://127.0.0.1:{self.ports['DEV_API_PORT']}"
+        self.temporal = f"127.0.0.1:{self.ports['DEV_TEMPORAL_PORT']}"
+        self.fake = f"http://127.0.0.1:{self.ports['DEV_FAKE_PORT']}"
+        self.lines: list[str] = []
+        self.process: subprocess.Popen[str] | None = None
+        self.reader = threading.Thread()
+
+    def start(self, timeout_s: float = 120) -> None:
+        self.lines.clear()
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "devstack.dev"],
+            cwd=ROOT,
+            env=self.env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        self.reader = threading.Thread(target=self._read, args=(self.process,), daemon=True)
+        self.reader.start()
+        deadline = time.monotonic() + timeout_s
+        while not any(BANNER in line for line in self.lines):
+            assert self.process.poll() is None, self.output()
+            assert time.monotonic() < deadline, self.output()
+            time.sleep(0.2)
+
+    def _read(self, process: subprocess.Popen[str]) -> None:
+        assert process.stdout is not None
+        for line in process.stdout:
+            self.lines.append(line)
+
+    def output(self) -> str:
+        return "".join(self.lines[-60:])
+
+    def children(self) -> dict[str, int]:
+        """The stack's processes by name, from the kernel's list of dev.py's children."""
+        assert self.process is not None
+        pid = self.process.pid
+        found: dict[str, int] = {}
+        for child in Path(f"/proc/{pid}/task/{pid}/children").read_text().split():
+            command = Path(f"/proc/{child}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+            for name, marker in (
+                ("temporal", "server start-dev"),
+                ("fake", "devstack.fake_provider"),
+                ("worker", "worker.py"),
+                ("api", "api.main:create_app"),
+            ):
+                if marker in command:
+                    found[name] = int(child)
+        return found
+
+    def wait(self, timeout_s: float = 90) -> int:
+        assert self.process is not None and self.process.stdout is not None
+        code = self.process.wait(timeout=timeout_s)
+        self.reader.join(timeout=5)
+        self.process.stdout.close()
+        return code
+
+
+def gone(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    # A zombie has exited; only its parent's wait() is missing.
+    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+
+
+@pytest.fixture
+def stack(tmp_path: Path) -> Iterator[DevStack]:
+    stack = DevStack(tmp_path / "data")
+    yield stack
+    if stack.process is not None and stack.process.poll() is None:
+        stack.process.send_signal(signal.SIGTERM)
+        stack.wait()
+
+
+async def describe_status(address: str, workflow_id: str) -> WorkflowExecutionStatus | None:
+    client = await Client.connect(address)
+    return (await client.get_workflow_handle(workflow_id).describe()).status
+
+
+@pytest.mark.timeout(300)
+def test_make_dev_delivers_stops_cleanly_restarts_with_its_items(stack: DevStack) -> None:
+    stack.start()
+    banner = stack.output()
+    assert f"API               {stack.api}" in banner and "OPEN: no API_TOKEN" in banner
+    assert f"{stack.api}/docs" in banner and f"Fake provider     {stack.fake}" in banner
+    assert f"http://127.0.0.1:{stack.ports['DEV_UI_PORT']}" in banner
+    assert any(line.startswith("  worker | ") for line in stack.lines)  # prefixed output
+
+    with httpx.Client(timeout=10) as http:
+        assert http.get(f"http://127.0.0.1:{stack.ports['DEV_UI_PORT']}/").status_code == 200
+        enqueued = http.post(
+            f"{stack.api}/v1/outboxes/demo/items",
+            headers={"Idempotency-Key": "dev-1"},
+            json={"destination": "fake-webhook", "payload": {"hello": "world"}},
+        )
+        assert enqueued.status_code == 202, enqueued.text
+        deadline = time.monotonic() + 60
+        while http.get(f"{stack.api}/v1/outboxes/demo/items/dev-1").json()["status"] != "sent":
+            assert time.monotonic() < deadline, stack.output()
+            time.sleep(0.3)
+        assert http.get(f"{stack.fake}/_admin/stats").json()["totals"]["deliveries"] == 1
+
+    children = stack.children()
+    assert set(children) == {"temporal", "fake", "worker", "api"}
+    assert stack.process is not None
+    stack.process.send_signal(signal.SIGINT)
+    assert stack.wait() == 0, stack.output()
+    assert all(gone(pid) for pid in children.values()), stack.output()
+    assert not any(port_in_use(port) for port in stack.ports.values())
+
+    stack.start()
+    with httpx.Client(timeout=10) as http:
+        item = http.get(f"{stack.api}/v1/outboxes/demo/items/dev-1").json()
+        assert item["status"] == "sent"
+    status = asyncio.run(describe_status(stack.temporal, item_workflow_id("demo", "dev-1")))
+    assert status == WorkflowExecutionStatus.COMPLETED
+
+    children = stack.children()
+    os.kill(children["fake"], signal.SIGKILL)
+    assert stack.wait() == 1
+    assert "fake exited unexpectedly with code -9" in stack.output()
+    assert all(gone(pid) for pid in children.values()), stack.output()
