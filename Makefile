@@ -4,20 +4,19 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 SOURCES := common workflows activities api readmodel devstack bench worker.py cli.py
-# `make bench QUICK=1` / `make chaos QUICK=1`: the short runs.
+# `make bench QUICK=1`: the short run.
 QUICK ?=
 # Extra pytest arguments, e.g. `make test PYTEST_ARGS='tests/devstack -x'`.
 PYTEST_ARGS ?=
 
 .DEFAULT_GOAL := help
-.PHONY: help venv install dev test lint bench chaos clean clean-data
+.PHONY: help venv install dev test lint bench clean clean-data
 
 help:
 	@echo "make dev         create .venv, install, start Temporal + fake provider + worker + API"
 	@echo "make test        create .venv, install, run the whole test suite (PYTEST_ARGS=...)"
 	@echo "make lint        ruff format --check, ruff check, mypy --strict on the source"
 	@echo "make bench       benchmarks (QUICK=1 for the short run); writes .bench/latest.json"
-	@echo "make chaos       large-scale fault injection (QUICK=1 for the short run)"
 	@echo "make install     create .venv and install (again only when pyproject.toml changes)"
 	@echo "make clean       remove .venv and tool caches"
 	@echo "make clean-data  remove .data (the dev stack's items) and .bench"
@@ -51,9 +50,6 @@ lint: install
 
 bench: install
 	QUICK=$(QUICK) $(BIN)/python -m bench.run
-
-chaos: install
-	QUICK=$(QUICK) $(BIN)/python -m bench.chaos
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache build *.egg-info

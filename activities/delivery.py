@@ -7,7 +7,8 @@ errors the item workflow understands.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import contextlib
+from collections.abc import Iterator, Mapping
 
 from temporalio import activity
 from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
@@ -32,23 +33,15 @@ class DeliveryActivities:
     async def submit_item(self, request: SubmitRequest) -> SubmitResult:
         """Hand the item to its provider; raises typed errors the workflow retries or fails on."""
         provider = self._provider(request.destination)
-        try:
+        with _typed_errors():
             return await provider.submit(request)
-        except TransientProviderError as err:
-            raise _transient(err) from err
-        except PermanentProviderError as err:
-            raise _permanent(err) from err
 
     @activity.defn(name=POLL_ACTIVITY)
     async def poll_operation(self, request: PollRequest) -> PollResult:
         """Observe the provider's long-running operation once."""
         provider = self._provider(request.destination)
-        try:
+        with _typed_errors():
             return await provider.poll(request)
-        except TransientProviderError as err:
-            raise _transient(err) from err
-        except PermanentProviderError as err:
-            raise _permanent(err) from err
 
     def _provider(self, destination: str) -> Provider:
         provider = self._providers.get(destination)
@@ -61,6 +54,17 @@ class DeliveryActivities:
                 non_retryable=True,
             )
         return provider
+
+
+@contextlib.contextmanager
+def _typed_errors() -> Iterator[None]:
+    """Provider errors become the ApplicationError types the workflow retries or fails on."""
+    try:
+        yield
+    except TransientProviderError as err:
+        raise _transient(err) from err
+    except PermanentProviderError as err:
+        raise _permanent(err) from err
 
 
 def _transient(err: TransientProviderError) -> ApplicationError:
