@@ -4,8 +4,8 @@ Plain data only (no I/O, no Temporal imports), so workflows can import it
 through the sandbox pass-through and the API can serialise it.
 """
 
-from __future__ import annotations
-
+# No `from __future__ import annotations` here: Temporal's converter calls get_type_hints on
+# every dataclass it decodes, and real annotations spare it evaluating strings each time.
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
@@ -75,22 +75,6 @@ class DeliveryPolicy:
 
 
 @dataclass
-class OutboxItemInput:
-    """Everything needed to deliver one item; also the continue-as-new carrier (`state`)."""
-
-    outbox: str
-    key: str
-    destination: str
-    payload: dict[str, Any]
-    payload_hash: str
-    policy: DeliveryPolicy
-    ordering_key: str | None = None
-    enqueued_at: datetime | None = None
-    not_before: datetime | None = None
-    state: OutboxItemState | None = None
-
-
-@dataclass
 class ItemEvent:
     """One entry of an item's append-only history; `seq` is dense per item, starting at 1."""
 
@@ -125,6 +109,22 @@ class OutboxItemState:
     last_event_seq: int = 0
     # Events not yet written to the read model (cleared by each successful projection).
     events: list[ItemEvent] = field(default_factory=list)
+
+
+@dataclass
+class OutboxItemInput:
+    """Everything needed to deliver one item; also the continue-as-new carrier (`state`)."""
+
+    outbox: str
+    key: str
+    destination: str
+    payload: dict[str, Any]
+    payload_hash: str
+    policy: DeliveryPolicy
+    ordering_key: str | None = None
+    enqueued_at: datetime | None = None
+    not_before: datetime | None = None
+    state: OutboxItemState | None = None
 
 
 @dataclass

@@ -8,11 +8,13 @@ in `version` (the newest event seq it reflects).
 from __future__ import annotations
 
 import base64
+import functools
 import json
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Engine, Table, and_, func, or_, select, text, update
+from sqlalchemy import Engine, Executable, Table, and_, bindparam, func, or_, select, text, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlmodel import Session
 
@@ -24,6 +26,8 @@ MAX_PAGE = 500
 # Core tables: typed columns for queries (the ORM classes stay the rows we return).
 ITEMS: Table = OutboxItem.__table__  # type: ignore[attr-defined]
 EVENTS: Table = OutboxEvent.__table__  # type: ignore[attr-defined]
+# What an upsert overwrites: everything but the key (the payload is merged separately).
+ITEM_COLUMNS = tuple(column.name for column in ITEMS.c if column.name not in ("id", "payload"))
 
 
 class InvalidCursor(ValueError):
@@ -31,60 +35,87 @@ class InvalidCursor(ValueError):
 
 
 def apply_projection(engine: Engine, projection: ItemProjection) -> None:
-    """Write the item's events and newest view in one transaction; re-applying changes nothing."""
-    view = projection.view
+    """Write one item's events and newest view in one transaction; re-applying changes nothing."""
+    apply_projections(engine, [projection])
+
+
+def apply_projections(engine: Engine, projections: Sequence[ItemProjection]) -> None:
+    """Write a batch of projections (any items, any order, repeats allowed) in one transaction.
+
+    One multi-row statement per table whatever the batch size: a transition costs a share of a
+    commit rather than a commit, which is what lets many workflows project concurrently.
+    """
+    if not projections:
+        return
     is_postgres = engine.dialect.name == "postgresql"
-    insert = postgresql.insert if is_postgres else sqlite.insert
-    row = _item_row(projection)
-    with Session(engine) as session, session.begin():
-        if projection.events:
+    insert_events, upsert_items, fill_payload = _projection_statements(engine.dialect.name)
+    events: dict[tuple[str, int], dict[str, Any]] = {}
+    rows: dict[str, dict[str, Any]] = {}
+    payloads: dict[str, Any] = {}
+    for projection in projections:
+        view = projection.view
+        for event in projection.events:
+            events[(view.id, event.seq)] = {
+                "item_id": view.id,
+                "outbox": view.outbox,
+                "seq": event.seq,
+                "type": str(event.type),
+                "status": str(event.status),
+                "at": event.at,
+                "attempt": event.attempt,
+                "detail": event.detail,
+            }
+        if projection.payload is not None:
+            payloads.setdefault(view.id, projection.payload)
+        # One row per item and statement (PostgreSQL refuses to upsert a row twice in one
+        # statement): the newest version wins, as it would across separate statements.
+        current = rows.get(view.id)
+        if current is None or current["version"] < view.last_event_seq:
+            rows[view.id] = _item_row(projection)
+    for item_id, row in rows.items():
+        row["payload"] = payloads.get(item_id)
+    with engine.begin() as connection:
+        if events:
             if is_postgres:
                 # A live tailer reads `id > last_seen`. PostgreSQL allocates sequence values at
                 # insert time but makes them visible at commit, so two writers could commit ids
-                # out of order and the tailer would skip the smaller one. Taking this per-outbox
-                # lock first means that, within an outbox, one transaction allocates and commits
-                # its ids before the next allocates any. SQLite serialises all writers already.
-                session.execute(
-                    text("SELECT pg_advisory_xact_lock(hashtext(:outbox))"),
-                    {"outbox": view.outbox},
-                )
-            session.execute(
-                insert(OutboxEvent)
-                .values(
-                    [
-                        {
-                            "item_id": view.id,
-                            "outbox": view.outbox,
-                            "seq": event.seq,
-                            "type": str(event.type),
-                            "status": str(event.status),
-                            "at": event.at,
-                            "attempt": event.attempt,
-                            "detail": event.detail,
-                        }
-                        for event in projection.events
-                    ]
-                )
-                .on_conflict_do_nothing(index_elements=["item_id", "seq"])
-            )
-        statement = insert(OutboxItem).values(row)
-        updates: dict[str, Any] = {name: statement.excluded[name] for name in row if name != "id"}
-        updates["payload"] = func.coalesce(statement.excluded.payload, ITEMS.c.payload)
-        session.execute(
-            statement.on_conflict_do_update(
-                index_elements=["id"],
-                set_=updates,
-                where=ITEMS.c.version < statement.excluded.version,
-            )
-        )
-        if projection.payload is not None:
+                # out of order and the tailer would skip the smaller one. Taking these per-outbox
+                # locks first (sorted, so two writers never wait on each other in a cycle) means
+                # that, within an outbox, one transaction allocates and commits its ids before
+                # the next allocates any. SQLite serialises all writers already.
+                for outbox in sorted({row["outbox"] for row in events.values()}):
+                    connection.execute(
+                        text("SELECT pg_advisory_xact_lock(hashtext(:outbox))"), {"outbox": outbox}
+                    )
+            ordered = sorted(events.values(), key=lambda row: (row["item_id"], row["seq"]))
+            connection.execute(insert_events, ordered)
+        connection.execute(upsert_items, list(rows.values()))
+        if payloads:
             # Only the first projection of a run carries the payload; if it arrives after a newer
             # one (a late retry), the version check above skipped it, so fill the payload here.
-            session.execute(
-                update(OutboxItem)
-                .where(ITEMS.c.id == view.id, ITEMS.c.payload.is_(None))
-                .values(payload=projection.payload)
+            connection.execute(
+                fill_payload, [{"item_id": k, "item_payload": v} for k, v in payloads.items()]
             )
+
+
+@functools.cache
+def _projection_statements(dialect: str) -> tuple[Executable, Executable, Executable]:
+    """The projection's three statements, built once: the rows go in as executemany parameters,
+    so SQLAlchemy compiles each statement once per process instead of once per batch."""
+    insert = postgresql.insert if dialect == "postgresql" else sqlite.insert
+    insert_events = insert(EVENTS).on_conflict_do_nothing(index_elements=["item_id", "seq"])
+    upsert = insert(ITEMS)
+    updates: dict[str, Any] = {name: upsert.excluded[name] for name in ITEM_COLUMNS}
+    updates["payload"] = func.coalesce(upsert.excluded.payload, ITEMS.c.payload)
+    upsert_items = upsert.on_conflict_do_update(
+        index_elements=["id"], set_=updates, where=ITEMS.c.version < upsert.excluded.version
+    )
+    fill_payload = (
+        update(ITEMS)
+        .where(ITEMS.c.id == bindparam("item_id"), ITEMS.c.payload.is_(None))
+        .values(payload=bindparam("item_payload"))
+    )
+    return insert_events, upsert_items, fill_payload
 
 
 def _item_row(projection: ItemProjection) -> dict[str, Any]:

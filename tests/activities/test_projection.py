@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
 import threading
+from dataclasses import replace
 from typing import Any
 
+import pytest
 from sqlalchemy import Engine, event
 from temporalio.converter import DataConverter
 from temporalio.testing import ActivityEnvironment
@@ -59,3 +62,39 @@ async def test_activity_does_the_database_work_off_the_event_loop(engine: Engine
     await ActivityEnvironment().run(ProjectionActivities(engine).project_item, lifecycle("k")[0])
 
     assert statement_threads and loop_thread not in statement_threads
+
+
+async def test_concurrent_activities_share_transactions(engine: Engine) -> None:
+    activities = ProjectionActivities(engine)
+    projections = [p for n in range(40) for p in lifecycle(f"k{n}")]
+
+    await asyncio.gather(
+        *(ActivityEnvironment().run(activities.project_item, p) for p in projections)
+    )
+
+    assert activities.transactions < len(projections) / 4
+    for n in range(40):
+        row = store.get_item(engine, f"outbox/o/k{n}")
+        assert row is not None and row.status == "sent" and row.payload == {"to": "a@b.c"}
+        assert [e.seq for e in store.item_events(engine, f"outbox/o/k{n}")] == [1, 2, 3, 4]
+
+
+async def test_a_bad_projection_fails_only_its_own_activity(
+    engine: Engine, caplog: pytest.LogCaptureFixture
+) -> None:
+    activities = ProjectionActivities(engine)
+    good = lifecycle("good")[0]
+    # No creation time anywhere: the store refuses it (created_at is the list's keyset).
+    bad = replace(lifecycle("bad")[0], events=[], enqueued_at=None)
+    bad.view = replace(bad.view, created_at=None)
+
+    outcomes = await asyncio.gather(
+        ActivityEnvironment().run(activities.project_item, bad),
+        ActivityEnvironment().run(activities.project_item, good),
+        return_exceptions=True,
+    )
+
+    assert "batch of 2 projections failed" in caplog.text  # they did share a batch
+    assert isinstance(outcomes[0], ValueError) and outcomes[1] is None
+    assert store.get_item(engine, "outbox/o/good") is not None
+    assert store.get_item(engine, "outbox/o/bad") is None

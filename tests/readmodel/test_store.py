@@ -146,6 +146,27 @@ def test_every_arrival_order_ends_identical(engine: Engine) -> None:
         assert snapshot(engine, f"outbox/o/k{n}") == expected, order
 
 
+def test_a_batch_ends_as_the_same_projections_one_by_one(engine: Engine) -> None:
+    """Group commit: many items, their projections shuffled and repeated, in one transaction."""
+    for projection in lifecycle("single"):
+        store.apply_projection(engine, projection)
+    expected = snapshot(engine, "outbox/o/single")
+
+    batch = []
+    for n, order in enumerate(itertools.permutations(range(3))):
+        projections = lifecycle(f"b{n}")
+        batch += [projections[index] for index in (*order, order[0])]
+    store.apply_projections(engine, batch)
+
+    for n in range(6):
+        assert snapshot(engine, f"outbox/o/b{n}") == expected, n
+    # Events of one item are numbered in the cursor's order even when they arrived shuffled.
+    events = store.events_since(engine, "o", 0)
+    for n in range(6):
+        mine = [e.seq for e in events if e.item_id == f"outbox/o/b{n}"]
+        assert mine == sorted(mine) == [1, 2, 3, 4]
+
+
 def test_events_are_unique_per_item_and_seq(engine: Engine) -> None:
     store.apply_projection(engine, ItemProjection(view("k", 1, ItemStatus.QUEUED), [ENQUEUED]))
     rewritten = ItemEvent(1, ItemEventType.FAILED, ItemStatus.FAILED, T0, 9, "not the original")
