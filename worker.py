@@ -52,6 +52,9 @@ def build_workers(
                 task_queue=workflow_task_queue,
                 workflows=[OutboxItemWorkflow],
                 activities=[ProjectionActivities(engine).project_item],
+                # Projections are local activities; nothing remote runs on this queue, so no
+                # activity pollers wait on it.
+                no_remote_activities=True,
                 # The sandbox re-imports the workflow module for every run, which measured as
                 # the worker's largest CPU cost per item. The workflow code is deterministic by
                 # construction (no I/O, clock or randomness outside `workflow.*`), and the replay

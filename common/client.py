@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 import uuid
 from dataclasses import dataclass, replace
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from temporalio.api.enums.v1 import EventType
@@ -54,6 +54,9 @@ from workflows.outbox_item import CANCEL_UPDATE, STATUS_QUERY, OutboxItemWorkflo
 _OUTBOX_NAME = re.compile(rf"^[A-Za-z0-9][A-Za-z0-9._-]{{0,{MAX_OUTBOX_LENGTH - 1}}}$")
 # Printable characters only (the key is part of a workflow id shown in UIs and logs), and no
 # "/", so a key is always exactly one URL path segment in the REST API.
+# Every call to Temporal gets a deadline, so a blackholed server answers the API's caller with a
+# 503 instead of holding the request open. Only calls on ended workflows or quick handlers wait.
+RPC_TIMEOUT = timedelta(seconds=10)
 _KEY = re.compile(rf"^[^\x00-\x1f\x7f/]{{1,{MAX_KEY_LENGTH}}}$")
 # Started, task scheduled, task started, task completed: before the 4th event no code has run.
 _FIRST_TASK_COMPLETED = 4
@@ -196,7 +199,7 @@ class OutboxClient:
         handle = self._handle(outbox, key)
         description = await self._describe(handle)
         if description.status == WorkflowExecutionStatus.COMPLETED:
-            view: OutboxItemView = await handle.result()
+            view: OutboxItemView = await handle.result(rpc_timeout=RPC_TIMEOUT)
             return view
         if description.status in _FAILED_STATES:
             failed = await self._failed_view(handle)
@@ -206,7 +209,9 @@ class OutboxClient:
             # Not started yet (a `not_before` delay, or a backlog of workflow tasks): nothing can
             # answer a query, and the start input says all there is to say.
             return _pending_view(handle.id, await self._original_input(handle), description)
-        live: OutboxItemView = await handle.query(STATUS_QUERY, result_type=OutboxItemView)
+        live: OutboxItemView = await handle.query(
+            STATUS_QUERY, result_type=OutboxItemView, rpc_timeout=RPC_TIMEOUT
+        )
         return live
 
     async def cancel(
@@ -220,7 +225,10 @@ class OutboxClient:
             raise CannotCancel(f"item is {ended.status.value}; only queued items can be cancelled")
         try:
             view: OutboxItemView = await handle.execute_update(
-                CANCEL_UPDATE, CancelRequest(reason=reason), result_type=OutboxItemView
+                CANCEL_UPDATE,
+                CancelRequest(reason=reason),
+                result_type=OutboxItemView,
+                rpc_timeout=RPC_TIMEOUT,
             )
         except WorkflowUpdateFailedError as err:
             cause = err.cause
@@ -283,10 +291,13 @@ class OutboxClient:
             memo={"payload_hash": item.payload_hash},
             static_summary=_summary(item),
             start_delay=start_delay,
+            rpc_timeout=RPC_TIMEOUT,
         )
 
     async def _check_existing(self, item_id: str, fingerprint: str) -> None:
-        description = await self.client.get_workflow_handle(item_id).describe()
+        description = await self.client.get_workflow_handle(item_id).describe(
+            rpc_timeout=RPC_TIMEOUT
+        )
         existing = await description.memo_value("payload_hash", default=None)
         if existing != fingerprint:
             raise IdempotencyConflict(
@@ -306,7 +317,7 @@ class OutboxClient:
 
     async def _describe(self, handle: WorkflowHandle[Any, OutboxItemView]) -> Any:
         try:
-            return await handle.describe()
+            return await handle.describe(rpc_timeout=RPC_TIMEOUT)
         except RPCError as err:
             if err.status == RPCStatusCode.NOT_FOUND:
                 raise ItemNotFound(f"no item {handle.id!r}") from err
@@ -317,7 +328,7 @@ class OutboxClient:
     ) -> OutboxItemView | None:
         """The view a failed item attached to its failure, if it ended through our own code."""
         try:
-            await handle.result()
+            await handle.result(rpc_timeout=RPC_TIMEOUT)
         except WorkflowFailureError as err:
             cause = err.cause
             if isinstance(cause, ApplicationError) and cause.details:
@@ -326,7 +337,7 @@ class OutboxClient:
         return None
 
     async def _original_input(self, handle: WorkflowHandle[Any, OutboxItemView]) -> OutboxItemInput:
-        async for event in handle.fetch_history_events():
+        async for event in handle.fetch_history_events(rpc_timeout=RPC_TIMEOUT):
             if event.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_STARTED:
                 payloads = event.workflow_execution_started_event_attributes.input.payloads
                 converter = self.client.data_converter or DataConverter.default
@@ -354,9 +365,11 @@ def validate_outbox(outbox: str) -> None:
 def validate_key(key: str, what: str = "idempotency key") -> None:
     """Raise InvalidRequest unless `key` is a valid idempotency key (or ordering key)."""
     # isprintable() also refuses lone surrogates, which no UTF-8 workflow id can carry.
-    if not _KEY.match(key) or not key.isprintable():
+    # "." and ".." would make the item's URL path climb a level once a client normalises it.
+    if not _KEY.match(key) or not key.isprintable() or key in (".", ".."):
         raise InvalidRequest(
-            f"{what} must be 1-{MAX_KEY_LENGTH} printable characters other than '/'"
+            f"{what} must be 1-{MAX_KEY_LENGTH} printable characters other than '/',"
+            " and not '.' or '..'"
         )
 
 

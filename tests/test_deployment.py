@@ -5,6 +5,7 @@ No Docker engine runs here, so these read the files and compare them with what t
 
 from __future__ import annotations
 
+import fnmatch
 import importlib
 import re
 import shlex
@@ -120,19 +121,35 @@ def test_outbox_config_path_is_where_the_image_puts_it() -> None:
     assert environment_of("worker")["OUTBOX_CONFIG"] == f"{workdir[1]}/config/destinations.toml"
 
 
-def test_image_holds_every_module_pip_installs() -> None:
-    """`pip install .` fails when a py-module is missing; a missing package fails at import."""
+def copied_into_image() -> set[str]:
+    """The sources of the Dockerfile's COPY lines."""
     dockerfile = (ROOT / "Dockerfile").read_text()
-    copied = {
+    return {
         path.rstrip("/").removeprefix("./")
         for line in re.findall(r"^COPY (.+)$", dockerfile, re.M)
         for path in line.split()[:-1]
     }
+
+
+def test_image_holds_every_module_pip_installs() -> None:
+    """`pip install .` fails when a py-module is missing; a missing package fails at import."""
+    copied = copied_into_image()
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())
     modules = {f"{name}.py" for name in project["tool"]["setuptools"]["py-modules"]}
     # What the API, the worker and the fake provider import; bench is not part of the image.
     packages = {"common", "workflows", "activities", "api", "readmodel", "devstack", "config"}
     assert modules | packages <= copied
+
+
+def test_build_context_keeps_what_the_image_copies_and_drops_the_bulk() -> None:
+    patterns = [
+        line.rstrip("/")
+        for line in (ROOT / ".dockerignore").read_text().splitlines()
+        if line and not line.startswith("#")
+    ]
+    for source in copied_into_image():
+        assert not any(fnmatch.fnmatch(source, pattern) for pattern in patterns), source
+    assert {".venv", ".data", ".bench", ".git"} <= set(patterns)
 
 
 def test_registered_search_attributes_are_exactly_ours() -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from common.client import InvalidRequest, validate_key
 from tests.api.conftest import Api
 from tests.api.test_items import assert_problem
 
@@ -22,3 +23,10 @@ async def test_lone_surrogates_are_422_not_500(api: Api, field: str) -> None:
     else:
         assert response.status_code == 200
         assert response.json()["results"][0]["status"] == 422
+
+
+@pytest.mark.parametrize("key", [".", "..", "a/b", "", "x" * 1001, "tab\there"])
+def test_the_client_refuses_keys_the_api_refuses(key: str) -> None:
+    """Callers of OutboxClient (the CLI, other services) get the same rules as the API's."""
+    with pytest.raises(InvalidRequest):
+        validate_key(key)
