@@ -10,13 +10,14 @@ QUICK ?=
 PYTEST_ARGS ?=
 
 .DEFAULT_GOAL := help
-.PHONY: help venv install dev test lint bench clean clean-data
+.PHONY: help venv install dev test lint bench chaos clean clean-data
 
 help:
 	@echo "make dev         create .venv, install, start Temporal + fake provider + worker + API"
 	@echo "make test        create .venv, install, run the whole test suite (PYTEST_ARGS=...)"
 	@echo "make lint        ruff format --check, ruff check, mypy --strict on the source"
 	@echo "make bench       benchmarks (QUICK=1 for the short run); writes .bench/latest.json"
+	@echo "make chaos       fault injection at scale (QUICK=1, CHAOS_ITEMS=n); writes .bench/chaos.json"
 	@echo "make install     create .venv and install (again only when pyproject.toml changes)"
 	@echo "make clean       remove .venv and tool caches"
 	@echo "make clean-data  remove .data (the dev stack's items) and .bench"
@@ -50,6 +51,10 @@ lint: install
 
 bench: install
 	QUICK=$(QUICK) $(BIN)/python -m bench.run
+
+# Provider storm + three worker SIGKILLs; exits non-zero on any loss, duplicate or early retry.
+chaos: install
+	QUICK=$(QUICK) $(BIN)/python -m bench.chaos
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache build *.egg-info

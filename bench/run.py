@@ -175,7 +175,8 @@ async def scenarios(env: dict[str, str], pids: dict[str, int]) -> dict[str, Any]
     figures: dict[str, Any] = {}
     limits = httpx.Limits(max_connections=500, max_keepalive_connections=100)
     async with httpx.AsyncClient(base_url=api, limits=limits, timeout=30) as http:
-        await open_loop(http, 20, 2)  # warm-up: connections, caches, JIT-free but cold DB pages
+        # Warm-up at the measured rate: connections, the API's gRPC channel, cold DB pages.
+        await open_loop(http, 50, 5)
         print("enqueue latency, open loop at 50/s:", flush=True)
         steady = await open_loop(http, 50, 8 if QUICK else 20)
         print(f"  {steady}", flush=True)

@@ -15,13 +15,13 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from temporalio.client import WorkflowFailureError
 
 from common.client import OutboxClient
 from common.destinations import DestinationRegistry
 from common.ids import provider_idempotency_key
 from common.settings import PROJECT_ROOT
 from devstack.fake_provider import FakeProvider
+from devstack.outcomes import outcomes
 from tests.conftest import email_destination, unique_name
 
 EMAIL = {"senderAddress": "a@example.com", "recipients": {"to": [{"address": "b@example.com"}]}}
@@ -83,18 +83,6 @@ max_attempts = {destination.max_attempts}
 {settings}
 """
     )
-
-
-async def outcomes(client: Any, item_ids: list[str]) -> dict[str, str]:
-    async def one(item_id: str) -> str:
-        try:
-            view = await client.get_workflow_handle(item_id).result()
-            return str(view["status"])
-        except WorkflowFailureError:
-            return "failed"
-
-    results = await asyncio.wait_for(asyncio.gather(*(one(i) for i in item_ids)), timeout=150)
-    return dict(zip(item_ids, results, strict=True))
 
 
 async def assert_exactly_once(fake: FakeProvider, item_ids: list[str]) -> None:
