@@ -54,6 +54,9 @@ EMAIL = {
     "content": {"subject": "bench", "plainText": "bench"},
 }
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+# Each result wait is a long poll; the server refuses more than 1,000 per namespace at once
+# ("namespace concurrent poller limit exceeded"), and the workers' own pollers count too.
+RESULT_WAITERS = 200
 # The environment the stack runs with (ports, config); set once in main().
 ENV: dict[str, str] = {}
 
@@ -141,7 +144,9 @@ async def product_items(client: Client, count: int, destination: str, run_id: st
     results = await bounded(
         [outbox.enqueue("bench", destination, EMAIL, key=f"{run_id}-{n}") for n in range(count)]
     )
-    views = await asyncio.gather(*(client.get_workflow_handle(r.item_id).result() for r in results))
+    views = await bounded(
+        [client.get_workflow_handle(r.item_id).result() for r in results], RESULT_WAITERS
+    )
     return sum(1 for view in views if view["status"] == "sent")
 
 
@@ -157,7 +162,7 @@ async def naive_items(client: Client, count: int, run_id: str) -> int:
             for n in range(count)
         ]
     )
-    outcomes = await asyncio.gather(*(handle.result() for handle in handles))
+    outcomes = await bounded([handle.result() for handle in handles], RESULT_WAITERS)
     return sum(1 for outcome in outcomes if outcome == "sent")
 
 
@@ -245,7 +250,9 @@ async def scenarios(env: dict[str, str], pids: dict[str, int]) -> dict[str, Any]
         f"{figures['rss_mb_10k_waiting']} MiB, server {figures['rss_mb_waiting_server']} MiB",
         flush=True,
     )
-    views = await asyncio.gather(*(client.get_workflow_handle(r.item_id).result() for r in results))
+    views = await bounded(
+        [client.get_workflow_handle(r.item_id).result() for r in results], RESULT_WAITERS
+    )
     figures["waiting_items_sent"] = sum(1 for view in views if view["status"] == "sent")
     figures["rss_mb_after_waiting_worker"] = round(rss_mb(pids["worker"]), 1)
     print(f"  then all completed: {figures['waiting_items_sent']} sent", flush=True)

@@ -4,11 +4,16 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
+from datetime import timedelta
 
 from temporalio.client import Client, WorkflowFailureError
+from temporalio.service import RPCError, RPCStatusCode
 
 # What `outcomes` reports for an item whose workflow was still running at the deadline.
 UNFINISHED = "unfinished"
+# Each wait is a long poll; the server refuses more than 1,000 per namespace at once.
+MAX_WAITERS = 200
+WAIT_TURN = timedelta(seconds=5)
 
 
 async def outcomes(
@@ -21,12 +26,24 @@ async def outcomes(
     `UNFINISHED` if it was still running after `timeout_s`. `on_final(item_id, status)` is
     called as each item ends, so a caller can act on progress."""
 
+    waiters = asyncio.Semaphore(MAX_WAITERS)
+
     async def one(item_id: str) -> str:
-        try:
-            view = await client.get_workflow_handle(item_id).result()
-            status = str(view["status"])
-        except WorkflowFailureError:
-            status = "failed"
+        handle = client.get_workflow_handle(item_id)
+        while True:
+            try:
+                # A short deadline hands the slot on (the semaphore is FIFO), so an item that
+                # ended never waits behind slow ones until the overall timeout.
+                async with waiters:
+                    view = await handle.result(rpc_timeout=WAIT_TURN)
+                status = str(view["status"])
+                break
+            except RPCError as err:
+                if err.status not in (RPCStatusCode.DEADLINE_EXCEEDED, RPCStatusCode.CANCELLED):
+                    raise
+            except WorkflowFailureError:
+                status = "failed"
+                break
         if on_final is not None:
             on_final(item_id, status)
         return status
