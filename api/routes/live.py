@@ -48,17 +48,22 @@ async def live(websocket: WebSocket, outbox: str, since: int | None = None) -> N
     except InvalidRequest as err:
         await websocket.close(code=status.WS_1008_POLICY_VIOLATION, reason=str(err))
         return
-    await websocket.accept()
     hub: LiveHub = websocket.app.state.live
     engine = websocket.app.state.resources.engine
     # Subscribe before backfilling, so nothing committed in between can fall through the gap;
-    # duplicates from the overlap are dropped by id.
+    # duplicates from the overlap are dropped by id. Both happen before the accept: a client
+    # that loads a page once the socket is open (the dashboard) then misses nothing.
     subscription = await hub.subscribe(outbox)
+    try:
+        if since is None:
+            last = await asyncio.to_thread(store.last_event_id, engine, outbox)
+        else:
+            last = since
+        await websocket.accept()
+    except BaseException:
+        hub.unsubscribe(outbox, subscription)
+        raise
     disconnected = asyncio.ensure_future(_until_disconnect(websocket))
-    if since is None:
-        last = await asyncio.to_thread(store.last_event_id, engine, outbox)
-    else:
-        last = since
     try:
         while since is not None:
             page = await asyncio.to_thread(store.events_since, engine, outbox, last, _BACKFILL_PAGE)

@@ -72,6 +72,24 @@ async def test_without_since_only_new_events_arrive(served_api_factory) -> None:
     assert {e["key"] for e in events} == {"new"}
 
 
+async def test_an_event_committed_as_the_socket_opens_arrives(served_api_factory) -> None:
+    """The stream's start is fixed before the accept, so a client that loads a page once the
+    socket is open (the dashboard does) misses nothing committed after the open."""
+    api = await served_api_factory()
+    for n in range(5):
+        outbox = f"opening-{n}"
+        async with websockets.connect(ws_url(api, "", outbox=outbox)) as socket:
+            store.apply_projection(
+                api.stack.engine,
+                ItemProjection(
+                    view("k", 1, ItemStatus.QUEUED, outbox=outbox),
+                    [event(1, ItemEventType.ENQUEUED, ItemStatus.QUEUED)],
+                ),
+            )
+            [arrived] = await receive(socket, 1)
+        assert (arrived["outbox"], arrived["seq"]) == (outbox, 1)
+
+
 async def test_websocket_requires_the_token_when_configured(served_api_factory) -> None:
     api = await served_api_factory(api_token="s3cret")
 
