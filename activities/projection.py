@@ -37,7 +37,7 @@ class ProjectionActivities:
         self._writer: asyncio.Task[None] | None = None
         # One thread: the DB driver blocks, and one writer at a time is what batches the rest.
         self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="projection")
-        self.transactions = 0  # for tests and benchmarks: how well the batching works
+        self.transactions = 0  # how well the batching works (the tests check it)
 
     @activity.defn(name=PROJECT_ACTIVITY)
     async def project_item(self, projection: ItemProjection) -> None:

@@ -52,11 +52,11 @@ from common.settings import Settings
 from workflows.outbox_item import CANCEL_UPDATE, STATUS_QUERY, OutboxItemWorkflow
 
 _OUTBOX_NAME = re.compile(rf"^[A-Za-z0-9][A-Za-z0-9._-]{{0,{MAX_OUTBOX_LENGTH - 1}}}$")
-# Printable characters only (the key is part of a workflow id shown in UIs and logs), and no
-# "/", so a key is always exactly one URL path segment in the REST API.
 # Every call to Temporal gets a deadline, so a blackholed server answers the API's caller with a
 # 503 instead of holding the request open. Only calls on ended workflows or quick handlers wait.
 RPC_TIMEOUT = timedelta(seconds=10)
+# Printable characters only (the key is part of a workflow id shown in UIs and logs), and no
+# "/", so a key is always exactly one URL path segment in the REST API.
 _KEY = re.compile(rf"^[^\x00-\x1f\x7f/]{{1,{MAX_KEY_LENGTH}}}$")
 # Started, task scheduled, task started, task completed: before the 4th event no code has run.
 _FIRST_TASK_COMPLETED = 4
@@ -170,7 +170,7 @@ class OutboxClient:
             known = ", ".join(self.destinations.names) or "none"
             raise UnknownDestination(f"unknown destination {destination!r} (configured: {known})")
         if ordering_key is not None:
-            validate_key(ordering_key, "ordering key")
+            _validate_text(ordering_key, "ordering key")
         if max_attempts is not None and max_attempts < 1:
             raise InvalidRequest("max_attempts must be at least 1")
         item_id = item_workflow_id(outbox, key)
@@ -362,14 +362,20 @@ def validate_outbox(outbox: str) -> None:
         )
 
 
-def validate_key(key: str, what: str = "idempotency key") -> None:
-    """Raise InvalidRequest unless `key` is a valid idempotency key (or ordering key)."""
+def validate_key(key: str) -> None:
+    """Raise InvalidRequest unless `key` is a valid idempotency key."""
+    _validate_text(key, "idempotency key")
+    # The key is the last segment of the item's URL: "." and ".." would make that path climb a
+    # level once any client normalises it.
+    if key in (".", ".."):
+        raise InvalidRequest(f"idempotency key {key!r} cannot be addressed in a URL path")
+
+
+def _validate_text(value: str, what: str) -> None:
     # isprintable() also refuses lone surrogates, which no UTF-8 workflow id can carry.
-    # "." and ".." would make the item's URL path climb a level once a client normalises it.
-    if not _KEY.match(key) or not key.isprintable() or key in (".", ".."):
+    if not _KEY.match(value) or not value.isprintable():
         raise InvalidRequest(
-            f"{what} must be 1-{MAX_KEY_LENGTH} printable characters other than '/',"
-            " and not '.' or '..'"
+            f"{what} must be 1-{MAX_KEY_LENGTH} printable characters other than '/'"
         )
 
 

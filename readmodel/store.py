@@ -42,8 +42,9 @@ def apply_projection(engine: Engine, projection: ItemProjection) -> None:
 def apply_projections(engine: Engine, projections: Sequence[ItemProjection]) -> None:
     """Write a batch of projections (any items, any order, repeats allowed) in one transaction.
 
-    One multi-row statement per table whatever the batch size: a transition costs a share of a
-    commit rather than a commit, which is what lets many workflows project concurrently.
+    Each statement runs once per batch with the rows as executemany parameters: a transition
+    costs a share of a commit rather than a commit, which is what lets many workflows project
+    concurrently.
     """
     if not projections:
         return
@@ -67,8 +68,8 @@ def apply_projections(engine: Engine, projections: Sequence[ItemProjection]) -> 
             }
         if projection.payload is not None:
             payloads.setdefault(view.id, projection.payload)
-        # One row per item and statement (PostgreSQL refuses to upsert a row twice in one
-        # statement): the newest version wins, as it would across separate statements.
+        # One row per item: the newest version wins, as it would across separate statements,
+        # and the older ones need not be written at all.
         current = rows.get(view.id)
         if current is None or current["version"] < view.last_event_seq:
             rows[view.id] = _item_row(projection)

@@ -66,7 +66,6 @@ router = APIRouter(
 _BATCH_CONCURRENCY = 10
 # Only a failed item can run again (redrive), so only a failed row can be behind its workflow.
 _SETTLED = frozenset({ItemStatus.SENT.value, ItemStatus.CANCELLED.value})
-_DOT_SEGMENTS = frozenset({".", ".."})
 
 
 def item_links(outbox: str, key: str) -> ItemLinks:
@@ -290,8 +289,6 @@ async def redrive_item(outbox: str, key: str, client: OutboxClientDep) -> Enqueu
 async def _enqueue_one(
     client: OutboxClient, outbox: str, key: str, body: EnqueueRequest
 ) -> EnqueueResponse:
-    if key in _DOT_SEGMENTS:
-        raise InvalidRequest(f"idempotency key {key!r} cannot be addressed in a URL path")
     result = await client.enqueue(
         outbox,
         body.destination,

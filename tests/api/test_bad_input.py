@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime, timedelta
+
 import pytest
 
 from common.client import InvalidRequest, validate_key
@@ -30,3 +32,20 @@ def test_the_client_refuses_keys_the_api_refuses(key: str) -> None:
     """Callers of OutboxClient (the CLI, other services) get the same rules as the API's."""
     with pytest.raises(InvalidRequest):
         validate_key(key)
+
+
+async def test_dots_are_refused_only_where_they_would_be_a_path_segment(api: Api) -> None:
+    """An ordering key never appears in a URL, so "." is as good an ordering key as any."""
+    later = (datetime.now(UTC) + timedelta(hours=1)).isoformat()
+    response = await api.http.post(
+        "/v1/outboxes/tests/items",
+        json={
+            "destination": api.webhook.name,
+            "payload": {},
+            "ordering_key": ".",
+            "not_before": later,
+        },
+        headers={"Idempotency-Key": "dotted-ordering"},
+    )
+
+    assert response.status_code == 202, response.text

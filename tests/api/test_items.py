@@ -147,6 +147,7 @@ async def test_invalid_body_is_422_naming_the_field(
         ("tests", "a/b"),
         ("tests", "tab\there"),
         ("tests", "bell\x07"),
+        ("tests", "."),
         ("tests", ".."),
     ],
 )
