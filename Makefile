@@ -3,7 +3,6 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
-SOURCES := common workflows activities api readmodel devstack bench worker.py cli.py
 # `make bench QUICK=1`: the short run.
 QUICK ?=
 # Extra pytest arguments, e.g. `make test PYTEST_ARGS='tests/devstack -x'`.
@@ -15,7 +14,7 @@ PYTEST_ARGS ?=
 help:
 	@echo "make dev         create .venv, install, start Temporal + fake provider + worker + API"
 	@echo "make test        create .venv, install, run the whole test suite (PYTEST_ARGS=...)"
-	@echo "make lint        ruff format --check, ruff check, mypy --strict on the source"
+	@echo "make lint        ruff format --check, ruff check, mypy --strict, import-graph contracts"
 	@echo "make bench       benchmarks (QUICK=1 for the short run); writes .bench/latest.json"
 	@echo "make chaos       fault injection at scale (QUICK=1, CHAOS_ITEMS=n); writes .bench/chaos.json"
 	@echo "make install     create .venv and install (again only when pyproject.toml changes)"
@@ -47,7 +46,8 @@ test: install
 lint: install
 	$(BIN)/ruff format --check .
 	$(BIN)/ruff check .
-	$(BIN)/mypy $(SOURCES)
+	$(BIN)/mypy .
+	$(BIN)/lint-imports
 
 bench: install
 	QUICK=$(QUICK) $(BIN)/python -m bench.run

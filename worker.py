@@ -19,13 +19,14 @@ from sqlalchemy import Engine
 from temporalio.client import Client
 from temporalio.runtime import PrometheusConfig, Runtime, TelemetryConfig
 from temporalio.worker import UnsandboxedWorkflowRunner, Worker
+from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 
 from activities.delivery import DeliveryActivities
 from activities.projection import ProjectionActivities
-from activities.providers import build_provider
-from common.client import connect
-from common.destinations import Destination, DestinationRegistry
+from activities.providers import build_provider, load_destinations
+from common.destinations import Destination
 from common.settings import Settings, get_settings
+from outbox_client import connect
 from readmodel.db import create_schema, make_engine
 from workflows.outbox_item import OutboxItemWorkflow
 
@@ -40,8 +41,10 @@ def build_workers(
     engine: Engine | None,
     workflow_task_queue: str,
     run_workflows: bool = True,
+    sandboxed: bool = False,
 ) -> list[Worker]:
-    """All workers of one process; `engine` is the read model the projection writes to."""
+    """All workers of one process; `engine` is the read model the projection writes to, and
+    `sandboxed` runs workflows in Temporal's determinism sandbox (the tests do)."""
     workers: list[Worker] = []
     if run_workflows:
         if engine is None:
@@ -56,10 +59,13 @@ def build_workers(
                 # activity pollers wait on it.
                 no_remote_activities=True,
                 # The sandbox re-imports the workflow module for every run, which measured as
-                # the worker's largest CPU cost per item. The workflow code is deterministic by
-                # construction (no I/O, clock or randomness outside `workflow.*`), and the replay
-                # tests over recorded histories catch any change that is not.
-                workflow_runner=UnsandboxedWorkflowRunner(),
+                # the worker's largest CPU cost per item, so production runs without it. The
+                # test suite's workers run sandboxed (`sandboxed=True`), so a non-deterministic
+                # call on any path a test takes fails there; the replay tests over recorded
+                # histories catch changes that alter a recorded history.
+                workflow_runner=SandboxedWorkflowRunner()
+                if sandboxed
+                else UnsandboxedWorkflowRunner(),
             )
         )
     delivery = DeliveryActivities(
@@ -86,7 +92,7 @@ async def run_worker(
     settings: Settings, only_destinations: list[str] | None, run_workflows: bool
 ) -> None:
     """Run until SIGINT/SIGTERM, then finish in-flight tasks and stop."""
-    registry = DestinationRegistry.from_file(settings.outbox_config)
+    registry = load_destinations(settings.outbox_config)
     destinations = list(registry)
     if only_destinations is not None:
         unknown = sorted(set(only_destinations) - set(registry.names))
@@ -102,7 +108,7 @@ async def run_worker(
         # Temporal SDK metrics (task latencies, slots, polls) for Prometheus at /metrics.
         metrics = PrometheusConfig(bind_address=settings.worker_metrics_address)
         runtime = Runtime(telemetry=TelemetryConfig(metrics=metrics))
-    client = await connect(settings, runtime=runtime)
+    client = await connect(runtime=runtime)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):

@@ -14,12 +14,15 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
 
 from activities.providers.base import PermanentProviderError, Provider, TransientProviderError
-from common.models import PollRequest, PollResult, SubmitRequest, SubmitResult
-from workflows.outbox_item import (
-    PERMANENT_ERROR,
+from contract.item import (
     POLL_ACTIVITY,
     SUBMIT_ACTIVITY,
-    TRANSIENT_ERROR,
+    DeliveryErrorDetails,
+    ItemErrorType,
+    PollRequest,
+    PollResult,
+    SubmitRequest,
+    SubmitResult,
 )
 
 
@@ -50,7 +53,7 @@ class DeliveryActivities:
             # retrying on this worker cannot fix.
             raise ApplicationError(
                 f"this worker has no provider for destination {destination!r}",
-                type=PERMANENT_ERROR,
+                type=ItemErrorType.PERMANENT,
                 non_retryable=True,
             )
         return provider
@@ -70,8 +73,8 @@ def _typed_errors() -> Iterator[None]:
 def _transient(err: TransientProviderError) -> ApplicationError:
     return ApplicationError(
         str(err),
-        {"retry_after_s": err.retry_after_s, "status_code": err.status_code},
-        type=TRANSIENT_ERROR,
+        DeliveryErrorDetails(retry_after_s=err.retry_after_s, status_code=err.status_code),
+        type=ItemErrorType.TRANSIENT,
         non_retryable=True,
         # Expected and handled by the workflow: logged without a traceback, not as an error.
         category=ApplicationErrorCategory.BENIGN,
@@ -80,5 +83,8 @@ def _transient(err: TransientProviderError) -> ApplicationError:
 
 def _permanent(err: PermanentProviderError) -> ApplicationError:
     return ApplicationError(
-        str(err), {"status_code": err.status_code}, type=PERMANENT_ERROR, non_retryable=True
+        str(err),
+        DeliveryErrorDetails(status_code=err.status_code),
+        type=ItemErrorType.PERMANENT,
+        non_retryable=True,
     )

@@ -10,9 +10,8 @@ from sqlalchemy import Engine
 from sqlalchemy.exc import OperationalError
 from temporalio import activity
 
-from common.models import ItemProjection
+from contract.item import PROJECT_ACTIVITY, ItemProjection
 from readmodel.store import apply_projections
-from workflows.outbox_item import PROJECT_ACTIVITY
 
 log = logging.getLogger("outbox.projection")
 

@@ -9,9 +9,10 @@ from fastapi import Depends, Request
 from sqlalchemy import Engine
 
 from api.metrics import ApiMetrics
-from common.client import OutboxClient
 from common.destinations import DestinationRegistry
 from common.settings import Settings
+from outbox_client import OutboxClient
+from service.items import ItemService
 
 
 @dataclass
@@ -22,6 +23,7 @@ class Resources:
     outbox: OutboxClient
     destinations: DestinationRegistry
     engine: Engine
+    items: ItemService
 
 
 def get_resources(request: Request) -> Resources:
@@ -31,6 +33,10 @@ def get_resources(request: Request) -> Resources:
 
 def get_outbox_client(request: Request) -> OutboxClient:
     return get_resources(request).outbox
+
+
+def get_item_service(request: Request) -> ItemService:
+    return get_resources(request).items
 
 
 def get_engine(request: Request) -> Engine:
@@ -48,6 +54,7 @@ def get_metrics(request: Request) -> ApiMetrics:
 
 ResourcesDep = Annotated[Resources, Depends(get_resources)]
 OutboxClientDep = Annotated[OutboxClient, Depends(get_outbox_client)]
+ItemServiceDep = Annotated[ItemService, Depends(get_item_service)]
 EngineDep = Annotated[Engine, Depends(get_engine)]
 DestinationsDep = Annotated[DestinationRegistry, Depends(get_destinations)]
 MetricsDep = Annotated[ApiMetrics, Depends(get_metrics)]

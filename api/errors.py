@@ -19,7 +19,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from temporalio.client import RPCTimeoutOrCancelledError
 from temporalio.service import RPCError, RPCStatusCode
 
-from common.client import (
+from outbox_client import (
     CannotCancel,
     IdempotencyConflict,
     InvalidRequest,
@@ -27,7 +27,9 @@ from common.client import (
     ItemNotFound,
     NotRedrivable,
     OutboxError,
+    TemporalUnavailable,
     UnknownDestination,
+    is_temporal_unavailable,
 )
 from readmodel.store import InvalidCursor
 
@@ -56,14 +58,6 @@ _HTTP_TITLES = {
     422: "Invalid request",
     503: "Service unavailable",
 }
-# The SDK reports a failed (lazy) connection as a plain RuntimeError with this prefix.
-_TEMPORAL_CONNECT_FAILED = "Failed client connect"
-_TEMPORAL_UNAVAILABLE = (
-    RPCStatusCode.UNAVAILABLE,
-    RPCStatusCode.DEADLINE_EXCEEDED,
-    # The cluster throttles a namespace's requests with this code; retrying later is the fix.
-    RPCStatusCode.RESOURCE_EXHAUSTED,
-)
 
 
 class ApiProblem(Exception):
@@ -86,6 +80,8 @@ class ApiProblem(Exception):
     @classmethod
     def from_outbox_error(cls, err: OutboxError, **extra: Any) -> ApiProblem:
         """The client error's problem, optionally with extra members (a link, say)."""
+        if isinstance(err, TemporalUnavailable):
+            return _temporal_unavailable()
         status, slug, title = _OUTBOX_ERRORS.get(type(err), (400, "bad-request", "Bad request"))
         return cls(status, slug, title, str(err), **extra)
 
@@ -128,17 +124,11 @@ def known_problem(err: Exception) -> ApiProblem | None:
         return ApiProblem.from_outbox_error(err)
     if isinstance(err, InvalidCursor):
         return ApiProblem(422, "invalid-cursor", "Invalid cursor", str(err))
-    if isinstance(err, RPCError):
-        if err.status in _TEMPORAL_UNAVAILABLE:
-            return _temporal_unavailable()
-        if err.status == RPCStatusCode.NOT_FOUND:
-            # The item ended or vanished between two calls of one request: a race, not a bug.
-            return ApiProblem(404, "item-not-found", "Item not found", "no such item")
-        return None
-    if isinstance(err, RPCTimeoutOrCancelledError) or (
-        isinstance(err, RuntimeError) and str(err).startswith(_TEMPORAL_CONNECT_FAILED)
-    ):
+    if is_temporal_unavailable(err):
         return _temporal_unavailable()
+    if isinstance(err, RPCError) and err.status == RPCStatusCode.NOT_FOUND:
+        # The item ended or vanished between two calls of one request: a race, not a bug.
+        return ApiProblem(404, "item-not-found", "Item not found", "no such item")
     if isinstance(err, DBAPIError):
         return ApiProblem(
             503,
@@ -184,7 +174,6 @@ def install_error_handlers(app: FastAPI) -> None:
         InvalidCursor,
         RPCError,
         RPCTimeoutOrCancelledError,
-        RuntimeError,
         DBAPIError,
     ):
         app.add_exception_handler(error_type, _known)

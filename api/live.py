@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from sqlalchemy import Engine
 
 from readmodel import store
-from readmodel.models import OutboxEvent
+from readmodel.models import EventRecord
 
 log = logging.getLogger("outbox.live")
 
@@ -33,12 +33,12 @@ class SubscriberTooSlow(Exception):
 class Subscription:
     """A socket's feed: events arrive on `queue`; `overflowed` is set if it fell behind."""
 
-    queue: asyncio.Queue[OutboxEvent] = field(
+    queue: asyncio.Queue[EventRecord] = field(
         default_factory=lambda: asyncio.Queue(SUBSCRIBER_BUFFER)
     )
     overflowed: asyncio.Event = field(default_factory=asyncio.Event)
 
-    async def next(self) -> OutboxEvent:
+    async def next(self) -> EventRecord:
         getter = asyncio.ensure_future(self.queue.get())
         dropped = asyncio.ensure_future(self.overflowed.wait())
         done, _ = await asyncio.wait({getter, dropped}, return_when=asyncio.FIRST_COMPLETED)
@@ -95,7 +95,7 @@ class LiveHub:
                 log.warning("live tailer for %s: read failed; retrying", outbox, exc_info=True)
                 events = []
             for event in events:
-                last_id = event.id or last_id
+                last_id = event.id
                 for subscription in list(self._subscribers.get(outbox, ())):
                     try:
                         subscription.queue.put_nowait(event)

@@ -16,6 +16,7 @@ from sqlalchemy import Engine
 from sqlalchemy.exc import DBAPIError
 from temporalio.client import Client
 
+from activities.providers import load_destinations
 from api.auth import require_token
 from api.deps import Resources
 from api.errors import install_error_handlers
@@ -23,10 +24,11 @@ from api.limits import BodySizeLimit
 from api.live import LiveHub
 from api.metrics import ApiMetrics, MetricsMiddleware
 from api.routes import dashboard, health, items, live, outboxes
-from common.client import OutboxClient, connect
 from common.destinations import DestinationRegistry
 from common.settings import Settings, get_settings
+from outbox_client import OutboxClient, TemporalConnection
 from readmodel.db import create_schema, make_engine
+from service.items import ItemService
 
 log = logging.getLogger("outbox.api")
 
@@ -34,7 +36,7 @@ log = logging.getLogger("outbox.api")
 def create_app(
     settings: Settings | None = None,
     *,
-    temporal_client: Client | None = None,
+    temporal_client: Client | TemporalConnection | None = None,
     outbox_client: OutboxClient | None = None,
     destinations: DestinationRegistry | None = None,
     engine: Engine | None = None,
@@ -55,7 +57,7 @@ def create_app(
         elif outbox_client is not None:
             registry = outbox_client.destinations
         else:
-            registry = DestinationRegistry.from_file(settings.outbox_config)
+            registry = load_destinations(settings.outbox_config)
         db = engine if engine is not None else make_engine(settings.database_url)
         try:
             create_schema(db)
@@ -63,8 +65,9 @@ def create_app(
             # Start anyway: /readyz reports the database, and the worker creates the schema too.
             log.error("read model unreachable at start-up (%s); continuing", type(err).__name__)
         if outbox_client is None:
-            # Lazy: the API starts (and /readyz says why it is not ready) while Temporal is down.
-            client = temporal_client or await connect(settings, lazy=True)
+            # Connects on first use: the API starts (and /readyz says why it is not ready) while
+            # Temporal is down.
+            client = temporal_client or TemporalConnection()
             outbox = OutboxClient(client, registry, settings.workflow_task_queue)
         else:
             outbox = outbox_client
@@ -73,6 +76,7 @@ def create_app(
             outbox=outbox,
             destinations=registry,
             engine=db,
+            items=ItemService(outbox, db),
         )
         if settings.api_tokens:
             log.info("API requires a bearer token (%d configured)", len(settings.api_tokens))

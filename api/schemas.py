@@ -2,12 +2,20 @@
 
 from __future__ import annotations
 
-from datetime import datetime
-from typing import Annotated, Any
+from dataclasses import dataclass, field
+from typing import Annotated, Any, Literal
 
-from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, WithJsonSchema
+from pydantic import AfterValidator, AwareDatetime, BaseModel, ConfigDict, Field, WithJsonSchema
 
-from common.ids import MAX_KEY_LENGTH
+from contract.item import OutboxItemView
+from contract.limits import (
+    MAX_DESTINATION_LENGTH,
+    MAX_KEY_LENGTH,
+    TEXT_KEY_PATTERN,
+    check_idempotency_key,
+    check_ordering_key,
+)
+from readmodel.models import EventRecord
 
 MAX_BATCH = 100
 
@@ -17,13 +25,17 @@ class EnqueueRequest(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    destination: str = Field(min_length=1, max_length=63, examples=["fake-email"])
+    destination: str = Field(
+        min_length=1, max_length=MAX_DESTINATION_LENGTH, examples=["fake-email"]
+    )
     payload: dict[str, Any] = Field(
         description="What the provider receives (ACS body, webhook JSON)"
     )
-    ordering_key: str | None = Field(
-        default=None, min_length=1, max_length=200, pattern=r"^[^\x00-\x1f\x7f]+$"
-    )
+    ordering_key: Annotated[
+        str | None,
+        Field(max_length=MAX_KEY_LENGTH, pattern=TEXT_KEY_PATTERN),
+        AfterValidator(lambda key: None if key is None else check_ordering_key(key)),
+    ] = None
     not_before: AwareDatetime | None = Field(
         default=None, description="Deliver no earlier than this (RFC 3339 with a time zone)"
     )
@@ -39,7 +51,11 @@ class EnqueueRequest(BaseModel):
 class BatchEnqueueItem(EnqueueRequest):
     """One item of a batch; its key goes in the body since headers are per request."""
 
-    idempotency_key: str | None = Field(default=None, min_length=1, max_length=MAX_KEY_LENGTH)
+    idempotency_key: Annotated[
+        str | None,
+        Field(max_length=MAX_KEY_LENGTH, pattern=TEXT_KEY_PATTERN),
+        AfterValidator(lambda key: None if key is None else check_idempotency_key(key)),
+    ] = None
 
 
 class BatchEnqueueRequest(BaseModel):
@@ -112,28 +128,16 @@ class BatchEnqueueResponse(BaseModel):
     results: list[BatchResult]
 
 
-class ItemResponse(BaseModel):
-    """An item's status: live from its workflow while it runs, from the read model after."""
+@dataclass
+class ItemResponse(OutboxItemView):
+    """An item's status: every field of `OutboxItemView`, plus its payload, where the view came
+    from and its links. Live from its workflow while it runs, from the read model after."""
 
-    id: str
-    outbox: str
-    key: str
-    destination: str
-    status: str
-    attempts: int
-    max_attempts: int
-    last_error: str | None
-    next_attempt_at: datetime | None
-    operation_url: str | None
-    poll_count: int
-    created_at: datetime | None
-    updated_at: datetime | None
-    finished_at: datetime | None
-    ordering_key: str | None = None
-    provider_message_id: str | None = None
-    payload: dict[str, Any] | None = None
-    source: str = Field(description="'workflow' (live) or 'read-model'")
-    links: ItemLinks
+    payload: dict[str, Any] | None = field(default=None, kw_only=True)
+    source: Literal["workflow", "read-model"] = field(
+        kw_only=True, metadata={"description": "'workflow' (live) or 'read-model'"}
+    )
+    links: ItemLinks = field(kw_only=True)
 
 
 class ItemPage(BaseModel):
@@ -143,26 +147,8 @@ class ItemPage(BaseModel):
     next_cursor: str | None
 
 
-class EventResponse(BaseModel):
-    """One transition; `id` is the outbox-wide cursor for `live?since=`."""
-
-    id: int
-    item_id: str
-    outbox: str
-    seq: int
-    type: str
-    status: str
-    at: datetime
-    attempt: int
-    detail: str | None
-
-
-class CancelRequest(BaseModel):
-    """Optional body of a cancel; the reason is recorded in the item's history."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    reason: str = Field(default="cancelled by request", max_length=500)
+# One transition; `id` is the outbox-wide cursor for `live?since=`.
+EventResponse = EventRecord
 
 
 class RedriveFailedRequest(BaseModel):

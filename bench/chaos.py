@@ -19,7 +19,6 @@ import asyncio
 import contextlib
 import dataclasses
 import json
-import math
 import os
 import random
 import shutil
@@ -37,10 +36,20 @@ import httpx
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from temporalio.client import Client
 
+from activities.providers import load_destinations
+from bench.chaos_analysis import (
+    BURST_S,
+    ChaosRun,
+    ItemEvidence,
+    QueueTraffic,
+    SubmitAnswer,
+    Verdict,
+    judge,
+)
 from bench.run import machine
 from common.destinations import Destination, DestinationRegistry
-from common.ids import provider_idempotency_key
 from common.settings import PROJECT_ROOT
+from contract.ids import provider_idempotency_key
 from devstack.dev import Child, StartupError, build_children, start, stop
 from devstack.fake_provider import (
     DEFAULT_ACS_ACCESS_KEY,
@@ -84,23 +93,6 @@ STORM = FaultConfig(
 )
 # The fake's 429s switch between delta-seconds and HTTP-date Retry-After this often.
 RETRY_AFTER_FORM_PERIOD_S = 3.0
-# The server's token bucket may burst about one second's worth above the steady rate (README,
-# "Rate limits"): in a window of W seconds, up to rate * (W + BURST_S) requests are in the limit.
-BURST_S = 1.0
-RATE_WINDOWS_S = (1.0, 10.0)
-
-
-@dataclass(frozen=True)
-class Answer:
-    """One answer of the fake to a submit: when the request arrived, status, Retry-After."""
-
-    at: float
-    status: int
-    retry_after: str | None
-
-    @property
-    def accepted(self) -> bool:
-        return 200 <= self.status < 300
 
 
 class SubmitAnswers:
@@ -111,7 +103,7 @@ class SubmitAnswers:
 
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
-        self.by_key: dict[str, list[Answer]] = defaultdict(list)
+        self.by_key: dict[str, list[SubmitAnswer]] = defaultdict(list)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         headers = dict(scope.get("headers", []))
@@ -119,21 +111,25 @@ class SubmitAnswers:
         if scope["type"] != "http" or scope["method"] != "POST" or key is None:
             await self.app(scope, receive, send)
             return
+        # Wall-clock times, like the Retry-After HTTP-dates and the worker kills they are held to.
         arrived = time.time()
 
         async def recording_send(message: Message) -> None:
             if message["type"] == "http.response.start":
                 retry_after = dict(message.get("headers", [])).get(b"retry-after")
                 self.by_key[key.decode()].append(
-                    Answer(
-                        arrived, message["status"], retry_after.decode() if retry_after else None
+                    SubmitAnswer(
+                        arrived,
+                        time.time(),
+                        message["status"],
+                        retry_after.decode() if retry_after else None,
                     )
                 )
             await send(message)
 
         await self.app(scope, receive, recording_send)
 
-    def all(self) -> Iterator[Answer]:
+    def all(self) -> Iterator[SubmitAnswer]:
         for answers in self.by_key.values():
             yield from answers
 
@@ -299,119 +295,86 @@ def request_paths(destination: Destination) -> dict[str, tuple[str, float]]:
     return {"submit": (urlsplit(str(settings["url"])).path, destination.submit_rate)}
 
 
-def measured_rates(
-    state: FakeProviderState, registry: DestinationRegistry
-) -> dict[str, dict[str, Any]]:
-    """Busiest window per destination queue, against the limit plus the server's burst."""
-    rates: dict[str, dict[str, Any]] = {}
-    for destination in registry:
-        for queue, (prefix, rate) in request_paths(destination).items():
-            row: dict[str, Any] = {"limit_per_s": rate}
-            for window in RATE_WINDOWS_S:
-                row[f"max_in_{window:g}s"] = state.max_in_window(prefix, window)
-                row[f"allowed_in_{window:g}s"] = math.floor(rate * (window + BURST_S))
-            row["violation"] = any(
-                row[f"max_in_{w:g}s"] > row[f"allowed_in_{w:g}s"] for w in RATE_WINDOWS_S
-            )
-            rates[f"{destination.name} {queue}"] = row
-    return rates
+def queue_traffic(state: FakeProviderState, registry: DestinationRegistry) -> list[QueueTraffic]:
+    """Every request the fake saw, split by destination queue, with each queue's rate."""
+    return [
+        QueueTraffic(
+            f"{destination.name} {queue}",
+            rate,
+            tuple(at for at, path in state.requests if path.startswith(prefix)),
+        )
+        for destination in registry
+        for queue, (prefix, rate) in request_paths(destination).items()
+    ]
 
 
-def trail(answers: list[Answer], kills: list[Kill]) -> str:
-    """An item's submit answers and the worker kills, in seconds after its first request."""
-    if not answers:
-        return "no submit seen"
-    first = answers[0].at
-    seen = [f"{a.at - first:+.2f}s {a.status} {a.retry_after or ''}".strip() for a in answers]
-    killed = [f"{kill.at - first:+.2f}s" for kill in kills]
-    return f"answers: {', '.join(seen)}; kills: {', '.join(killed)}"
-
-
-def analyse(
+def gather(
     enqueued: dict[str, str],
     results: dict[str, str],
     rows: dict[str, dict[str, Any]],
     state: FakeProviderState,
     answers: SubmitAnswers,
     kills: list[Kill],
+    refused: list[str],
     registry: DestinationRegistry,
-) -> tuple[dict[str, Any], list[str]]:
-    """Every item checked at the provider and in the read model: the figures and the problems."""
-    counts: dict[str, int] = defaultdict(int)
-    problems: list[str] = []
-    resubmitted: list[str] = []
+) -> ChaosRun:
+    """What the run saw of every item at the provider, in its workflow and in the read model."""
+    items = []
     for item_id in enqueued:
         key = provider_idempotency_key(item_id)
-        outcome = results[item_id]
         stats = state.keys.get(key)
-        deliveries = stats.deliveries if stats is not None else 0
         operation = state.operations.get(key)
-        provider_failed = operation is not None and operation.result != "Succeeded"
         row = rows.get(item_id) or {}
-        counts[outcome] += 1
-        if outcome not in ("sent", "failed"):
-            counts["lost"] += 1
-            problems.append(f"{item_id}: lost, not final ({outcome})")
-        elif outcome == "sent" and deliveries == 0:
-            counts["lost"] += 1
-            problems.append(f"{item_id}: lost, sent but never accepted by the provider")
-        elif outcome == "sent" and provider_failed:
-            counts["wrong_outcome"] += 1
-            problems.append(f"{item_id}: sent, but the provider failed its operation")
-        elif outcome == "failed" and provider_failed:
-            counts["failed_expected"] += 1
-        elif outcome == "failed":
-            counts["failed_unexpected"] += 1
-            problems.append(f"{item_id}: failed unexpectedly: {row.get('last_error')}")
-        if deliveries > 1:
-            counts["duplicates"] += 1
-            problems.append(f"{item_id}: delivered {deliveries} times")
-        accepted = [answer for answer in answers.by_key.get(key, []) if answer.accepted]
-        for again in accepted[1:]:
-            # A worker killed after the provider accepted but before Temporal heard of it must
-            # submit again; the idempotency key makes that harmless. Anything else is a bug.
-            if any(accepted[0].at <= kill.at <= again.at for kill in kills):
-                counts["resubmits_after_kill"] += 1
-                resubmitted.append(f"{item_id}: {trail(answers.by_key[key], kills)}")
-            else:
-                counts["duplicates"] += 1
-                problems.append(
-                    f"{item_id}: accepted again {again.at - accepted[0].at:.1f} s after its "
-                    "first acceptance with no worker kill in between"
-                )
-        if stats is not None and stats.early_requests:
-            counts["early_requests"] += stats.early_requests
-            problems.append(
-                f"{item_id}: {stats.early_requests} request(s) before a Retry-After; "
-                + trail(answers.by_key.get(key, []), kills)
+        items.append(
+            ItemEvidence(
+                item_id=item_id,
+                outcome=results[item_id],
+                deliveries=stats.deliveries if stats is not None else 0,
+                provider_failed=operation is not None and operation.result != "Succeeded",
+                read_model_status=row.get("status"),
+                last_error=row.get("last_error"),
+                answers=tuple(answers.by_key.get(key, [])),
             )
-        if outcome in ("sent", "failed") and row.get("status") != outcome:
-            counts["readmodel_mismatches"] += 1
-            problems.append(f"{item_id}: {outcome}, but the read model says {row.get('status')}")
-        counts["operations_failed_by_provider"] += int(provider_failed)
+        )
+    return ChaosRun(
+        items=tuple(items),
+        queues=tuple(queue_traffic(state, registry)),
+        kill_times=tuple(kill.at for kill in kills),
+        kills_planned=KILLS,
+        enqueue_refusals=tuple(f"enqueue refused {refusal}" for refusal in refused),
+    )
 
-    rates = measured_rates(state, registry)
-    problems += [
-        f"{queue}: {row['max_in_1s']} requests in 1 s / {row['max_in_10s']} in 10 s, above "
-        f"{row['allowed_in_1s']} / {row['allowed_in_10s']}"
-        for queue, row in rates.items()
-        if row["violation"]
-    ]
+
+def summarise(
+    run: ChaosRun, verdict: Verdict, state: FakeProviderState, answers: SubmitAnswers
+) -> dict[str, Any]:
+    """The run's figures for the table and `.bench/chaos.json`."""
+    counts = {check.name: check.count for check in verdict.checks}
     all_answers = list(answers.all())
     retry_afters = [a.retry_after for a in all_answers if a.status == 429 and a.retry_after]
-    figures: dict[str, Any] = {
+    rates = {
+        rate.name: {
+            "limit_per_s": rate.limit_per_s,
+            **{f"max_in_{w.window_s:g}s": w.busiest for w in rate.windows},
+            **{f"allowed_in_{w.window_s:g}s": w.allowed for w in rate.windows},
+            "violation": rate.violation,
+        }
+        for rate in verdict.rates
+    }
+    return {
         "items": ITEMS,
-        "enqueued": len(enqueued),
-        "sent": counts["sent"],
-        "failed": counts["failed"],
-        "failed_expected": counts["failed_expected"],
+        "enqueued": len(run.items),
+        "enqueue_refused": counts["enqueue_refused"],
+        "sent": verdict.outcomes.get("sent", 0),
+        "failed": verdict.outcomes.get("failed", 0),
+        "failed_expected": verdict.failed_expected,
         "failed_unexpected": counts["failed_unexpected"],
-        "sent_but_provider_failed": counts["wrong_outcome"],
-        "unfinished": counts[UNFINISHED],
+        "sent_but_provider_failed": counts["sent_but_provider_failed"],
+        "unfinished": verdict.outcomes.get(UNFINISHED, 0),
         "lost": counts["lost"],
         "duplicates": counts["duplicates"],
-        "resubmits_after_kill": counts["resubmits_after_kill"],
-        "resubmitted_items": resubmitted,
+        "resubmits_after_kill": len(verdict.resubmitted_after_kill),
+        "resubmitted_items": list(verdict.resubmitted_after_kill),
         "early_requests": counts["early_requests"],
         "readmodel_mismatches": counts["readmodel_mismatches"],
         "provider": {
@@ -422,12 +385,14 @@ def analyse(
             "answered_429_http_date": sum(1 for value in retry_afters if not value.isdigit()),
             "hung": sum(1 for a in all_answers if a.status == 504),
             "accepted": sum(1 for a in all_answers if a.accepted),
-            "operations_failed": counts["operations_failed_by_provider"],
+            "operations_failed": verdict.operations_failed_by_provider,
         },
         "rates": rates,
-        "worker_kills": len(kills),
+        "worker_kills": len(run.kill_times),
+        "checks": {
+            check.name: {"count": check.count, "passed": check.passed} for check in verdict.checks
+        },
     }
-    return figures, problems
 
 
 async def storm(
@@ -437,7 +402,7 @@ async def storm(
     answers: SubmitAnswers,
     stopping: threading.Event,
 ) -> tuple[dict[str, Any], list[str]]:
-    registry = DestinationRegistry.from_file(CONFIG, env)
+    registry = load_destinations(CONFIG, env)
     client = await Client.connect(env["TEMPORAL_ADDRESS"])
     worker = next(child for child in children if child.name == "worker")
     await FakeProviderAdmin(env["FAKE_PROVIDER_URL"]).set_faults(**dataclasses.asdict(STORM))
@@ -469,17 +434,15 @@ async def storm(
     finally:
         for task in background:
             task.cancel()
-    figures, problems = analyse(enqueued, final, rows, state, answers, kills, registry)
-    problems = [f"enqueue refused {refusal}" for refusal in refused] + problems
-    if len(kills) < KILLS:
-        problems.append(f"only {len(kills)} of {KILLS} worker kills happened before the end")
-    figures["enqueue_refused"] = len(refused)
-    figures["kills"] = [
+    chaos_run = gather(enqueued, final, rows, state, answers, kills, refused, registry)
+    verdict = judge(chaos_run)
+    report = summarise(chaos_run, verdict, state, answers)
+    report["kills"] = [
         {"after_s": kill.after_s, "items_final": kill.items_final, "restart_s": kill.restart_s}
         for kill in kills
     ]
-    figures["seconds_to_final"] = seconds_to_final
-    return figures, problems
+    report["seconds_to_final"] = seconds_to_final
+    return report, verdict.problems
 
 
 async def run(children: list[Child], env: dict[str, str]) -> tuple[dict[str, Any], list[str]]:

@@ -15,8 +15,8 @@ from temporalio.worker import Worker
 with workflow.unsafe.imports_passed_through():
     import httpx
 
-    from activities.providers.acs_email import AcsEmailProvider
-    from common.models import OperationStatus, PollRequest, PollResult, SubmitRequest, SubmitResult
+    from activities.providers.acs_email import AcsEmailProvider, AcsEmailSettings
+    from contract.item import OperationStatus, PollRequest, PollResult, SubmitRequest, SubmitResult
 
 TASK_QUEUE = "naive"
 ACCESS_KEY = "ZmFrZS1hY3MtYWNjZXNzLWtleQ=="
@@ -64,9 +64,8 @@ async def run_worker() -> None:
 
     client = await Client.connect(os.environ["TEMPORAL_ADDRESS"])
     async with httpx.AsyncClient() as http:
-        provider = AcsEmailProvider(
-            {"endpoint": os.environ["FAKE_PROVIDER_URL"], "access_key": ACCESS_KEY}, http
-        )
+        settings = AcsEmailSettings(endpoint=os.environ["FAKE_PROVIDER_URL"], access_key=ACCESS_KEY)
+        provider = AcsEmailProvider(settings, http)
         naive = NaiveActivities(provider)
         worker = Worker(
             client,

@@ -26,15 +26,15 @@ from typing import Any
 import httpx
 from temporalio.client import Client
 
+from activities.providers import load_destinations
 from bench.naive import TASK_QUEUE as NAIVE_TASK_QUEUE
 from bench.naive import NaiveItemWorkflow
-from common.client import OutboxClient
-from common.destinations import DestinationRegistry
-from common.ids import WORKFLOW_TASK_QUEUE
-from common.models import SubmitRequest
 from common.settings import PROJECT_ROOT
+from contract.ids import WORKFLOW_TASK_QUEUE
+from contract.item import SubmitRequest
 from devstack.dev import Child, build_children, start, stop
 from devstack.temporal_server import temporal_cli_path
+from outbox_client import OutboxClient
 
 QUICK = os.environ.get("QUICK") == "1"
 # Items of the at-rest scenario sleep this long after submit: longer than submitting them all.
@@ -140,7 +140,7 @@ async def bounded(coroutines: list[Awaitable[Any]], limit: int = 50) -> list[Any
 
 
 async def product_items(client: Client, count: int, destination: str, run_id: str) -> int:
-    outbox = OutboxClient(client, DestinationRegistry.from_file(CONFIG, ENV), WORKFLOW_TASK_QUEUE)
+    outbox = OutboxClient(client, load_destinations(CONFIG, ENV), WORKFLOW_TASK_QUEUE)
     results = await bounded(
         [outbox.enqueue("bench", destination, EMAIL, key=f"{run_id}-{n}") for n in range(count)]
     )
@@ -229,7 +229,7 @@ async def scenarios(env: dict[str, str], pids: dict[str, int]) -> dict[str, Any]
 
     waiting = 1000 if QUICK else 10_000
     print(f"scale at rest: {waiting} items waiting on {REST_POLL_INTERVAL_S} s timers:", flush=True)
-    outbox = OutboxClient(client, DestinationRegistry.from_file(CONFIG, ENV), WORKFLOW_TASK_QUEUE)
+    outbox = OutboxClient(client, load_destinations(CONFIG, ENV), WORKFLOW_TASK_QUEUE)
     rest_id = uuid.uuid4().hex[:8]
     started = time.perf_counter()
     results = await bounded(

@@ -6,7 +6,7 @@ File format (`config/destinations.toml`)::
     provider = "acs-email"
     submit_rate = 1.5          # submit activities per second, enforced by the Temporal server
     poll_rate = 2.0            # poll activities per second
-    max_attempts = 8
+    max_attempts = 8           # any `DeliveryPolicy` field; its default and bounds apply
     [destinations.fake-email.settings]
     endpoint = "${FAKE_PROVIDER_URL}/acs"
 
@@ -18,20 +18,33 @@ Any scalar field can be overridden by `DEST_<NAME>_<FIELD>`, the name upper-case
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 import tomllib
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    model_validator,
+)
 
-from common.ids import poll_task_queue, submit_task_queue
-from common.models import DeliveryPolicy
+from contract.ids import poll_task_queue, submit_task_queue
+from contract.item import POLICY_SETTINGS, DeliveryPolicy
+from contract.limits import check_destination_name
 
-_NAME_PATTERN = re.compile(r"^[a-z0-9][a-z0-9-]{0,62}$")
 _ENV_REFERENCE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
+
+SettingsT = TypeVar("SettingsT", bound=BaseModel)
+
+# Provider kind -> the model a destination's `settings` table must fit (the providers own them).
+ProviderSettingsModels = Mapping[str, type[BaseModel]]
 
 
 class DestinationConfigError(ValueError):
@@ -39,63 +52,64 @@ class DestinationConfigError(ValueError):
 
 
 class Destination(BaseModel):
-    """One destination: its provider, rate limits and delivery policy."""
+    """One destination: its provider and the provider's settings, rate limits, delivery policy."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    name: str
+    name: Annotated[str, AfterValidator(check_destination_name)]
     provider: str
+    # As configured; `settings_as` checks them against the provider's settings model.
     settings: dict[str, Any] = Field(default_factory=dict)
     submit_rate: float = Field(default=1.5, gt=0)
     poll_rate: float = Field(default=2.0, gt=0)
-    max_attempts: int = Field(default=8, ge=1, le=1000)
-    backoff_initial_s: float = Field(default=1.0, gt=0)
-    backoff_multiplier: float = Field(default=2.0, ge=1)
-    backoff_max_s: float = Field(default=300.0, gt=0)
-    backoff_jitter: float = Field(default=0.2, ge=0, le=1)
-    poll_interval_s: float = Field(default=2.0, gt=0)
-    poll_backoff_multiplier: float = Field(default=1.5, ge=1)
-    poll_interval_max_s: float = Field(default=60.0, gt=0)
-    poll_deadline_s: float = Field(default=3600.0, gt=0)
-    submit_timeout_s: float = Field(default=30.0, gt=0)
-    poll_timeout_s: float = Field(default=30.0, gt=0)
+    # Configured as flat fields (`max_attempts = 8`) and gathered here by `_gather_policy`, so
+    # DeliveryPolicy's own defaults and bounds apply without being repeated.
+    delivery: DeliveryPolicy
 
-    @field_validator("name")
+    @model_validator(mode="before")
     @classmethod
-    def _valid_name(cls, name: str) -> str:
-        if not _NAME_PATTERN.match(name):
-            raise ValueError("must be lower-case letters, digits and '-', at most 63 characters")
-        return name
+    def _gather_policy(cls, data: Any) -> Any:
+        if not isinstance(data, Mapping):
+            return data
+        if "delivery" in data:
+            raise ValueError("delivery: unknown field (set the policy fields directly)")
+        fields = dict(data)
+        name = str(fields.get("name", ""))
+        policy = {key: fields.pop(key) for key in POLICY_SETTINGS if key in fields}
+        fields["delivery"] = {
+            "destination": name,
+            "submit_task_queue": submit_task_queue(name),
+            "poll_task_queue": poll_task_queue(name),
+            **policy,
+        }
+        return fields
 
     @property
     def submit_task_queue(self) -> str:
-        return submit_task_queue(self.name)
+        return self.delivery.submit_task_queue
 
     @property
     def poll_task_queue(self) -> str:
-        return poll_task_queue(self.name)
+        return self.delivery.poll_task_queue
+
+    @property
+    def max_attempts(self) -> int:
+        return self.delivery.max_attempts
 
     def policy(self, max_attempts: int | None = None) -> DeliveryPolicy:
         """The snapshot a new item's workflow carries; `max_attempts` may only lower the limit."""
-        attempts = (
-            self.max_attempts if max_attempts is None else min(max_attempts, self.max_attempts)
-        )
-        return DeliveryPolicy(
-            destination=self.name,
-            submit_task_queue=self.submit_task_queue,
-            poll_task_queue=self.poll_task_queue,
-            max_attempts=attempts,
-            backoff_initial_s=self.backoff_initial_s,
-            backoff_multiplier=self.backoff_multiplier,
-            backoff_max_s=self.backoff_max_s,
-            backoff_jitter=self.backoff_jitter,
-            poll_interval_s=self.poll_interval_s,
-            poll_backoff_multiplier=self.poll_backoff_multiplier,
-            poll_interval_max_s=self.poll_interval_max_s,
-            poll_deadline_s=self.poll_deadline_s,
-            submit_timeout_s=self.submit_timeout_s,
-            poll_timeout_s=self.poll_timeout_s,
-        )
+        limit = self.delivery.max_attempts
+        attempts = limit if max_attempts is None else min(max_attempts, limit)
+        # A copy, so no workflow input shares the destination's object.
+        return dataclasses.replace(self.delivery, max_attempts=attempts)
+
+    def settings_as(self, model: type[SettingsT]) -> SettingsT:
+        """`settings` validated by `model`; raises DestinationConfigError naming each field."""
+        try:
+            return model.model_validate(self.settings)
+        except ValidationError as err:
+            problems = _describe(err, prefix="settings.")
+            raise DestinationConfigError(f"destination {self.name!r}: {problems}") from err
 
 
 class DestinationRegistry:
@@ -107,7 +121,7 @@ class DestinationRegistry:
     def __contains__(self, name: object) -> bool:
         return name in self._destinations
 
-    def __iter__(self):  # type: ignore[no-untyped-def]
+    def __iter__(self) -> Iterator[Destination]:
         return iter(self._destinations.values())
 
     def __len__(self) -> int:
@@ -121,16 +135,30 @@ class DestinationRegistry:
         return sorted(self._destinations)
 
     @classmethod
-    def from_file(cls, path: Path, environ: Mapping[str, str] | None = None) -> DestinationRegistry:
-        """Load `path`, expand `${ENV}` references and apply `DEST_*` overrides."""
-        environ = os.environ if environ is None else environ
+    def from_file(
+        cls,
+        path: Path,
+        environ: Mapping[str, str] | None = None,
+        *,
+        provider_settings: ProviderSettingsModels | None,
+    ) -> DestinationRegistry:
+        """Load `path`, expand `${ENV}` references, apply `DEST_*` overrides and validate.
+
+        `provider_settings` checks each destination's settings by its provider kind; only a
+        process that never builds providers passes None.
+        """
         try:
             raw = tomllib.loads(path.read_text())
         except FileNotFoundError as err:
             raise DestinationConfigError(f"destinations file not found: {path}") from err
         except tomllib.TOMLDecodeError as err:
             raise DestinationConfigError(f"{path}: invalid TOML: {err}") from err
-        return cls.from_mapping(raw.get("destinations", {}), environ, source=str(path))
+        return cls.from_mapping(
+            raw.get("destinations", {}),
+            environ,
+            source=str(path),
+            provider_settings=provider_settings,
+        )
 
     @classmethod
     def from_mapping(
@@ -138,18 +166,64 @@ class DestinationRegistry:
         raw: Mapping[str, Any],
         environ: Mapping[str, str] | None = None,
         source: str = "<config>",
+        *,
+        provider_settings: ProviderSettingsModels | None,
     ) -> DestinationRegistry:
+        """Like `from_file`, from the parsed `destinations` table."""
         environ = os.environ if environ is None else environ
         destinations: dict[str, Destination] = {}
         for name, fields in raw.items():
-            if not isinstance(fields, Mapping):
-                raise DestinationConfigError(f"{source}: destination {name!r} must be a table")
-            merged = _apply_overrides(name, _expand_env(dict(fields), environ), environ)
             try:
-                destinations[name] = Destination(name=name, **merged)
-            except ValidationError as err:
-                raise DestinationConfigError(f"{source}: destination {name!r}: {err}") from err
+                destinations[name] = _load(name, fields, environ, provider_settings)
+            except DestinationConfigError as err:
+                raise DestinationConfigError(f"{source}: {err}") from err
         return cls(destinations)
+
+
+def _load(
+    name: str,
+    fields: Any,
+    environ: Mapping[str, str],
+    provider_settings: ProviderSettingsModels | None,
+) -> Destination:
+    where = f"destination {name!r}"
+    if not isinstance(fields, Mapping):
+        raise DestinationConfigError(f"{where}: must be a table")
+    try:
+        merged = _apply_overrides(name, _expand_env(dict(fields), environ), environ)
+        destination = Destination.model_validate({"name": name, **merged})
+    except ValidationError as err:
+        raise DestinationConfigError(f"{where}: {_describe(err)}") from err
+    except DestinationConfigError as err:
+        raise DestinationConfigError(f"{where}: {err}") from err
+    if provider_settings is not None:
+        model = provider_settings.get(destination.provider)
+        if model is None:
+            known = ", ".join(sorted(provider_settings))
+            raise DestinationConfigError(
+                f"{where}: provider: unknown provider {destination.provider!r} (known: {known})"
+            )
+        destination.settings_as(model)
+    return destination
+
+
+def _describe(err: ValidationError, prefix: str = "") -> str:
+    """Each problem as `field: what is wrong`, in the file's flat field names."""
+    problems = []
+    for error in err.errors():
+        location = list(error["loc"])
+        # Policy fields sit flat in the file; `delivery` is only where the model gathers them.
+        if location[:1] == ["delivery"]:
+            location = location[1:]
+        field = prefix + ".".join(str(part) for part in location)
+        if error["type"] == "value_error":
+            message = str(error["ctx"]["error"])
+        elif error["type"] == "extra_forbidden":
+            message = "unknown field"
+        else:
+            message = error["msg"]
+        problems.append(f"{field}: {message}" if location else message)
+    return "; ".join(problems)
 
 
 def _expand_env(value: Any, environ: Mapping[str, str]) -> Any:

@@ -8,24 +8,20 @@ from pathlib import Path
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from common.ids import WORKFLOW_TASK_QUEUE
+from contract.ids import WORKFLOW_TASK_QUEUE
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 
 
 class Settings(BaseSettings):
-    """Configuration of every durable-outbox process. Each field is an env var of the same name."""
+    """Configuration of every durable-outbox process. Each field is an env var of the same name.
+
+    The Temporal connection is not here: it follows Temporal's own standard (`TEMPORAL_ADDRESS`,
+    `TEMPORAL_NAMESPACE`, `TEMPORAL_API_KEY`, `TEMPORAL_TLS_*`, profiles), read by
+    `outbox_client.connect`.
+    """
 
     model_config = SettingsConfigDict(env_file=".env", extra="ignore", case_sensitive=False)
-
-    temporal_address: str = "localhost:7233"
-    temporal_namespace: str = "default"
-    # Temporal Cloud or any mTLS cluster: an API key, or a client certificate and key (PEM paths).
-    temporal_api_key: str | None = None
-    temporal_tls: bool = False
-    temporal_tls_cert: Path | None = None
-    temporal_tls_key: Path | None = None
-    temporal_tls_server_ca: Path | None = None
 
     workflow_task_queue: str = WORKFLOW_TASK_QUEUE
     outbox_config: Path = Field(default=PROJECT_ROOT / "config" / "destinations.toml")

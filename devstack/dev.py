@@ -1,8 +1,11 @@
 """`make dev`: the whole stack in one terminal — Temporal dev server, fake provider, worker, API.
 
 Each process's output is prefixed with its name. Ctrl-C or SIGTERM stops everything, newest
-first (a second Ctrl-C kills what is left at once); if any process dies, the rest are stopped and
-the message names it. Items persist in the data directory across restarts.
+first (a second Ctrl-C kills what is left at once). A process that dies once the stack is up is
+restarted after a backoff (1 s doubling to 30 s, back to 1 s once it has stayed up a minute), so
+killing a worker shows recovery rather than ending the session; one that fails during start-up
+stops the stack, as that is a configuration error a retry will not fix. Items persist in the data
+directory across restarts.
 
 Environment (defaults): DEV_TEMPORAL_PORT (7233), DEV_UI_PORT (8233), DEV_FAKE_PORT (8025),
 DEV_API_PORT (8000), DEV_DATA_DIR (.data). The children get the matching TEMPORAL_ADDRESS and
@@ -35,6 +38,10 @@ from devstack.temporal_server import (
 
 COLOURS = {"temporal": "35", "fake": "36", "worker": "33", "api": "32"}
 START_TIMEOUT_S = 60.0
+RESTART_INITIAL_S = 1.0
+RESTART_MAX_S = 30.0
+# A run this long counts as healthy: the next crash restarts after RESTART_INITIAL_S again.
+RESTART_RESET_AFTER_S = 60.0
 # The worker logs this once every worker of the process polls (worker.py); it opens no port.
 WORKER_READY_LINE = "worker ready"
 
@@ -45,6 +52,27 @@ class StartupError(RuntimeError):
 
 class StartCancelled(Exception):
     """Ctrl-C or SIGTERM arrived while the stack was starting."""
+
+
+@dataclass
+class RestartBackoff:
+    """The delay before each restart of one child: doubling, and reset after a long enough run."""
+
+    initial_s: float = RESTART_INITIAL_S
+    max_s: float = RESTART_MAX_S
+    reset_after_s: float = RESTART_RESET_AFTER_S
+    next_s: float = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.next_s = self.initial_s
+
+    def delay_after(self, uptime_s: float) -> float:
+        """The delay before restarting a child that ran for `uptime_s` seconds."""
+        if uptime_s >= self.reset_after_s:
+            self.next_s = self.initial_s
+        delay = self.next_s
+        self.next_s = min(delay * 2, self.max_s)
+        return delay
 
 
 @dataclass
@@ -59,7 +87,13 @@ class Child:
     # When set, the child is ready only once this text has appeared in its output too.
     ready_line: str | None = None
     stop_grace_s: float = 15.0
+    backoff: RestartBackoff = field(default_factory=RestartBackoff, repr=False)
     process: subprocess.Popen[bytes] | None = field(default=None, repr=False)
+    started_at: float = field(default=0.0, repr=False)
+    # Set while the child is dead and waiting for its restart (a monotonic time).
+    restart_at: float | None = field(default=None, repr=False)
+    # Restarted but not ready yet: the stack says so once it is.
+    recovering: bool = field(default=False, repr=False)
     log_file: Path | None = field(default=None, repr=False)
     log_offset: int = field(default=0, repr=False)
     ready_line_seen: threading.Event = field(default_factory=threading.Event, repr=False)
@@ -226,30 +260,40 @@ def start(
                     "already? the DEV_*_PORT variables choose other ports)"
                 )
     for child in children:
-        output: IO[bytes] | int = subprocess.PIPE
-        if log_dir is not None:
-            log_dir.mkdir(parents=True, exist_ok=True)
-            child.log_file = log_dir / f"{child.name}.log"
-            output = child.log_file.open("ab")
-            child.log_offset = output.tell()
-        try:
-            child.process = subprocess.Popen(
-                child.command,
-                cwd=PROJECT_ROOT,
-                env=env,
-                stdout=output,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,  # Ctrl-C reaches only us; we stop children in order
-            )
-        finally:
-            if not isinstance(output, int):
-                output.close()  # the child has its own copy of the descriptor
-        if log_dir is None:
-            child.output_thread = threading.Thread(
-                target=_pipe_output, args=(child, colour), daemon=True
-            )
-            child.output_thread.start()
+        spawn(child, env, log_dir, colour)
         _wait_until_ready(child, children, stopping)
+
+
+def spawn(
+    child: Child, env: dict[str, str], log_dir: Path | None, colour: bool
+) -> subprocess.Popen[bytes]:
+    """Start `child`'s process, its output going to `log_dir/<name>.log` or to the terminal."""
+    output: IO[bytes] | int = subprocess.PIPE
+    if log_dir is not None:
+        log_dir.mkdir(parents=True, exist_ok=True)
+        child.log_file = log_dir / f"{child.name}.log"
+        output = child.log_file.open("ab")
+        child.log_offset = output.tell()
+    child.ready_line_seen.clear()  # a new process must say it is ready itself
+    try:
+        child.process = subprocess.Popen(
+            child.command,
+            cwd=PROJECT_ROOT,
+            env=env,
+            stdout=output,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,  # Ctrl-C reaches only us; we stop children in order
+        )
+    finally:
+        if not isinstance(output, int):
+            output.close()  # the child has its own copy of the descriptor
+    child.started_at = time.monotonic()
+    if log_dir is None:
+        child.output_thread = threading.Thread(
+            target=_pipe_output, args=(child, colour), daemon=True
+        )
+        child.output_thread.start()
+    return child.process
 
 
 def _wait_until_ready(
@@ -278,6 +322,52 @@ def first_exited(children: list[Child]) -> Child | None:
     return None
 
 
+def supervise(children: list[Child], env: dict[str, str], colour: bool) -> None:
+    """One pass over a running stack: schedule a restart for each child that died, restart those
+    whose delay is over, and say when a restarted child is ready again.
+
+    All four children are restarted alike. The dev server keeps its history in the data
+    directory, and the worker and the API reconnect to it; the fake provider comes back with
+    empty counters and no faults, which only matters to someone reading its stats.
+    """
+    now = time.monotonic()
+    for child in children:
+        process = child.process
+        if process is None:
+            continue
+        if child.restart_at is None and process.poll() is not None:
+            delay = child.backoff.delay_after(now - child.started_at)
+            child.restart_at = now + delay
+            _say(f"{child.name} exited with code {process.returncode}; restarting in {delay:g}s")
+        elif child.restart_at is not None and now >= child.restart_at:
+            _release_output(child)
+            log_dir = child.log_file.parent if child.log_file is not None else None
+            restarted = spawn(child, env, log_dir, colour)
+            child.restart_at = None
+            child.recovering = True
+            _say(f"{child.name} restarted (pid {restarted.pid})")
+        elif child.recovering and process.poll() is None and child.is_ready():
+            child.recovering = False
+            _say(f"{child.name} is ready again")
+
+
+def _say(message: str) -> None:
+    print(f"dev: {message}", file=sys.stderr, flush=True)
+
+
+def _release_output(child: Child) -> None:
+    """Let an exited child's last lines reach the terminal, then close its pipe."""
+    process, reader = child.process, child.output_thread
+    if reader is not None:
+        reader.join(timeout=2)
+    if (
+        process is not None
+        and process.stdout is not None
+        and not (reader is not None and reader.is_alive())
+    ):
+        process.stdout.close()
+
+
 def stop(children: list[Child], hurry: threading.Event | None = None) -> None:
     """Newest first, so the API and worker finish before the server they talk to goes away.
 
@@ -297,11 +387,7 @@ def stop(children: list[Child], hurry: threading.Event | None = None) -> None:
             if process.poll() is None:
                 process.kill()
             process.wait()
-        reader = child.output_thread
-        if reader is not None:
-            reader.join(timeout=2)  # let its last lines reach the terminal
-        if process.stdout is not None and not (reader is not None and reader.is_alive()):
-            process.stdout.close()
+        _release_output(child)
 
 
 def main() -> int:
@@ -322,18 +408,10 @@ def main() -> int:
     try:
         start(children, env, stopping=stopping)
         print(banner(env), flush=True)
+        colour = _use_colour()
         while not stopping.wait(0.5):
-            died = first_exited(children)
-            if died is not None:
-                assert died.process is not None
-                print(
-                    f"dev: {died.name} exited unexpectedly with code {died.process.returncode};"
-                    " stopping the stack",
-                    file=sys.stderr,
-                    flush=True,
-                )
-                return 1
-        print("dev: stopping (Ctrl-C again to kill at once)", file=sys.stderr, flush=True)
+            supervise(children, env, colour)
+        _say("stopping (Ctrl-C again to kill at once)")
         return 0
     except StartCancelled:
         print("dev: interrupted during start-up; stopping", file=sys.stderr, flush=True)

@@ -7,8 +7,8 @@ by idempotency key (`Operation-Id`, `webhook-id`) and counts what it sees so tes
 Faults come from three places, most specific first: a per-key script (`POST /_admin/script`),
 per-request headers (`X-Fake-Status`, `X-Fake-Retry-After`, `X-Fake-Latency-Ms`, `X-Fake-Hang-S`,
 `X-Fake-Running-Polls`, `X-Fake-Operation-Result`), and the global fault config
-(`PUT /_admin/faults`, or flags at start-up). Run it with
-`python -m devstack.fake_provider --port 8025`.
+(`PUT /_admin/faults`, or at start-up one flag per FaultConfig field). Run it with
+`python -m devstack.fake_provider --port 8025 [--error-rate 0.1 ...]` (`--help` lists the flags).
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ import logging
 import os
 import random
 import time
+import typing
 import uuid
 from collections import defaultdict
 from collections.abc import AsyncIterator
@@ -49,21 +50,36 @@ DEFAULT_WEBHOOK_SECRET = "whsec_ZmFrZS13ZWJob29rLXNpZ25pbmctc2VjcmV0"
 WEBHOOK_TOLERANCE_S = 300
 
 
+def _help(text: str) -> dict[str, str]:
+    return {"help": text}
+
+
 @dataclass
 class FaultConfig:
-    """Random faults applied to every submit (and `running_polls` to every new operation)."""
+    """Random faults applied to every submit (and `running_polls` to every new operation).
 
-    error_rate: float = 0.0
-    throttle_rate: float = 0.0
-    retry_after: str = "1"
-    retry_after_http_date: bool = False
-    timeout_rate: float = 0.0
-    hang_s: float = 30.0
-    latency_ms: float = 0.0
-    running_polls: int = 0
-    operation_fail_rate: float = 0.0
-    poll_retry_after: str | None = None
-    seed: int | None = None
+    Each field is also a command-line flag (`error_rate` is `--error-rate`), its help text here.
+    """
+
+    error_rate: float = field(default=0.0, metadata=_help("share of submits answered 503"))
+    throttle_rate: float = field(default=0.0, metadata=_help("share of submits answered 429"))
+    retry_after: str = field(default="1", metadata=_help("Retry-After seconds on a 429"))
+    retry_after_http_date: bool = field(
+        default=False, metadata=_help("send a 429's Retry-After as an HTTP-date")
+    )
+    timeout_rate: float = field(default=0.0, metadata=_help("share of submits left hanging"))
+    hang_s: float = field(default=30.0, metadata=_help("how long a hanging submit hangs"))
+    latency_ms: float = field(default=0.0, metadata=_help("delay added to every submit"))
+    running_polls: int = field(
+        default=0, metadata=_help("polls answered 'Running' before an operation ends")
+    )
+    operation_fail_rate: float = field(
+        default=0.0, metadata=_help("share of operations that end 'Failed'")
+    )
+    poll_retry_after: str | None = field(
+        default=None, metadata=_help("Retry-After seconds on every operation poll")
+    )
+    seed: int | None = field(default=None, metadata=_help("seed of the random fault draws"))
 
 
 @dataclass
@@ -439,40 +455,45 @@ async def run_fake_provider(
         yield FakeProvider(url=url, state=state, admin=FakeProviderAdmin(url))
 
 
+def command_line_parser() -> argparse.ArgumentParser:
+    """--host and --port, then one flag per FaultConfig field, derived so the two cannot drift."""
+    parser = argparse.ArgumentParser(
+        description="Fake ACS Email + Standard Webhooks provider",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        allow_abbrev=False,  # a shortened flag would break silently when a field is added
+    )
+    parser.add_argument("--host", default="127.0.0.1", help="address to listen on")
+    parser.add_argument("--port", type=int, default=8025, help="port to listen on")
+    faults = parser.add_argument_group("faults (at run time: PUT /_admin/faults)")
+    types = typing.get_type_hints(FaultConfig)  # field.type is a string under __future__
+    for fault in dataclasses.fields(FaultConfig):
+        flag, kind = "--" + fault.name.replace("_", "-"), types[fault.name]
+        help_text = fault.metadata.get("help")
+        if kind is bool:
+            faults.add_argument(
+                flag, action=argparse.BooleanOptionalAction, default=fault.default, help=help_text
+            )
+            continue
+        # `int | None` parses as int: leaving the flag out is what keeps it None.
+        convert = next((arg for arg in typing.get_args(kind) if arg is not type(None)), kind)
+        faults.add_argument(flag, type=convert, default=fault.default, help=help_text)
+    return parser
+
+
+def faults_from(args: argparse.Namespace) -> FaultConfig:
+    """The FaultConfig the parsed flags describe."""
+    return FaultConfig(
+        **{fault.name: getattr(args, fault.name) for fault in dataclasses.fields(FaultConfig)}
+    )
+
+
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description="Fake ACS Email + Standard Webhooks provider")
-    parser.add_argument("--host", default="127.0.0.1")
-    parser.add_argument("--port", type=int, default=8025)
-    parser.add_argument(
-        "--error-rate", type=float, default=0.0, help="share of submits answered 503"
-    )
-    parser.add_argument("--throttle-rate", type=float, default=0.0, help="share answered 429")
-    parser.add_argument("--retry-after", default="1", help="Retry-After seconds on a 429")
-    parser.add_argument("--retry-after-http-date", action="store_true")
-    parser.add_argument("--timeout-rate", type=float, default=0.0, help="share of hung requests")
-    parser.add_argument("--hang-s", type=float, default=30.0)
-    parser.add_argument("--latency-ms", type=float, default=0.0)
-    parser.add_argument("--running-polls", type=int, default=0)
-    parser.add_argument("--operation-fail-rate", type=float, default=0.0)
-    parser.add_argument("--seed", type=int)
-    args = parser.parse_args(argv)
+    args = command_line_parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s fake: %(message)s")
-    faults = FaultConfig(
-        error_rate=args.error_rate,
-        throttle_rate=args.throttle_rate,
-        retry_after=args.retry_after,
-        retry_after_http_date=args.retry_after_http_date,
-        timeout_rate=args.timeout_rate,
-        hang_s=args.hang_s,
-        latency_ms=args.latency_ms,
-        running_polls=args.running_polls,
-        operation_fail_rate=args.operation_fail_rate,
-        seed=args.seed,
-    )
     state = FakeProviderState(
         os.environ.get("FAKE_ACS_ACCESS_KEY", DEFAULT_ACS_ACCESS_KEY),
         os.environ.get("FAKE_WEBHOOK_SECRET", DEFAULT_WEBHOOK_SECRET),
-        faults,
+        faults_from(args),
     )
     uvicorn.run(create_app(state), host=args.host, port=args.port, log_level="warning")
 

@@ -19,7 +19,7 @@ from temporalio.api.operatorservice.v1 import ListSearchAttributesRequest
 from temporalio.client import Client
 from temporalio.service import RPCError
 
-from common.search_attributes import ALL, dev_server_flags
+from contract.search_attributes import ALL, dev_server_flags
 
 # WAL + synchronous=normal: measured 2.4x faster than the default journal, still crash-safe.
 SQLITE_PRAGMAS = ["--sqlite-pragma", "journal_mode=wal", "--sqlite-pragma", "synchronous=normal"]

@@ -1,22 +1,25 @@
-"""Engine creation, schema set-up and readiness for the read model (SQLite or PostgreSQL)."""
+"""Engine creation, schema migrations and readiness for the read model (SQLite or PostgreSQL)."""
 
 from __future__ import annotations
 
 import sqlite3
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import Connection, Engine, event, text
+from alembic import command
+from alembic.config import Config
+from sqlalchemy import Connection, Engine, create_engine, event, inspect, text
 from sqlalchemy.engine import make_url
-from sqlalchemy.schema import CreateIndex, CreateTable
-from sqlmodel import SQLModel, create_engine
 
-from readmodel import models  # noqa: F401  (registers the tables on SQLModel.metadata)
-
-# Any constant will do: it names the lock every process takes while it creates the schema.
+# Any constant will do: it names the lock every process takes while it migrates the schema.
 _SCHEMA_LOCK_KEY = 0x6F7574626F78  # "outbox"
 _WAL_SWITCH_TIMEOUT_S = 30.0
+MIGRATIONS_DIR = Path(__file__).resolve().parent / "migrations"
+# The revision whose tables `create_schema` made before the read model had migrations.
+UNVERSIONED_REVISION = "0001"
 
 
 def normalise_url(database_url: str) -> str:
@@ -66,25 +69,46 @@ def _enable_wal(cursor: sqlite3.Cursor) -> None:
 
 
 def create_schema(engine: Engine) -> None:
-    """Create missing tables and indexes; safe to run twice, and from two processes at once."""
+    """Migrate the read model to the newest revision; safe to run twice, and from two processes
+    at once. A database made before migrations (tables, no `alembic_version`) is upgraded in place.
+    """
+    with schema_lock(engine) as connection:
+        config = alembic_config(connection)
+        if _is_unversioned(connection):
+            # Its tables are revision 0001's: record that rather than create them again.
+            command.stamp(config, UNVERSIONED_REVISION)
+        command.upgrade(config, "head")
+
+
+def alembic_config(connection: Connection) -> Config:
+    """Alembic's configuration for migrating the read model over `connection` (no alembic.ini)."""
+    config = Config()
+    config.set_main_option("script_location", str(MIGRATIONS_DIR))
+    # env.py migrates on this connection, inside the caller's transaction.
+    config.attributes["connection"] = connection
+    return config
+
+
+@contextmanager
+def schema_lock(engine: Engine) -> Iterator[Connection]:
+    """A connection whose transaction holds the read model's schema lock; commits on success."""
     with engine.begin() as connection:
         if connection.dialect.name == "postgresql":
-            # CREATE ... IF NOT EXISTS still races on PostgreSQL (both pass the check, one fails
-            # on the catalog's unique index), so processes take turns; the lock ends with the
-            # transaction.
+            # Released when the transaction ends; PostgreSQL's DDL commits with it, all or nothing.
             connection.execute(
                 text("SELECT pg_advisory_xact_lock(:key)"), {"key": _SCHEMA_LOCK_KEY}
             )
-        _create_missing(connection)
+        elif connection.dialect.name == "sqlite":
+            # pysqlite opens no transaction before DDL, so without this each statement commits on
+            # its own; IMMEDIATE takes the write lock now, and a second process waits (busy
+            # timeout) until the first has committed, then finds the schema up to date.
+            connection.exec_driver_sql("BEGIN IMMEDIATE")
+        yield connection
 
 
-def _create_missing(connection: Connection) -> None:
-    # IF NOT EXISTS makes the check and the creation one statement, which SQLite runs under its
-    # write lock: a second process starting together finds the table instead of failing.
-    for table in SQLModel.metadata.sorted_tables:
-        connection.execute(CreateTable(table, if_not_exists=True))
-        for index in sorted(table.indexes, key=lambda index: str(index.name)):
-            connection.execute(CreateIndex(index, if_not_exists=True))
+def _is_unversioned(connection: Connection) -> bool:
+    tables = set(inspect(connection).get_table_names())
+    return "outbox_items" in tables and "alembic_version" not in tables
 
 
 def ping(engine: Engine) -> None:

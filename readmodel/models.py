@@ -1,13 +1,45 @@
-"""Read-model tables: `outbox_items` (one row per item) and `outbox_events` (append-only log)."""
+"""Read-model tables, derived from the contract's dataclasses rather than written out again.
+
+`outbox_items` has one column per field of `OutboxItemView` (plus the payload); `outbox_events`
+one per field of `ItemEvent` (plus its item, outbox and cursor). A field added to the view
+becomes a column here; an Alembic migration (`readmodel/migrations`) brings existing databases
+along, and a test checks that the migrations and these tables agree.
+"""
 
 from __future__ import annotations
 
+import dataclasses
+import enum
+import types
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, TypeVar, Union, cast, get_args, get_origin, get_type_hints
 
-from sqlalchemy import JSON, BigInteger, Column, DateTime, Dialect, Index, Integer, UniqueConstraint
-from sqlalchemy.types import TypeDecorator
-from sqlmodel import Field, SQLModel
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    Boolean,
+    Column,
+    DateTime,
+    Dialect,
+    Float,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Table,
+    UniqueConstraint,
+)
+from sqlalchemy.engine import RowMapping
+from sqlalchemy.types import TypeDecorator, TypeEngine
+
+from contract.item import MAX_LENGTH, ItemEvent, OutboxItemView
+from contract.limits import MAX_ITEM_ID_LENGTH, MAX_OUTBOX_LENGTH
+
+metadata = MetaData()
+
+T = TypeVar("T")
 
 
 class UTCDateTime(TypeDecorator[datetime]):
@@ -30,85 +62,124 @@ class UTCDateTime(TypeDecorator[datetime]):
         return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
 
 
-class OutboxItemBase(SQLModel):
-    """Fields every view of an item shares."""
-
-    id: str = Field(primary_key=True, max_length=320)
-    outbox: str = Field(max_length=100)
-    key: str = Field(max_length=200)
-    destination: str = Field(max_length=63)
-    status: str = Field(max_length=16)
-    attempts: int = 0
-    max_attempts: int = 0
-    last_error: str | None = None
-    next_attempt_at: datetime | None = Field(default=None, sa_type=UTCDateTime)
-    operation_url: str | None = None
-    poll_count: int = 0
-    # Never NULL: it is the keyset the item lists page on.
-    created_at: datetime = Field(sa_type=UTCDateTime, nullable=False)
-    updated_at: datetime | None = Field(default=None, sa_type=UTCDateTime)
-    finished_at: datetime | None = Field(default=None, sa_type=UTCDateTime)
-    ordering_key: str | None = None
-    payload_hash: str | None = None
-    provider_message_id: str | None = None
+def dataclass_columns(
+    cls: type[Any], overrides: Mapping[str, Column[Any]] | None = None
+) -> list[Column[Any]]:
+    """One column per field of `cls`: typed from its annotation, NULL only where it is Optional,
+    sized by the field's `max_length`; `overrides` replaces the derived column of a field."""
+    overrides = overrides or {}
+    hints = get_type_hints(cls)
+    columns: list[Column[Any]] = []
+    for field in dataclasses.fields(cls):
+        if field.name in overrides:
+            columns.append(overrides[field.name])
+            continue
+        python_type, optional = _unwrap_optional(hints[field.name])
+        sql_type = _sql_type(python_type, field.metadata.get(MAX_LENGTH))
+        columns.append(Column(field.name, sql_type, nullable=optional))
+    return columns
 
 
-class OutboxItem(OutboxItemBase, table=True):
-    """One row per item, upserted on every transition; `version` is the newest event seq applied."""
+def _unwrap_optional(hint: Any) -> tuple[Any, bool]:
+    if get_origin(hint) in (Union, types.UnionType):
+        members = [arg for arg in get_args(hint) if arg is not type(None)]
+        if len(members) == 1:
+            return members[0], len(members) < len(get_args(hint))
+    return hint, False
 
-    __tablename__ = "outbox_items"
-    __table_args__ = (
-        Index("ix_outbox_items_outbox_created", "outbox", "created_at", "id"),
-        Index("ix_outbox_items_outbox_status", "outbox", "status", "created_at", "id"),
-        Index("ix_outbox_items_outbox_destination", "outbox", "destination", "created_at"),
-    )
 
+def _sql_type(python_type: Any, max_length: int | None) -> TypeEngine[Any]:
+    # bool before int: a bool is an int to issubclass.
+    if python_type is bool:
+        return Boolean()
+    if python_type is int:
+        return Integer()
+    if python_type is float:
+        return Float()
+    if python_type is datetime:
+        return UTCDateTime()
+    if isinstance(python_type, type) and issubclass(python_type, str):  # str and StrEnums
+        return String(max_length)
+    raise TypeError(f"no column type for a field of type {python_type!r}")
+
+
+def record_reader(cls: type[T]) -> Callable[[RowMapping], T]:
+    """A function building `cls` from a row holding a column per field (enums re-typed)."""
+    hints = get_type_hints(cls)
+    names = [field.name for field in dataclasses.fields(cast(Any, cls))]
+    enums = {
+        name: python_type
+        for name in names
+        if isinstance(python_type := _unwrap_optional(hints[name])[0], type)
+        and issubclass(python_type, enum.Enum)
+    }
+
+    def read(row: RowMapping) -> T:
+        values = {name: row[name] for name in names}
+        for name, enum_type in enums.items():
+            if values[name] is not None:
+                values[name] = enum_type(values[name])
+        return cls(**values)
+
+    return read
+
+
+ITEMS = Table(
+    "outbox_items",
+    metadata,
+    *dataclass_columns(
+        OutboxItemView,
+        overrides={
+            "id": Column("id", String(MAX_ITEM_ID_LENGTH), primary_key=True),
+            # Never NULL in the table: it is the keyset the item lists page on.
+            "created_at": Column("created_at", UTCDateTime(), nullable=False),
+        },
+    ),
     # none_as_null: a projection without payload must be SQL NULL so COALESCE keeps the stored one.
-    payload: dict[str, Any] | None = Field(default=None, sa_column=Column(JSON(none_as_null=True)))
-    version: int = 0
+    Column("payload", JSON(none_as_null=True), nullable=True),
+    Index("ix_outbox_items_outbox_created", "outbox", "created_at", "id"),
+    Index("ix_outbox_items_outbox_status", "outbox", "status", "created_at", "id"),
+    Index("ix_outbox_items_outbox_destination", "outbox", "destination", "created_at"),
+)
+
+EVENTS = Table(
+    "outbox_events",
+    metadata,
+    # The outbox-wide cursor live clients resume from (`?since=`). BigInteger on PostgreSQL, but
+    # SQLite only auto-increments an INTEGER PRIMARY KEY.
+    Column(
+        "id",
+        BigInteger().with_variant(Integer(), "sqlite"),
+        primary_key=True,
+        autoincrement=True,
+    ),
+    Column("item_id", String(MAX_ITEM_ID_LENGTH), nullable=False),
+    Column("outbox", String(MAX_OUTBOX_LENGTH), nullable=False),
+    *dataclass_columns(ItemEvent),
+    UniqueConstraint("item_id", "seq", name="uq_outbox_events_item_seq"),
+    Index("ix_outbox_events_outbox_id", "outbox", "id"),
+    # Without AUTOINCREMENT SQLite would reuse the id of a deleted newest row, and a tailer
+    # already past that id would never see the new event.
+    sqlite_autoincrement=True,
+)
 
 
-class OutboxItemPublic(OutboxItemBase):
-    """An item as the API lists it."""
+@dataclass
+class ItemRecord:
+    """An item as the read model holds it: its view and the payload it was enqueued with."""
 
-    payload: dict[str, Any] | None = None
-
-
-class OutboxEventBase(SQLModel):
-    """One transition of one item."""
-
-    item_id: str = Field(max_length=320)
-    outbox: str = Field(max_length=100)
-    seq: int
-    type: str = Field(max_length=32)
-    status: str = Field(max_length=16)
-    at: datetime = Field(sa_type=UTCDateTime, nullable=False)
-    attempt: int = 0
-    detail: str | None = None
+    view: OutboxItemView
+    payload: dict[str, Any] | None
 
 
-class OutboxEvent(OutboxEventBase, table=True):
-    """Append-only; `id` is the outbox-wide cursor live clients resume from (`?since=`)."""
-
-    __tablename__ = "outbox_events"
-    __table_args__ = (
-        UniqueConstraint("item_id", "seq", name="uq_outbox_events_item_seq"),
-        Index("ix_outbox_events_outbox_id", "outbox", "id"),
-        # Without AUTOINCREMENT SQLite would reuse the id of a deleted newest row, and a tailer
-        # already past that id would never see the new event.
-        {"sqlite_autoincrement": True},
-    )
-
-    # BigInteger on PostgreSQL, but SQLite only auto-increments an INTEGER PRIMARY KEY.
-    id: int | None = Field(
-        default=None,
-        sa_column=Column(
-            BigInteger().with_variant(Integer(), "sqlite"), primary_key=True, autoincrement=True
-        ),
-    )
-
-
-class OutboxEventPublic(OutboxEventBase):
-    """An event as the API and the live stream show it."""
+@dataclass(kw_only=True)
+class EventRecord(ItemEvent):
+    """One stored event: the item's event, the item and outbox it belongs to, and its cursor."""
 
     id: int
+    item_id: str
+    outbox: str
+
+
+read_view = record_reader(OutboxItemView)
+read_event = record_reader(EventRecord)

@@ -8,24 +8,22 @@ in `version` (the newest event seq it reflects).
 from __future__ import annotations
 
 import base64
+import dataclasses
 import functools
 import json
 from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Engine, Executable, Table, and_, bindparam, func, or_, select, text, update
+from sqlalchemy import Engine, Executable, and_, bindparam, func, or_, select, text, update
 from sqlalchemy.dialects import postgresql, sqlite
-from sqlmodel import Session
+from sqlalchemy.engine import RowMapping
 
-from common.models import ItemProjection, ItemStatus
-from readmodel.models import OutboxEvent, OutboxItem
+from contract.item import ItemProjection, ItemStatus
+from readmodel.models import EVENTS, ITEMS, EventRecord, ItemRecord, read_event, read_view
 
 MAX_PAGE = 500
 
-# Core tables: typed columns for queries (the ORM classes stay the rows we return).
-ITEMS: Table = OutboxItem.__table__  # type: ignore[attr-defined]
-EVENTS: Table = OutboxEvent.__table__  # type: ignore[attr-defined]
 # What an upsert overwrites: everything but the key (the payload is merged separately).
 ITEM_COLUMNS = tuple(column.name for column in ITEMS.c if column.name not in ("id", "payload"))
 
@@ -57,21 +55,16 @@ def apply_projections(engine: Engine, projections: Sequence[ItemProjection]) -> 
         view = projection.view
         for event in projection.events:
             events[(view.id, event.seq)] = {
+                **dataclasses.asdict(event),
                 "item_id": view.id,
                 "outbox": view.outbox,
-                "seq": event.seq,
-                "type": str(event.type),
-                "status": str(event.status),
-                "at": event.at,
-                "attempt": event.attempt,
-                "detail": event.detail,
             }
         if projection.payload is not None:
             payloads.setdefault(view.id, projection.payload)
         # One row per item: the newest version wins, as it would across separate statements,
         # and the older ones need not be written at all.
         current = rows.get(view.id)
-        if current is None or current["version"] < view.last_event_seq:
+        if current is None or current["last_event_seq"] < view.last_event_seq:
             rows[view.id] = _item_row(projection)
     for item_id, row in rows.items():
         row["payload"] = payloads.get(item_id)
@@ -109,7 +102,9 @@ def _projection_statements(dialect: str) -> tuple[Executable, Executable, Execut
     updates: dict[str, Any] = {name: upsert.excluded[name] for name in ITEM_COLUMNS}
     updates["payload"] = func.coalesce(upsert.excluded.payload, ITEMS.c.payload)
     upsert_items = upsert.on_conflict_do_update(
-        index_elements=["id"], set_=updates, where=ITEMS.c.version < upsert.excluded.version
+        index_elements=["id"],
+        set_=updates,
+        where=ITEMS.c.last_event_seq < upsert.excluded.last_event_seq,
     )
     fill_payload = (
         update(ITEMS)
@@ -126,40 +121,21 @@ def _item_row(projection: ItemProjection) -> dict[str, Any]:
         created_at = min(event.at for event in projection.events)
     if created_at is None:
         raise ValueError(f"projection of {view.id!r} has no creation time and no events")
-    return {
-        "id": view.id,
-        "outbox": view.outbox,
-        "key": view.key,
-        "destination": view.destination,
-        "status": str(view.status),
-        "attempts": view.attempts,
-        "max_attempts": view.max_attempts,
-        "last_error": view.last_error,
-        "next_attempt_at": view.next_attempt_at,
-        "operation_url": view.operation_url,
-        "poll_count": view.poll_count,
-        "created_at": created_at,
-        "updated_at": view.updated_at,
-        "finished_at": view.finished_at,
-        "ordering_key": view.ordering_key,
-        "payload_hash": view.payload_hash,
-        "provider_message_id": view.provider_message_id,
-        "payload": projection.payload,
-        "version": view.last_event_seq,
-    }
+    return {**dataclasses.asdict(view), "created_at": created_at, "payload": projection.payload}
 
 
-def get_item(engine: Engine, item_id: str) -> OutboxItem | None:
-    """The item's row, or None if it was never projected."""
-    with Session(engine) as session:
-        return session.get(OutboxItem, item_id)
+def get_item(engine: Engine, item_id: str) -> ItemRecord | None:
+    """The item's record, or None if it was never projected."""
+    with engine.connect() as connection:
+        row = connection.execute(select(ITEMS).where(ITEMS.c.id == item_id)).mappings().first()
+    return None if row is None else _item_record(row)
 
 
-def item_events(engine: Engine, item_id: str) -> list[OutboxEvent]:
+def item_events(engine: Engine, item_id: str) -> list[EventRecord]:
     """The item's history, oldest first."""
-    with Session(engine) as session:
-        query = select(OutboxEvent).where(EVENTS.c.item_id == item_id).order_by(EVENTS.c.seq)
-        return list(session.scalars(query))
+    query = select(EVENTS).where(EVENTS.c.item_id == item_id).order_by(EVENTS.c.seq)
+    with engine.connect() as connection:
+        return [read_event(row) for row in connection.execute(query).mappings()]
 
 
 def list_items(
@@ -172,7 +148,7 @@ def list_items(
     created_to: datetime | None = None,
     cursor: str | None = None,
     limit: int = 50,
-) -> tuple[list[OutboxItem], str | None]:
+) -> tuple[list[ItemRecord], str | None]:
     """Newest first, keyset-paginated: a cursor stays valid however many items arrive meanwhile.
 
     `created_from` is inclusive and `created_to` exclusive; raises `InvalidCursor` on a bad cursor.
@@ -196,37 +172,38 @@ def list_items(
             )
         )
     query = (
-        select(OutboxItem)
+        select(ITEMS)
         .where(*conditions)
         .order_by(ITEMS.c.created_at.desc(), ITEMS.c.id.desc())
         .limit(limit + 1)
     )
-    with Session(engine) as session:
-        items = list(session.scalars(query))
+    with engine.connect() as connection:
+        items = [_item_record(row) for row in connection.execute(query).mappings()]
     if len(items) <= limit:
         return items, None
     items = items[:limit]
-    last = items[-1]
+    last = items[-1].view
+    assert last.created_at is not None  # NOT NULL in the table
     return items, _encode_cursor(last.created_at, last.id)
 
 
-def events_since(engine: Engine, outbox: str, since_id: int, limit: int = 500) -> list[OutboxEvent]:
+def events_since(engine: Engine, outbox: str, since_id: int, limit: int = 500) -> list[EventRecord]:
     """Events of the outbox after cursor `since_id`, in cursor order (the live stream's feed)."""
     query = (
-        select(OutboxEvent)
+        select(EVENTS)
         .where(EVENTS.c.outbox == outbox, EVENTS.c.id > since_id)
         .order_by(EVENTS.c.id)
         .limit(limit)
     )
-    with Session(engine) as session:
-        return list(session.scalars(query))
+    with engine.connect() as connection:
+        return [read_event(row) for row in connection.execute(query).mappings()]
 
 
 def last_event_id(engine: Engine, outbox: str) -> int:
     """The outbox's newest event cursor (0 when it has none): where a new tailer starts."""
     query = select(func.max(EVENTS.c.id)).where(EVENTS.c.outbox == outbox)
-    with Session(engine) as session:
-        return int(session.scalar(query) or 0)
+    with engine.connect() as connection:
+        return int(connection.scalar(query) or 0)
 
 
 def counts_by_status(engine: Engine, outbox: str) -> dict[str, int]:
@@ -236,8 +213,8 @@ def counts_by_status(engine: Engine, outbox: str) -> dict[str, int]:
         .where(ITEMS.c.outbox == outbox)
         .group_by(ITEMS.c.status)
     )
-    with Session(engine) as session:
-        return {status: count for status, count in session.execute(query)}
+    with engine.connect() as connection:
+        return {status: count for status, count in connection.execute(query)}
 
 
 def list_outboxes(engine: Engine) -> dict[str, dict[str, int]]:
@@ -246,8 +223,8 @@ def list_outboxes(engine: Engine) -> dict[str, dict[str, int]]:
         ITEMS.c.outbox, ITEMS.c.status
     )
     outboxes: dict[str, dict[str, int]] = {}
-    with Session(engine) as session:
-        for outbox, status, count in session.execute(query):
+    with engine.connect() as connection:
+        for outbox, status, count in connection.execute(query):
             outboxes.setdefault(outbox, {})[status] = count
     return dict(sorted(outboxes.items()))
 
@@ -259,8 +236,12 @@ def list_failed(engine: Engine, outbox: str, destination: str | None = None) -> 
     )
     if destination is not None:
         query = query.where(ITEMS.c.destination == destination)
-    with Session(engine) as session:
-        return list(session.scalars(query.order_by(ITEMS.c.created_at, ITEMS.c.id)))
+    with engine.connect() as connection:
+        return list(connection.scalars(query.order_by(ITEMS.c.created_at, ITEMS.c.id)))
+
+
+def _item_record(row: RowMapping) -> ItemRecord:
+    return ItemRecord(view=read_view(row), payload=row["payload"])
 
 
 def _encode_cursor(created_at: datetime, item_id: str) -> str:

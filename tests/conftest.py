@@ -27,14 +27,15 @@ from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureEr
 from temporalio.exceptions import ApplicationError
 from temporalio.runtime import Runtime, TelemetryConfig
 from temporalio.testing import WorkflowEnvironment
+from temporalio.worker import Worker
 
-from common import search_attributes
-from common.client import EnqueueResult, OutboxClient
 from common.destinations import Destination, DestinationRegistry
-from common.ids import item_workflow_id, provider_idempotency_key
-from common.models import OutboxItemView
+from contract import search_attributes
+from contract.ids import item_workflow_id, provider_idempotency_key
+from contract.item import OutboxItemView
 from devstack.fake_provider import FakeProvider, run_fake_provider
 from devstack.temporal_server import dev_server_extra_args, temporal_cli_path, test_server_path
+from outbox_client import EnqueueResult, OutboxClient
 from readmodel.db import create_schema, make_engine
 from worker import build_workers
 from workflows.outbox_item import OutboxItemWorkflow
@@ -168,10 +169,10 @@ class Stack:
     destinations: list[Destination]
     task_queue: str
     workers: AsyncExitStack
-
-    @property
-    def client(self) -> Client:
-        return self.outbox.client
+    # The workers themselves (the first hosts the workflows), as `build_workers` made them.
+    running: list[Worker]
+    # The Temporal client the stack's workers and OutboxClient use.
+    client: Client
 
     async def enqueue(
         self,
@@ -245,13 +246,15 @@ async def stack_factory(
             client = client or env.client
             task_queue = task_queue or unique_name("workflows")
             workers = AsyncExitStack()
-            for worker in build_workers(
+            running = build_workers(
                 client,
                 destinations=list(destinations),
                 http_client=http_client,
                 engine=engine,
                 workflow_task_queue=task_queue,
-            ):
+                sandboxed=True,
+            )
+            for worker in running:
                 await workers.enter_async_context(worker)
             registry = DestinationRegistry({d.name: d for d in destinations})
             stack = Stack(
@@ -262,6 +265,8 @@ async def stack_factory(
                 destinations=list(destinations),
                 task_queue=task_queue,
                 workers=workers,
+                running=running,
+                client=client,
             )
             stacks.append(stack)
             return stack

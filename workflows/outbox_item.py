@@ -22,10 +22,17 @@ from temporalio.exceptions import ActivityError, ApplicationError
 from temporalio.exceptions import TimeoutError as ActivityTimeoutError
 
 with workflow.unsafe.imports_passed_through():
-    from common import search_attributes
-    from common.ids import provider_idempotency_key
-    from common.models import (
+    from activities.delivery import DeliveryActivities
+    from activities.projection import ProjectionActivities
+    from contract import search_attributes
+    from contract.ids import provider_idempotency_key
+    from contract.item import (
+        CANCEL_UPDATE,
+        STATUS_QUERY,
+        WORKFLOW_TYPE,
         CancelRequest,
+        DeliveryErrorDetails,
+        ItemErrorType,
         ItemEvent,
         ItemEventType,
         ItemProjection,
@@ -37,28 +44,14 @@ with workflow.unsafe.imports_passed_through():
         PollRequest,
         PollResult,
         SubmitRequest,
-        SubmitResult,
     )
-
-WORKFLOW_NAME = "OutboxItem"
-STATUS_QUERY = "status"
-CANCEL_UPDATE = "cancel"
-
-SUBMIT_ACTIVITY = "submit_item"
-POLL_ACTIVITY = "poll_operation"
-PROJECT_ACTIVITY = "project_item"
-
-TRANSIENT_ERROR = "TransientDeliveryError"
-PERMANENT_ERROR = "PermanentDeliveryError"
-DELIVERY_FAILED = "DeliveryFailed"
-CANNOT_CANCEL = "CannotCancel"
 
 # Our own classified errors come back to the workflow at once; anything else (a worker killed
 # mid-request, a bug) Temporal retries a few times before the workflow counts it as an attempt.
 _INFRASTRUCTURE_RETRIES = RetryPolicy(
     initial_interval=timedelta(seconds=1),
     maximum_attempts=3,
-    non_retryable_error_types=[TRANSIENT_ERROR, PERMANENT_ERROR],
+    non_retryable_error_types=[ItemErrorType.TRANSIENT, ItemErrorType.PERMANENT],
 )
 # The read model must see every transition, so a projection is retried until the DB is back.
 _PROJECTION_RETRIES = RetryPolicy(
@@ -69,12 +62,12 @@ _PROJECTION_RETRIES = RetryPolicy(
 class _DeliveryFailed(Exception):
     """Raised inside the workflow to end it failed; converted to an ApplicationError in `run`."""
 
-    def __init__(self, message: str, error_type: str) -> None:
+    def __init__(self, message: str, error_type: ItemErrorType) -> None:
         super().__init__(message)
         self.error_type = error_type
 
 
-@workflow.defn(name=WORKFLOW_NAME)
+@workflow.defn(name=WORKFLOW_TYPE)
 class OutboxItemWorkflow:
     """Delivers one outbox item: submit, poll the operation on durable timers, retry, report."""
 
@@ -135,32 +128,12 @@ class OutboxItemWorkflow:
         if self._state.status is not ItemStatus.QUEUED:
             raise ApplicationError(
                 f"item is {self._state.status.value}; only queued items can be cancelled",
-                type=CANNOT_CANCEL,
+                type=ItemErrorType.CANNOT_CANCEL,
             )
 
     def view(self) -> OutboxItemView:
         """The item as the API, the query and the read model show it."""
-        item, state = self._item, self._state
-        return OutboxItemView(
-            id=workflow.info().workflow_id,
-            outbox=item.outbox,
-            key=item.key,
-            destination=item.destination,
-            status=state.status,
-            attempts=state.attempts,
-            max_attempts=item.policy.max_attempts,
-            last_error=state.last_error,
-            next_attempt_at=state.next_attempt_at,
-            operation_url=state.operation_url,
-            poll_count=state.poll_count,
-            created_at=state.created_at,
-            updated_at=state.updated_at,
-            finished_at=state.finished_at,
-            ordering_key=item.ordering_key,
-            payload_hash=item.payload_hash,
-            provider_message_id=state.provider_message_id,
-            last_event_seq=state.last_event_seq,
-        )
+        return OutboxItemView.of(workflow.info().workflow_id, self._item, self._state)
 
     async def _submit_until_accepted(self) -> None:
         item, state, policy = self._item, self._state, self._item.policy
@@ -174,8 +147,8 @@ class OutboxItemWorkflow:
             state.next_attempt_at = None
             self._show_details(f"Submitting, attempt {state.attempts}/{policy.max_attempts}.")
             try:
-                result: SubmitResult = await workflow.execute_activity(
-                    SUBMIT_ACTIVITY,
+                result = await workflow.execute_activity_method(
+                    DeliveryActivities.submit_item,
                     SubmitRequest(
                         destination=item.destination,
                         item_id=workflow.info().workflow_id,
@@ -183,7 +156,6 @@ class OutboxItemWorkflow:
                         payload=item.payload,
                         attempt=state.attempts,
                     ),
-                    result_type=SubmitResult,
                     task_queue=policy.submit_task_queue,
                     start_to_close_timeout=timedelta(seconds=policy.submit_timeout_s),
                     retry_policy=_INFRASTRUCTURE_RETRIES,
@@ -191,11 +163,12 @@ class OutboxItemWorkflow:
                 )
             except ActivityError as err:
                 error_type, message, retry_after_s = _classify(err)
-                if error_type != TRANSIENT_ERROR:
-                    raise _DeliveryFailed(message, PERMANENT_ERROR) from None
+                if error_type is not ItemErrorType.TRANSIENT:
+                    raise _DeliveryFailed(message, ItemErrorType.PERMANENT) from None
                 if state.attempts >= policy.max_attempts:
                     raise _DeliveryFailed(
-                        f"gave up after {state.attempts} attempts: {message}", DELIVERY_FAILED
+                        f"gave up after {state.attempts} attempts: {message}",
+                        ItemErrorType.DELIVERY_FAILED,
                     ) from None
                 await self._wait_before_retry(message, retry_after_s)
                 continue
@@ -248,7 +221,7 @@ class OutboxItemWorkflow:
             if now >= deadline:
                 raise _DeliveryFailed(
                     f"operation timed out: still running after {policy.poll_deadline_s:g}s",
-                    DELIVERY_FAILED,
+                    ItemErrorType.DELIVERY_FAILED,
                 )
             wake_at = min(state.next_attempt_at or now, deadline)
             self._show_details(f"Operation accepted; next poll at {wake_at:%H:%M:%S} UTC.")
@@ -265,7 +238,8 @@ class OutboxItemWorkflow:
                 OperationStatus.CANCELED,
             ):
                 raise _DeliveryFailed(
-                    result.error or f"operation {result.status.value}", DELIVERY_FAILED
+                    result.error or f"operation {result.status.value}",
+                    ItemErrorType.DELIVERY_FAILED,
                 )
             if workflow.info().is_continue_as_new_suggested():
                 await self._project()
@@ -278,14 +252,13 @@ class OutboxItemWorkflow:
         item, state, policy = self._item, self._state, self._item.policy
         state.poll_count += 1
         try:
-            result: PollResult = await workflow.execute_activity(
-                POLL_ACTIVITY,
+            result = await workflow.execute_activity_method(
+                DeliveryActivities.poll_operation,
                 PollRequest(
                     destination=item.destination,
                     item_id=workflow.info().workflow_id,
                     operation_url=state.operation_url or "",
                 ),
-                result_type=PollResult,
                 task_queue=policy.poll_task_queue,
                 start_to_close_timeout=timedelta(seconds=policy.poll_timeout_s),
                 retry_policy=_INFRASTRUCTURE_RETRIES,
@@ -293,8 +266,8 @@ class OutboxItemWorkflow:
             )
         except ActivityError as err:
             error_type, message, retry_after_s = _classify(err)
-            if error_type != TRANSIENT_ERROR:
-                raise _DeliveryFailed(f"poll failed: {message}", PERMANENT_ERROR) from None
+            if error_type is not ItemErrorType.TRANSIENT:
+                raise _DeliveryFailed(f"poll failed: {message}", ItemErrorType.PERMANENT) from None
             state.last_error = f"poll failed: {message}"
             self._schedule_next_poll(retry_after_s)
             self._record(ItemEventType.POLLED, ItemStatus.SENDING, state.last_error)
@@ -356,8 +329,8 @@ class OutboxItemWorkflow:
         if not state.events:
             return
         starts_item = state.events[0].type in (ItemEventType.ENQUEUED, ItemEventType.REDRIVEN)
-        await workflow.execute_local_activity(
-            PROJECT_ACTIVITY,
+        await workflow.execute_local_activity_method(
+            ProjectionActivities.project_item,
             ItemProjection(
                 view=self.view(),
                 events=list(state.events),
@@ -392,20 +365,19 @@ class OutboxItemWorkflow:
         return f"to {item.destination}"
 
 
-def _classify(err: ActivityError) -> tuple[str, str, float | None]:
+def _classify(err: ActivityError) -> tuple[ItemErrorType, str, float | None]:
     """(error type, message, Retry-After seconds) of a failed activity."""
     cause = err.cause
     if isinstance(cause, ApplicationError):
-        retry_after_s = None
-        if cause.details and isinstance(cause.details[0], dict):
-            value = cause.details[0].get("retry_after_s")
-            retry_after_s = float(value) if value is not None else None
-        error_type = cause.type or TRANSIENT_ERROR
-        if error_type not in (TRANSIENT_ERROR, PERMANENT_ERROR):
+        details = DeliveryErrorDetails.from_details(cause.details)
+        raw_type = cause.type or ItemErrorType.TRANSIENT
+        if raw_type in (ItemErrorType.TRANSIENT, ItemErrorType.PERMANENT):
+            error_type = ItemErrorType(raw_type)
+        else:
             # An unexpected exception survived the infrastructure retries: worth another go.
-            error_type = PERMANENT_ERROR if cause.non_retryable else TRANSIENT_ERROR
-        return error_type, cause.message, retry_after_s
+            error_type = ItemErrorType.PERMANENT if cause.non_retryable else ItemErrorType.TRANSIENT
+        return error_type, cause.message, details.retry_after_s
     if isinstance(cause, ActivityTimeoutError):
         kind = cause.type.name.lower() if cause.type else "unknown"
-        return TRANSIENT_ERROR, f"activity timed out ({kind})", None
-    return TRANSIENT_ERROR, str(cause or err), None
+        return ItemErrorType.TRANSIENT, f"activity timed out ({kind})", None
+    return ItemErrorType.TRANSIENT, str(cause or err), None

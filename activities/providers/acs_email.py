@@ -10,7 +10,6 @@ import base64
 import hashlib
 import hmac
 import json
-from collections.abc import Mapping
 from email.utils import formatdate
 from typing import Any, ClassVar
 from urllib.parse import urlsplit
@@ -18,12 +17,15 @@ from urllib.parse import urlsplit
 import httpx
 
 from activities.providers.base import (
+    Base64Key,
+    HttpProviderSettings,
+    HttpUrlText,
     PermanentProviderError,
     parse_retry_after,
     raise_for_status,
     send,
 )
-from common.models import OperationStatus, PollRequest, PollResult, SubmitRequest, SubmitResult
+from contract.item import OperationStatus, PollRequest, PollResult, SubmitRequest, SubmitResult
 
 API_VERSION = "2023-03-31"
 _STATUSES = {status.value: status for status in OperationStatus}
@@ -46,23 +48,23 @@ def sign_request(request: httpx.Request, access_key: str) -> None:
     )
 
 
+class AcsEmailSettings(HttpProviderSettings):
+    """An acs-email destination's `settings`: the resource endpoint and its access key."""
+
+    endpoint: HttpUrlText
+    access_key: Base64Key
+
+
 class AcsEmailProvider:
     """Sends ACS email requests; `Operation-Id` carries the item's stable idempotency key."""
 
     kind: ClassVar[str] = "acs-email"
 
-    def __init__(self, settings: Mapping[str, Any], http_client: httpx.AsyncClient) -> None:
-        missing = [name for name in ("endpoint", "access_key") if not settings.get(name)]
-        if missing:
-            raise ValueError(f"acs-email settings need {', '.join(missing)}")
-        try:
-            base64.b64decode(str(settings["access_key"]), validate=True)
-        except ValueError as err:
-            raise ValueError("acs-email access_key must be base64") from err
-        self._endpoint = str(settings["endpoint"]).rstrip("/")
-        self._access_key = str(settings["access_key"])
-        self._headers = {str(k): str(v) for k, v in dict(settings.get("headers", {})).items()}
-        self._timeout = httpx.Timeout(float(settings.get("timeout_s", 10.0)))
+    def __init__(self, settings: AcsEmailSettings, http_client: httpx.AsyncClient) -> None:
+        self._endpoint = settings.endpoint.rstrip("/")
+        self._access_key = settings.access_key
+        self._headers = settings.headers
+        self._timeout = httpx.Timeout(settings.timeout_s)
         self._client = http_client
 
     async def submit(self, request: SubmitRequest) -> SubmitResult:

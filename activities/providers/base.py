@@ -1,4 +1,4 @@
-"""The provider protocol: a new provider is one module with one class implementing it.
+"""The provider protocol: a new provider is one module with a settings model and one class.
 
 Providers classify every outcome. A failure the next attempt may fix (timeout, connection error,
 408/429/5xx) raises `TransientProviderError`, carrying the provider's `Retry-After` if it sent
@@ -7,14 +7,17 @@ one; anything else (other 4xx, a rejected payload) raises `PermanentProviderErro
 
 from __future__ import annotations
 
+import base64
+import binascii
 import email.utils
-from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
-from typing import Any, ClassVar, Protocol
+from typing import Annotated, ClassVar, Protocol
+from urllib.parse import urlsplit
 
 import httpx
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
-from common.models import PollRequest, PollResult, SubmitRequest, SubmitResult
+from contract.item import PollRequest, PollResult, SubmitRequest, SubmitResult
 
 
 class ProviderError(Exception):
@@ -49,7 +52,39 @@ class Provider(Protocol):
     async def poll(self, request: PollRequest) -> PollResult: ...
 
 
-ProviderFactory = Callable[[Mapping[str, Any], httpx.AsyncClient], Provider]
+def check_http_url(url: str) -> str:
+    """`url` if it is an absolute http(s) URL; raises ValueError otherwise."""
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.netloc:
+        raise ValueError("must be an http:// or https:// URL")
+    return url
+
+
+def check_base64_key(key: str) -> str:
+    """`key` if it is non-empty base64; raises ValueError otherwise."""
+    try:
+        decoded = base64.b64decode(key, validate=True)
+    except binascii.Error:
+        decoded = b""
+    if not decoded:
+        raise ValueError("must be base64")
+    return key
+
+
+HttpUrlText = Annotated[str, AfterValidator(check_http_url)]
+Base64Key = Annotated[str, AfterValidator(check_base64_key)]
+
+
+class HttpProviderSettings(BaseModel):
+    """Settings every HTTP provider takes; a provider's own model adds its fields."""
+
+    # A misspelt setting is an error at load time rather than silently ignored.
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    # Per HTTP request; the destination's `submit_timeout_s` bounds the whole activity.
+    timeout_s: float = Field(default=10.0, gt=0)
+    headers: dict[str, str] = Field(default_factory=dict)
+
 
 TRANSIENT_STATUS_CODES = frozenset({408, 425, 429, 500, 502, 503, 504})
 

@@ -10,13 +10,20 @@ import hashlib
 import hmac
 import json
 import time
-from collections.abc import Mapping
-from typing import Any, ClassVar
+from typing import Annotated, ClassVar
 
 import httpx
+from pydantic import AfterValidator
 
-from activities.providers.base import PermanentProviderError, raise_for_status, send
-from common.models import PollRequest, PollResult, SubmitRequest, SubmitResult
+from activities.providers.base import (
+    HttpProviderSettings,
+    HttpUrlText,
+    PermanentProviderError,
+    check_base64_key,
+    raise_for_status,
+    send,
+)
+from contract.item import PollRequest, PollResult, SubmitRequest, SubmitResult
 
 
 def webhook_signature(secret: str, message_id: str, timestamp: int, body: bytes) -> str:
@@ -26,23 +33,32 @@ def webhook_signature(secret: str, message_id: str, timestamp: int, body: bytes)
     return "v1," + base64.b64encode(hmac.new(key, signed, hashlib.sha256).digest()).decode()
 
 
+def check_webhook_secret(secret: str) -> str:
+    """`secret` if it is base64 after an optional `whsec_` prefix; raises ValueError otherwise."""
+    try:
+        check_base64_key(secret.removeprefix("whsec_"))
+    except ValueError:
+        raise ValueError("must be 'whsec_' + base64") from None
+    return secret
+
+
+class WebhookSettings(HttpProviderSettings):
+    """A webhook destination's `settings`: the receiver's URL and the shared signing secret."""
+
+    url: HttpUrlText
+    secret: Annotated[str, AfterValidator(check_webhook_secret)]
+
+
 class WebhookProvider:
     """POSTs the payload as JSON; the item's idempotency key is the `webhook-id`."""
 
     kind: ClassVar[str] = "webhook"
 
-    def __init__(self, settings: Mapping[str, Any], http_client: httpx.AsyncClient) -> None:
-        missing = [name for name in ("url", "secret") if not settings.get(name)]
-        if missing:
-            raise ValueError(f"webhook settings need {', '.join(missing)}")
-        try:
-            base64.b64decode(str(settings["secret"]).removeprefix("whsec_"), validate=True)
-        except ValueError as err:
-            raise ValueError("webhook secret must be 'whsec_' + base64") from err
-        self._url = str(settings["url"])
-        self._secret = str(settings["secret"])
-        self._headers = {str(k): str(v) for k, v in dict(settings.get("headers", {})).items()}
-        self._timeout = httpx.Timeout(float(settings.get("timeout_s", 10.0)))
+    def __init__(self, settings: WebhookSettings, http_client: httpx.AsyncClient) -> None:
+        self._url = settings.url
+        self._secret = settings.secret
+        self._headers = settings.headers
+        self._timeout = httpx.Timeout(settings.timeout_s)
         self._client = http_client
 
     async def submit(self, request: SubmitRequest) -> SubmitResult:

@@ -10,7 +10,7 @@ from fastapi import APIRouter, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from temporalio.api.workflowservice.v1 import GetSystemInfoRequest
 
-from api.deps import MetricsDep, ResourcesDep
+from api.deps import MetricsDep, Resources, ResourcesDep
 from api.errors import RETRY_AFTER_S, ApiProblem
 from api.schemas import problem_responses
 from readmodel.db import ping
@@ -37,9 +37,7 @@ async def healthz() -> dict[str, str]:
 async def readyz(resources: ResourcesDep) -> dict[str, str]:
     """200 when both answer within the timeout; else 503 naming what is down."""
     checks: dict[str, Awaitable[object]] = {
-        "temporal": resources.outbox.client.workflow_service.get_system_info(
-            GetSystemInfoRequest()
-        ),
+        "temporal": _temporal_answers(resources),
         "database": asyncio.to_thread(ping, resources.engine),
     }
     answered = await asyncio.gather(*(_answers(name, check) for name, check in checks.items()))
@@ -60,6 +58,11 @@ async def readyz(resources: ResourcesDep) -> dict[str, str]:
 async def metrics(api_metrics: MetricsDep) -> Response:
     """HTTP requests by route template and status, and enqueues by outcome."""
     return Response(generate_latest(api_metrics.registry), media_type=CONTENT_TYPE_LATEST)
+
+
+async def _temporal_answers(resources: Resources) -> None:
+    client = await resources.outbox.temporal()
+    await client.workflow_service.get_system_info(GetSystemInfoRequest())
 
 
 async def _answers(name: str, check: Awaitable[object]) -> bool:

@@ -9,25 +9,22 @@ that itself contains `:` never collides with an action.
 
 from __future__ import annotations
 
-import asyncio
-import dataclasses
-import logging
 import uuid
 from datetime import datetime
-from typing import Annotated, Any
+from typing import Annotated
 from urllib.parse import quote
 
 from fastapi import APIRouter, Body, Header, Query, Response, status
 from pydantic import ValidationError
 
-from api.deps import EngineDep, MetricsDep, OutboxClientDep
+from api.deps import ItemServiceDep, MetricsDep
 from api.errors import ApiProblem, known_problem, validation_problem
+from api.metrics import ApiMetrics
 from api.schemas import (
     BatchEnqueueItem,
     BatchEnqueueRequest,
     BatchEnqueueResponse,
     BatchResult,
-    CancelRequest,
     EnqueueRequest,
     EnqueueResponse,
     EventResponse,
@@ -39,33 +36,22 @@ from api.schemas import (
     RedriveFailedResponse,
     problem_responses,
 )
-from common.client import (
+from contract.item import CancelRequest, ItemStatus
+from contract.limits import MAX_DESTINATION_LENGTH
+from outbox_client import (
     EnqueueResult,
     InvalidRequest,
     ItemFailedUseRedrive,
-    ItemNotFound,
-    OutboxClient,
-    OutboxError,
-    validate_key,
     validate_outbox,
 )
-from common.ids import item_workflow_id
-from common.models import ItemStatus, OutboxItemView
 from readmodel import store
-from readmodel.models import OutboxItem
-
-log = logging.getLogger("outbox.api")
+from service.items import Enqueued, ItemService, ItemSnapshot, NewItem
 
 router = APIRouter(
     prefix="/v1/outboxes/{outbox}",
     tags=["items"],
     responses=problem_responses(401, 403, 404, 409, 413, 415, 422, 503),
 )
-
-# Concurrent workflow starts per batch: enough to hide RPC latency, few enough to be polite.
-_BATCH_CONCURRENCY = 10
-# Only a failed item can run again (redrive), so only a failed row can be behind its workflow.
-_SETTLED = frozenset({ItemStatus.SENT.value, ItemStatus.CANCELLED.value})
 
 
 def item_links(outbox: str, key: str) -> ItemLinks:
@@ -87,7 +73,7 @@ async def enqueue_item(
     outbox: str,
     body: EnqueueRequest,
     response: Response,
-    client: OutboxClientDep,
+    items: ItemServiceDep,
     metrics: MetricsDep,
     idempotency_key: Annotated[
         str | None,
@@ -97,71 +83,68 @@ async def enqueue_item(
     """202 and `Location` for a new item; 200 with the existing item for a repeated key."""
     key = _header_text(idempotency_key) if idempotency_key is not None else str(uuid.uuid4())
     try:
-        result = await _enqueue_one(client, outbox, key, body)
-    except OutboxError as err:
-        metrics.count_enqueue(*_bounded_labels(client, outbox, body.destination), "rejected")
-        raise _item_problem(err, outbox, key) from err
-    except Exception:
-        metrics.count_enqueue(*_bounded_labels(client, outbox, body.destination), "error")
-        raise
-    metrics.count_enqueue(outbox, body.destination, "created" if result.created else "existing")
-    if result.created:
-        response.headers["Location"] = result.links.self
+        enqueued = await items.enqueue(outbox, _new_item(body, key))
+    except Exception as err:
+        problem = _enqueue_problem(err, outbox, key)
+        _count_failed_enqueue(metrics, items, outbox, body.destination, problem)
+        if problem is None:
+            raise
+        raise problem from err
+    metrics.count_enqueue(outbox, body.destination, _outcome(enqueued))
+    if enqueued.result.created:
+        response.headers["Location"] = item_links(outbox, key).self
     else:
         response.status_code = status.HTTP_200_OK
-    return result
+    return _enqueue_response(enqueued.result, enqueued.status)
 
 
 @router.post("/items:batch", response_model=BatchEnqueueResponse, summary="Enqueue up to 100 items")
 async def enqueue_batch(
-    outbox: str, body: BatchEnqueueRequest, client: OutboxClientDep, metrics: MetricsDep
+    outbox: str, body: BatchEnqueueRequest, items: ItemServiceDep, metrics: MetricsDep
 ) -> BatchEnqueueResponse:
     """Always 200 when the batch is well-formed; each result has its own status and problem."""
-    validate_outbox(outbox)
-    limit = asyncio.Semaphore(_BATCH_CONCURRENCY)
-
-    async def one(index: int, raw: Any) -> BatchResult:
+    results: list[BatchResult | None] = [None] * len(body.items)
+    valid: list[tuple[int, BatchEnqueueItem, NewItem]] = []
+    for index, raw in enumerate(body.items):
         try:
             item = BatchEnqueueItem.model_validate(raw)
         except ValidationError as err:
             invalid = validation_problem(err.errors(), ("body", "items", index))
-            return BatchResult(index=index, status=422, problem=Problem(**invalid.body(None)))
-        key = item.idempotency_key or str(uuid.uuid4())
-        try:
-            async with limit:
-                result = await _enqueue_one(client, outbox, key, item)
-        except Exception as err:
-            problem = (
-                _item_problem(err, outbox, key)
-                if isinstance(err, OutboxError)
-                else known_problem(err)
-            )
+            results[index] = BatchResult(index=index, status=422, problem=_problem(invalid))
+            continue
+        valid.append((index, item, _new_item(item, item.idempotency_key or str(uuid.uuid4()))))
+    outcomes = await items.enqueue_many(outbox, [new for _, _, new in valid])
+    for (index, item, new), outcome in zip(valid, outcomes, strict=True):
+        if isinstance(outcome, Exception):
+            problem = _enqueue_problem(outcome, outbox, new.key)
+            _count_failed_enqueue(metrics, items, outbox, item.destination, problem)
             if problem is None:
-                raise  # a bug: the whole request is a 500
-            outcome = "rejected" if problem.status < 500 else "error"
-            metrics.count_enqueue(*_bounded_labels(client, outbox, item.destination), outcome)
-            return BatchResult(
-                index=index, status=problem.status, problem=Problem(**problem.body(None))
+                raise outcome  # a bug: the whole request is a 500
+            results[index] = BatchResult(
+                index=index, status=problem.status, problem=_problem(problem)
             )
-        outcome = "created" if result.created else "existing"
-        metrics.count_enqueue(outbox, item.destination, outcome)
-        return BatchResult(index=index, status=202 if result.created else 200, item=result)
-
-    results = await asyncio.gather(*(one(i, raw) for i, raw in enumerate(body.items)))
+            continue
+        metrics.count_enqueue(outbox, item.destination, _outcome(outcome))
+        results[index] = BatchResult(
+            index=index,
+            status=202 if outcome.result.created else 200,
+            item=_enqueue_response(outcome.result, outcome.status),
+        )
+    answered = [result for result in results if result is not None]
     return BatchEnqueueResponse(
-        created=sum(1 for r in results if r.status == 202),
-        existing=sum(1 for r in results if r.status == 200),
-        failed=sum(1 for r in results if r.status >= 400),
-        results=list(results),
+        created=sum(1 for r in answered if r.status == 202),
+        existing=sum(1 for r in answered if r.status == 200),
+        failed=sum(1 for r in answered if r.status >= 400),
+        results=answered,
     )
 
 
 @router.get("/items", response_model=ItemPage, summary="List items (newest first)")
 async def list_items(
     outbox: str,
-    engine: EngineDep,
+    items: ItemServiceDep,
     status_filter: Annotated[ItemStatus | None, Query(alias="status")] = None,
-    destination: Annotated[str | None, Query(max_length=63)] = None,
+    destination: Annotated[str | None, Query(max_length=MAX_DESTINATION_LENGTH)] = None,
     created_from: Annotated[
         datetime | None, Query(description="Inclusive; a time without offset is UTC")
     ] = None,
@@ -172,19 +155,16 @@ async def list_items(
     limit: Annotated[int, Query(ge=1, le=store.MAX_PAGE)] = 50,
 ) -> ItemPage:
     """From the read model; pass `next_cursor` back as `cursor` for the next page."""
-    validate_outbox(outbox)
-    rows, next_cursor = await asyncio.to_thread(
-        store.list_items,
-        engine,
+    snapshots, next_cursor = await items.list(
         outbox,
-        status=status_filter.value if status_filter else None,
+        status=status_filter,
         destination=destination,
         created_from=created_from,
         created_to=created_to,
         cursor=cursor,
         limit=limit,
     )
-    return ItemPage(items=[_from_row(row) for row in rows], next_cursor=next_cursor)
+    return ItemPage(items=[_item_response(s) for s in snapshots], next_cursor=next_cursor)
 
 
 @router.post(
@@ -194,84 +174,37 @@ async def list_items(
 )
 async def redrive_failed(
     outbox: str,
-    engine: EngineDep,
-    client: OutboxClientDep,
+    items: ItemServiceDep,
     body: Annotated[RedriveFailedRequest | None, Body()] = None,
 ) -> RedriveFailedResponse:
     """Restart each failed item (optionally of one destination) under its own id."""
-    validate_outbox(outbox)
-    destination = body.destination if body else None
-    keys = await asyncio.to_thread(store.list_failed, engine, outbox, destination)
-    limit = asyncio.Semaphore(_BATCH_CONCURRENCY)
-
-    async def redrive(key: str) -> bool:
-        async with limit:
-            try:
-                await client.redrive(outbox, key)
-            except OutboxError:
-                return False  # redriven meanwhile by someone else, or no longer failed
-        return True
-
-    redriven = await asyncio.gather(*(redrive(key) for key in keys))
-    started = [key for key, ok in zip(keys, redriven, strict=True) if ok]
+    sweep = await items.redrive_failed(outbox, body.destination if body else None)
     return RedriveFailedResponse(
-        redriven=len(started), skipped=len(keys) - len(started), keys=started
+        redriven=len(sweep.redriven), skipped=sweep.skipped, keys=sweep.redriven
     )
 
 
 @router.get("/items/{key}", response_model=ItemResponse, summary="One item's status")
-async def get_item(
-    outbox: str, key: str, engine: EngineDep, client: OutboxClientDep
-) -> ItemResponse:
+async def get_item(outbox: str, key: str, items: ItemServiceDep) -> ItemResponse:
     """Live from the workflow while it runs; from the read model once it has ended."""
-    validate_outbox(outbox)
-    validate_key(key)
-    row = await asyncio.to_thread(store.get_item, engine, item_workflow_id(outbox, key))
-    if row is not None and row.status in _SETTLED:
-        return _from_row(row)
-    try:
-        view = await client.status(outbox, key)
-    except ItemNotFound:
-        # Temporal has deleted the history (retention), the read model still remembers.
-        if row is None:
-            raise
-        return _from_row(row)
-    except Exception as err:
-        # With Temporal unreachable, the last projected state beats a 503 for a read.
-        problem = known_problem(err)
-        if row is None or problem is None or problem.status != status.HTTP_503_SERVICE_UNAVAILABLE:
-            raise
-        log.warning("serving %s from the read model: %s", row.id, problem.detail)
-        return _from_row(row)
-    if row is not None and view.status.is_final and row.status == view.status.value:
-        return _from_row(row)
-    return _from_view(view, row.payload if row else None)
+    return _item_response(await items.get(outbox, key))
 
 
 @router.get("/items/{key}/events", response_model=list[EventResponse], summary="One item's history")
-async def get_item_events(
-    outbox: str, key: str, engine: EngineDep, client: OutboxClientDep
-) -> list[EventResponse]:
+async def get_item_events(outbox: str, key: str, items: ItemServiceDep) -> list[EventResponse]:
     """Transitions oldest first, from the read model (empty until the first one is projected)."""
-    validate_outbox(outbox)
-    validate_key(key)
-    item_id = item_workflow_id(outbox, key)
-    events = await asyncio.to_thread(store.item_events, engine, item_id)
-    if not events and await asyncio.to_thread(store.get_item, engine, item_id) is None:
-        await client.status(outbox, key)  # raises ItemNotFound (404) for an unknown item
-    return [EventResponse.model_validate(event, from_attributes=True) for event in events]
+    return await items.events(outbox, key)
 
 
 @router.post("/items/{key}/cancel", response_model=ItemResponse, summary="Cancel a queued item")
 async def cancel_item(
     outbox: str,
     key: str,
-    client: OutboxClientDep,
+    items: ItemServiceDep,
     body: Annotated[CancelRequest | None, Body()] = None,
 ) -> ItemResponse:
     """409 once the provider has accepted the item (it cannot be recalled) or it has ended."""
-    view = await client.cancel(outbox, key, (body or CancelRequest()).reason)
-    return _from_view(view, None)
+    return _item_response(await items.cancel(outbox, key, (body or CancelRequest()).reason))
 
 
 @router.post(
@@ -280,55 +213,74 @@ async def cancel_item(
     status_code=status.HTTP_202_ACCEPTED,
     summary="Run a failed item again",
 )
-async def redrive_item(outbox: str, key: str, client: OutboxClientDep) -> EnqueueResponse:
+async def redrive_item(outbox: str, key: str, items: ItemServiceDep) -> EnqueueResponse:
     """Fresh attempts under the same id, with the destination's current policy."""
-    result = await client.redrive(outbox, key)
-    return _enqueue_response(result, ItemStatus.QUEUED.value)
+    return _enqueue_response(await items.redrive(outbox, key), ItemStatus.QUEUED)
 
 
-async def _enqueue_one(
-    client: OutboxClient, outbox: str, key: str, body: EnqueueRequest
-) -> EnqueueResponse:
-    result = await client.enqueue(
-        outbox,
-        body.destination,
-        body.payload,
+def _new_item(body: EnqueueRequest, key: str) -> NewItem:
+    return NewItem(
+        destination=body.destination,
+        payload=body.payload,
         key=key,
         ordering_key=body.ordering_key,
         not_before=body.not_before,
         max_attempts=body.max_attempts,
     )
-    if result.created:
-        return _enqueue_response(result, ItemStatus.QUEUED.value)
-    view = await client.status(outbox, key)
-    return _enqueue_response(result, view.status.value)
 
 
-def _enqueue_response(result: EnqueueResult, status_value: str) -> EnqueueResponse:
+def _item_response(snapshot: ItemSnapshot) -> ItemResponse:
+    view = snapshot.view
+    return ItemResponse(
+        **vars(view),
+        payload=snapshot.payload,
+        source=snapshot.source,
+        links=item_links(view.outbox, view.key),
+    )
+
+
+def _enqueue_response(result: EnqueueResult, item_status: ItemStatus) -> EnqueueResponse:
     return EnqueueResponse(
         id=result.item_id,
         outbox=result.outbox,
         key=result.key,
         created=result.created,
-        status=status_value,
+        status=item_status.value,
         links=item_links(result.outbox, result.key),
     )
 
 
-def _item_problem(err: OutboxError, outbox: str, key: str) -> ApiProblem:
+def _enqueue_problem(err: Exception, outbox: str, key: str) -> ApiProblem | None:
     """The error's problem; for a permanently failed item it carries the link that redrives it."""
     if isinstance(err, ItemFailedUseRedrive):
         return ApiProblem.from_outbox_error(err, redrive=item_links(outbox, key).redrive)
-    return ApiProblem.from_outbox_error(err)
+    return known_problem(err)
 
 
-def _bounded_labels(client: OutboxClient, outbox: str, destination: str) -> tuple[str, str]:
-    """Labels for a failed enqueue: names nobody configured collapse into one value each."""
+def _outcome(enqueued: Enqueued) -> str:
+    return "created" if enqueued.result.created else "existing"
+
+
+def _count_failed_enqueue(
+    metrics: ApiMetrics,
+    items: ItemService,
+    outbox: str,
+    destination: str,
+    problem: ApiProblem | None,
+) -> None:
+    """Count a failed enqueue; names nobody configured collapse into one label value each."""
     try:
         validate_outbox(outbox)
     except InvalidRequest:
         outbox = "invalid"
-    return outbox, destination if destination in client.destinations else "unknown"
+    if destination not in items.client.destinations:
+        destination = "unknown"
+    outcome = "rejected" if problem is not None and problem.status < 500 else "error"
+    metrics.count_enqueue(outbox, destination, outcome)
+
+
+def _problem(problem: ApiProblem) -> Problem:
+    return Problem(**problem.body(None))
 
 
 def _header_text(value: str) -> str:
@@ -337,24 +289,3 @@ def _header_text(value: str) -> str:
         return value.encode("latin-1").decode("utf-8")
     except UnicodeError:
         return value
-
-
-def _from_view(view: OutboxItemView, payload: dict[str, Any] | None) -> ItemResponse:
-    return ItemResponse.model_validate(
-        {
-            **dataclasses.asdict(view),
-            "payload": payload,
-            "source": "workflow",
-            "links": item_links(view.outbox, view.key),
-        }
-    )
-
-
-def _from_row(row: OutboxItem) -> ItemResponse:
-    return ItemResponse.model_validate(
-        {
-            **row.model_dump(exclude={"version", "payload_hash"}),
-            "source": "read-model",
-            "links": item_links(row.outbox, row.key),
-        }
-    )

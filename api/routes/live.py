@@ -7,32 +7,26 @@ import contextlib
 from typing import Any
 
 from fastapi import APIRouter, WebSocket, WebSocketDisconnect, status
+from pydantic import TypeAdapter
 
 from api.auth import websocket_token_is_valid
 from api.live import LiveHub, SubscriberTooSlow
-from common.client import InvalidRequest, validate_outbox
+from contract.ids import parse_item_workflow_id
+from outbox_client import InvalidRequest, validate_outbox
 from readmodel import store
-from readmodel.models import OutboxEvent
+from readmodel.models import EventRecord
 
 router = APIRouter(tags=["live"])
 
 _BACKFILL_PAGE = 500
+_EVENT_JSON = TypeAdapter(EventRecord)
 
 
-def event_message(event: OutboxEvent) -> dict[str, Any]:
-    """What a socket receives per event; `id` is what to pass as `since` when reconnecting."""
-    return {
-        "id": event.id,
-        "item_id": event.item_id,
-        "key": event.item_id.split("/", 2)[2],
-        "outbox": event.outbox,
-        "seq": event.seq,
-        "type": event.type,
-        "status": event.status,
-        "at": event.at.isoformat(),
-        "attempt": event.attempt,
-        "detail": event.detail,
-    }
+def event_message(event: EventRecord) -> dict[str, Any]:
+    """What a socket receives per event: the event as the REST history shows it, plus the item's
+    key; `id` is what to pass as `since` when reconnecting."""
+    _, key = parse_item_workflow_id(event.item_id)
+    return {**_EVENT_JSON.dump_python(event, mode="json"), "key": key}
 
 
 @router.websocket("/v1/outboxes/{outbox}/live")
@@ -69,7 +63,7 @@ async def live(websocket: WebSocket, outbox: str, since: int | None = None) -> N
             page = await asyncio.to_thread(store.events_since, engine, outbox, last, _BACKFILL_PAGE)
             for event in page:
                 await websocket.send_json(event_message(event))
-                last = event.id or last
+                last = event.id
             if len(page) < _BACKFILL_PAGE:
                 break
         while True:
@@ -79,10 +73,10 @@ async def live(websocket: WebSocket, outbox: str, since: int | None = None) -> N
                 upcoming.cancel()
                 return
             event = upcoming.result()
-            if (event.id or 0) <= last:
+            if event.id <= last:
                 continue
             await websocket.send_json(event_message(event))
-            last = event.id or last
+            last = event.id
     except SubscriberTooSlow:
         await websocket.close(
             code=status.WS_1013_TRY_AGAIN_LATER, reason=f"reconnect with since={last}"

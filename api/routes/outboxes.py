@@ -8,7 +8,7 @@ from fastapi import APIRouter
 
 from api.deps import DestinationsDep, EngineDep
 from api.schemas import DestinationInfo, OutboxStats, OutboxSummary, problem_responses
-from common.client import validate_outbox
+from outbox_client import validate_outbox
 from readmodel import store
 
 router = APIRouter(

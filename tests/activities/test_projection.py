@@ -13,7 +13,7 @@ from temporalio.converter import DataConverter
 from temporalio.testing import ActivityEnvironment
 
 from activities.projection import ProjectionActivities
-from common.models import ItemProjection
+from contract.item import ItemProjection
 from readmodel import store
 from tests.readmodel.test_store import lifecycle
 
@@ -39,7 +39,7 @@ async def test_activity_projects_each_transition_once(engine: Engine) -> None:
 
     row = store.get_item(engine, "outbox/o/k")
     assert row is not None
-    assert (row.status, row.version, row.poll_count) == ("sent", 4, 1)
+    assert (row.view.status, row.view.last_event_seq, row.view.poll_count) == ("sent", 4, 1)
     assert row.payload == {"to": "a@b.c"}
     events = store.item_events(engine, "outbox/o/k")
     assert [(e.seq, e.type) for e in events] == [
@@ -75,7 +75,7 @@ async def test_concurrent_activities_share_transactions(engine: Engine) -> None:
     assert activities.transactions < len(projections) / 4
     for n in range(40):
         row = store.get_item(engine, f"outbox/o/k{n}")
-        assert row is not None and row.status == "sent" and row.payload == {"to": "a@b.c"}
+        assert row is not None and row.view.status == "sent" and row.payload == {"to": "a@b.c"}
         assert [e.seq for e in store.item_events(engine, f"outbox/o/k{n}")] == [1, 2, 3, 4]
 
 

@@ -6,7 +6,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from common.client import InvalidRequest, validate_key
+from outbox_client import InvalidRequest, validate_key
 from tests.api.conftest import Api
 from tests.api.test_items import assert_problem
 

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from common.models import ItemProjection, ItemStatus
+from contract.item import ItemProjection, ItemStatus
 from readmodel import store
 from tests.api.conftest import Api
 from tests.fakes import deliveries, script

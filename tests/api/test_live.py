@@ -12,7 +12,7 @@ import websockets
 from sqlalchemy import Engine
 
 from api.live import SUBSCRIBER_BUFFER, LiveHub, SubscriberTooSlow
-from common.models import ItemEventType, ItemProjection, ItemStatus
+from contract.item import ItemEventType, ItemProjection, ItemStatus
 from readmodel import store
 from tests.api.conftest import ServedApi
 from tests.readmodel.test_store import event, view

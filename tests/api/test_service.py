@@ -9,9 +9,9 @@ import httpx
 import pytest
 
 from api.main import create_app
-from common.client import OutboxClient
 from common.destinations import DestinationRegistry
-from common.models import ItemProjection, ItemStatus, OutboxItemView
+from contract.item import ItemProjection, ItemStatus, OutboxItemView
+from outbox_client import OutboxClient, TemporalConnection
 from readmodel import store
 from readmodel.db import create_schema, make_engine
 from tests.api.conftest import api_settings
@@ -67,13 +67,15 @@ async def test_readyz_is_503_when_database_is_down(api_factory) -> None:
 
 
 async def test_temporal_unreachable_is_503_not_500(tmp_path, fake_provider) -> None:
-    settings = api_settings(temporal_address="127.0.0.1:1")
+    settings = api_settings()
     engine = make_engine(f"sqlite:///{tmp_path / 'readmodel.db'}")
     create_schema(engine)
     registry = DestinationRegistry.from_mapping(
-        {"down-test": {"provider": "webhook", "settings": {"url": fake_provider.url}}}
+        {"down-test": {"provider": "webhook", "settings": {"url": fake_provider.url}}},
+        provider_settings=None,
     )
-    app = create_app(settings, destinations=registry, engine=engine)
+    unreachable = TemporalConnection({"TEMPORAL_ADDRESS": "127.0.0.1:1"})
+    app = create_app(settings, temporal_client=unreachable, destinations=registry, engine=engine)
     known = view("known", 3, ItemStatus.SENDING, "tests", destination="down-test")
     store.apply_projection(engine, ItemProjection(view=known, events=[]))
 
@@ -114,7 +116,7 @@ async def test_injected_temporal_client_is_used(time_skipping_env, engine) -> No
 
     assert ready.status_code == 200
     assert_problem(unknown, 404, "item-not-found")
-    assert app.state.resources.outbox.client is time_skipping_env.client
+    assert await app.state.resources.outbox.temporal() is time_skipping_env.client
 
 
 class _BrokenClient(OutboxClient):

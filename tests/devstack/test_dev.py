@@ -1,5 +1,5 @@
-"""`make dev` end to end: the stack starts, delivers, stops on Ctrl-C, keeps its items, and stops
-by itself when one of its processes dies."""
+"""`make dev` end to end: the stack starts, delivers, stops on Ctrl-C, keeps its items, and brings
+back a process that dies."""
 
 from __future__ import annotations
 
@@ -11,14 +11,15 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import httpx
 import pytest
 from temporalio.client import Client, WorkflowExecutionStatus
 
-from common.ids import item_workflow_id
+from contract.ids import item_workflow_id
+from devstack.dev import Child, RestartBackoff, start, stop, supervise
 
 ROOT = Path(__file__).resolve().parents[2]
 BANNER = "durable-outbox is up"
@@ -121,6 +122,13 @@ def gone(pid: int) -> bool:
     return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
 
 
+def wait_for(condition: Callable[[], bool], timeout_s: float, explain: Callable[[], str]) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, explain()
+        time.sleep(0.2)
+
+
 @pytest.fixture
 def stack(tmp_path: Path) -> Iterator[DevStack]:
     stack = DevStack(tmp_path / "data")
@@ -136,7 +144,9 @@ async def describe_status(address: str, workflow_id: str) -> WorkflowExecutionSt
 
 
 @pytest.mark.timeout(300)
-def test_make_dev_delivers_stops_cleanly_restarts_with_its_items(stack: DevStack) -> None:
+def test_make_dev_delivers_stops_restarts_with_its_items_and_brings_back_the_killed(
+    stack: DevStack,
+) -> None:
     stack.start()
     banner = stack.output()
     assert f"API               {stack.api}" in banner and "OPEN: no API_TOKEN" in banner
@@ -173,8 +183,88 @@ def test_make_dev_delivers_stops_cleanly_restarts_with_its_items(stack: DevStack
     status = asyncio.run(describe_status(stack.temporal, item_workflow_id("demo", "dev-1")))
     assert status == WorkflowExecutionStatus.COMPLETED
 
-    children = stack.children()
-    os.kill(children["fake"], signal.SIGKILL)
-    assert stack.wait() == 1
-    assert "fake exited unexpectedly with code -9" in stack.output()
-    assert all(gone(pid) for pid in children.values()), stack.output()
+    # A developer kills the worker and the API to watch recovery: both come back, nothing else
+    # restarts, and an item enqueued afterwards is delivered.
+    before = stack.children()
+    os.kill(before["worker"], signal.SIGKILL)
+    os.kill(before["api"], signal.SIGKILL)
+
+    def both_back() -> bool:
+        assert stack.process is not None and stack.process.poll() is None, stack.output()
+        return all(f"dev: {name} is ready again" in stack.output() for name in ("worker", "api"))
+
+    wait_for(both_back, 60, stack.output)
+    for name in ("worker", "api"):
+        assert f"dev: {name} exited with code -9; restarting in 1s" in stack.output()
+    after = stack.children()
+    assert after["worker"] != before["worker"] and after["api"] != before["api"]
+    assert (after["temporal"], after["fake"]) == (before["temporal"], before["fake"])
+    with httpx.Client(timeout=10) as http:
+        enqueued = http.post(
+            f"{stack.api}/v1/outboxes/demo/items",
+            headers={"Idempotency-Key": "dev-2"},
+            json={"destination": "fake-webhook", "payload": {"after": "restart"}},
+        )
+        assert enqueued.status_code == 202, enqueued.text
+        wait_for(
+            lambda: (
+                http.get(f"{stack.api}/v1/outboxes/demo/items/dev-2").json()["status"] == "sent"
+            ),
+            60,
+            stack.output,
+        )
+
+    assert stack.process is not None
+    stack.process.send_signal(signal.SIGTERM)
+    assert stack.wait() == 0, stack.output()
+    assert all(gone(pid) for pid in [*before.values(), *after.values()]), stack.output()
+    assert not any(port_in_use(port) for port in stack.ports.values())
+
+
+def test_restart_delay_doubles_to_its_cap_and_resets_after_a_long_run() -> None:
+    backoff = RestartBackoff(initial_s=1, max_s=30, reset_after_s=60)
+
+    crash_loop = [backoff.delay_after(uptime_s=0.5) for _ in range(7)]
+    after_a_long_run = backoff.delay_after(uptime_s=60)
+
+    assert crash_loop == [1, 2, 4, 8, 16, 30, 30]
+    assert after_a_long_run == 1 and backoff.delay_after(uptime_s=1) == 2
+
+
+def test_supervise_restarts_a_dead_child_after_its_delay_and_says_so(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    sleeper = Child(
+        "sleeper",
+        [sys.executable, "-c", "print('up', flush=True); import time; time.sleep(60)"],
+        lambda: True,
+        ready_line="up",
+        backoff=RestartBackoff(initial_s=0.5),
+    )
+    env = dict(os.environ)
+    supervising = [sleeper]
+    try:
+        start(supervising, env, log_dir=tmp_path)
+        assert sleeper.process is not None
+        first = sleeper.process
+        first.kill()
+        first.wait()
+
+        supervise(supervising, env, colour=False)
+        supervise(supervising, env, colour=False)
+        assert sleeper.process is first  # still inside its delay
+        time.sleep(0.6)
+        supervise(supervising, env, colour=False)
+        second = sleeper.process
+        wait_for(sleeper.is_ready, 10, lambda: (tmp_path / "sleeper.log").read_text())
+        supervise(supervising, env, colour=False)
+    finally:
+        stop(supervising)
+
+    assert second is not first and second.returncode is not None
+    said = capsys.readouterr().err.splitlines()
+    assert said == [
+        "dev: sleeper exited with code -9; restarting in 0.5s",
+        f"dev: sleeper restarted (pid {second.pid})",
+        "dev: sleeper is ready again",
+    ]

@@ -3,18 +3,31 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import os
+import socket
+import sys
 import time
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
+from pathlib import Path
 
 import httpx
 import pytest
 
 from activities.providers.acs_email import API_VERSION, sign_request
 from activities.providers.webhook import webhook_signature
-from devstack.fake_provider import FakeProvider, FaultConfig, run_fake_provider
+from devstack.fake_provider import (
+    FakeProvider,
+    FaultConfig,
+    command_line_parser,
+    faults_from,
+    run_fake_provider,
+)
 from tests.conftest import ACS_ACCESS_KEY, WEBHOOK_SECRET
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 async def post_webhook(
@@ -189,3 +202,49 @@ async def test_reset_clears_counters_scripts_and_operations(fake, http) -> None:
     poll = http.build_request("GET", accepted.headers["Operation-Location"])
     sign_request(poll, ACS_ACCESS_KEY)
     assert (await http.send(poll)).status_code == 404
+
+
+def test_every_fault_field_is_a_flag_of_its_type() -> None:
+    parser = command_line_parser()
+    args = parser.parse_args(
+        ["--error-rate", "0.5", "--retry-after-http-date", "--running-polls", "4"]
+        + ["--poll-retry-after", "2", "--seed", "7", "--port", "9"]
+    )
+
+    assert faults_from(args) == FaultConfig(
+        error_rate=0.5, retry_after_http_date=True, running_polls=4, poll_retry_after="2", seed=7
+    )
+    assert faults_from(parser.parse_args([])) == FaultConfig()
+    assert args.port == 9
+    usage = parser.format_help()
+    for fault in dataclasses.fields(FaultConfig):
+        assert f"--{fault.name.replace('_', '-')}" in usage, fault.name
+
+
+async def test_the_command_starts_with_the_faults_its_flags_give() -> None:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    command = [sys.executable, "-m", "devstack.fake_provider", "--port", str(port)]
+    # Its default secrets, which the test signs with, whatever the shell exports.
+    env = {name: value for name, value in os.environ.items() if not name.startswith("FAKE_")}
+    process = await asyncio.create_subprocess_exec(
+        *command, "--throttle-rate", "1", "--retry-after", "9", cwd=ROOT, env=env
+    )
+    try:
+        async with httpx.AsyncClient() as http:
+            deadline = time.monotonic() + 20
+            while True:
+                try:
+                    faults = (await http.get(f"http://127.0.0.1:{port}/_admin/faults")).json()
+                    break
+                except httpx.TransportError:
+                    assert process.returncode is None and time.monotonic() < deadline
+                    await asyncio.sleep(0.1)
+            throttled = await post_webhook(http, f"http://127.0.0.1:{port}", "cli")
+    finally:
+        process.terminate()
+        await process.wait()
+
+    assert faults == dataclasses.asdict(FaultConfig(throttle_rate=1.0, retry_after="9"))
+    assert throttled.status_code == 429 and throttled.headers["retry-after"] == "9"

@@ -12,7 +12,7 @@ from temporalio.api.operatorservice.v1 import ListSearchAttributesRequest
 from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.common import SearchAttributePair, TypedSearchAttributes
 
-from common.search_attributes import ALL, OUTBOX_NAME
+from contract.search_attributes import ALL, OUTBOX_NAME
 from devstack.temporal_server import DevServer, port_in_use
 
 

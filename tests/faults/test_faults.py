@@ -16,12 +16,12 @@ from typing import Any
 
 import httpx
 
-from common.client import OutboxClient
 from common.destinations import DestinationRegistry
-from common.ids import provider_idempotency_key
 from common.settings import PROJECT_ROOT
+from contract.ids import provider_idempotency_key
 from devstack.fake_provider import FakeProvider
 from devstack.outcomes import outcomes
+from outbox_client import OutboxClient
 from tests.conftest import email_destination, unique_name
 
 EMAIL = {"senderAddress": "a@example.com", "recipients": {"to": [{"address": "b@example.com"}]}}
@@ -75,9 +75,9 @@ def write_config(path: Path, destination: Any) -> None:
 provider = "{destination.provider}"
 submit_rate = {destination.submit_rate}
 poll_rate = {destination.poll_rate}
-poll_interval_s = {destination.poll_interval_s}
-submit_timeout_s = {destination.submit_timeout_s}
-backoff_initial_s = {destination.backoff_initial_s}
+poll_interval_s = {destination.delivery.poll_interval_s}
+submit_timeout_s = {destination.delivery.submit_timeout_s}
+backoff_initial_s = {destination.delivery.backoff_initial_s}
 max_attempts = {destination.max_attempts}
 [destinations.{destination.name}.settings]
 {settings}

@@ -7,6 +7,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
+from dataclasses import asdict
 from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
 
@@ -15,10 +16,10 @@ from sqlalchemy import Connection, Engine, func, insert, select, text
 from sqlalchemy import event as sa_event
 from sqlalchemy.exc import IntegrityError
 
-from common.models import ItemEvent, ItemEventType, ItemProjection, ItemStatus, OutboxItemView
+from contract.item import ItemEvent, ItemEventType, ItemProjection, ItemStatus, OutboxItemView
 from readmodel import store
 from readmodel.db import create_schema
-from readmodel.models import OutboxEvent
+from readmodel.models import EVENTS
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 
@@ -99,9 +100,13 @@ def snapshot(engine: Engine, item_id: str) -> tuple[dict[str, Any], list[dict[st
     assert row is not None
     events = store.item_events(engine, item_id)
     return (
-        row.model_dump(exclude={"id", "key"}),
-        [e.model_dump(exclude={"id", "item_id"}) for e in events],
+        {**_without(asdict(row.view), "id", "key"), "payload": row.payload},
+        [_without(asdict(e), "id", "item_id") for e in events],
     )
+
+
+def _without(values: dict[str, Any], *names: str) -> dict[str, Any]:
+    return {name: value for name, value in values.items() if name not in names}
 
 
 def test_replayed_projection_changes_nothing(engine: Engine) -> None:
@@ -116,7 +121,9 @@ def test_replayed_projection_changes_nothing(engine: Engine) -> None:
     assert snapshot(engine, "outbox/o/k") == before
     assert [e.id for e in store.item_events(engine, "outbox/o/k")] == ids_before
     row, events = before
-    assert row["status"] == "sent" and row["version"] == 4 and row["payload"] == {"to": "a@b.c"}
+    assert (
+        row["status"] == "sent" and row["last_event_seq"] == 4 and row["payload"] == {"to": "a@b.c"}
+    )
     assert [e["seq"] for e in events] == [1, 2, 3, 4]
 
 
@@ -127,7 +134,11 @@ def test_older_projection_never_overwrites_a_newer_one(engine: Engine) -> None:
 
     row = store.get_item(engine, "outbox/o/k")
     assert row is not None
-    assert (row.status, row.version, row.provider_message_id) == ("sent", 4, "m-1")
+    assert (row.view.status, row.view.last_event_seq, row.view.provider_message_id) == (
+        "sent",
+        4,
+        "m-1",
+    )
     assert row.payload == {"to": "a@b.c"}  # carried only by the late start projection
     assert [e.seq for e in store.item_events(engine, "outbox/o/k")] == [1, 4]
 
@@ -179,7 +190,7 @@ def test_events_are_unique_per_item_and_seq(engine: Engine) -> None:
     # The database itself refuses a duplicate, so no writer can get around it.
     duplicate = {"item_id": "outbox/o/k", "outbox": "o", "seq": 1, "type": "x", "status": "x"}
     with pytest.raises(IntegrityError), engine.begin() as connection:
-        connection.execute(insert(OutboxEvent).values(at=T0, **duplicate))
+        connection.execute(insert(EVENTS).values(at=T0, **duplicate))
 
 
 def test_timestamps_read_back_in_utc_and_filter_across_offsets(engine: Engine) -> None:
@@ -190,7 +201,7 @@ def test_timestamps_read_back_in_utc_and_filter_across_offsets(engine: Engine) -
     )
 
     row = store.get_item(engine, "outbox/o/k")
-    assert row is not None and row.created_at == T0 and row.created_at.tzinfo == UTC
+    assert row is not None and row.view.created_at == T0 and row.view.created_at.tzinfo == UTC
     assert store.item_events(engine, "outbox/o/k")[0].at.tzinfo == UTC
     # 01:30+02:00 is 23:30 UTC the day before: the item is after it, not before.
     after, _ = store.list_items(
@@ -199,7 +210,7 @@ def test_timestamps_read_back_in_utc_and_filter_across_offsets(engine: Engine) -
     before, _ = store.list_items(
         engine, "o", created_to=datetime(2026, 1, 1, 1, 30, tzinfo=plus_two)
     )
-    assert [item.key for item in after] == ["k"] and before == []
+    assert [item.view.key for item in after] == ["k"] and before == []
 
 
 def test_created_at_falls_back_to_the_enqueue_time(engine: Engine) -> None:
@@ -209,7 +220,7 @@ def test_created_at_falls_back_to_the_enqueue_time(engine: Engine) -> None:
         ItemProjection(view("k", 1, ItemStatus.QUEUED, created_at=None), [ENQUEUED], enqueued_at),
     )
     row = store.get_item(engine, "outbox/o/k")
-    assert row is not None and row.created_at == enqueued_at
+    assert row is not None and row.view.created_at == enqueued_at
 
 
 def test_keyset_pagination_with_filters(engine: Engine) -> None:
@@ -224,7 +235,7 @@ def test_keyset_pagination_with_filters(engine: Engine) -> None:
         pages, cursor = [], None
         while True:
             items, cursor = store.list_items(engine, "o", limit=2, cursor=cursor, **filters)
-            pages.append([item.key for item in items])
+            pages.append([item.view.key for item in items])
             if cursor is None:
                 return pages
 
@@ -255,8 +266,8 @@ def test_pages_stay_stable_while_items_arrive(engine: Engine) -> None:
         store.apply_projection(engine, ItemProjection(item, [ENQUEUED]))
     second, last_cursor = store.list_items(engine, "o", limit=2, cursor=cursor)
 
-    assert [i.key for i in first] == ["old3", "old2"]
-    assert [i.key for i in second] == ["old1", "old0"] and last_cursor is None
+    assert [i.view.key for i in first] == ["old3", "old2"]
+    assert [i.view.key for i in second] == ["old1", "old0"] and last_cursor is None
 
 
 def test_counts_outboxes_and_failed(engine: Engine) -> None:
@@ -326,7 +337,7 @@ def test_schema_creation_twice_and_concurrently(
     project(writer)
     create_schema(restarted)
     row = store.get_item(restarted, "outbox/o/k")
-    assert row is not None and row.status == "sent"
+    assert row is not None and row.view.status == "sent"
 
 
 def test_concurrent_writers_keep_the_live_cursor_ordered(engine: Engine) -> None:
@@ -422,7 +433,7 @@ def test_no_event_is_written_twice_under_concurrent_retries(engine: Engine) -> N
 
     assert errors == []
     with engine.connect() as connection:
-        count = connection.execute(select(func.count()).select_from(OutboxEvent)).scalar_one()
+        count = connection.execute(select(func.count()).select_from(EVENTS)).scalar_one()
     assert count == 4
     row = store.get_item(engine, "outbox/o/k")
-    assert row is not None and row.version == 4
+    assert row is not None and row.view.last_event_seq == 4

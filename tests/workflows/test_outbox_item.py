@@ -9,9 +9,9 @@ from typing import Any
 import pytest
 from temporalio.api.enums.v1 import EventType
 
-from common.client import CannotCancel, IdempotencyConflict, ItemFailedUseRedrive
-from common.ids import provider_idempotency_key
-from common.models import ItemStatus
+from contract.ids import provider_idempotency_key
+from contract.item import ItemStatus
+from outbox_client import CannotCancel, IdempotencyConflict, ItemFailedUseRedrive
 from readmodel import store
 from tests.conftest import email_destination, webhook_destination
 from tests.fakes import deliveries, submits
@@ -45,7 +45,7 @@ async def test_email_is_submitted_polled_and_sent(stack_factory, fake_provider) 
     assert view.operation_url and "/emails/operations/" in view.operation_url
     assert await deliveries(fake_provider, item.item_id) == 1
     row = store.get_item(stack.engine, item.item_id)
-    assert row is not None and row.status == ItemStatus.SENT
+    assert row is not None and row.view.status == ItemStatus.SENT
     types = [event.type for event in store.item_events(stack.engine, item.item_id)]
     assert types == ["enqueued", "accepted", "polled", "polled", "sent"]
 
@@ -134,7 +134,7 @@ async def test_max_attempts_ends_failed_with_last_error(stack_factory, fake_prov
     assert "gave up after 3 attempts" in failure.message
     assert await submits(fake_provider, item.item_id) == 3
     row = store.get_item(stack.engine, item.item_id)
-    assert row is not None and row.status == ItemStatus.FAILED and row.attempts == 3
+    assert row is not None and row.view.status == ItemStatus.FAILED and row.view.attempts == 3
 
 
 async def test_operation_failed_at_provider_fails_item(stack_factory, fake_provider) -> None:

@@ -12,9 +12,9 @@ import pytest
 from azure.communication.email import EmailClient
 from azure.core.credentials import AzureKeyCredential
 
-from activities.providers.acs_email import AcsEmailProvider
+from activities.providers.acs_email import AcsEmailProvider, AcsEmailSettings
 from activities.providers.base import PermanentProviderError
-from common.models import OperationStatus, PollRequest, SubmitRequest
+from contract.item import OperationStatus, PollRequest, SubmitRequest
 from devstack.fake_provider import FakeProvider
 from tests.conftest import ACS_ACCESS_KEY
 
@@ -52,7 +52,7 @@ async def http() -> AsyncIterator[httpx.AsyncClient]:
 def acs_provider(
     fake: FakeProvider, http: httpx.AsyncClient, access_key: str = ACS_ACCESS_KEY
 ) -> AcsEmailProvider:
-    return AcsEmailProvider({"endpoint": fake.url, "access_key": access_key}, http)
+    return AcsEmailProvider(AcsEmailSettings(endpoint=fake.url, access_key=access_key), http)
 
 
 async def test_submit_is_accepted_as_an_operation_not_a_delivery(fake_provider, http) -> None:

@@ -1,20 +1,135 @@
-"""Building providers from destination config: clear errors for what is wrong."""
+"""The provider registry: settings checked when the destinations file loads, errors by name."""
 
 from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
 
-from activities.providers import build_provider
-from common.destinations import Destination
+from activities.providers import PROVIDER_SETTINGS, build_provider, load_destinations
+from activities.providers.acs_email import AcsEmailProvider, AcsEmailSettings
+from activities.providers.webhook import WebhookProvider
+from common.destinations import Destination, DestinationConfigError, DestinationRegistry
+from common.settings import PROJECT_ROOT
+from tests.conftest import ACS_ACCESS_KEY, WEBHOOK_SECRET
+
+EMAIL_SETTINGS = {"endpoint": "https://acs.test", "access_key": ACS_ACCESS_KEY}
+WEBHOOK_SETTINGS = {"url": "https://receiver.test/hook", "secret": WEBHOOK_SECRET}
 
 
-async def test_unknown_provider_and_missing_settings_are_named() -> None:
+def load(provider: str, settings: dict[str, Any]) -> DestinationRegistry:
+    raw = {"fake-email": {"provider": provider, "settings": settings}}
+    return DestinationRegistry.from_mapping(raw, {}, provider_settings=PROVIDER_SETTINGS)
+
+
+@pytest.mark.parametrize(
+    ("provider", "settings", "problem"),
+    [
+        ("acs-email", {"access_key": ACS_ACCESS_KEY}, "settings.endpoint: Field required"),
+        ("acs-email", {**EMAIL_SETTINGS, "access_key": "not base64!"}, "settings.access_key: must"),
+        ("acs-email", {**EMAIL_SETTINGS, "access_key": ""}, "settings.access_key: must be base64"),
+        ("acs-email", {**EMAIL_SETTINGS, "endpoint": "acs.test"}, "settings.endpoint: must be an"),
+        ("acs-email", {**EMAIL_SETTINGS, "timeout_s": 0}, "settings.timeout_s: .*greater than 0"),
+        ("acs-email", {**EMAIL_SETTINGS, "acces_key": "eA=="}, "settings.acces_key: unknown field"),
+        ("webhook", {"url": "https://receiver.test"}, "settings.secret: Field required"),
+        ("webhook", {**WEBHOOK_SETTINGS, "secret": "whsec_!!"}, "settings.secret: must be 'whsec_"),
+        ("webhook", {**WEBHOOK_SETTINGS, "url": "ftp://x"}, "settings.url: must be an http"),
+        ("webhook", {**WEBHOOK_SETTINGS, "headers": "x"}, "settings.headers: "),
+    ],
+)
+def test_bad_settings_are_refused_at_load_naming_destination_and_field(
+    provider: str, settings: dict[str, Any], problem: str
+) -> None:
+    with pytest.raises(
+        DestinationConfigError, match=f"^<config>: destination 'fake-email': {problem}"
+    ):
+        load(provider, settings)
+
+
+def test_every_problem_is_reported_at_once() -> None:
+    with pytest.raises(DestinationConfigError) as error:
+        load("webhook", {"url": "x", "secret": "y!"})
+
+    assert "settings.url: " in str(error.value) and "settings.secret: " in str(error.value)
+
+
+def test_unknown_provider_kind_is_refused_at_load_listing_the_known_ones() -> None:
+    with pytest.raises(
+        DestinationConfigError,
+        match=r"destination 'fake-email': provider: unknown provider 'sms' \(known: acs-email,"
+        r" webhook\)",
+    ):
+        load("sms", {})
+
+
+def test_settings_overridden_from_the_environment_are_checked_too(tmp_path: Path) -> None:
+    config = tmp_path / "destinations.toml"
+    config.write_text(
+        '[destinations.hook]\nprovider = "webhook"\n[destinations.hook.settings]\n'
+        f'url = "https://receiver.test"\nsecret = "{WEBHOOK_SECRET}"\n'
+    )
+
+    with pytest.raises(DestinationConfigError, match=r"'hook': settings.secret: must be 'whsec_'"):
+        load_destinations(config, {"DEST_HOOK_SETTINGS_SECRET": "whsec_not base64"})
+
+
+def test_valid_settings_become_the_providers_typed_settings() -> None:
+    destination = load("acs-email", {**EMAIL_SETTINGS, "timeout_s": "2.5"}).get("fake-email")
+
+    assert destination is not None
+    settings = destination.settings_as(AcsEmailSettings)
+    assert (settings.endpoint, settings.timeout_s, settings.headers) == (
+        "https://acs.test",
+        2.5,
+        {},
+    )
+
+
+async def test_build_provider_builds_each_kind_from_its_settings() -> None:
+    email = Destination(name="mail", provider="acs-email", settings=EMAIL_SETTINGS)
+    hook = Destination(name="hook", provider="webhook", settings=WEBHOOK_SETTINGS)
+
     async with httpx.AsyncClient() as http:
-        with pytest.raises(ValueError, match="unknown provider 'sms'"):
+        assert isinstance(build_provider(email, http), AcsEmailProvider)
+        assert isinstance(build_provider(hook, http), WebhookProvider)
+
+
+async def test_build_provider_names_the_destination_and_field() -> None:
+    async with httpx.AsyncClient() as http:
+        with pytest.raises(ValueError, match="'x': provider: unknown provider 'sms'"):
             build_provider(Destination(name="x", provider="sms"), http)
-        with pytest.raises(ValueError, match="'x'.*need url, secret"):
+        with pytest.raises(ValueError, match="'x': settings.url: Field required"):
             build_provider(Destination(name="x", provider="webhook"), http)
-        with pytest.raises(ValueError, match="access_key must be base64"):
-            settings = {"endpoint": "http://e", "access_key": "not base64!"}
-            build_provider(Destination(name="x", provider="acs-email", settings=settings), http)
+
+
+# Each shipped file's destinations and their provider kinds.
+SHIPPED_CONFIGS = {
+    "config/destinations.toml": {"fake-email": "acs-email", "fake-webhook": "webhook"},
+    "bench/destinations.toml": {"bench-email": "acs-email", "bench-wait": "acs-email"},
+    "bench/chaos_destinations.toml": {"chaos-email": "acs-email", "chaos-webhook": "webhook"},
+}
+# The env vars those files reference, set to sample values.
+SAMPLE_ENV = {
+    "FAKE_PROVIDER_URL": "http://127.0.0.1:8025",
+    "FAKE_ACS_ACCESS_KEY": ACS_ACCESS_KEY,
+    "FAKE_WEBHOOK_SECRET": WEBHOOK_SECRET,
+}
+
+
+@pytest.mark.parametrize(("path", "kinds"), sorted(SHIPPED_CONFIGS.items()))
+async def test_shipped_destination_files_load_and_build(path: str, kinds: dict[str, str]) -> None:
+    registry = load_destinations(PROJECT_ROOT / path, SAMPLE_ENV)
+
+    async with httpx.AsyncClient() as http:
+        built = {d.name: build_provider(d, http).kind for d in registry}
+
+    assert built == kinds
+
+
+def test_dev_config_loads_with_no_environment_at_all() -> None:
+    """`make dev` needs no env: every reference in the dev config has a default."""
+    registry = load_destinations(PROJECT_ROOT / "config" / "destinations.toml", {})
+
+    assert registry.get("fake-webhook").settings["url"].startswith("http://127.0.0.1:8025/")  # type: ignore[union-attr]

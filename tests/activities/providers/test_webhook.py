@@ -14,8 +14,8 @@ import standardwebhooks
 from standardwebhooks.webhooks import WebhookVerificationError
 
 from activities.providers.base import PermanentProviderError, TransientProviderError
-from activities.providers.webhook import WebhookProvider
-from common.models import SubmitRequest
+from activities.providers.webhook import WebhookProvider, WebhookSettings
+from contract.item import SubmitRequest
 from devstack.fake_provider import FakeProvider
 from tests.conftest import WEBHOOK_SECRET
 
@@ -43,7 +43,7 @@ async def http() -> AsyncIterator[httpx.AsyncClient]:
 
 
 def webhook_at(http: httpx.AsyncClient, url: str, **settings: Any) -> WebhookProvider:
-    return WebhookProvider({"url": url, "secret": WEBHOOK_SECRET, **settings}, http)
+    return WebhookProvider(WebhookSettings(url=url, secret=WEBHOOK_SECRET, **settings), http)
 
 
 def fake_webhook(

@@ -10,9 +10,8 @@ from typing import Any
 # A fixed namespace so the provider idempotency key of an item never changes, in any process.
 _PROVIDER_KEY_NAMESPACE = uuid.UUID("5b0f1c8e-3f3a-4c55-9c55-0d0b7e1a9d21")
 
+# The default task queue of the workflow worker (`WORKFLOW_TASK_QUEUE` overrides it).
 WORKFLOW_TASK_QUEUE = "outbox-workflows"
-MAX_KEY_LENGTH = 200
-MAX_OUTBOX_LENGTH = 100
 
 
 def item_workflow_id(outbox: str, key: str) -> str:
@@ -22,8 +21,9 @@ def item_workflow_id(outbox: str, key: str) -> str:
 
 def parse_item_workflow_id(workflow_id: str) -> tuple[str, str]:
     """Inverse of `item_workflow_id`: returns `(outbox, key)`."""
-    prefix, outbox, key = workflow_id.split("/", 2)
-    if prefix != "outbox":
+    prefix, _, rest = workflow_id.partition("/")
+    outbox, _, key = rest.partition("/")
+    if prefix != "outbox" or not outbox or not key:
         raise ValueError(f"not an outbox item workflow id: {workflow_id!r}")
     return outbox, key
 

@@ -7,7 +7,6 @@ workflow with the same id, so two concurrent enqueues of one key start one item.
 
 from __future__ import annotations
 
-import re
 import uuid
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
@@ -16,6 +15,7 @@ from typing import Any
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import (
     Client,
+    WorkflowExecutionDescription,
     WorkflowExecutionStatus,
     WorkflowFailureError,
     WorkflowHandle,
@@ -29,35 +29,36 @@ from temporalio.common import (
 )
 from temporalio.converter import DataConverter, value_to_type
 from temporalio.exceptions import ApplicationError, WorkflowAlreadyStartedError
-from temporalio.runtime import Runtime
-from temporalio.service import RPCError, RPCStatusCode, TLSConfig
+from temporalio.service import RPCError, RPCStatusCode
 
-from common import search_attributes
 from common.destinations import DestinationRegistry
-from common.ids import (
-    MAX_KEY_LENGTH,
-    MAX_OUTBOX_LENGTH,
-    WORKFLOW_TASK_QUEUE,
-    item_workflow_id,
-    payload_hash,
-)
-from common.models import (
+from contract import search_attributes
+from contract.ids import WORKFLOW_TASK_QUEUE, item_workflow_id, payload_hash
+from contract.item import (
+    CANCEL_UPDATE,
+    STATUS_QUERY,
+    WORKFLOW_TYPE,
     CancelRequest,
     ItemStatus,
     OutboxItemInput,
     OutboxItemState,
     OutboxItemView,
 )
-from common.settings import Settings
-from workflows.outbox_item import CANCEL_UPDATE, STATUS_QUERY, OutboxItemWorkflow
+from outbox_client.connection import TemporalConnection
+from outbox_client.errors import (
+    CannotCancel,
+    IdempotencyConflict,
+    InvalidRequest,
+    ItemFailedUseRedrive,
+    ItemNotFound,
+    NotRedrivable,
+    UnknownDestination,
+)
+from outbox_client.validation import validate_key, validate_ordering_key, validate_outbox
 
-_OUTBOX_NAME = re.compile(rf"^[A-Za-z0-9][A-Za-z0-9._-]{{0,{MAX_OUTBOX_LENGTH - 1}}}$")
 # Every call to Temporal gets a deadline, so a blackholed server answers the API's caller with a
 # 503 instead of holding the request open. Only calls on ended workflows or quick handlers wait.
 RPC_TIMEOUT = timedelta(seconds=10)
-# Printable characters only (the key is part of a workflow id shown in UIs and logs), and no
-# "/", so a key is always exactly one URL path segment in the REST API.
-_KEY = re.compile(rf"^[^\x00-\x1f\x7f/]{{1,{MAX_KEY_LENGTH}}}$")
 # Started, task scheduled, task started, task completed: before the 4th event no code has run.
 _FIRST_TASK_COMPLETED = 4
 _FAILED_STATES = (
@@ -65,38 +66,6 @@ _FAILED_STATES = (
     WorkflowExecutionStatus.TERMINATED,
     WorkflowExecutionStatus.TIMED_OUT,
 )
-
-
-class OutboxError(Exception):
-    """Base of the client's errors; the API maps each subclass to one problem+json status."""
-
-
-class InvalidRequest(OutboxError):
-    """The outbox name, key or another argument is malformed."""
-
-
-class UnknownDestination(OutboxError):
-    """No destination of that name is configured."""
-
-
-class IdempotencyConflict(OutboxError):
-    """The key is already used by an item with a different destination, payload or lane."""
-
-
-class ItemFailedUseRedrive(OutboxError):
-    """The key belongs to an item that failed permanently; redrive it instead of re-enqueueing."""
-
-
-class ItemNotFound(OutboxError):
-    """No item with that outbox and key exists."""
-
-
-class CannotCancel(OutboxError):
-    """The item is past the point where cancelling could stop it."""
-
-
-class NotRedrivable(OutboxError):
-    """Only failed (or terminated, or timed-out) items can be redriven."""
 
 
 @dataclass
@@ -109,47 +78,32 @@ class EnqueueResult:
     created: bool
 
 
-async def connect(
-    settings: Settings, *, lazy: bool = False, runtime: Runtime | None = None
-) -> Client:
-    """A Temporal client for the configured cluster: dev server, self-hosted mTLS, or Cloud.
-
-    `lazy` connects on first use, so the API can start (and report not-ready) while Temporal
-    is still coming up.
-    """
-    tls: TLSConfig | bool = settings.temporal_tls or settings.temporal_api_key is not None
-    if settings.temporal_tls_cert and settings.temporal_tls_key:
-        tls = TLSConfig(
-            client_cert=settings.temporal_tls_cert.read_bytes(),
-            client_private_key=settings.temporal_tls_key.read_bytes(),
-            server_root_ca_cert=(
-                settings.temporal_tls_server_ca.read_bytes()
-                if settings.temporal_tls_server_ca
-                else None
-            ),
-        )
-    return await Client.connect(
-        settings.temporal_address,
-        namespace=settings.temporal_namespace,
-        api_key=settings.temporal_api_key,
-        tls=tls,
-        lazy=lazy,
-        runtime=runtime,
-    )
-
-
 class OutboxClient:
-    """Typed access to outbox items for any Python service; no REST involved."""
+    """Typed access to outbox items for any Python service; no REST involved.
+
+    Args:
+        client: a connected Temporal client (see `outbox_client.connect`), or a
+            `TemporalConnection` that connects on first use.
+        destinations: the configured destinations; an item snapshots its destination's
+            delivery policy when it is enqueued.
+        task_queue: the task queue the workflow worker polls (`WORKFLOW_TASK_QUEUE`).
+    """
 
     def __init__(
         self,
-        client: Client,
+        client: Client | TemporalConnection,
         destinations: DestinationRegistry,
         task_queue: str = WORKFLOW_TASK_QUEUE,
     ) -> None:
-        self.client = client
+        self._client = client
         self.destinations = destinations
         self.task_queue = task_queue
+
+    async def temporal(self) -> Client:
+        """The Temporal client; raises `TemporalUnavailable` while it cannot connect."""
+        if isinstance(self._client, Client):
+            return self._client
+        return await self._client.client()
 
     async def enqueue(
         self,
@@ -162,7 +116,18 @@ class OutboxClient:
         not_before: datetime | None = None,
         max_attempts: int | None = None,
     ) -> EnqueueResult:
-        """Start the item's workflow, or return the existing item for a repeated key."""
+        """Start the item's workflow, or return the existing item for a repeated key.
+
+        Args:
+            outbox: the outbox (a namespace of keys), e.g. `billing`.
+            destination: a configured destination name.
+            payload: what the provider receives (ACS email body, webhook JSON).
+            key: the idempotency key; a fresh UUID when None. Repeating it returns the
+                existing item, or raises `IdempotencyConflict` if the request differs.
+            ordering_key: recorded with the item and part of its identity.
+            not_before: deliver no earlier than this (time-zone aware).
+            max_attempts: lower the destination's attempt limit for this item.
+        """
         key = key if key is not None else str(uuid.uuid4())
         _validate(outbox, key)
         target = self.destinations.get(destination)
@@ -170,7 +135,7 @@ class OutboxClient:
             known = ", ".join(self.destinations.names) or "none"
             raise UnknownDestination(f"unknown destination {destination!r} (configured: {known})")
         if ordering_key is not None:
-            _validate_text(ordering_key, "ordering key")
+            validate_ordering_key(ordering_key)
         if max_attempts is not None and max_attempts < 1:
             raise InvalidRequest("max_attempts must be at least 1")
         item_id = item_workflow_id(outbox, key)
@@ -196,11 +161,10 @@ class OutboxClient:
 
     async def status(self, outbox: str, key: str) -> OutboxItemView:
         """The item's live view while it runs; its final view once it has ended."""
-        handle = self._handle(outbox, key)
+        handle = await self._handle(outbox, key)
         description = await self._describe(handle)
         if description.status == WorkflowExecutionStatus.COMPLETED:
-            view: OutboxItemView = await handle.result(rpc_timeout=RPC_TIMEOUT)
-            return view
+            return await handle.result(rpc_timeout=RPC_TIMEOUT)
         if description.status in _FAILED_STATES:
             failed = await self._failed_view(handle)
             if failed is not None:
@@ -218,7 +182,7 @@ class OutboxClient:
         self, outbox: str, key: str, reason: str = "cancelled by request"
     ) -> OutboxItemView:
         """Cancel a queued item. Raises `CannotCancel` once it has been handed to the provider."""
-        handle = self._handle(outbox, key)
+        handle = await self._handle(outbox, key)
         description = await self._describe(handle)
         if description.status != WorkflowExecutionStatus.RUNNING:
             ended = await self.status(outbox, key)
@@ -240,8 +204,7 @@ class OutboxClient:
 
     async def redrive(self, outbox: str, key: str) -> EnqueueResult:
         """Start a permanently failed item again under the same id, with fresh attempts."""
-        _validate(outbox, key)
-        handle = self._handle(outbox, key)
+        handle = await self._handle(outbox, key)
         description = await self._describe(handle)
         if description.status not in _FAILED_STATES:
             status = description.status.name.lower() if description.status else "unknown"
@@ -280,8 +243,9 @@ class OutboxClient:
         start_delay = None
         if item.not_before is not None and item.not_before > datetime.now(UTC):
             start_delay = item.not_before - datetime.now(UTC)
-        await self.client.start_workflow(
-            OutboxItemWorkflow.run,
+        client = await self.temporal()
+        await client.start_workflow(
+            WORKFLOW_TYPE,
             item,
             id=item_workflow_id(item.outbox, item.key),
             task_queue=self.task_queue,
@@ -295,9 +259,8 @@ class OutboxClient:
         )
 
     async def _check_existing(self, item_id: str, fingerprint: str) -> None:
-        description = await self.client.get_workflow_handle(item_id).describe(
-            rpc_timeout=RPC_TIMEOUT
-        )
+        client = await self.temporal()
+        description = await client.get_workflow_handle(item_id).describe(rpc_timeout=RPC_TIMEOUT)
         existing = await description.memo_value("payload_hash", default=None)
         if existing != fingerprint:
             raise IdempotencyConflict(
@@ -309,13 +272,14 @@ class OutboxClient:
                 "the item with this Idempotency-Key failed permanently; redrive it to try again"
             )
 
-    def _handle(self, outbox: str, key: str) -> WorkflowHandle[Any, OutboxItemView]:
+    async def _handle(self, outbox: str, key: str) -> WorkflowHandle[Any, OutboxItemView]:
         _validate(outbox, key)
-        return self.client.get_workflow_handle_for(
-            OutboxItemWorkflow.run, item_workflow_id(outbox, key)
-        )
+        client = await self.temporal()
+        return client.get_workflow_handle(item_workflow_id(outbox, key), result_type=OutboxItemView)
 
-    async def _describe(self, handle: WorkflowHandle[Any, OutboxItemView]) -> Any:
+    async def _describe(
+        self, handle: WorkflowHandle[Any, OutboxItemView]
+    ) -> WorkflowExecutionDescription:
         try:
             return await handle.describe(rpc_timeout=RPC_TIMEOUT)
         except RPCError as err:
@@ -340,7 +304,8 @@ class OutboxClient:
         async for event in handle.fetch_history_events(rpc_timeout=RPC_TIMEOUT):
             if event.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_STARTED:
                 payloads = event.workflow_execution_started_event_attributes.input.payloads
-                converter = self.client.data_converter or DataConverter.default
+                client = await self.temporal()
+                converter = client.data_converter or DataConverter.default
                 decoded = await converter.decode(payloads, [OutboxItemInput])
                 item: OutboxItemInput = decoded[0]
                 # The first run's input; a continued-as-new run's state is not wanted here.
@@ -353,52 +318,16 @@ def _validate(outbox: str, key: str) -> None:
     validate_key(key)
 
 
-def validate_outbox(outbox: str) -> None:
-    """Raise InvalidRequest unless `outbox` is a valid outbox name."""
-    if not _OUTBOX_NAME.match(outbox):
-        raise InvalidRequest(
-            f"outbox name must be 1-{MAX_OUTBOX_LENGTH} letters, digits, '.', '_' or '-',"
-            " starting with a letter or digit"
-        )
-
-
-def validate_key(key: str) -> None:
-    """Raise InvalidRequest unless `key` is a valid idempotency key."""
-    _validate_text(key, "idempotency key")
-    # The key is the last segment of the item's URL: "." and ".." would make that path climb a
-    # level once any client normalises it.
-    if key in (".", ".."):
-        raise InvalidRequest(f"idempotency key {key!r} cannot be addressed in a URL path")
-
-
-def _validate_text(value: str, what: str) -> None:
-    # isprintable() also refuses lone surrogates, which no UTF-8 workflow id can carry.
-    if not _KEY.match(value) or not value.isprintable():
-        raise InvalidRequest(
-            f"{what} must be 1-{MAX_KEY_LENGTH} printable characters other than '/'"
-        )
-
-
-def _pending_view(item_id: str, item: OutboxItemInput, description: Any) -> OutboxItemView:
-    starts_at = description.execution_time or item.not_before
-    return OutboxItemView(
-        id=item_id,
-        outbox=item.outbox,
-        key=item.key,
-        destination=item.destination,
-        status=ItemStatus.QUEUED,
-        attempts=0,
-        max_attempts=item.policy.max_attempts,
-        last_error=None,
-        next_attempt_at=starts_at,
-        operation_url=None,
-        poll_count=0,
+def _pending_view(
+    item_id: str, item: OutboxItemInput, description: WorkflowExecutionDescription
+) -> OutboxItemView:
+    """What a not-yet-started item shows: its start input, queued until its start time."""
+    waiting = OutboxItemState(
         created_at=item.enqueued_at,
         updated_at=item.enqueued_at,
-        finished_at=None,
-        ordering_key=item.ordering_key,
-        payload_hash=item.payload_hash,
+        next_attempt_at=description.execution_time or item.not_before,
     )
+    return OutboxItemView.of(item_id, item, waiting)
 
 
 def _summary(item: OutboxItemInput) -> str:

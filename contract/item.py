@@ -1,0 +1,308 @@
+"""The outbox item workflow's contract: its names, its typed inputs and outputs, its errors.
+
+Workflows, activities, the public client, the API and the read model all import this module and
+it imports nothing of ours. Plain data only, so the workflow can import it through the sandbox
+and the API can serialise it. `OutboxItemView` is the one definition of an item's public fields:
+the read-model table and the API's item response are derived from it.
+"""
+
+# No `from __future__ import annotations` here: Temporal's converter calls get_type_hints on
+# every dataclass it decodes, and real annotations spare it evaluating strings each time.
+import dataclasses
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from enum import StrEnum
+from typing import Annotated, Any, ClassVar
+
+from annotated_types import Ge, Gt, Le, MaxLen
+
+from contract.limits import (
+    MAX_DESTINATION_LENGTH,
+    MAX_ITEM_ID_LENGTH,
+    MAX_KEY_LENGTH,
+    MAX_OUTBOX_LENGTH,
+)
+
+WORKFLOW_TYPE = "OutboxItem"
+STATUS_QUERY = "status"
+CANCEL_UPDATE = "cancel"
+
+SUBMIT_ACTIVITY = "submit_item"
+POLL_ACTIVITY = "poll_operation"
+PROJECT_ACTIVITY = "project_item"
+
+
+class ItemErrorType(StrEnum):
+    """`ApplicationError.type` values of the item path; the workflow and client match on them."""
+
+    # A provider failure the next attempt may fix; details are a `DeliveryErrorDetails`.
+    TRANSIENT = "TransientDeliveryError"
+    # A provider failure retrying cannot fix (4xx other than 408/429, a rejected payload).
+    PERMANENT = "PermanentDeliveryError"
+    # The item gave up: attempts exhausted, the operation failed or timed out at the provider.
+    DELIVERY_FAILED = "DeliveryFailed"
+    # The `cancel` update's validator refused: the item is no longer queued.
+    CANNOT_CANCEL = "CannotCancel"
+
+
+# Field metadata: the longest text a field holds (the read model sizes its column by it).
+MAX_LENGTH = "max_length"
+
+
+class ItemStatus(StrEnum):
+    """Lifecycle of an outbox item: queued -> sending -> sent | failed, or cancelled."""
+
+    QUEUED = "queued"
+    SENDING = "sending"
+    SENT = "sent"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+    @property
+    def is_final(self) -> bool:
+        return self in (ItemStatus.SENT, ItemStatus.FAILED, ItemStatus.CANCELLED)
+
+
+class ItemEventType(StrEnum):
+    """One transition or notable step of an item, as recorded in its event history."""
+
+    ENQUEUED = "enqueued"
+    REDRIVEN = "redriven"
+    SUBMIT_FAILED = "submit_failed"
+    ACCEPTED = "accepted"
+    POLLED = "polled"
+    SENT = "sent"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+
+class OperationStatus(StrEnum):
+    """Status of a provider's long-running operation (ACS vocabulary, lower-cased)."""
+
+    NOT_STARTED = "notstarted"
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    CANCELED = "canceled"
+
+
+@dataclass
+class DeliveryPolicy:
+    """A destination's delivery settings, snapshotted into the workflow input at enqueue time.
+
+    The one place the policy's defaults and bounds live: the destinations file is validated
+    against them. The workflow only ever reads the snapshot, so a config change never makes a
+    running workflow non-deterministic; new items pick up new values.
+    """
+
+    destination: str
+    submit_task_queue: str
+    poll_task_queue: str
+    max_attempts: Annotated[int, Ge(1), Le(1000)] = 8
+    backoff_initial_s: Annotated[float, Gt(0)] = 1.0
+    backoff_multiplier: Annotated[float, Ge(1)] = 2.0
+    backoff_max_s: Annotated[float, Gt(0)] = 300.0
+    # Fraction of the backoff added at random, so retries of many items do not stampede together.
+    backoff_jitter: Annotated[float, Ge(0), Le(1)] = 0.2
+    poll_interval_s: Annotated[float, Gt(0)] = 2.0
+    poll_backoff_multiplier: Annotated[float, Ge(1)] = 1.5
+    poll_interval_max_s: Annotated[float, Gt(0)] = 60.0
+    poll_deadline_s: Annotated[float, Gt(0)] = 3600.0
+    submit_timeout_s: Annotated[float, Gt(0)] = 30.0
+    poll_timeout_s: Annotated[float, Gt(0)] = 30.0
+
+
+# The policy fields a destination configures (the rest name the destination and its queues).
+POLICY_SETTINGS = tuple(
+    f.name
+    for f in dataclasses.fields(DeliveryPolicy)
+    if f.name not in ("destination", "submit_task_queue", "poll_task_queue")
+)
+
+
+@dataclass
+class ItemEvent:
+    """One entry of an item's append-only history; `seq` is dense per item, starting at 1."""
+
+    seq: int
+    type: ItemEventType = field(metadata={MAX_LENGTH: 32})
+    status: ItemStatus = field(metadata={MAX_LENGTH: 16})
+    at: datetime = field()
+    attempt: int = 0
+    detail: str | None = None
+
+
+@dataclass
+class OutboxItemState:
+    """The item's whole mutable state; carried verbatim across continue-as-new.
+
+    Fields that share a name with `OutboxItemView` are what the view shows of the state.
+    """
+
+    started: bool = False
+    status: ItemStatus = ItemStatus.QUEUED
+    attempts: int = 0
+    last_error: str | None = None
+    next_attempt_at: datetime | None = None
+    operation_url: str | None = None
+    operation_started_at: datetime | None = None
+    poll_count: int = 0
+    created_at: datetime | None = None
+    updated_at: datetime | None = None
+    finished_at: datetime | None = None
+    provider_message_id: str | None = None
+    cancel_requested: bool = False
+    cancel_reason: str | None = None
+    # Sequence of the newest event; a redriven item continues its predecessor's numbering.
+    last_event_seq: int = 0
+    # Events not yet written to the read model (cleared by each successful projection).
+    events: list[ItemEvent] = field(default_factory=list)
+
+
+@dataclass
+class OutboxItemInput:
+    """Everything needed to deliver one item; also the continue-as-new carrier (`state`)."""
+
+    outbox: str
+    key: str
+    destination: str
+    payload: dict[str, Any]
+    payload_hash: str
+    policy: DeliveryPolicy
+    ordering_key: str | None = None
+    enqueued_at: datetime | None = None
+    not_before: datetime | None = None
+    state: OutboxItemState | None = None
+
+
+@dataclass
+class OutboxItemView:
+    """What the status query, the API and the read model show of one item.
+
+    The single definition of an item's public fields: add a field here (and, when the workflow
+    changes it, to `OutboxItemState` under the same name) and the read-model table (after a
+    migration) and the API response follow.
+    """
+
+    id: str = field(metadata={MAX_LENGTH: MAX_ITEM_ID_LENGTH})
+    outbox: str = field(metadata={MAX_LENGTH: MAX_OUTBOX_LENGTH})
+    key: str = field(metadata={MAX_LENGTH: MAX_KEY_LENGTH})
+    destination: str = field(metadata={MAX_LENGTH: MAX_DESTINATION_LENGTH})
+    status: ItemStatus = field(metadata={MAX_LENGTH: 16})
+    attempts: int = 0
+    max_attempts: int = 0
+    last_error: str | None = None
+    next_attempt_at: datetime | None = None
+    operation_url: str | None = None
+    poll_count: int = 0
+    created_at: datetime | None = None
+    updated_at: datetime | None = None
+    finished_at: datetime | None = None
+    ordering_key: str | None = None
+    payload_hash: str | None = None
+    provider_message_id: str | None = None
+    # The newest event's seq: the read model's row only ever moves forward in it.
+    last_event_seq: int = 0
+
+    @classmethod
+    def of(cls, item_id: str, item: OutboxItemInput, state: OutboxItemState) -> "OutboxItemView":
+        """The view of an item: its identity from the input, its progress from the state."""
+        progress = {name: getattr(state, name) for name in _STATE_FIELDS_IN_VIEW}
+        return cls(
+            id=item_id,
+            outbox=item.outbox,
+            key=item.key,
+            destination=item.destination,
+            max_attempts=item.policy.max_attempts,
+            ordering_key=item.ordering_key,
+            payload_hash=item.payload_hash,
+            **progress,
+        )
+
+
+_STATE_FIELDS_IN_VIEW = tuple(
+    f.name
+    for f in dataclasses.fields(OutboxItemView)
+    if f.name in {state_field.name for state_field in dataclasses.fields(OutboxItemState)}
+)
+
+
+@dataclass
+class SubmitRequest:
+    """Input of the submit activity."""
+
+    destination: str
+    item_id: str
+    idempotency_key: str
+    payload: dict[str, Any]
+    attempt: int
+
+
+@dataclass
+class SubmitResult:
+    """The provider either delivered synchronously or accepted a long-running operation."""
+
+    delivered: bool
+    operation_url: str | None = None
+    retry_after_s: float | None = None
+    provider_message_id: str | None = None
+
+
+@dataclass
+class PollRequest:
+    """Input of the poll activity."""
+
+    destination: str
+    item_id: str
+    operation_url: str
+
+
+@dataclass
+class PollResult:
+    """One observation of a long-running operation."""
+
+    status: OperationStatus
+    retry_after_s: float | None = None
+    error: str | None = None
+
+
+@dataclass
+class DeliveryErrorDetails:
+    """The details of a submit or poll failure (the first detail of its `ApplicationError`)."""
+
+    # The provider's own `Retry-After`: the next attempt never comes earlier.
+    retry_after_s: float | None = None
+    status_code: int | None = None
+
+    @classmethod
+    def from_details(cls, details: Sequence[Any]) -> "DeliveryErrorDetails":
+        """Read the details back from a failure (decoded as plain JSON values); tolerant of none."""
+        raw = details[0] if details and isinstance(details[0], dict) else {}
+        retry_after_s = raw.get("retry_after_s")
+        status_code = raw.get("status_code")
+        return cls(
+            retry_after_s=float(retry_after_s) if retry_after_s is not None else None,
+            status_code=int(status_code) if status_code is not None else None,
+        )
+
+
+@dataclass
+class CancelRequest:
+    """Input of the `cancel` update (and body of the API's cancel); the reason is recorded in the
+    item's history."""
+
+    # The API refuses unknown members rather than ignoring them.
+    __pydantic_config__: ClassVar[dict[str, Any]] = {"extra": "forbid"}
+
+    reason: Annotated[str, MaxLen(500)] = "cancelled by request"
+
+
+@dataclass
+class ItemProjection:
+    """Input of the projection activity: the item's latest view plus events not yet projected."""
+
+    view: OutboxItemView
+    events: list[ItemEvent]
+    enqueued_at: datetime | None = None
+    payload: dict[str, Any] | None = None

@@ -1,0 +1,69 @@
+"""The rules names and keys must follow, written once; the API, the client and config use them.
+
+Each check raises `ValueError` with a message that says what to fix; callers wrap it in their
+own error type (the client's `InvalidRequest`, a pydantic validation error, a config error).
+"""
+
+from __future__ import annotations
+
+import re
+
+MAX_OUTBOX_LENGTH = 100
+MAX_KEY_LENGTH = 200
+# A destination names two task queues and a DNS-like label in configs and env var names.
+MAX_DESTINATION_LENGTH = 63
+# `outbox/{outbox}/{key}` with room to spare.
+MAX_ITEM_ID_LENGTH = 320
+
+OUTBOX_NAME_PATTERN = rf"^[A-Za-z0-9][A-Za-z0-9._-]{{0,{MAX_OUTBOX_LENGTH - 1}}}$"
+DESTINATION_NAME_PATTERN = rf"^[a-z0-9][a-z0-9-]{{0,{MAX_DESTINATION_LENGTH - 1}}}$"
+# Printable characters only (keys are part of workflow ids shown in UIs and logs), and no "/",
+# so an idempotency key is always exactly one URL path segment in the REST API, and an ordering
+# key one segment of its lane's id.
+TEXT_KEY_PATTERN = rf"^[^\x00-\x1f\x7f/]{{1,{MAX_KEY_LENGTH}}}$"
+
+_OUTBOX_NAME = re.compile(OUTBOX_NAME_PATTERN)
+_DESTINATION_NAME = re.compile(DESTINATION_NAME_PATTERN)
+_TEXT_KEY = re.compile(TEXT_KEY_PATTERN)
+
+
+def check_outbox_name(outbox: str) -> str:
+    """`outbox` if it is a valid outbox name; raises ValueError otherwise."""
+    if not _OUTBOX_NAME.match(outbox):
+        raise ValueError(
+            f"outbox name must be 1-{MAX_OUTBOX_LENGTH} letters, digits, '.', '_' or '-',"
+            " starting with a letter or digit"
+        )
+    return outbox
+
+
+def check_destination_name(name: str) -> str:
+    """`name` if it is a valid destination name; raises ValueError otherwise."""
+    if not _DESTINATION_NAME.match(name):
+        raise ValueError(
+            f"destination name must be lower-case letters, digits and '-', starting with a letter"
+            f" or digit, at most {MAX_DESTINATION_LENGTH} characters"
+        )
+    return name
+
+
+def check_idempotency_key(key: str) -> str:
+    """`key` if it is a valid idempotency key; raises ValueError otherwise."""
+    _check_text_key(key, "idempotency key")
+    # The key is the last segment of the item's URL: "." and ".." would make that path climb a
+    # level once any client normalises it.
+    if key in (".", ".."):
+        raise ValueError(f"idempotency key {key!r} cannot be addressed in a URL path")
+    return key
+
+
+def check_ordering_key(ordering_key: str) -> str:
+    """`ordering_key` if it is a valid ordering key; raises ValueError otherwise."""
+    return _check_text_key(ordering_key, "ordering key")
+
+
+def _check_text_key(value: str, what: str) -> str:
+    # isprintable() also refuses lone surrogates, which no UTF-8 workflow id can carry.
+    if not _TEXT_KEY.match(value) or not value.isprintable():
+        raise ValueError(f"{what} must be 1-{MAX_KEY_LENGTH} printable characters other than '/'")
+    return value

@@ -1,0 +1,52 @@
+"""The Python client other services use to talk to durable-outbox directly through Temporal.
+
+    from outbox_client import OutboxClient, connect
+    from common.destinations import DestinationRegistry
+
+    destinations = DestinationRegistry.from_file(path, provider_settings=None)
+    client = OutboxClient(await connect(), destinations)
+    result = await client.enqueue("billing", "fake-email", payload, key="invoice-42")
+
+`connect()` reads the standard Temporal settings (`TEMPORAL_ADDRESS`, `TEMPORAL_NAMESPACE`,
+`TEMPORAL_API_KEY`, `TEMPORAL_TLS_*`, a profile file); see `outbox_client.connection`.
+"""
+
+from contract.item import ItemStatus, OutboxItemView
+from outbox_client.client import EnqueueResult, OutboxClient
+from outbox_client.connection import TemporalConnection, connect, load_connect_config
+from outbox_client.errors import (
+    CannotCancel,
+    IdempotencyConflict,
+    InvalidRequest,
+    ItemFailedUseRedrive,
+    ItemNotFound,
+    NotRedrivable,
+    OutboxError,
+    TemporalUnavailable,
+    UnknownDestination,
+    is_temporal_unavailable,
+)
+from outbox_client.validation import validate_key, validate_ordering_key, validate_outbox
+
+__all__ = [
+    "CannotCancel",
+    "EnqueueResult",
+    "IdempotencyConflict",
+    "InvalidRequest",
+    "ItemFailedUseRedrive",
+    "ItemNotFound",
+    "ItemStatus",
+    "NotRedrivable",
+    "OutboxClient",
+    "OutboxError",
+    "OutboxItemView",
+    "TemporalConnection",
+    "TemporalUnavailable",
+    "UnknownDestination",
+    "connect",
+    "is_temporal_unavailable",
+    "load_connect_config",
+    "validate_key",
+    "validate_ordering_key",
+    "validate_outbox",
+]

@@ -1,0 +1,108 @@
+"""Connecting to Temporal the standard way: `temporalio.envconfig` profiles and variables.
+
+The worker, the API, the CLI and any service using `OutboxClient` read the same settings as the
+`temporal` CLI and every Temporal SDK: `TEMPORAL_ADDRESS`, `TEMPORAL_NAMESPACE`,
+`TEMPORAL_API_KEY`, `TEMPORAL_TLS`, `TEMPORAL_TLS_CLIENT_CERT_PATH`,
+`TEMPORAL_TLS_CLIENT_KEY_PATH`, `TEMPORAL_TLS_SERVER_CA_CERT_PATH`, `TEMPORAL_TLS_SERVER_NAME`,
+and a TOML profile file (`TEMPORAL_CONFIG_FILE`, profile `TEMPORAL_PROFILE`). With none of them
+set, the client connects to a local dev server.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import Mapping
+from typing import Any
+
+from temporalio.client import Client
+from temporalio.envconfig import ClientConfig, ClientConnectConfig
+from temporalio.runtime import Runtime
+
+from outbox_client.errors import TemporalUnavailable
+
+DEFAULT_ADDRESS = "localhost:7233"
+DEFAULT_NAMESPACE = "default"
+# Names this project read before it followed the standard. Refused rather than ignored: a
+# deployment still setting them would otherwise connect without the TLS it asked for.
+RETIRED_VARIABLES = {
+    "TEMPORAL_TLS_CERT": "TEMPORAL_TLS_CLIENT_CERT_PATH",
+    "TEMPORAL_TLS_KEY": "TEMPORAL_TLS_CLIENT_KEY_PATH",
+    "TEMPORAL_TLS_SERVER_CA": "TEMPORAL_TLS_SERVER_CA_CERT_PATH",
+}
+
+
+class ConnectionConfigError(ValueError):
+    """The Temporal connection settings are unusable; the message names the variable."""
+
+
+def load_connect_config(
+    environ: Mapping[str, str] | None = None,
+    *,
+    profile: str | None = None,
+    config_file: str | None = None,
+) -> ClientConnectConfig:
+    """The `Client.connect` arguments the profile file and `TEMPORAL_*` variables describe.
+
+    `environ` defaults to the process environment; `profile` and `config_file` override
+    `TEMPORAL_PROFILE` and `TEMPORAL_CONFIG_FILE`. Raises `ConnectionConfigError` for a
+    retired variable name.
+    """
+    variables = os.environ if environ is None else environ
+    for retired, standard in RETIRED_VARIABLES.items():
+        if retired in variables:
+            raise ConnectionConfigError(f"{retired} is no longer read: set {standard} instead")
+    config = ClientConfig.load_client_connect_config(
+        profile=profile, config_file=config_file, override_env_vars=environ
+    )
+    # With no file and no variables envconfig names no address; the dev server is the default.
+    config.setdefault("target_host", DEFAULT_ADDRESS)
+    config.setdefault("namespace", DEFAULT_NAMESPACE)
+    return config
+
+
+async def connect(
+    environ: Mapping[str, str] | None = None,
+    *,
+    profile: str | None = None,
+    config_file: str | None = None,
+    runtime: Runtime | None = None,
+    **client_options: Any,
+) -> Client:
+    """A connected Temporal client, configured as `load_connect_config` describes.
+
+    Raises `TemporalUnavailable` when the cluster cannot be reached. `client_options` go to
+    `Client.connect` as they are (a data converter, interceptors).
+    """
+    config = load_connect_config(environ, profile=profile, config_file=config_file)
+    try:
+        return await Client.connect(**config, runtime=runtime, **client_options)
+    except Exception as err:
+        # Every failure of the connect call itself is the cluster not answering (or refusing
+        # our credentials): the SDK raises a plain RuntimeError, so it is typed here, once.
+        raise TemporalUnavailable(
+            f"cannot connect to Temporal at {config['target_host']}: {err}"
+        ) from err
+
+
+class TemporalConnection:
+    """A client that connects on first use, and again on the next use after a failure.
+
+    The API starts (and `/readyz` reports why it is not ready) while Temporal is still down;
+    requests meanwhile fail with `TemporalUnavailable` rather than an untyped error.
+    """
+
+    def __init__(self, environ: Mapping[str, str] | None = None, **connect_options: Any) -> None:
+        self._environ = environ
+        self._connect_options = connect_options
+        self._client: Client | None = None
+        self._lock = asyncio.Lock()
+
+    async def client(self) -> Client:
+        """The connected client; raises `TemporalUnavailable` while the cluster is unreachable."""
+        if self._client is not None:
+            return self._client
+        async with self._lock:
+            if self._client is None:
+                self._client = await connect(self._environ, **self._connect_options)
+            return self._client

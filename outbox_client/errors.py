@@ -1,0 +1,57 @@
+"""The errors `OutboxClient` raises; the REST API maps each one to a single problem+json status."""
+
+from __future__ import annotations
+
+from temporalio.client import RPCTimeoutOrCancelledError
+from temporalio.service import RPCError, RPCStatusCode
+
+# What the cluster answers when it is down, overloaded or throttling the namespace: retrying
+# later is the fix, unlike a refusal of the request itself.
+_UNAVAILABLE_CODES = (
+    RPCStatusCode.UNAVAILABLE,
+    RPCStatusCode.DEADLINE_EXCEEDED,
+    RPCStatusCode.RESOURCE_EXHAUSTED,
+)
+
+
+class OutboxError(Exception):
+    """Base of the client's errors."""
+
+
+class InvalidRequest(OutboxError):
+    """The outbox name, key or another argument is malformed."""
+
+
+class UnknownDestination(OutboxError):
+    """No destination of that name is configured."""
+
+
+class IdempotencyConflict(OutboxError):
+    """The key is already used by an item with a different destination, payload or lane."""
+
+
+class ItemFailedUseRedrive(OutboxError):
+    """The key belongs to an item that failed permanently; redrive it instead of re-enqueueing."""
+
+
+class ItemNotFound(OutboxError):
+    """No item with that outbox and key exists."""
+
+
+class CannotCancel(OutboxError):
+    """The item is past the point where cancelling could stop it."""
+
+
+class NotRedrivable(OutboxError):
+    """Only failed (or terminated, or timed-out) items can be redriven."""
+
+
+class TemporalUnavailable(OutboxError):
+    """The Temporal cluster could not be reached; retrying later may succeed."""
+
+
+def is_temporal_unavailable(err: BaseException) -> bool:
+    """Whether `err` means Temporal did not answer (down, timed out, throttling), by its type."""
+    if isinstance(err, TemporalUnavailable | RPCTimeoutOrCancelledError):
+        return True
+    return isinstance(err, RPCError) and err.status in _UNAVAILABLE_CODES

@@ -1,0 +1,1 @@
+"""Alembic migrations of the read model, one revision per schema change (`versions/`)."""

@@ -1,0 +1,206 @@
+"""Item use cases: enqueue (one or many), read (live or projected), history, cancel, redrive."""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Literal, TypeVar
+
+from sqlalchemy import Engine
+
+from contract.ids import item_workflow_id
+from contract.item import ItemStatus, OutboxItemView
+from outbox_client import (
+    EnqueueResult,
+    ItemNotFound,
+    OutboxClient,
+    OutboxError,
+    is_temporal_unavailable,
+    validate_key,
+    validate_outbox,
+)
+from readmodel import store
+from readmodel.models import EventRecord, ItemRecord
+
+log = logging.getLogger("outbox.service")
+
+# Concurrent workflow starts per batch or sweep: enough to hide RPC latency, few enough to be
+# polite to the cluster.
+FAN_OUT = 10
+# Only a failed item can run again (redrive), so only a failed row can be behind its workflow.
+_SETTLED = frozenset({ItemStatus.SENT, ItemStatus.CANCELLED})
+
+T = TypeVar("T")
+
+
+@dataclass
+class NewItem:
+    """One item to enqueue, as a caller describes it."""
+
+    destination: str
+    payload: dict[str, Any]
+    key: str
+    ordering_key: str | None = None
+    not_before: datetime | None = None
+    max_attempts: int | None = None
+
+
+@dataclass
+class Enqueued:
+    """An enqueue's outcome: the item, whether this call created it, and its current status."""
+
+    result: EnqueueResult
+    status: ItemStatus
+
+
+@dataclass
+class ItemSnapshot:
+    """An item's view, its payload when known, and where the view came from."""
+
+    view: OutboxItemView
+    payload: dict[str, Any] | None
+    source: Literal["workflow", "read-model"]
+
+
+@dataclass
+class RedriveSweep:
+    """Keys of the failed items started again, and how many could not be (raced or changed)."""
+
+    redriven: list[str]
+    skipped: int
+
+
+class ItemService:
+    """The item use cases over one `OutboxClient` and one read-model engine."""
+
+    def __init__(self, client: OutboxClient, engine: Engine) -> None:
+        self.client = client
+        self.engine = engine
+
+    async def enqueue(self, outbox: str, item: NewItem) -> Enqueued:
+        """Start the item, or find the key's existing item and its current status."""
+        result = await self.client.enqueue(
+            outbox,
+            item.destination,
+            item.payload,
+            key=item.key,
+            ordering_key=item.ordering_key,
+            not_before=item.not_before,
+            max_attempts=item.max_attempts,
+        )
+        if result.created:
+            return Enqueued(result, ItemStatus.QUEUED)
+        view = await self.client.status(outbox, item.key)
+        return Enqueued(result, view.status)
+
+    async def enqueue_many(
+        self, outbox: str, items: Sequence[NewItem]
+    ) -> list[Enqueued | Exception]:
+        """Enqueue each item on its own (a few at a time); one failure fails only its item."""
+        validate_outbox(outbox)
+        return await _fan_out([functools.partial(self.enqueue, outbox, item) for item in items])
+
+    async def get(self, outbox: str, key: str) -> ItemSnapshot:
+        """Live from the workflow while it runs; from the read model once it has ended, once
+        Temporal no longer has it (retention), or while Temporal is unreachable."""
+        validate_outbox(outbox)
+        validate_key(key)
+        record = await asyncio.to_thread(store.get_item, self.engine, item_workflow_id(outbox, key))
+        if record is not None and record.view.status in _SETTLED:
+            return _projected(record)
+        try:
+            view = await self.client.status(outbox, key)
+        except ItemNotFound:
+            if record is None:
+                raise
+            return _projected(record)
+        except Exception as err:
+            if record is None or not is_temporal_unavailable(err):
+                raise
+            # The last projected state beats an error for a read.
+            log.warning("serving %s from the read model: Temporal unavailable", record.view.id)
+            return _projected(record)
+        if record is not None and view.status.is_final and record.view.status is view.status:
+            return _projected(record)
+        return ItemSnapshot(view, record.payload if record else None, "workflow")
+
+    async def events(self, outbox: str, key: str) -> list[EventRecord]:
+        """The item's transitions oldest first (empty until the first one is projected)."""
+        validate_outbox(outbox)
+        validate_key(key)
+        item_id = item_workflow_id(outbox, key)
+        events = await asyncio.to_thread(store.item_events, self.engine, item_id)
+        if not events and await asyncio.to_thread(store.get_item, self.engine, item_id) is None:
+            await self.client.status(outbox, key)  # raises ItemNotFound for an unknown item
+        return events
+
+    async def list(
+        self,
+        outbox: str,
+        *,
+        status: ItemStatus | None = None,
+        destination: str | None = None,
+        created_from: datetime | None = None,
+        created_to: datetime | None = None,
+        cursor: str | None = None,
+        limit: int = 50,
+    ) -> tuple[list[ItemSnapshot], str | None]:
+        """A page of the outbox's items from the read model, newest first, and the next cursor."""
+        validate_outbox(outbox)
+        records, next_cursor = await asyncio.to_thread(
+            store.list_items,
+            self.engine,
+            outbox,
+            status=status.value if status else None,
+            destination=destination,
+            created_from=created_from,
+            created_to=created_to,
+            cursor=cursor,
+            limit=limit,
+        )
+        return [_projected(record) for record in records], next_cursor
+
+    async def cancel(self, outbox: str, key: str, reason: str) -> ItemSnapshot:
+        """Cancel a queued item; `CannotCancel` once the provider has it."""
+        view = await self.client.cancel(outbox, key, reason)
+        return ItemSnapshot(view, None, "workflow")
+
+    async def redrive(self, outbox: str, key: str) -> EnqueueResult:
+        """Run a failed item again under its own id, with the destination's current policy."""
+        return await self.client.redrive(outbox, key)
+
+    async def redrive_failed(self, outbox: str, destination: str | None = None) -> RedriveSweep:
+        """Redrive every failed item of the outbox (optionally of one destination)."""
+        validate_outbox(outbox)
+        keys = await asyncio.to_thread(store.list_failed, self.engine, outbox, destination)
+        outcomes = await _fan_out([functools.partial(self.redrive, outbox, key) for key in keys])
+        started = []
+        for key, outcome in zip(keys, outcomes, strict=True):
+            if isinstance(outcome, OutboxError):
+                continue  # redriven meanwhile by someone else, or no longer failed
+            if isinstance(outcome, Exception):
+                raise outcome
+            started.append(key)
+        return RedriveSweep(redriven=started, skipped=len(keys) - len(started))
+
+
+def _projected(record: ItemRecord) -> ItemSnapshot:
+    return ItemSnapshot(record.view, record.payload, "read-model")
+
+
+async def _fan_out(calls: Sequence[Callable[[], Awaitable[T]]]) -> list[T | Exception]:
+    """Run the calls at most FAN_OUT at a time; each result or exception in call order."""
+    limit = asyncio.Semaphore(FAN_OUT)
+
+    async def one(call: Callable[[], Awaitable[T]]) -> T | Exception:
+        async with limit:
+            try:
+                return await call()
+            except Exception as err:
+                return err
+
+    return list(await asyncio.gather(*(one(call) for call in calls)))

@@ -1,0 +1,175 @@
+"""Destinations: the policy's defaults and bounds come from DeliveryPolicy, the file stays flat."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from common.destinations import Destination, DestinationConfigError, DestinationRegistry
+from contract.item import POLICY_SETTINGS, DeliveryPolicy
+
+# Outside DeliveryPolicy's bounds (Ge/Gt/Le), one per policy setting.
+OUT_OF_BOUNDS: dict[str, Any] = {
+    "max_attempts": 1001,
+    "backoff_initial_s": 0,
+    "backoff_multiplier": 0.5,
+    "backoff_max_s": -1,
+    "backoff_jitter": 1.5,
+    "poll_interval_s": 0,
+    "poll_backoff_multiplier": 0.9,
+    "poll_interval_max_s": 0,
+    "poll_deadline_s": -5,
+    "submit_timeout_s": 0,
+    "poll_timeout_s": 0,
+}
+
+
+def load(raw: dict[str, Any], environ: dict[str, str] | None = None) -> DestinationRegistry:
+    return DestinationRegistry.from_mapping(raw, environ or {}, provider_settings=None)
+
+
+def test_out_of_bounds_table_covers_every_policy_setting() -> None:
+    assert set(OUT_OF_BOUNDS) == set(POLICY_SETTINGS)
+
+
+def test_defaults_are_delivery_policys_own() -> None:
+    policy = Destination(name="mail", provider="webhook").policy()
+
+    assert policy == DeliveryPolicy(
+        destination="mail",
+        submit_task_queue="outbox-submit-mail",
+        poll_task_queue="outbox-poll-mail",
+    )
+
+
+def test_every_flat_file_field_reaches_the_policy() -> None:
+    defaults = DeliveryPolicy(destination="d", submit_task_queue="s", poll_task_queue="p")
+    # A valid value different from each default: one more than it, within every upper bound.
+    configured: dict[str, Any] = {
+        name: getattr(defaults, name) + (1 if name == "max_attempts" else 0.125)
+        for name in POLICY_SETTINGS
+    }
+
+    registry = load({"mail": {"provider": "webhook", **configured}})
+    policy = registry.get("mail").policy()  # type: ignore[union-attr]
+
+    assert {name: getattr(policy, name) for name in POLICY_SETTINGS} == configured
+
+
+def test_file_fields_and_overrides_reach_the_policy(tmp_path: Path) -> None:
+    config = tmp_path / "destinations.toml"
+    config.write_text(
+        """
+[destinations.fake-email]
+provider = "acs-email"
+submit_rate = 3
+max_attempts = 5
+poll_interval_s = 7.5
+[destinations.fake-email.settings]
+endpoint = "${FAKE_URL}/acs"
+"""
+    )
+    environ = {
+        "FAKE_URL": "http://fake.test",
+        "DEST_FAKE_EMAIL_MAX_ATTEMPTS": "4",
+        "DEST_FAKE_EMAIL_BACKOFF_JITTER": "0.5",
+        "DEST_FAKE_EMAIL_SETTINGS_ACCESS_KEY": "a2V5",
+    }
+
+    registry = DestinationRegistry.from_file(config, environ, provider_settings=None)
+    destination = registry.get("fake-email")
+
+    assert destination is not None
+    policy = destination.policy()
+    assert (policy.max_attempts, policy.poll_interval_s, policy.backoff_jitter) == (4, 7.5, 0.5)
+    assert policy.backoff_initial_s == DeliveryPolicy.backoff_initial_s
+    assert (destination.submit_rate, destination.max_attempts) == (3.0, 4)
+    assert destination.settings == {"endpoint": "http://fake.test/acs", "access_key": "a2V5"}
+    assert (policy.destination, policy.submit_task_queue, policy.poll_task_queue) == (
+        "fake-email",
+        destination.submit_task_queue,
+        destination.poll_task_queue,
+    )
+    assert destination.submit_task_queue == "outbox-submit-fake-email"
+
+
+@pytest.mark.parametrize(("field", "value"), sorted(OUT_OF_BOUNDS.items()))
+def test_out_of_bounds_policy_value_is_refused_naming_destination_and_field(
+    field: str, value: Any
+) -> None:
+    with pytest.raises(DestinationConfigError, match=rf"destination 'mail': {field}: ") as error:
+        load({"mail": {"provider": "webhook", field: value}})
+
+    assert "delivery" not in str(error.value)
+
+
+def test_out_of_bounds_override_is_refused_naming_destination_and_field() -> None:
+    with pytest.raises(
+        DestinationConfigError, match=r"^<config>: destination 'mail': max_attempts: .*integer"
+    ):
+        load({"mail": {"provider": "webhook"}}, {"DEST_MAIL_MAX_ATTEMPTS": "many"})
+
+
+def test_rates_must_be_positive() -> None:
+    with pytest.raises(DestinationConfigError, match=r"'mail': submit_rate: .*greater than 0"):
+        load({"mail": {"provider": "webhook", "submit_rate": 0}})
+
+
+def test_unknown_field_is_refused_by_name() -> None:
+    with pytest.raises(DestinationConfigError, match=r"'mail': max_attemps: unknown field"):
+        load({"mail": {"provider": "webhook", "max_attemps": 3}})
+
+
+def test_delivery_is_not_an_input() -> None:
+    with pytest.raises(DestinationConfigError, match=r"'mail': delivery: unknown field"):
+        load({"mail": {"provider": "webhook", "delivery": {"max_attempts": 3}}})
+
+
+@pytest.mark.parametrize("requested", [1, 3, 5])
+def test_requested_max_attempts_only_lowers_the_limit(requested: int) -> None:
+    destination = Destination(name="mail", provider="webhook", max_attempts=5)
+
+    assert destination.policy(max_attempts=requested).max_attempts == requested
+    assert destination.policy(max_attempts=50).max_attempts == 5
+    assert destination.policy().max_attempts == 5
+
+
+def test_policy_is_a_copy_the_destination_does_not_share() -> None:
+    destination = Destination(name="mail", provider="webhook")
+
+    policy = destination.policy()
+    policy.max_attempts = 1
+
+    assert destination.policy().max_attempts == DeliveryPolicy.max_attempts
+
+
+@pytest.mark.parametrize("name", ["Mail", "-mail", "mail_box", "m" * 64, ""])
+def test_bad_names_are_refused_by_the_contracts_rule(name: str) -> None:
+    with pytest.raises(DestinationConfigError, match=rf"destination '{name}': name: destination"):
+        load({name: {"provider": "webhook"}})
+
+
+def test_longest_allowed_name_loads() -> None:
+    assert "m" * 63 in load({"m" * 63: {"provider": "webhook"}})
+
+
+def test_unset_environment_variable_names_the_destination() -> None:
+    with pytest.raises(DestinationConfigError, match=r"'mail': environment variable NOPE"):
+        load({"mail": {"provider": "webhook", "settings": {"url": "${NOPE}"}}})
+
+
+def test_default_of_an_unset_variable_is_used() -> None:
+    registry = load({"mail": {"provider": "webhook", "settings": {"url": "${NOPE:-http://x}"}}})
+
+    assert registry.get("mail").settings == {"url": "http://x"}  # type: ignore[union-attr]
+
+
+def test_missing_file_and_bad_toml_are_config_errors(tmp_path: Path) -> None:
+    with pytest.raises(DestinationConfigError, match="not found"):
+        DestinationRegistry.from_file(tmp_path / "none.toml", {}, provider_settings=None)
+    broken = tmp_path / "broken.toml"
+    broken.write_text("[destinations.x\n")
+    with pytest.raises(DestinationConfigError, match="invalid TOML"):
+        DestinationRegistry.from_file(broken, {}, provider_settings=None)

@@ -1,0 +1,235 @@
+"""Alembic migrations of the read model, on SQLite and on PostgreSQL (`engine_factory`)."""
+
+from __future__ import annotations
+
+import multiprocessing
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any
+
+from alembic import command
+from alembic.autogenerate import compare_metadata
+from alembic.migration import MigrationContext
+from alembic.script import ScriptDirectory
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    Column,
+    DateTime,
+    Engine,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Table,
+    UniqueConstraint,
+    insert,
+    inspect,
+    select,
+    text,
+)
+
+from readmodel.db import MIGRATIONS_DIR, alembic_config, create_schema, make_engine, schema_lock
+from readmodel.models import metadata
+
+EngineFactory = Callable[[str], Engine]
+
+# The tables as `create_schema` made them before migrations (HEAD's sqlmodel models, frozen):
+# what an existing install holds, written out independently of revision 0001.
+LEGACY = MetaData()
+Table(
+    "outbox_items",
+    LEGACY,
+    Column("id", String(320), primary_key=True),
+    Column("outbox", String(100), nullable=False),
+    Column("key", String(200), nullable=False),
+    Column("destination", String(63), nullable=False),
+    Column("status", String(16), nullable=False),
+    Column("attempts", Integer, nullable=False),
+    Column("max_attempts", Integer, nullable=False),
+    Column("last_error", String, nullable=True),
+    Column("next_attempt_at", DateTime(timezone=True), nullable=True),
+    Column("operation_url", String, nullable=True),
+    Column("poll_count", Integer, nullable=False),
+    Column("created_at", DateTime(timezone=True), nullable=False),
+    Column("updated_at", DateTime(timezone=True), nullable=True),
+    Column("finished_at", DateTime(timezone=True), nullable=True),
+    Column("ordering_key", String, nullable=True),
+    Column("payload_hash", String, nullable=True),
+    Column("provider_message_id", String, nullable=True),
+    Column("payload", JSON(none_as_null=True), nullable=True),
+    Column("version", Integer, nullable=False),
+    Index("ix_outbox_items_outbox_created", "outbox", "created_at", "id"),
+    Index("ix_outbox_items_outbox_status", "outbox", "status", "created_at", "id"),
+    Index("ix_outbox_items_outbox_destination", "outbox", "destination", "created_at"),
+)
+Table(
+    "outbox_events",
+    LEGACY,
+    Column("item_id", String(320), nullable=False),
+    Column("outbox", String(100), nullable=False),
+    Column("seq", Integer, nullable=False),
+    Column("type", String(32), nullable=False),
+    Column("status", String(16), nullable=False),
+    Column("at", DateTime(timezone=True), nullable=False),
+    Column("attempt", Integer, nullable=False),
+    Column("detail", String, nullable=True),
+    Column(
+        "id", BigInteger().with_variant(Integer(), "sqlite"), primary_key=True, autoincrement=True
+    ),
+    UniqueConstraint("item_id", "seq", name="uq_outbox_events_item_seq"),
+    Index("ix_outbox_events_outbox_id", "outbox", "id"),
+    sqlite_autoincrement=True,
+)
+
+AT = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
+
+
+def head_revision() -> str:
+    head = ScriptDirectory(str(MIGRATIONS_DIR)).get_current_head()
+    assert head is not None
+    return head
+
+
+def versions(engine: Engine) -> list[str]:
+    with engine.connect() as connection:
+        return list(connection.execute(text("SELECT version_num FROM alembic_version")).scalars())
+
+
+def differences(engine: Engine, target: MetaData) -> list[Any]:
+    with engine.connect() as connection:
+        return compare_metadata(MigrationContext.configure(connection), target)
+
+
+def item_row(key: str, version: int) -> dict[str, Any]:
+    return {
+        "id": f"outbox/o/{key}",
+        "outbox": "o",
+        "key": key,
+        "destination": "email",
+        "status": "sent",
+        "attempts": 1,
+        "max_attempts": 8,
+        "poll_count": 2,
+        "created_at": AT,
+        "payload": {"to": key},
+        "version": version,
+    }
+
+
+def event_row(key: str, seq: int) -> dict[str, Any]:
+    return {
+        "item_id": f"outbox/o/{key}",
+        "outbox": "o",
+        "seq": seq,
+        "type": "enqueued",
+        "status": "queued",
+        "at": AT,
+        "attempt": 0,
+    }
+
+
+def test_migrations_build_the_tables_the_models_describe(engine_factory: EngineFactory) -> None:
+    """An empty database upgraded to head has exactly `readmodel.models.metadata`'s schema."""
+    engine = engine_factory("fresh")
+    create_schema(engine)
+    assert differences(engine, metadata) == []
+    assert versions(engine) == [head_revision()]
+
+
+def test_first_revision_is_the_schema_before_migrations(engine_factory: EngineFactory) -> None:
+    """Revision 0001 builds what `create_schema` built before it, so old databases are 0001."""
+    engine = engine_factory("first")
+    with schema_lock(engine) as connection:
+        command.upgrade(alembic_config(connection), "0001")
+    assert differences(engine, LEGACY) == []
+
+
+def test_database_from_before_migrations_upgrades_with_its_rows(
+    engine_factory: EngineFactory,
+) -> None:
+    """Tables but no `alembic_version`: stamped 0001, upgraded, every row kept, `version` moved."""
+    engine = engine_factory("legacy")
+    LEGACY.create_all(engine)
+    with engine.begin() as connection:
+        connection.execute(
+            insert(LEGACY.tables["outbox_items"]), [item_row("a", 3), item_row("b", 7)]
+        )
+        connection.execute(
+            insert(LEGACY.tables["outbox_events"]),
+            [event_row("a", seq) for seq in (1, 2, 3)] + [event_row("b", 1)],
+        )
+        event_ids = list(connection.execute(text("SELECT id FROM outbox_events")).scalars())
+
+    create_schema(engine)
+
+    assert versions(engine) == [head_revision()]
+    assert "version" not in {c["name"] for c in inspect(engine).get_columns("outbox_items")}
+    items_table = metadata.tables["outbox_items"]
+    with engine.connect() as connection:
+        items = connection.execute(
+            select(items_table.c.id, items_table.c.last_event_seq, items_table.c.payload).order_by(
+                items_table.c.id
+            )
+        ).all()
+        events = connection.execute(
+            text("SELECT id, item_id, seq FROM outbox_events ORDER BY id")
+        ).all()
+    assert [tuple(row) for row in items] == [
+        ("outbox/o/a", 3, {"to": "a"}),
+        ("outbox/o/b", 7, {"to": "b"}),
+    ]
+    assert [(row.id, row.item_id, row.seq) for row in events] == [
+        (event_ids[0], "outbox/o/a", 1),
+        (event_ids[1], "outbox/o/a", 2),
+        (event_ids[2], "outbox/o/a", 3),
+        (event_ids[3], "outbox/o/b", 1),
+    ]
+
+
+def test_upgrade_twice_changes_nothing(engine_factory: EngineFactory) -> None:
+    """The second upgrade of an up-to-date database neither fails nor touches its rows."""
+    engine = engine_factory("twice")
+    create_schema(engine)
+    with engine.begin() as connection:
+        connection.execute(insert(metadata.tables["outbox_events"]), [event_row("a", 1)])
+    create_schema(engine)
+    assert versions(engine) == [head_revision()]
+    with engine.connect() as connection:
+        assert connection.execute(text("SELECT count(*) FROM outbox_events")).scalar() == 1
+
+
+def _start_up(url: str, barrier: Any, results: Any) -> None:
+    # Runs in a spawned process, as a worker or an API starting next to another would.
+    engine = make_engine(url)
+    try:
+        barrier.wait()
+        create_schema(engine)
+        results.put("ok")
+    except BaseException as err:
+        results.put(repr(err))
+    finally:
+        engine.dispose()
+
+
+def test_processes_upgrading_a_new_database_together_all_succeed(
+    engine_factory: EngineFactory,
+) -> None:
+    """Several processes upgrading one empty database at once: each succeeds, it migrates once."""
+    spawn = multiprocessing.get_context("spawn")
+    processes = 4
+    for round_ in range(3):
+        engine = engine_factory(f"together{round_}")
+        url = engine.url.render_as_string(hide_password=False)
+        barrier, results = spawn.Barrier(processes), spawn.Queue()
+        started = [
+            spawn.Process(target=_start_up, args=(url, barrier, results)) for _ in range(processes)
+        ]
+        for process in started:
+            process.start()
+        outcomes = [results.get(timeout=60) for _ in started]
+        for process in started:
+            process.join(timeout=60)
+        assert outcomes == ["ok"] * processes, round_
+        assert versions(engine) == [head_revision()]
+        assert differences(engine, metadata) == []

@@ -1,0 +1,35 @@
+"""The suite's workers run workflows in Temporal's sandbox; production's do not (measured faster).
+
+A non-deterministic call (clock, randomness, I/O) on a new workflow branch then fails the test
+that takes the branch, instead of passing here and breaking replay in production.
+"""
+
+from __future__ import annotations
+
+import httpx
+from temporalio.worker import UnsandboxedWorkflowRunner
+from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
+
+from tests.conftest import unique_name
+from worker import build_workers
+
+
+async def test_the_stack_every_test_uses_runs_workflows_sandboxed(stack_factory) -> None:
+    stack = await stack_factory()
+
+    runner = stack.running[0].config()["workflow_runner"]
+
+    assert isinstance(runner, SandboxedWorkflowRunner)
+
+
+async def test_production_workers_run_workflows_unsandboxed(time_skipping_env, engine) -> None:
+    async with httpx.AsyncClient() as http_client:
+        workers = build_workers(
+            time_skipping_env.client,
+            destinations=[],
+            http_client=http_client,
+            engine=engine,
+            workflow_task_queue=unique_name("sandbox"),
+        )
+
+    assert isinstance(workers[0].config()["workflow_runner"], UnsandboxedWorkflowRunner)
