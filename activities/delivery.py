@@ -73,7 +73,9 @@ def _typed_errors() -> Iterator[None]:
 def _transient(err: TransientProviderError) -> ApplicationError:
     return ApplicationError(
         str(err),
-        DeliveryErrorDetails(retry_after_s=err.retry_after_s, status_code=err.status_code),
+        DeliveryErrorDetails(
+            retry_after_s=err.retry_after_s, status_code=err.status_code, error_code=err.error_code
+        ),
         type=ItemErrorType.TRANSIENT,
         non_retryable=True,
         # Expected and handled by the workflow: logged without a traceback, not as an error.
@@ -84,7 +86,7 @@ def _transient(err: TransientProviderError) -> ApplicationError:
 def _permanent(err: PermanentProviderError) -> ApplicationError:
     return ApplicationError(
         str(err),
-        DeliveryErrorDetails(status_code=err.status_code),
+        DeliveryErrorDetails(status_code=err.status_code, error_code=err.error_code),
         type=ItemErrorType.PERMANENT,
         non_retryable=True,
     )

@@ -28,13 +28,15 @@ def parse_item_workflow_id(workflow_id: str) -> tuple[str, str]:
     return outbox, key
 
 
-def provider_idempotency_key(item_id: str) -> str:
+def provider_idempotency_key(item_id: str, generation: int = 0) -> str:
     """A UUID derived from the item id: ACS `Operation-Id`, Standard Webhooks `webhook-id`.
 
-    Stable across retries, workers and redrives of the same item, so a provider that dedupes
-    never delivers one item twice.
+    Stable across the retries and workers of one generation of an item, so a provider that
+    dedupes never delivers it twice. Each redrive is a new generation with a key of its own: a
+    provider that dedupes would answer the old key with the operation that failed.
     """
-    return str(uuid.uuid5(_PROVIDER_KEY_NAMESPACE, item_id))
+    name = item_id if generation == 0 else f"{item_id}#redrive-{generation}"
+    return str(uuid.uuid5(_PROVIDER_KEY_NAMESPACE, name))
 
 
 def submit_task_queue(destination: str) -> str:

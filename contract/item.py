@@ -131,6 +131,8 @@ class ItemEvent:
     at: datetime = field()
     attempt: int = 0
     detail: str | None = None
+    # The provider's own code for a failure (ACS `error.code`), to filter and alert on by cause.
+    error_code: str | None = None
 
 
 @dataclass
@@ -144,6 +146,7 @@ class OutboxItemState:
     status: ItemStatus = ItemStatus.QUEUED
     attempts: int = 0
     last_error: str | None = None
+    last_error_code: str | None = None
     next_attempt_at: datetime | None = None
     operation_url: str | None = None
     operation_started_at: datetime | None = None
@@ -174,6 +177,8 @@ class OutboxItemInput:
     enqueued_at: datetime | None = None
     not_before: datetime | None = None
     state: OutboxItemState | None = None
+    # How many times the item was redriven; each generation has its own provider key.
+    generation: int = 0
 
 
 @dataclass
@@ -193,6 +198,8 @@ class OutboxItemView:
     attempts: int = 0
     max_attempts: int = 0
     last_error: str | None = None
+    # The provider's code for the failure that ended the item (ACS `error.code`), if it gave one.
+    last_error_code: str | None = None
     next_attempt_at: datetime | None = None
     operation_url: str | None = None
     poll_count: int = 0
@@ -265,6 +272,7 @@ class PollResult:
     status: OperationStatus
     retry_after_s: float | None = None
     error: str | None = None
+    error_code: str | None = None
 
 
 @dataclass
@@ -274,6 +282,8 @@ class DeliveryErrorDetails:
     # The provider's own `Retry-After`: the next attempt never comes earlier.
     retry_after_s: float | None = None
     status_code: int | None = None
+    # The provider's own error code from the response body (ACS `error.code`), if any.
+    error_code: str | None = None
 
     @classmethod
     def from_details(cls, details: Sequence[Any]) -> "DeliveryErrorDetails":
@@ -281,9 +291,11 @@ class DeliveryErrorDetails:
         raw = details[0] if details and isinstance(details[0], dict) else {}
         retry_after_s = raw.get("retry_after_s")
         status_code = raw.get("status_code")
+        error_code = raw.get("error_code")
         return cls(
             retry_after_s=float(retry_after_s) if retry_after_s is not None else None,
             status_code=int(status_code) if status_code is not None else None,
+            error_code=str(error_code) if error_code is not None else None,
         )
 
 

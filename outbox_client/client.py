@@ -202,8 +202,15 @@ class OutboxClient:
             raise CannotCancel(f"too late: the item is already {view.status.value}")
         return view
 
-    async def redrive(self, outbox: str, key: str) -> EnqueueResult:
-        """Start a permanently failed item again under the same id, with fresh attempts."""
+    async def redrive(self, outbox: str, key: str, *, last_event_seq: int = 0) -> EnqueueResult:
+        """Start a permanently failed item again under the same id, with fresh attempts.
+
+        Args:
+            last_event_seq: the newest event seq the caller's read model holds for the item. A
+                run that ended through our own code reports its own; a terminated or timed-out
+                run cannot, and the new run must continue the sequence (the read model ignores
+                events it already has), so the service layer passes the read model's.
+        """
         handle = await self._handle(outbox, key)
         description = await self._describe(handle)
         if description.status not in _FAILED_STATES:
@@ -217,8 +224,11 @@ class OutboxClient:
             not_before=None,
             state=OutboxItemState(
                 created_at=view.created_at if view else previous.enqueued_at,
-                last_event_seq=view.last_event_seq if view else 0,
+                last_event_seq=max(view.last_event_seq if view else 0, last_event_seq),
             ),
+            # A new generation gets its own provider idempotency key: a deduping provider would
+            # answer the old one with the operation that failed.
+            generation=previous.generation + 1,
         )
         # Redrive uses the destination's current policy: the usual reason to redrive is that
         # its configuration was fixed.
@@ -261,16 +271,9 @@ class OutboxClient:
     async def _check_existing(self, item_id: str, fingerprint: str) -> None:
         client = await self.temporal()
         description = await client.get_workflow_handle(item_id).describe(rpc_timeout=RPC_TIMEOUT)
-        existing = await description.memo_value("payload_hash", default=None)
-        if existing != fingerprint:
-            raise IdempotencyConflict(
-                "this Idempotency-Key is already used by an item with a different destination,"
-                " payload or ordering key"
-            )
+        check_same_request(await description.memo_value("payload_hash", default=None), fingerprint)
         if description.status in _FAILED_STATES:
-            raise ItemFailedUseRedrive(
-                "the item with this Idempotency-Key failed permanently; redrive it to try again"
-            )
+            raise failed_use_redrive()
 
     async def _handle(self, outbox: str, key: str) -> WorkflowHandle[Any, OutboxItemView]:
         _validate(outbox, key)
@@ -311,6 +314,22 @@ class OutboxClient:
                 # The first run's input; a continued-as-new run's state is not wanted here.
                 return replace(item, state=None)
         raise ItemNotFound(f"no start event for {handle.id!r}")
+
+
+def check_same_request(existing_hash: str | None, requested_hash: str) -> None:
+    """Raise `IdempotencyConflict` unless the key's item was asked for with the same request."""
+    if existing_hash != requested_hash:
+        raise IdempotencyConflict(
+            "this Idempotency-Key is already used by an item with a different destination,"
+            " payload or ordering key"
+        )
+
+
+def failed_use_redrive() -> ItemFailedUseRedrive:
+    """The answer to re-enqueueing a key whose item failed permanently."""
+    return ItemFailedUseRedrive(
+        "the item with this Idempotency-Key failed permanently; redrive it to try again"
+    )
 
 
 def _validate(outbox: str, key: str) -> None:

@@ -144,6 +144,7 @@ def list_items(
     *,
     status: str | None = None,
     destination: str | None = None,
+    error_code: str | None = None,
     created_from: datetime | None = None,
     created_to: datetime | None = None,
     cursor: str | None = None,
@@ -159,6 +160,8 @@ def list_items(
         conditions.append(ITEMS.c.status == status)
     if destination is not None:
         conditions.append(ITEMS.c.destination == destination)
+    if error_code is not None:
+        conditions.append(ITEMS.c.last_error_code == error_code)
     if created_from is not None:
         conditions.append(ITEMS.c.created_at >= created_from)
     if created_to is not None:

@@ -12,7 +12,7 @@ from typing import Any, Literal, TypeVar
 
 from sqlalchemy import Engine
 
-from contract.ids import item_workflow_id
+from contract.ids import item_workflow_id, payload_hash
 from contract.item import ItemStatus, OutboxItemView
 from outbox_client import (
     EnqueueResult,
@@ -23,6 +23,7 @@ from outbox_client import (
     validate_key,
     validate_outbox,
 )
+from outbox_client.client import check_same_request, failed_use_redrive
 from readmodel import store
 from readmodel.models import EventRecord, ItemRecord
 
@@ -82,7 +83,14 @@ class ItemService:
         self.engine = engine
 
     async def enqueue(self, outbox: str, item: NewItem) -> Enqueued:
-        """Start the item, or find the key's existing item and its current status."""
+        """Start the item, or find the key's existing item and its current status.
+
+        The read model answers for a key whose item has settled: it remembers the item after
+        Temporal's retention has deleted the workflow, when a new start would deliver it again.
+        """
+        remembered = await self._remembered(outbox, item)
+        if remembered is not None:
+            return remembered
         result = await self.client.enqueue(
             outbox,
             item.destination,
@@ -96,6 +104,32 @@ class ItemService:
             return Enqueued(result, ItemStatus.QUEUED)
         view = await self.client.status(outbox, item.key)
         return Enqueued(result, view.status)
+
+    async def _remembered(self, outbox: str, item: NewItem) -> Enqueued | None:
+        """The settled item the read model holds for the key, if any (None: ask Temporal)."""
+        validate_outbox(outbox)
+        validate_key(item.key)
+        item_id = item_workflow_id(outbox, item.key)
+        record = await asyncio.to_thread(store.get_item, self.engine, item_id)
+        if record is None or not record.view.status.is_final:
+            return None
+        status = record.view.status
+        if status is ItemStatus.FAILED:
+            # A failed item may be running again (redriven): only its workflow knows.
+            try:
+                await self.client.status(outbox, item.key)
+            except ItemNotFound:
+                pass
+            else:
+                return None
+        check_same_request(
+            record.view.payload_hash,
+            payload_hash(item.destination, item.payload, item.ordering_key),
+        )
+        if status is ItemStatus.FAILED:
+            raise failed_use_redrive()
+        result = EnqueueResult(item_id=item_id, outbox=outbox, key=item.key, created=False)
+        return Enqueued(result, status)
 
     async def enqueue_many(
         self, outbox: str, items: Sequence[NewItem]
@@ -144,6 +178,7 @@ class ItemService:
         *,
         status: ItemStatus | None = None,
         destination: str | None = None,
+        error_code: str | None = None,
         created_from: datetime | None = None,
         created_to: datetime | None = None,
         cursor: str | None = None,
@@ -157,6 +192,7 @@ class ItemService:
             outbox,
             status=status.value if status else None,
             destination=destination,
+            error_code=error_code,
             created_from=created_from,
             created_to=created_to,
             cursor=cursor,
@@ -170,8 +206,13 @@ class ItemService:
         return ItemSnapshot(view, None, "workflow")
 
     async def redrive(self, outbox: str, key: str) -> EnqueueResult:
-        """Run a failed item again under its own id, with the destination's current policy."""
-        return await self.client.redrive(outbox, key)
+        """Run a failed item again under its own id, with the destination's current policy; its
+        events continue after the newest one the read model holds."""
+        validate_outbox(outbox)
+        validate_key(key)
+        record = await asyncio.to_thread(store.get_item, self.engine, item_workflow_id(outbox, key))
+        last_event_seq = record.view.last_event_seq if record is not None else 0
+        return await self.client.redrive(outbox, key, last_event_seq=last_event_seq)
 
     async def redrive_failed(self, outbox: str, destination: str | None = None) -> RedriveSweep:
         """Redrive every failed item of the outbox (optionally of one destination)."""

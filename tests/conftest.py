@@ -152,8 +152,8 @@ class TrackingOutboxClient(OutboxClient):
         self.started.append(result.item_id)
         return result
 
-    async def redrive(self, outbox: str, key: str) -> EnqueueResult:
-        result = await super().redrive(outbox, key)
+    async def redrive(self, outbox: str, key: str, *, last_event_seq: int = 0) -> EnqueueResult:
+        result = await super().redrive(outbox, key, last_event_seq=last_event_seq)
         self.started.append(result.item_id)
         return result
 

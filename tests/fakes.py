@@ -13,18 +13,19 @@ async def script(fake: FakeProvider, item_id: str, steps: list[dict[str, Any]]) 
     await fake.admin.script(provider_idempotency_key(item_id), steps)
 
 
-async def key_stats(fake: FakeProvider, item_id: str) -> dict[str, Any]:
-    return await fake.admin.key_stats(provider_idempotency_key(item_id))
+async def key_stats(fake: FakeProvider, item_id: str, generation: int = 0) -> dict[str, Any]:
+    return await fake.admin.key_stats(provider_idempotency_key(item_id, generation))
 
 
-async def submits(fake: FakeProvider, item_id: str) -> int:
-    """Submit requests the provider received for the item, faulted ones included."""
-    return int((await key_stats(fake, item_id))["submits"])
+async def submits(fake: FakeProvider, item_id: str, generation: int = 0) -> int:
+    """Submit requests the provider received for one generation of the item (0: before any
+    redrive), faulted ones included."""
+    return int((await key_stats(fake, item_id, generation))["submits"])
 
 
-async def deliveries(fake: FakeProvider, item_id: str) -> int:
-    """Times the provider accepted the item as new: exactly 1 for a delivered item."""
-    return int((await key_stats(fake, item_id))["deliveries"])
+async def deliveries(fake: FakeProvider, item_id: str, generation: int = 0) -> int:
+    """Times the provider accepted one generation of the item as new: exactly 1 once sent."""
+    return int((await key_stats(fake, item_id, generation))["deliveries"])
 
 
 async def max_requests_in_window(fake: FakeProvider, path_prefix: str, window_s: float) -> int:

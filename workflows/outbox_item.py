@@ -62,9 +62,12 @@ _PROJECTION_RETRIES = RetryPolicy(
 class _DeliveryFailed(Exception):
     """Raised inside the workflow to end it failed; converted to an ApplicationError in `run`."""
 
-    def __init__(self, message: str, error_type: ItemErrorType) -> None:
+    def __init__(
+        self, message: str, error_type: ItemErrorType, error_code: str | None = None
+    ) -> None:
         super().__init__(message)
         self.error_type = error_type
+        self.error_code = error_code
 
 
 @workflow.defn(name=WORKFLOW_TYPE)
@@ -93,6 +96,7 @@ class OutboxItemWorkflow:
             if state.status is ItemStatus.SENDING:
                 await self._poll_until_done()
         except _DeliveryFailed as failure:
+            self._state.last_error_code = failure.error_code
             await self._finish(ItemStatus.FAILED, ItemEventType.FAILED, str(failure))
             raise ApplicationError(
                 str(failure), self.view(), type=failure.error_type, non_retryable=True
@@ -152,7 +156,9 @@ class OutboxItemWorkflow:
                     SubmitRequest(
                         destination=item.destination,
                         item_id=workflow.info().workflow_id,
-                        idempotency_key=provider_idempotency_key(workflow.info().workflow_id),
+                        idempotency_key=provider_idempotency_key(
+                            workflow.info().workflow_id, item.generation
+                        ),
                         payload=item.payload,
                         attempt=state.attempts,
                     ),
@@ -162,15 +168,18 @@ class OutboxItemWorkflow:
                     summary=f"submit to {item.destination}, attempt {state.attempts}",
                 )
             except ActivityError as err:
-                error_type, message, retry_after_s = _classify(err)
+                error_type, message, details = _classify(err)
                 if error_type is not ItemErrorType.TRANSIENT:
-                    raise _DeliveryFailed(message, ItemErrorType.PERMANENT) from None
+                    raise _DeliveryFailed(
+                        message, ItemErrorType.PERMANENT, details.error_code
+                    ) from None
                 if state.attempts >= policy.max_attempts:
                     raise _DeliveryFailed(
                         f"gave up after {state.attempts} attempts: {message}",
                         ItemErrorType.DELIVERY_FAILED,
+                        details.error_code,
                     ) from None
-                await self._wait_before_retry(message, retry_after_s)
+                await self._wait_before_retry(message, details.retry_after_s)
                 continue
             state.provider_message_id = result.provider_message_id
             if result.delivered:
@@ -240,6 +249,7 @@ class OutboxItemWorkflow:
                 raise _DeliveryFailed(
                     result.error or f"operation {result.status.value}",
                     ItemErrorType.DELIVERY_FAILED,
+                    result.error_code,
                 )
             if workflow.info().is_continue_as_new_suggested():
                 await self._project()
@@ -265,11 +275,13 @@ class OutboxItemWorkflow:
                 summary=f"poll operation #{state.poll_count}",
             )
         except ActivityError as err:
-            error_type, message, retry_after_s = _classify(err)
+            error_type, message, details = _classify(err)
             if error_type is not ItemErrorType.TRANSIENT:
-                raise _DeliveryFailed(f"poll failed: {message}", ItemErrorType.PERMANENT) from None
+                raise _DeliveryFailed(
+                    f"poll failed: {message}", ItemErrorType.PERMANENT, details.error_code
+                ) from None
             state.last_error = f"poll failed: {message}"
-            self._schedule_next_poll(retry_after_s)
+            self._schedule_next_poll(details.retry_after_s)
             self._record(ItemEventType.POLLED, ItemStatus.SENDING, state.last_error)
             await self._project()
             return None
@@ -320,6 +332,7 @@ class OutboxItemWorkflow:
                 at=state.updated_at,
                 attempt=state.attempts,
                 detail=detail,
+                error_code=state.last_error_code if status is ItemStatus.FAILED else None,
             )
         )
 
@@ -365,8 +378,8 @@ class OutboxItemWorkflow:
         return f"to {item.destination}"
 
 
-def _classify(err: ActivityError) -> tuple[ItemErrorType, str, float | None]:
-    """(error type, message, Retry-After seconds) of a failed activity."""
+def _classify(err: ActivityError) -> tuple[ItemErrorType, str, DeliveryErrorDetails]:
+    """(error type, message, the provider's details) of a failed activity."""
     cause = err.cause
     if isinstance(cause, ApplicationError):
         details = DeliveryErrorDetails.from_details(cause.details)
@@ -376,8 +389,8 @@ def _classify(err: ActivityError) -> tuple[ItemErrorType, str, float | None]:
         else:
             # An unexpected exception survived the infrastructure retries: worth another go.
             error_type = ItemErrorType.PERMANENT if cause.non_retryable else ItemErrorType.TRANSIENT
-        return error_type, cause.message, details.retry_after_s
+        return error_type, cause.message, details
     if isinstance(cause, ActivityTimeoutError):
         kind = cause.type.name.lower() if cause.type else "unknown"
-        return ItemErrorType.TRANSIENT, f"activity timed out ({kind})", None
-    return ItemErrorType.TRANSIENT, str(cause or err), None
+        return ItemErrorType.TRANSIENT, f"activity timed out ({kind})", DeliveryErrorDetails()
+    return ItemErrorType.TRANSIENT, str(cause or err), DeliveryErrorDetails()

@@ -110,10 +110,12 @@ class AcsEmailProvider:
             raise PermanentProviderError(f"ACS poll: unknown operation status {body!r:.200}")
         error = body.get("error") or {}
         message = error.get("message") if isinstance(error, dict) else str(error)
+        code = error.get("code") if isinstance(error, dict) else None
         return PollResult(
             status=status,
             retry_after_s=parse_retry_after(response.headers.get("Retry-After")),
             error=message or None,
+            error_code=str(code) if code else None,
         )
 
 

@@ -23,18 +23,25 @@ from contract.item import PollRequest, PollResult, SubmitRequest, SubmitResult
 class ProviderError(Exception):
     """Base of the errors a provider raises; `status_code` is the HTTP status, if any."""
 
-    def __init__(self, message: str, status_code: int | None = None) -> None:
+    def __init__(
+        self, message: str, status_code: int | None = None, error_code: str | None = None
+    ) -> None:
         super().__init__(message)
         self.status_code = status_code
+        self.error_code = error_code
 
 
 class TransientProviderError(ProviderError):
     """Worth retrying; `retry_after_s` is the provider's own `Retry-After`, never to be undercut."""
 
     def __init__(
-        self, message: str, status_code: int | None = None, retry_after_s: float | None = None
+        self,
+        message: str,
+        status_code: int | None = None,
+        retry_after_s: float | None = None,
+        error_code: str | None = None,
     ) -> None:
-        super().__init__(message, status_code)
+        super().__init__(message, status_code, error_code)
         self.retry_after_s = retry_after_s
 
 
@@ -118,8 +125,22 @@ def raise_for_status(response: httpx.Response, what: str) -> None:
             message,
             status_code=response.status_code,
             retry_after_s=parse_retry_after(response.headers.get("Retry-After")),
+            error_code=error_code(response),
         )
-    raise PermanentProviderError(message, status_code=response.status_code)
+    raise PermanentProviderError(
+        message, status_code=response.status_code, error_code=error_code(response)
+    )
+
+
+def error_code(response: httpx.Response) -> str | None:
+    """The `error.code` of a JSON error body (the Azure REST convention ACS follows), if any."""
+    try:
+        body = response.json()
+    except ValueError:
+        return None
+    error = body.get("error") if isinstance(body, dict) else None
+    code = error.get("code") if isinstance(error, dict) else None
+    return str(code) if code else None
 
 
 async def send(client: httpx.AsyncClient, request: httpx.Request, what: str) -> httpx.Response:

@@ -145,6 +145,10 @@ async def list_items(
     items: ItemServiceDep,
     status_filter: Annotated[ItemStatus | None, Query(alias="status")] = None,
     destination: Annotated[str | None, Query(max_length=MAX_DESTINATION_LENGTH)] = None,
+    error_code: Annotated[
+        str | None,
+        Query(max_length=200, description="Only items that failed with this provider code"),
+    ] = None,
     created_from: Annotated[
         datetime | None, Query(description="Inclusive; a time without offset is UTC")
     ] = None,
@@ -159,6 +163,7 @@ async def list_items(
         outbox,
         status=status_filter,
         destination=destination,
+        error_code=error_code,
         created_from=created_from,
         created_to=created_to,
         cursor=cursor,

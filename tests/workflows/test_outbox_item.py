@@ -236,7 +236,9 @@ async def test_failed_item_needs_redrive_then_runs_again(stack_factory, fake_pro
     view = await stack.result(redriven.item_id)
 
     assert view.status is ItemStatus.SENT
-    assert await deliveries(fake_provider, item.item_id) == 1
+    # The first generation was refused (403); the redrive's own key delivered once.
+    assert await deliveries(fake_provider, item.item_id) == 0
+    assert await deliveries(fake_provider, item.item_id, generation=1) == 1
     events = store.item_events(stack.engine, item.item_id)
     assert [e.seq for e in events] == list(range(1, len(events) + 1))
     assert "redriven" in [e.type for e in events]
