@@ -5,15 +5,14 @@
 
 from __future__ import annotations
 
-import base64
-import hashlib
-import hmac
 import json
 import time
+from datetime import UTC, datetime
 from typing import Annotated, ClassVar
 
 import httpx
 from pydantic import AfterValidator
+from standardwebhooks import Webhook
 
 from activities.providers.base import (
     HttpProviderSettings,
@@ -24,13 +23,6 @@ from activities.providers.base import (
     send,
 )
 from contract.item import PollRequest, PollResult, SubmitRequest, SubmitResult
-
-
-def webhook_signature(secret: str, message_id: str, timestamp: int, body: bytes) -> str:
-    """`v1,<base64 HMAC-SHA256 of "{id}.{timestamp}.{body}">` with the `whsec_` secret."""
-    key = base64.b64decode(secret.removeprefix("whsec_"))
-    signed = f"{message_id}.{timestamp}.".encode() + body
-    return "v1," + base64.b64encode(hmac.new(key, signed, hashlib.sha256).digest()).decode()
 
 
 def check_webhook_secret(secret: str) -> str:
@@ -56,25 +48,27 @@ class WebhookProvider:
 
     def __init__(self, settings: WebhookSettings, http_client: httpx.AsyncClient) -> None:
         self._url = settings.url
-        self._secret = settings.secret
         self._headers = settings.headers
         self._timeout = httpx.Timeout(settings.timeout_s)
         self._client = http_client
+        # The Standard Webhooks reference library signs, so receivers using it always verify.
+        self._signer = Webhook(settings.secret)
 
     async def submit(self, request: SubmitRequest) -> SubmitResult:
-        body = json.dumps(request.payload, separators=(",", ":")).encode()
+        body = json.dumps(request.payload, separators=(",", ":"))
+        # Whole seconds: the signature covers the timestamp exactly as the header carries it.
         timestamp = int(time.time())
         http_request = self._client.build_request(
             "POST",
             self._url,
-            content=body,
+            content=body.encode(),
             headers={
                 **self._headers,
                 "Content-Type": "application/json",
                 "webhook-id": request.idempotency_key,
                 "webhook-timestamp": str(timestamp),
-                "webhook-signature": webhook_signature(
-                    self._secret, request.idempotency_key, timestamp, body
+                "webhook-signature": self._signer.sign(
+                    request.idempotency_key, datetime.fromtimestamp(timestamp, UTC), body
                 ),
             },
             timeout=self._timeout,

@@ -15,9 +15,9 @@ from pathlib import Path
 
 import httpx
 import pytest
+from standardwebhooks import Webhook
 
 from activities.providers.acs_email import API_VERSION, sign_request
-from activities.providers.webhook import webhook_signature
 from devstack.fake_provider import (
     FakeProvider,
     FaultConfig,
@@ -41,7 +41,9 @@ async def post_webhook(
         headers={
             "webhook-id": key,
             "webhook-timestamp": str(stamp),
-            "webhook-signature": webhook_signature(WEBHOOK_SECRET, key, stamp, body),
+            "webhook-signature": Webhook(WEBHOOK_SECRET).sign(
+                key, datetime.fromtimestamp(stamp, UTC), body.decode()
+            ),
             **headers,
         },
     )
