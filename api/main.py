@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from datetime import timedelta
 
 from fastapi import Depends, FastAPI
 from sqlalchemy import Engine
@@ -76,7 +77,7 @@ def create_app(
             outbox=outbox,
             destinations=registry,
             engine=db,
-            items=ItemService(outbox, db),
+            items=ItemService(outbox, db, cancel_wait=timedelta(seconds=settings.cancel_wait_s)),
         )
         if settings.api_tokens:
             log.info("API requires a bearer token (%d configured)", len(settings.api_tokens))

@@ -140,6 +140,18 @@ class ItemResponse(OutboxItemView):
     links: ItemLinks = field(kw_only=True)
 
 
+class CancelRequestedResponse(BaseModel):
+    """No worker answered in time: the cancel is recorded (a `request_cancel` signal) and takes
+    effect, if the item is still queued then, when a worker runs it again."""
+
+    id: str
+    outbox: str
+    key: str
+    reason: str
+    cancel_requested: Literal[True] = True
+    links: ItemLinks
+
+
 class ItemPage(BaseModel):
     """One page of a list; pass `next_cursor` back as `cursor` (null: last page)."""
 

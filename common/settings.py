@@ -29,6 +29,8 @@ class Settings(BaseSettings):
 
     # Bearer tokens the API accepts (comma-separated); empty means the API runs open.
     api_token: str = ""
+    # How long a cancel waits for a worker before it is recorded as a signal (202) instead.
+    cancel_wait_s: float = 5.0
     # Largest accepted request body, in bytes (413 above it).
     max_request_bytes: int = 256 * 1024
 

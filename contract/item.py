@@ -27,6 +27,9 @@ from contract.limits import (
 WORKFLOW_TYPE = "OutboxItem"
 STATUS_QUERY = "status"
 CANCEL_UPDATE = "cancel"
+# The same cancel as a signal: recorded by the server even while no worker runs, acted on (with
+# the same rule: only a queued item is cancelled) when the workflow next runs.
+REQUEST_CANCEL_SIGNAL = "request_cancel"
 
 SUBMIT_ACTIVITY = "submit_item"
 POLL_ACTIVITY = "poll_operation"

@@ -7,6 +7,7 @@ own error type (the client's `InvalidRequest`, a pydantic validation error, a co
 from __future__ import annotations
 
 import re
+from datetime import datetime, timedelta
 
 MAX_OUTBOX_LENGTH = 100
 MAX_KEY_LENGTH = 200
@@ -14,6 +15,10 @@ MAX_KEY_LENGTH = 200
 MAX_DESTINATION_LENGTH = 63
 # `outbox/{outbox}/{key}` with room to spare.
 MAX_ITEM_ID_LENGTH = 320
+# A `not_before` becomes the workflow's start delay, and the Temporal server silently caps any
+# delay (and timer) at 100 years of 365 days (`MaxAllowedTimer` in its `common/timer`), so a
+# later due time would be honoured thousands of years early. Refused instead.
+MAX_START_DELAY = timedelta(days=100 * 365)
 
 OUTBOX_NAME_PATTERN = rf"^[A-Za-z0-9][A-Za-z0-9._-]{{0,{MAX_OUTBOX_LENGTH - 1}}}$"
 DESTINATION_NAME_PATTERN = rf"^[a-z0-9][a-z0-9-]{{0,{MAX_DESTINATION_LENGTH - 1}}}$"
@@ -67,3 +72,17 @@ def _check_text_key(value: str, what: str) -> str:
     if not _TEXT_KEY.match(value) or not value.isprintable():
         raise ValueError(f"{what} must be 1-{MAX_KEY_LENGTH} printable characters other than '/'")
     return value
+
+
+def check_not_before(not_before: datetime, now: datetime) -> datetime:
+    """`not_before` if it is time-zone aware and the engine can wait until it; ValueError
+    otherwise."""
+    if not_before.tzinfo is None or not_before.utcoffset() is None:
+        raise ValueError("not_before must be time-zone aware")
+    latest = now + MAX_START_DELAY
+    if not_before > latest:
+        raise ValueError(
+            f"not_before must be at most {MAX_START_DELAY.days} days from now (no later than"
+            f" {latest.isoformat(timespec='seconds')}): Temporal cannot delay an item longer"
+        )
+    return not_before

@@ -12,7 +12,7 @@
 """
 
 from contract.item import ItemStatus, OutboxItemView
-from outbox_client.client import EnqueueResult, OutboxClient
+from outbox_client.client import CancelRequested, EnqueueResult, OutboxClient
 from outbox_client.connection import TemporalConnection, connect, load_connect_config
 from outbox_client.errors import (
     CannotCancel,
@@ -29,6 +29,7 @@ from outbox_client.errors import (
 from outbox_client.validation import validate_key, validate_ordering_key, validate_outbox
 
 __all__ = [
+    "CancelRequested",
     "CannotCancel",
     "EnqueueResult",
     "IdempotencyConflict",

@@ -20,6 +20,7 @@ from temporalio.client import (
     WorkflowFailureError,
     WorkflowHandle,
     WorkflowUpdateFailedError,
+    WorkflowUpdateRPCTimeoutOrCancelledError,
 )
 from temporalio.common import (
     SearchAttributePair,
@@ -36,6 +37,7 @@ from contract import search_attributes
 from contract.ids import WORKFLOW_TASK_QUEUE, item_workflow_id, payload_hash
 from contract.item import (
     CANCEL_UPDATE,
+    REQUEST_CANCEL_SIGNAL,
     STATUS_QUERY,
     WORKFLOW_TYPE,
     CancelRequest,
@@ -54,11 +56,18 @@ from outbox_client.errors import (
     NotRedrivable,
     UnknownDestination,
 )
-from outbox_client.validation import validate_key, validate_ordering_key, validate_outbox
+from outbox_client.validation import (
+    validate_key,
+    validate_not_before,
+    validate_ordering_key,
+    validate_outbox,
+)
 
 # Every call to Temporal gets a deadline, so a blackholed server answers the API's caller with a
 # 503 instead of holding the request open. Only calls on ended workflows or quick handlers wait.
 RPC_TIMEOUT = timedelta(seconds=10)
+# How long a cancel waits for a worker to answer before it falls back to a signal.
+CANCEL_WAIT = timedelta(seconds=5)
 # Started, task scheduled, task started, task completed: before the 4th event no code has run.
 _FIRST_TASK_COMPLETED = 4
 _FAILED_STATES = (
@@ -66,6 +75,17 @@ _FAILED_STATES = (
     WorkflowExecutionStatus.TERMINATED,
     WorkflowExecutionStatus.TIMED_OUT,
 )
+
+
+@dataclass
+class CancelRequested:
+    """No worker answered the cancel in time; the `request_cancel` signal is recorded instead
+    and takes effect (if the item is still queued) when a worker runs the item again."""
+
+    item_id: str
+    outbox: str
+    key: str
+    reason: str
 
 
 @dataclass
@@ -138,9 +158,11 @@ class OutboxClient:
             validate_ordering_key(ordering_key)
         if max_attempts is not None and max_attempts < 1:
             raise InvalidRequest("max_attempts must be at least 1")
+        now = datetime.now(UTC)
+        if not_before is not None:
+            validate_not_before(not_before, now)
         item_id = item_workflow_id(outbox, key)
         fingerprint = payload_hash(destination, payload, ordering_key)
-        now = datetime.now(UTC)
         item = OutboxItemInput(
             outbox=outbox,
             key=key,
@@ -179,9 +201,20 @@ class OutboxClient:
         return live
 
     async def cancel(
-        self, outbox: str, key: str, reason: str = "cancelled by request"
-    ) -> OutboxItemView:
-        """Cancel a queued item. Raises `CannotCancel` once it has been handed to the provider."""
+        self,
+        outbox: str,
+        key: str,
+        reason: str = "cancelled by request",
+        *,
+        wait: timedelta = CANCEL_WAIT,
+    ) -> OutboxItemView | CancelRequested:
+        """Cancel a queued item. Raises `CannotCancel` once it has been handed to the provider.
+
+        The cancel is an update, answered by a worker. When no worker answers within `wait`
+        (a worker outage), it is sent again as the `request_cancel` signal, which the server
+        records and the item acts on when a worker returns: the answer is then
+        `CancelRequested`, not the cancelled view.
+        """
         handle = await self._handle(outbox, key)
         description = await self._describe(handle)
         if description.status != WorkflowExecutionStatus.RUNNING:
@@ -192,8 +225,13 @@ class OutboxClient:
                 CANCEL_UPDATE,
                 CancelRequest(reason=reason),
                 result_type=OutboxItemView,
-                rpc_timeout=RPC_TIMEOUT,
+                rpc_timeout=wait,
             )
+        except WorkflowUpdateRPCTimeoutOrCancelledError:
+            await handle.signal(
+                REQUEST_CANCEL_SIGNAL, CancelRequest(reason=reason), rpc_timeout=RPC_TIMEOUT
+            )
+            return CancelRequested(item_id=handle.id, outbox=outbox, key=key, reason=reason)
         except WorkflowUpdateFailedError as err:
             cause = err.cause
             message = cause.message if isinstance(cause, ApplicationError) else str(cause)

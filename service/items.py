@@ -7,7 +7,7 @@ import functools
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, Literal, TypeVar
 
 from sqlalchemy import Engine
@@ -15,6 +15,7 @@ from sqlalchemy import Engine
 from contract.ids import item_workflow_id, payload_hash
 from contract.item import ItemStatus, OutboxItemView
 from outbox_client import (
+    CancelRequested,
     EnqueueResult,
     ItemNotFound,
     OutboxClient,
@@ -23,7 +24,7 @@ from outbox_client import (
     validate_key,
     validate_outbox,
 )
-from outbox_client.client import check_same_request, failed_use_redrive
+from outbox_client.client import CANCEL_WAIT, check_same_request, failed_use_redrive
 from readmodel import store
 from readmodel.models import EventRecord, ItemRecord
 
@@ -78,9 +79,13 @@ class RedriveSweep:
 class ItemService:
     """The item use cases over one `OutboxClient` and one read-model engine."""
 
-    def __init__(self, client: OutboxClient, engine: Engine) -> None:
+    def __init__(
+        self, client: OutboxClient, engine: Engine, *, cancel_wait: timedelta = CANCEL_WAIT
+    ) -> None:
         self.client = client
         self.engine = engine
+        # How long a cancel waits for a worker before it is recorded as a signal instead.
+        self.cancel_wait = cancel_wait
 
     async def enqueue(self, outbox: str, item: NewItem) -> Enqueued:
         """Start the item, or find the key's existing item and its current status.
@@ -200,10 +205,13 @@ class ItemService:
         )
         return [_projected(record) for record in records], next_cursor
 
-    async def cancel(self, outbox: str, key: str, reason: str) -> ItemSnapshot:
-        """Cancel a queued item; `CannotCancel` once the provider has it."""
-        view = await self.client.cancel(outbox, key, reason)
-        return ItemSnapshot(view, None, "workflow")
+    async def cancel(self, outbox: str, key: str, reason: str) -> ItemSnapshot | CancelRequested:
+        """Cancel a queued item; `CannotCancel` once the provider has it; `CancelRequested`
+        when no worker answered in time and the cancel waits, recorded, for one."""
+        outcome = await self.client.cancel(outbox, key, reason, wait=self.cancel_wait)
+        if isinstance(outcome, CancelRequested):
+            return outcome
+        return ItemSnapshot(outcome, None, "workflow")
 
     async def redrive(self, outbox: str, key: str) -> EnqueueResult:
         """Run a failed item again under its own id, with the destination's current policy; its

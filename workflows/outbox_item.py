@@ -28,6 +28,7 @@ with workflow.unsafe.imports_passed_through():
     from contract.ids import provider_idempotency_key
     from contract.item import (
         CANCEL_UPDATE,
+        REQUEST_CANCEL_SIGNAL,
         STATUS_QUERY,
         WORKFLOW_TYPE,
         CancelRequest,
@@ -126,6 +127,13 @@ class OutboxItemWorkflow:
         # submit already in flight won the race (the caller reports that as too late).
         await workflow.wait_condition(lambda: self._state.status is not ItemStatus.QUEUED)
         return self.view()
+
+    @workflow.signal(name=REQUEST_CANCEL_SIGNAL)
+    def request_cancel(self, request: CancelRequest) -> None:
+        """Cancel the item if it is still queued when the workflow sees this; else nothing."""
+        if self._state.status is ItemStatus.QUEUED and not self._state.cancel_requested:
+            self._state.cancel_requested = True
+            self._state.cancel_reason = request.reason
 
     @cancel.validator
     def _validate_cancel(self, request: CancelRequest) -> None:

@@ -15,6 +15,7 @@ from typing import Annotated
 from urllib.parse import quote
 
 from fastapi import APIRouter, Body, Header, Query, Response, status
+from fastapi.responses import JSONResponse
 from pydantic import ValidationError
 
 from api.deps import ItemServiceDep, MetricsDep
@@ -25,6 +26,7 @@ from api.schemas import (
     BatchEnqueueRequest,
     BatchEnqueueResponse,
     BatchResult,
+    CancelRequestedResponse,
     EnqueueRequest,
     EnqueueResponse,
     EventResponse,
@@ -39,6 +41,7 @@ from api.schemas import (
 from contract.item import CancelRequest, ItemStatus
 from contract.limits import MAX_DESTINATION_LENGTH
 from outbox_client import (
+    CancelRequested,
     EnqueueResult,
     InvalidRequest,
     ItemFailedUseRedrive,
@@ -201,15 +204,31 @@ async def get_item_events(outbox: str, key: str, items: ItemServiceDep) -> list[
     return await items.events(outbox, key)
 
 
-@router.post("/items/{key}/cancel", response_model=ItemResponse, summary="Cancel a queued item")
+@router.post(
+    "/items/{key}/cancel",
+    response_model=ItemResponse,
+    responses={202: {"model": CancelRequestedResponse, "description": "No worker answered"}},
+    summary="Cancel a queued item",
+)
 async def cancel_item(
     outbox: str,
     key: str,
     items: ItemServiceDep,
     body: Annotated[CancelRequest | None, Body()] = None,
-) -> ItemResponse:
-    """409 once the provider has accepted the item (it cannot be recalled) or it has ended."""
-    return _item_response(await items.cancel(outbox, key, (body or CancelRequest()).reason))
+) -> ItemResponse | JSONResponse:
+    """200 with the cancelled item; 202 when no worker answered in time (the cancel is recorded
+    and applies when one returns); 409 once the provider has accepted the item or it has ended."""
+    outcome = await items.cancel(outbox, key, (body or CancelRequest()).reason)
+    if isinstance(outcome, CancelRequested):
+        requested = CancelRequestedResponse(
+            id=outcome.item_id,
+            outbox=outcome.outbox,
+            key=outcome.key,
+            reason=outcome.reason,
+            links=item_links(outcome.outbox, outcome.key),
+        )
+        return JSONResponse(requested.model_dump(mode="json"), status.HTTP_202_ACCEPTED)
+    return _item_response(outcome)
 
 
 @router.post(
