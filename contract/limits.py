@@ -1,4 +1,5 @@
-"""The rules names and keys must follow, written once; the API, the client and config use them.
+"""The rules names, keys and due times must follow, written once; the API, the client and config
+use them.
 
 Each check raises `ValueError` with a message that says what to fix; callers wrap it in their
 own error type (the client's `InvalidRequest`, a pydantic validation error, a config error).

@@ -289,8 +289,10 @@ class OutboxClient:
         if item.ordering_key is not None:
             pairs.append(SearchAttributePair(search_attributes.ORDERING_KEY, item.ordering_key))
         start_delay = None
-        if item.not_before is not None and item.not_before > datetime.now(UTC):
-            start_delay = item.not_before - datetime.now(UTC)
+        if item.not_before is not None:
+            # One reading of the clock: two could straddle the due time and give a negative delay.
+            remaining = item.not_before - datetime.now(UTC)
+            start_delay = remaining if remaining > timedelta(0) else None
         client = await self.temporal()
         await client.start_workflow(
             WORKFLOW_TYPE,
