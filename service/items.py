@@ -112,10 +112,8 @@ class ItemService:
 
     async def _remembered(self, outbox: str, item: NewItem) -> Enqueued | None:
         """The settled item the read model holds for the key, if any (None: ask Temporal)."""
-        validate_outbox(outbox)
-        validate_key(item.key)
         item_id = item_workflow_id(outbox, item.key)
-        record = await asyncio.to_thread(store.get_item, self.engine, item_id)
+        record = await self._record(outbox, item.key)
         if record is None or not record.view.status.is_final:
             return None
         status = record.view.status
@@ -136,6 +134,12 @@ class ItemService:
         result = EnqueueResult(item_id=item_id, outbox=outbox, key=item.key, created=False)
         return Enqueued(result, status)
 
+    async def _record(self, outbox: str, key: str) -> ItemRecord | None:
+        """The item's read-model record (None if never projected), once its address is valid."""
+        validate_outbox(outbox)
+        validate_key(key)
+        return await asyncio.to_thread(store.get_item, self.engine, item_workflow_id(outbox, key))
+
     async def enqueue_many(
         self, outbox: str, items: Sequence[NewItem]
     ) -> list[Enqueued | Exception]:
@@ -146,9 +150,7 @@ class ItemService:
     async def get(self, outbox: str, key: str) -> ItemSnapshot:
         """Live from the workflow while it runs; from the read model once it has ended, once
         Temporal no longer has it (retention), or while Temporal is unreachable."""
-        validate_outbox(outbox)
-        validate_key(key)
-        record = await asyncio.to_thread(store.get_item, self.engine, item_workflow_id(outbox, key))
+        record = await self._record(outbox, key)
         if record is not None and record.view.status in _SETTLED:
             return _projected(record)
         try:
@@ -216,9 +218,7 @@ class ItemService:
     async def redrive(self, outbox: str, key: str) -> EnqueueResult:
         """Run a failed item again under its own id, with the destination's current policy; its
         events continue after the newest one the read model holds."""
-        validate_outbox(outbox)
-        validate_key(key)
-        record = await asyncio.to_thread(store.get_item, self.engine, item_workflow_id(outbox, key))
+        record = await self._record(outbox, key)
         last_event_seq = record.view.last_event_seq if record is not None else 0
         return await self.client.redrive(outbox, key, last_event_seq=last_event_seq)
 
