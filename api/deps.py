@@ -13,6 +13,7 @@ from common.destinations import DestinationRegistry
 from common.settings import Settings
 from outbox_client import OutboxClient
 from service.items import ItemService
+from service.reports import DeliveryReportService
 
 
 @dataclass
@@ -24,6 +25,7 @@ class Resources:
     destinations: DestinationRegistry
     engine: Engine
     items: ItemService
+    reports: DeliveryReportService
 
 
 def get_resources(request: Request) -> Resources:
@@ -37,6 +39,10 @@ def get_outbox_client(request: Request) -> OutboxClient:
 
 def get_item_service(request: Request) -> ItemService:
     return get_resources(request).items
+
+
+def get_report_service(request: Request) -> DeliveryReportService:
+    return get_resources(request).reports
 
 
 def get_engine(request: Request) -> Engine:
@@ -55,6 +61,7 @@ def get_metrics(request: Request) -> ApiMetrics:
 ResourcesDep = Annotated[Resources, Depends(get_resources)]
 OutboxClientDep = Annotated[OutboxClient, Depends(get_outbox_client)]
 ItemServiceDep = Annotated[ItemService, Depends(get_item_service)]
+ReportServiceDep = Annotated[DeliveryReportService, Depends(get_report_service)]
 EngineDep = Annotated[Engine, Depends(get_engine)]
 DestinationsDep = Annotated[DestinationRegistry, Depends(get_destinations)]
 MetricsDep = Annotated[ApiMetrics, Depends(get_metrics)]

@@ -24,12 +24,13 @@ from api.errors import install_error_handlers
 from api.limits import BodySizeLimit
 from api.live import LiveHub
 from api.metrics import ApiMetrics, MetricsMiddleware
-from api.routes import dashboard, health, items, live, outboxes
+from api.routes import dashboard, events, health, items, live, outboxes
 from common.destinations import DestinationRegistry
 from common.settings import Settings, get_settings
 from outbox_client import OutboxClient, TemporalConnection
 from readmodel.db import create_schema, make_engine
 from service.items import ItemService
+from service.reports import DeliveryReportService
 
 log = logging.getLogger("outbox.api")
 
@@ -78,6 +79,7 @@ def create_app(
             destinations=registry,
             engine=db,
             items=ItemService(outbox, db, cancel_wait=timedelta(seconds=settings.cancel_wait_s)),
+            reports=DeliveryReportService(outbox, db),
         )
         if settings.api_tokens:
             log.info("API requires a bearer token (%d configured)", len(settings.api_tokens))
@@ -108,6 +110,7 @@ def create_app(
     app.include_router(items.router, dependencies=authenticated)
     app.include_router(outboxes.router, dependencies=authenticated)
     app.include_router(live.router)  # checks its own token: browsers cannot send headers
+    app.include_router(events.router)  # per-destination secrets: Event Grid sends no bearer
     app.include_router(health.router)
     app.include_router(dashboard.router)
     # The middleware added last runs first: metrics wrap the size limit and count its 413s.

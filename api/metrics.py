@@ -34,6 +34,20 @@ class ApiMetrics:
             registry=self.registry,
         )
 
+        self.reports = Counter(
+            "outbox_delivery_reports_total",
+            "Provider delivery reports by destination and result (applied, unknown: no item"
+            " has the message id, late: the item stopped listening, ignored: another event"
+            " type, invalid: unreadable).",
+            ["destination", "result"],
+            registry=self.registry,
+        )
+
+    def count_reports(self, destination: str, result: str, count: int) -> None:
+        """Count a delivery's reports; the destination is a configured one (bounded labels)."""
+        if count:
+            self.reports.labels(destination, result).inc(count)
+
     def count_enqueue(self, outbox: str, destination: str, result: str) -> None:
         """Count one enqueue; callers pass only validated names, so label values stay bounded."""
         self.enqueued.labels(outbox, destination, result).inc()

@@ -6,6 +6,7 @@ File format (`config/destinations.toml`)::
     provider = "acs-email"
     submit_rate = 1.5          # submit activities per second, enforced by the Temporal server
     poll_rate = 2.0            # poll activities per second
+    events_secret = "${FAKE_EMAIL_EVENTS_SECRET}"  # delivery reports authenticate with it
     max_attempts = 8           # any `DeliveryPolicy` field; its default and bounds apply
     [destinations.fake-email.settings]
     endpoint = "${FAKE_PROVIDER_URL}/acs"
@@ -31,6 +32,7 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    SecretStr,
     ValidationError,
     model_validator,
 )
@@ -62,6 +64,9 @@ class Destination(BaseModel):
     settings: dict[str, Any] = Field(default_factory=dict)
     submit_rate: float = Field(default=1.5, gt=0)
     poll_rate: float = Field(default=2.0, gt=0)
+    # The secret the provider's report deliveries carry (`?secret=` or `X-Events-Secret`) to
+    # `POST /v1/destinations/{name}/events`; unset: the destination takes no reports.
+    events_secret: SecretStr | None = Field(default=None, min_length=16)
     # Configured as flat fields (`max_attempts = 8`) and gathered here by `_gather_policy`, so
     # DeliveryPolicy's own defaults and bounds apply without being repeated.
     delivery: DeliveryPolicy

@@ -30,6 +30,8 @@ CANCEL_UPDATE = "cancel"
 # The same cancel as a signal: recorded by the server even while no worker runs, acted on (with
 # the same rule: only a queued item is cancelled) when the workflow next runs.
 REQUEST_CANCEL_SIGNAL = "request_cancel"
+# A provider's report on one recipient of a sent item (an ACS email delivery report).
+DELIVERY_REPORT_SIGNAL = "delivery_report"
 
 SUBMIT_ACTIVITY = "submit_item"
 POLL_ACTIVITY = "poll_operation"
@@ -48,6 +50,9 @@ class ItemErrorType(StrEnum):
     # The `cancel` update's validator refused: the item is no longer queued.
     CANNOT_CANCEL = "CannotCancel"
 
+
+# A year: reports come within days; a longer window only keeps workflows open for nothing.
+MAX_REPORT_WINDOW_S = 365 * 24 * 3600.0
 
 # Field metadata: the longest text a field holds (the read model sizes its column by it).
 MAX_LENGTH = "max_length"
@@ -78,6 +83,8 @@ class ItemEventType(StrEnum):
     SENT = "sent"
     FAILED = "failed"
     CANCELLED = "cancelled"
+    # A provider reported on a recipient; hyphenated because clients script against this name.
+    DELIVERY_REPORT = "delivery-report"
 
 
 class OperationStatus(StrEnum):
@@ -88,6 +95,108 @@ class OperationStatus(StrEnum):
     SUCCEEDED = "succeeded"
     FAILED = "failed"
     CANCELED = "canceled"
+
+
+class RecipientStatus(StrEnum):
+    """One recipient's fate as the provider reported it (ACS report statuses, snake_case)."""
+
+    PENDING = "pending"  # no report yet
+    DELIVERED = "delivered"
+    EXPANDED = "expanded"  # a distribution list, expanded to its members
+    BOUNCED = "bounced"
+    SUPPRESSED = "suppressed"
+    FILTERED_SPAM = "filtered_spam"
+    QUARANTINED = "quarantined"
+    FAILED = "failed"
+
+    @property
+    def reached(self) -> bool:
+        """The message reached the recipient (or the list that expanded to them)."""
+        return self in (RecipientStatus.DELIVERED, RecipientStatus.EXPANDED)
+
+    @property
+    def settled(self) -> bool:
+        """No later report is expected: a quarantined message may still be released, and an
+        expanded list's members may still be reported on."""
+        return self not in (
+            RecipientStatus.PENDING,
+            RecipientStatus.EXPANDED,
+            RecipientStatus.QUARANTINED,
+        )
+
+
+class DeliveryOutcome(StrEnum):
+    """An item's delivery across its recipients (the lists' `delivery` filter)."""
+
+    PENDING = "pending"  # some recipient has no report yet, none failed
+    DELIVERED = "delivered"  # every recipient was reached
+    BOUNCED = "bounced"  # some recipient was not: bounced, suppressed, spam, quarantined, failed
+
+
+@dataclass
+class Recipient:
+    """One recipient of an item and what the provider last reported about it."""
+
+    address: str
+    status: RecipientStatus = RecipientStatus.PENDING
+    detail: str | None = None
+    # When the provider attempted delivery (the report's own time, not when it arrived).
+    at: datetime | None = None
+
+
+@dataclass
+class DeliveryReport:
+    """Input of the `delivery_report` signal: the provider's report on one recipient."""
+
+    # The provider's id of the sent message (ACS: the operation id); a report for another
+    # message (an earlier generation's) changes nothing.
+    message_id: str
+    recipient: str
+    status: RecipientStatus
+    at: datetime
+    detail: str | None = None
+    # The event's own id at the provider, for logs.
+    report_id: str | None = None
+
+
+def apply_delivery_report(recipients: list[Recipient], report: DeliveryReport) -> Recipient | None:
+    """Apply `report` to its recipient (added if unknown); the recipient if it changed, else None.
+
+    The newest report by its own time wins, ties broken by status then detail: a total order,
+    so the same reports in any order, any number of times, end in the same state.
+    """
+    address = report.recipient.casefold()
+    recipient = next((r for r in recipients if r.address.casefold() == address), None)
+    if recipient is None:
+        recipient = Recipient(address=report.recipient)
+        recipients.append(recipient)
+    elif recipient.at is not None and _report_order(
+        report.at, report.status, report.detail
+    ) <= _report_order(recipient.at, recipient.status, recipient.detail):
+        return None
+    recipient.status, recipient.detail, recipient.at = report.status, report.detail, report.at
+    return recipient
+
+
+_STATUS_ORDER = {status: rank for rank, status in enumerate(RecipientStatus)}
+
+
+def _report_order(
+    at: datetime, status: RecipientStatus, detail: str | None
+) -> tuple[datetime, int, str]:
+    return at, _STATUS_ORDER[status], detail or ""
+
+
+def delivery_outcome(recipients: Sequence[Recipient]) -> DeliveryOutcome | None:
+    """The item's delivery summary; None when nothing reports on its recipients."""
+    if not recipients:
+        return None
+    statuses = {recipient.status for recipient in recipients}
+    if any(not status.reached and status is not RecipientStatus.PENDING for status in statuses):
+        return DeliveryOutcome.BOUNCED
+    if RecipientStatus.PENDING in statuses:
+        return DeliveryOutcome.PENDING
+    return DeliveryOutcome.DELIVERED
 
 
 @dataclass
@@ -114,6 +223,8 @@ class DeliveryPolicy:
     poll_deadline_s: Annotated[float, Gt(0)] = 3600.0
     submit_timeout_s: Annotated[float, Gt(0)] = 30.0
     poll_timeout_s: Annotated[float, Gt(0)] = 30.0
+    # How long a sent item keeps listening for its recipients' delivery reports (0: not at all).
+    report_window_s: Annotated[float, Ge(0), Le(MAX_REPORT_WINDOW_S)] = 72 * 3600.0
 
 
 # The policy fields a destination configures (the rest name the destination and its queues).
@@ -160,6 +271,7 @@ class OutboxItemState:
     provider_message_id: str | None = None
     cancel_requested: bool = False
     cancel_reason: str | None = None
+    recipients: list[Recipient] = field(default_factory=list)
     # Sequence of the newest event; a redriven item continues its predecessor's numbering.
     last_event_seq: int = 0
     # Events not yet written to the read model (cleared by each successful projection).
@@ -212,6 +324,10 @@ class OutboxItemView:
     ordering_key: str | None = None
     payload_hash: str | None = None
     provider_message_id: str | None = None
+    # Each recipient's fate, from the provider's delivery reports (empty for webhooks).
+    recipients: list[Recipient] = field(default_factory=list)
+    # The summary lists filter on: pending, delivered or bounced; None without recipients.
+    delivery: DeliveryOutcome | None = field(default=None, metadata={MAX_LENGTH: 16})
     # The newest event's seq: the read model's row only ever moves forward in it.
     last_event_seq: int = 0
 
@@ -219,6 +335,8 @@ class OutboxItemView:
     def of(cls, item_id: str, item: OutboxItemInput, state: OutboxItemState) -> "OutboxItemView":
         """The view of an item: its identity from the input, its progress from the state."""
         progress = {name: getattr(state, name) for name in _STATE_FIELDS_IN_VIEW}
+        # Copies: a view handed to an activity or a query must not change with the state.
+        progress["recipients"] = [dataclasses.replace(r) for r in state.recipients]
         return cls(
             id=item_id,
             outbox=item.outbox,
@@ -227,6 +345,7 @@ class OutboxItemView:
             max_attempts=item.policy.max_attempts,
             ordering_key=item.ordering_key,
             payload_hash=item.payload_hash,
+            delivery=delivery_outcome(state.recipients),
             **progress,
         )
 
@@ -257,6 +376,8 @@ class SubmitResult:
     operation_url: str | None = None
     retry_after_s: float | None = None
     provider_message_id: str | None = None
+    # Who the provider will report on (ACS: the to, cc and bcc addresses); empty if nobody.
+    recipients: list[str] = field(default_factory=list)
 
 
 @dataclass

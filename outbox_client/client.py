@@ -37,10 +37,12 @@ from contract import search_attributes
 from contract.ids import WORKFLOW_TASK_QUEUE, item_workflow_id, payload_hash
 from contract.item import (
     CANCEL_UPDATE,
+    DELIVERY_REPORT_SIGNAL,
     REQUEST_CANCEL_SIGNAL,
     STATUS_QUERY,
     WORKFLOW_TYPE,
     CancelRequest,
+    DeliveryReport,
     ItemStatus,
     OutboxItemInput,
     OutboxItemState,
@@ -239,6 +241,22 @@ class OutboxClient:
         if view.status is not ItemStatus.CANCELLED:
             raise CannotCancel(f"too late: the item is already {view.status.value}")
         return view
+
+    async def report_delivery(self, item_id: str, report: DeliveryReport) -> bool:
+        """Signal the provider's report on one recipient to the item (`delivery_report`).
+
+        False when the item's workflow has ended (its report window is over) or does not
+        exist; the signal needs no worker, so a report is never lost to a worker outage.
+        """
+        client = await self.temporal()
+        handle = client.get_workflow_handle(item_id)
+        try:
+            await handle.signal(DELIVERY_REPORT_SIGNAL, report, rpc_timeout=RPC_TIMEOUT)
+        except RPCError as err:
+            if err.status == RPCStatusCode.NOT_FOUND:
+                return False
+            raise
+        return True
 
     async def redrive(self, outbox: str, key: str, *, last_event_seq: int = 0) -> EnqueueResult:
         """Start a permanently failed item again under the same id, with fresh attempts.

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, TypeVar, Union, cast, get_args, get_origin, get_type_hints
 
+from pydantic import TypeAdapter
 from sqlalchemy import (
     JSON,
     BigInteger,
@@ -62,6 +63,27 @@ class UTCDateTime(TypeDecorator[datetime]):
         return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
 
 
+class DataclassList(TypeDecorator[list[Any]]):
+    """A list of dataclasses (e.g. an item's recipients) stored as JSON, read back as objects."""
+
+    impl = JSON()
+    cache_ok = True
+
+    def __init__(self, item_type: type[Any]) -> None:
+        super().__init__()
+        self.item_type = item_type
+        self._adapter: TypeAdapter[list[Any]] = TypeAdapter(list[item_type])  # type: ignore[valid-type]
+
+    def process_bind_param(self, value: list[Any] | None, dialect: Dialect) -> Any:
+        if value is None:
+            return None
+        # Dicts (from `dataclasses.asdict`) or objects alike; datetimes become ISO text.
+        return self._adapter.dump_python(self._adapter.validate_python(value), mode="json")
+
+    def process_result_value(self, value: Any, dialect: Dialect) -> list[Any] | None:
+        return None if value is None else self._adapter.validate_python(value)
+
+
 def dataclass_columns(
     cls: type[Any], overrides: Mapping[str, Column[Any]] | None = None
 ) -> list[Column[Any]]:
@@ -100,6 +122,8 @@ def _sql_type(python_type: Any, max_length: int | None) -> TypeEngine[Any]:
         return UTCDateTime()
     if isinstance(python_type, type) and issubclass(python_type, str):  # str and StrEnums
         return String(max_length)
+    if get_origin(python_type) is list and dataclasses.is_dataclass(get_args(python_type)[0]):
+        return DataclassList(get_args(python_type)[0])
     raise TypeError(f"no column type for a field of type {python_type!r}")
 
 
@@ -140,6 +164,9 @@ ITEMS = Table(
     Index("ix_outbox_items_outbox_created", "outbox", "created_at", "id"),
     Index("ix_outbox_items_outbox_status", "outbox", "status", "created_at", "id"),
     Index("ix_outbox_items_outbox_destination", "outbox", "destination", "created_at"),
+    Index("ix_outbox_items_outbox_delivery", "outbox", "delivery", "created_at", "id"),
+    # Delivery reports name only the provider's message id: this finds their item.
+    Index("ix_outbox_items_provider_message_id", "provider_message_id"),
 )
 
 EVENTS = Table(

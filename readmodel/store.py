@@ -145,6 +145,7 @@ def list_items(
     status: str | None = None,
     destination: str | None = None,
     error_code: str | None = None,
+    delivery: str | None = None,
     created_from: datetime | None = None,
     created_to: datetime | None = None,
     cursor: str | None = None,
@@ -162,6 +163,8 @@ def list_items(
         conditions.append(ITEMS.c.destination == destination)
     if error_code is not None:
         conditions.append(ITEMS.c.last_error_code == error_code)
+    if delivery is not None:
+        conditions.append(ITEMS.c.delivery == delivery)
     if created_from is not None:
         conditions.append(ITEMS.c.created_at >= created_from)
     if created_to is not None:
@@ -188,6 +191,20 @@ def list_items(
     last = items[-1].view
     assert last.created_at is not None  # NOT NULL in the table
     return items, _encode_cursor(last.created_at, last.id)
+
+
+def items_by_message_id(
+    engine: Engine, destination: str, message_ids: Sequence[str]
+) -> dict[str, str]:
+    """The item id of each provider message id the destination's items hold (absent: unknown)."""
+    if not message_ids:
+        return {}
+    query = select(ITEMS.c.provider_message_id, ITEMS.c.id).where(
+        ITEMS.c.provider_message_id.in_(sorted(set(message_ids))),
+        ITEMS.c.destination == destination,
+    )
+    with engine.connect() as connection:
+        return {message_id: item_id for message_id, item_id in connection.execute(query)}
 
 
 def events_since(engine: Engine, outbox: str, since_id: int, limit: int = 500) -> list[EventRecord]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Literal, TypeVar
@@ -13,7 +13,7 @@ from typing import Any, Literal, TypeVar
 from sqlalchemy import Engine
 
 from contract.ids import item_workflow_id, payload_hash
-from contract.item import ItemStatus, OutboxItemView
+from contract.item import DeliveryOutcome, ItemStatus, OutboxItemView
 from outbox_client import (
     CancelRequested,
     EnqueueResult,
@@ -27,12 +27,10 @@ from outbox_client import (
 from outbox_client.client import CANCEL_WAIT, check_same_request, failed_use_redrive
 from readmodel import store
 from readmodel.models import EventRecord, ItemRecord
+from service.fan_out import fan_out
 
 log = logging.getLogger("outbox.service")
 
-# Concurrent workflow starts per batch or sweep: enough to hide RPC latency, few enough to be
-# polite to the cluster.
-FAN_OUT = 10
 # Only a failed item can run again (redrive), so only a failed row can be behind its workflow.
 _SETTLED = frozenset({ItemStatus.SENT, ItemStatus.CANCELLED})
 
@@ -145,7 +143,7 @@ class ItemService:
     ) -> list[Enqueued | Exception]:
         """Enqueue each item on its own (a few at a time); one failure fails only its item."""
         validate_outbox(outbox)
-        return await _fan_out([functools.partial(self.enqueue, outbox, item) for item in items])
+        return await fan_out([functools.partial(self.enqueue, outbox, item) for item in items])
 
     async def get(self, outbox: str, key: str) -> ItemSnapshot:
         """Live from the workflow while it runs; from the read model once it has ended, once
@@ -186,6 +184,7 @@ class ItemService:
         status: ItemStatus | None = None,
         destination: str | None = None,
         error_code: str | None = None,
+        delivery: DeliveryOutcome | None = None,
         created_from: datetime | None = None,
         created_to: datetime | None = None,
         cursor: str | None = None,
@@ -200,6 +199,7 @@ class ItemService:
             status=status.value if status else None,
             destination=destination,
             error_code=error_code,
+            delivery=delivery.value if delivery else None,
             created_from=created_from,
             created_to=created_to,
             cursor=cursor,
@@ -226,7 +226,7 @@ class ItemService:
         """Redrive every failed item of the outbox (optionally of one destination)."""
         validate_outbox(outbox)
         keys = await asyncio.to_thread(store.list_failed, self.engine, outbox, destination)
-        outcomes = await _fan_out([functools.partial(self.redrive, outbox, key) for key in keys])
+        outcomes = await fan_out([functools.partial(self.redrive, outbox, key) for key in keys])
         started = []
         for key, outcome in zip(keys, outcomes, strict=True):
             if isinstance(outcome, OutboxError):
@@ -239,17 +239,3 @@ class ItemService:
 
 def _projected(record: ItemRecord) -> ItemSnapshot:
     return ItemSnapshot(record.view, record.payload, "read-model")
-
-
-async def _fan_out(calls: Sequence[Callable[[], Awaitable[T]]]) -> list[T | Exception]:
-    """Run the calls at most FAN_OUT at a time; each result or exception in call order."""
-    limit = asyncio.Semaphore(FAN_OUT)
-
-    async def one(call: Callable[[], Awaitable[T]]) -> T | Exception:
-        async with limit:
-            try:
-                return await call()
-            except Exception as err:
-                return err
-
-    return list(await asyncio.gather(*(one(call) for call in calls)))

@@ -121,7 +121,13 @@ def unique_name(prefix: str) -> str:
 def make_destination(provider: str, base_settings: dict[str, Any], **overrides: Any) -> Destination:
     """A destination with a unique name (so unique task queues) and fast test-friendly rates."""
     name = overrides.pop("name", None) or unique_name(provider)
-    fields: dict[str, Any] = {"submit_rate": 100.0, "poll_rate": 100.0, "poll_interval_s": 1.0}
+    # No report window unless a test asks: most tests wait for the item's workflow to end.
+    fields: dict[str, Any] = {
+        "submit_rate": 100.0,
+        "poll_rate": 100.0,
+        "poll_interval_s": 1.0,
+        "report_window_s": 0,
+    }
     fields.update(overrides)
     fields["settings"] = {**base_settings, **overrides.get("settings", {})}
     return Destination(name=name, provider=provider, **fields)

@@ -28,11 +28,13 @@ with workflow.unsafe.imports_passed_through():
     from contract.ids import provider_idempotency_key
     from contract.item import (
         CANCEL_UPDATE,
+        DELIVERY_REPORT_SIGNAL,
         REQUEST_CANCEL_SIGNAL,
         STATUS_QUERY,
         WORKFLOW_TYPE,
         CancelRequest,
         DeliveryErrorDetails,
+        DeliveryReport,
         ItemErrorType,
         ItemEvent,
         ItemEventType,
@@ -44,7 +46,9 @@ with workflow.unsafe.imports_passed_through():
         OutboxItemView,
         PollRequest,
         PollResult,
+        Recipient,
         SubmitRequest,
+        apply_delivery_report,
     )
 
 # Our own classified errors come back to the workflow at once; anything else (a worker killed
@@ -58,6 +62,9 @@ _INFRASTRUCTURE_RETRIES = RetryPolicy(
 _PROJECTION_RETRIES = RetryPolicy(
     initial_interval=timedelta(milliseconds=200), maximum_interval=timedelta(seconds=30)
 )
+# Reports for a message the item has not yet recorded as accepted (the provider can be faster
+# than the submit activity's answer), kept until it has; bounded against a flood of strays.
+_MAX_EARLY_REPORTS = 100
 
 
 class _DeliveryFailed(Exception):
@@ -79,6 +86,8 @@ class OutboxItemWorkflow:
     def __init__(self, item: OutboxItemInput) -> None:
         self._item = item
         self._state = item.state or OutboxItemState()
+        self._early_reports: list[DeliveryReport] = []
+        self._reports_closed = False
 
     @workflow.run
     async def run(self, item: OutboxItemInput) -> OutboxItemView:
@@ -96,6 +105,8 @@ class OutboxItemWorkflow:
                 await self._submit_until_accepted()
             if state.status is ItemStatus.SENDING:
                 await self._poll_until_done()
+            if state.status is ItemStatus.SENT:
+                await self._listen_for_reports()
         except _DeliveryFailed as failure:
             self._state.last_error_code = failure.error_code
             await self._finish(ItemStatus.FAILED, ItemEventType.FAILED, str(failure))
@@ -134,6 +145,29 @@ class OutboxItemWorkflow:
         if self._state.status is ItemStatus.QUEUED and not self._state.cancel_requested:
             self._state.cancel_requested = True
             self._state.cancel_reason = request.reason
+
+    @workflow.signal(name=DELIVERY_REPORT_SIGNAL)
+    async def delivery_report(self, report: DeliveryReport) -> None:
+        """Record the provider's report on one recipient; a repeat or an older report changes
+        nothing. Applied while sending too: the report may beat the poll that sees success."""
+        state = self._state
+        if self._reports_closed or self._item.policy.report_window_s <= 0:
+            return
+        if state.provider_message_id is None and not state.status.is_final:
+            if len(self._early_reports) < _MAX_EARLY_REPORTS:
+                self._early_reports.append(report)
+            return
+        if report.message_id != state.provider_message_id:
+            return  # another generation's message, or a stray
+        changed = apply_delivery_report(state.recipients, report)
+        if changed is None:
+            return
+        detail = f"{changed.address}: {changed.status.value}"
+        if changed.detail:
+            detail += f" ({changed.detail})"
+        self._record(ItemEventType.DELIVERY_REPORT, state.status, detail)
+        self._show_details(f"Delivery report: {detail}.")
+        await self._project()
 
     @cancel.validator
     def _validate_cancel(self, request: CancelRequest) -> None:
@@ -190,6 +224,8 @@ class OutboxItemWorkflow:
                 await self._wait_before_retry(message, details.retry_after_s)
                 continue
             state.provider_message_id = result.provider_message_id
+            if policy.report_window_s > 0:
+                self._expect_reports_on(result.recipients)
             if result.delivered:
                 await self._finish(ItemStatus.SENT, ItemEventType.SENT, "delivered")
                 return
@@ -203,6 +239,45 @@ class OutboxItemWorkflow:
             )
             await self._project()
             return
+
+    def _expect_reports_on(self, addresses: list[str]) -> None:
+        """Track each address as `pending`, then apply what arrived before the accept did."""
+        state = self._state
+        known = {recipient.address.casefold() for recipient in state.recipients}
+        for address in addresses:
+            if address.casefold() not in known:
+                known.add(address.casefold())
+                state.recipients.append(Recipient(address=address))
+        early, self._early_reports = self._early_reports, []
+        for report in early:
+            if report.message_id == state.provider_message_id:
+                apply_delivery_report(state.recipients, report)
+
+    async def _listen_for_reports(self) -> None:
+        """Stay open for delivery reports until every recipient has settled or the window ends.
+
+        A durable timer: the window outlives worker restarts and deploys like any other wait.
+        """
+        state, window_s = self._state, self._item.policy.report_window_s
+        if window_s > 0 and state.recipients and state.finished_at is not None:
+            until = state.finished_at + timedelta(seconds=window_s)
+            remaining = until - workflow.now()
+            if remaining > timedelta(0) and not self._all_recipients_settled():
+                self._show_details(
+                    f"Listening for delivery reports until {until:%Y-%m-%d %H:%M} UTC."
+                )
+                with contextlib.suppress(TimeoutError):
+                    await workflow.wait_condition(
+                        self._all_recipients_settled,
+                        timeout=remaining,
+                        timeout_summary="delivery report window",
+                    )
+        self._reports_closed = True
+        # A report being projected finishes before the item's final result is taken.
+        await workflow.wait_condition(workflow.all_handlers_finished)
+
+    def _all_recipients_settled(self) -> bool:
+        return all(recipient.status.settled for recipient in self._state.recipients)
 
     async def _wait_before_retry(self, message: str, retry_after_s: float | None) -> None:
         state, policy = self._state, self._item.policy
@@ -349,12 +424,13 @@ class OutboxItemWorkflow:
         state = self._state
         if not state.events:
             return
-        starts_item = state.events[0].type in (ItemEventType.ENQUEUED, ItemEventType.REDRIVEN)
+        sent = list(state.events)
+        starts_item = sent[0].type in (ItemEventType.ENQUEUED, ItemEventType.REDRIVEN)
         await workflow.execute_local_activity_method(
             ProjectionActivities.project_item,
             ItemProjection(
                 view=self.view(),
-                events=list(state.events),
+                events=sent,
                 enqueued_at=self._item.enqueued_at,
                 payload=self._item.payload if starts_item else None,
             ),
@@ -363,8 +439,10 @@ class OutboxItemWorkflow:
             summary="project to read model",
         )
         # Projected events live on in the read model; dropping them keeps the state carried
-        # across continue-as-new small however long an operation is polled.
-        state.events.clear()
+        # across continue-as-new small however long an operation is polled. Only the ones sent:
+        # a signal handler may have recorded more (and projected them) meanwhile.
+        projected = {event.seq for event in sent}
+        state.events[:] = [event for event in state.events if event.seq not in projected]
 
     def _show_details(self, line: str) -> None:
         state, policy = self._state, self._item.policy
@@ -377,6 +455,12 @@ class OutboxItemWorkflow:
             lines.append(f"Last error: {state.last_error}")
         if state.operation_url:
             lines.append(f"Operation: {state.operation_url}")
+        if state.recipients:
+            counts: dict[str, int] = {}
+            for recipient in state.recipients:
+                counts[recipient.status.value] = counts.get(recipient.status.value, 0) + 1
+            summary = ", ".join(f"{count} {status}" for status, count in counts.items())
+            lines.append(f"Recipients: {summary}.")
         workflow.set_current_details("\n\n".join(lines))
 
     def _describe_enqueue(self) -> str:

@@ -95,6 +95,7 @@ class AcsEmailProvider:
             operation_url=operation_url,
             retry_after_s=parse_retry_after(response.headers.get("Retry-After")),
             provider_message_id=_json(response).get("id") or request.idempotency_key,
+            recipients=recipient_addresses(request.payload),
         )
 
     async def poll(self, request: PollRequest) -> PollResult:
@@ -117,6 +118,20 @@ class AcsEmailProvider:
             error=message or None,
             error_code=str(code) if code else None,
         )
+
+
+def recipient_addresses(payload: dict[str, Any]) -> list[str]:
+    """The addresses ACS sends delivery reports for: `recipients.to`, `.cc` and `.bcc`."""
+    recipients = payload.get("recipients")
+    if not isinstance(recipients, dict):
+        return []
+    addresses: list[str] = []
+    for kind in ("to", "cc", "bcc"):
+        for entry in recipients.get(kind) or []:
+            address = entry.get("address") if isinstance(entry, dict) else None
+            if isinstance(address, str) and address and address not in addresses:
+                addresses.append(address)
+    return addresses
 
 
 def _json(response: httpx.Response) -> dict[str, Any]:

@@ -38,7 +38,7 @@ from api.schemas import (
     RedriveFailedResponse,
     problem_responses,
 )
-from contract.item import CancelRequest, ItemStatus
+from contract.item import CancelRequest, DeliveryOutcome, ItemStatus
 from contract.limits import MAX_DESTINATION_LENGTH
 from outbox_client import (
     CancelRequested,
@@ -152,6 +152,13 @@ async def list_items(
         str | None,
         Query(max_length=200, description="Only items that failed with this provider code"),
     ] = None,
+    delivery: Annotated[
+        DeliveryOutcome | None,
+        Query(
+            description="Only items whose recipients' delivery reports say so: `bounced` (any"
+            " recipient not reached), `delivered` (all reached) or `pending` (awaiting reports)"
+        ),
+    ] = None,
     created_from: Annotated[
         datetime | None, Query(description="Inclusive; a time without offset is UTC")
     ] = None,
@@ -167,6 +174,7 @@ async def list_items(
         status=status_filter,
         destination=destination,
         error_code=error_code,
+        delivery=delivery,
         created_from=created_from,
         created_to=created_to,
         cursor=cursor,

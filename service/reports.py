@@ -1,0 +1,94 @@
+"""Delivery reports: find each report's item by the provider's message id and signal it.
+
+The read model finds the item: the projection already writes `provider_message_id` when the
+provider accepts an item, so the lookup costs no extra write on the item path (a search
+attribute would cost an upsert per item); see the README's "Delivery reports" for the figures.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+from collections import OrderedDict
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from sqlalchemy import Engine
+
+from contract.item import DeliveryReport
+from outbox_client import OutboxClient
+from readmodel import store
+from service.fan_out import fan_out
+
+log = logging.getLogger("outbox.reports")
+
+# Unknown message ids already logged: a provider retrying the same stray report is logged once.
+_LOGGED_UNKNOWN = 10_000
+
+
+@dataclass
+class ReportTally:
+    """What became of a delivery's reports."""
+
+    # Signalled to their item, which applies each once (a repeat changes nothing).
+    applied: int = 0
+    # No item holds the message id: not ours, or sent before the item's accept was recorded.
+    unknown: int = 0
+    # The item's workflow has ended: its report window is over.
+    late: int = 0
+
+
+class DeliveryReportService:
+    """Routes providers' delivery reports to their items' workflows."""
+
+    def __init__(self, client: OutboxClient, engine: Engine) -> None:
+        self.client = client
+        self.engine = engine
+        self._logged_unknown: OrderedDict[str, None] = OrderedDict()
+
+    async def receive(self, destination: str, reports: Sequence[DeliveryReport]) -> ReportTally:
+        """Signal each report to its item. Raises only when Temporal or the database is
+        unreachable, so the provider delivers again later and nothing is lost."""
+        tally = ReportTally()
+        if not reports:
+            return tally
+        item_ids = await asyncio.to_thread(
+            store.items_by_message_id,
+            self.engine,
+            destination,
+            [report.message_id for report in reports],
+        )
+        routed: list[tuple[str, DeliveryReport]] = []
+        for report in reports:
+            item_id = item_ids.get(report.message_id)
+            if item_id is None:
+                tally.unknown += 1
+                self._log_unknown(destination, report)
+            else:
+                routed.append((item_id, report))
+        outcomes = await fan_out(
+            [functools.partial(self.client.report_delivery, *pair) for pair in routed]
+        )
+        for outcome in outcomes:
+            if isinstance(outcome, Exception):
+                raise outcome
+            if outcome:
+                tally.applied += 1
+            else:
+                tally.late += 1
+        return tally
+
+    def _log_unknown(self, destination: str, report: DeliveryReport) -> None:
+        if report.message_id in self._logged_unknown:
+            return
+        self._logged_unknown[report.message_id] = None
+        if len(self._logged_unknown) > _LOGGED_UNKNOWN:
+            self._logged_unknown.popitem(last=False)
+        log.warning(
+            "delivery report for unknown message %s at %s (recipient %s, %s); accepted, ignored",
+            report.message_id,
+            destination,
+            report.recipient,
+            report.status.value,
+        )
