@@ -32,6 +32,10 @@ _USES = {
     "request_cancel": (
         "the same cancel, recorded even while no worker runs; applied if still queued then"
     ),
+    "delivery_report": (
+        "the provider's report on one recipient (the API sends it from Event Grid); a repeat"
+        " or an older report changes nothing"
+    ),
 }
 _CLI = {
     "signal": "temporal workflow signal --workflow-id {id} --name {name} --input '{example}'",
@@ -40,7 +44,13 @@ _CLI = {
     ),
     "query": "temporal workflow query --workflow-id {id} --name {name}",
 }
-_EXAMPLES = {"CancelRequest": '{"reason": "customer left"}'}
+_EXAMPLES = {
+    "CancelRequest": '{"reason": "customer left"}',
+    "DeliveryReport": (
+        '{"message_id": "0b6d7c7e-8f40-5b7e-9a6c-1f2d3e4a5b6c", "recipient": "ada@example.com",'
+        ' "status": "bounced", "at": "2026-11-23T10:00:00Z", "detail": "550 5.1.1"}'
+    ),
+}
 
 
 def contract_table() -> str:
@@ -64,7 +74,7 @@ def contract_table() -> str:
     for name, kind, arg_types, ret_type in sorted(handlers, key=lambda h: (h[1], h[0])):
         payload = describe(arg_types[0]) if arg_types else "—"
         answer = f"`{ret_type.__name__}`" if ret_type is not None else "— (recorded)"
-        rows.append(f"| `{name}` | {kind} | {payload} | {answer} | {_USES.get(name, '')} |")
+        rows.append(f"| `{name}` | {kind} | {payload} | {answer} | {_USES[name]} |")
         example = _EXAMPLES.get(arg_types[0].__name__, "{}") if arg_types else ""
         commands.append(_CLI[kind].format(id=item_id, name=name, example=example))
     views = ", ".join(f"`{field.name}`" for field in dataclasses.fields(OutboxItemView))

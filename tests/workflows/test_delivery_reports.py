@@ -205,3 +205,29 @@ async def test_no_window_tracks_no_recipients(stack_factory, fake_provider) -> N
 
     assert view.status is ItemStatus.SENT
     assert view.recipients == [] and view.delivery is None
+
+
+async def test_delivery_report_signal_sent_as_raw_json_by_any_client(
+    stack_factory, fake_provider
+) -> None:
+    destination = email_destination(fake_provider, report_window_s=HOUR)
+    stack = await stack_factory(destination)
+    item = await stack.enqueue(destination, TWO_RECIPIENTS, key="reports-raw")
+    await wait_for_status(stack, "reports-raw", status=ItemStatus.SENT)
+    handle = stack.client.get_workflow_handle(item.item_id)
+
+    # Plain JSON, as a Go or TypeScript service would send it: no Python types involved.
+    for address in ("ada@example.com", "bob@example.com"):
+        await handle.signal(
+            "delivery_report",
+            {
+                "message_id": provider_idempotency_key(item.item_id),
+                "recipient": address,
+                "status": "delivered",
+                "at": "2026-11-23T10:00:00Z",
+                "detail": "250 OK",
+            },
+        )
+    view = await stack.result(item.item_id)
+
+    assert view.delivery is DeliveryOutcome.DELIVERED
