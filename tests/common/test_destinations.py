@@ -23,6 +23,7 @@ OUT_OF_BOUNDS: dict[str, Any] = {
     "poll_deadline_s": -5,
     "submit_timeout_s": 0,
     "poll_timeout_s": 0,
+    "report_window_s": 366 * 24 * 3600,
 }
 
 
@@ -173,3 +174,14 @@ def test_missing_file_and_bad_toml_are_config_errors(tmp_path: Path) -> None:
     broken.write_text("[destinations.x\n")
     with pytest.raises(DestinationConfigError, match="invalid TOML"):
         DestinationRegistry.from_file(broken, {}, provider_settings=None)
+
+
+def test_events_secret_is_kept_secret_and_long_enough() -> None:
+    registry = load({"mail": {"provider": "acs-email", "events_secret": "s" * 16}})
+    mail = registry.get("mail")
+
+    assert mail is not None and mail.events_secret is not None
+    assert mail.events_secret.get_secret_value() == "s" * 16
+    assert "ssss" not in repr(mail)
+    with pytest.raises(DestinationConfigError, match="events_secret"):
+        load({"mail": {"provider": "acs-email", "events_secret": "short"}})
