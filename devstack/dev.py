@@ -22,6 +22,7 @@ import sys
 import threading
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -44,6 +45,8 @@ RESTART_MAX_S = 30.0
 RESTART_RESET_AFTER_S = 60.0
 # The worker logs this once every worker of the process polls (worker.py); it opens no port.
 WORKER_READY_LINE = "worker ready"
+# `fake-email`'s events_secret in config/destinations.toml, unless FAKE_EMAIL_EVENTS_SECRET is set.
+DEV_EVENTS_SECRET = "dev-events-secret"
 
 
 class StartupError(RuntimeError):
@@ -166,9 +169,18 @@ def build_children(env: dict[str, str], fake_args: list[str] | None = None) -> l
     env["TEMPORAL_NAMESPACE"] = "default"
     env["FAKE_PROVIDER_URL"] = f"http://127.0.0.1:{fake_port}"
     env.setdefault("DATABASE_URL", f"sqlite:///{data_dir / 'readmodel.db'}")
+    # The fake's Event Grid reports to the API with the secret `fake-email` is configured with.
+    events_secret = env.setdefault("FAKE_EMAIL_EVENTS_SECRET", DEV_EVENTS_SECRET)
+    report_url = (
+        f"http://127.0.0.1:{api_port}/v1/destinations/fake-email/events"
+        f"?secret={urllib.parse.quote(events_secret, safe='')}"
+    )
     # Children write to a pipe: without this, Python would hold their output back in buffers.
     env["PYTHONUNBUFFERED"] = "1"
-    fake = [python, "-m", "devstack.fake_provider", "--host", "127.0.0.1", "--port", str(fake_port)]
+    fake = [
+        *[python, "-m", "devstack.fake_provider", "--host", "127.0.0.1", "--port", str(fake_port)],
+        *["--report-url", report_url],
+    ]
     api = [python, "-m", "uvicorn", "api.main:create_app", "--factory"]
     return [
         Child(
@@ -235,6 +247,15 @@ def banner(env: dict[str, str]) -> str:
       -H 'Content-Type: application/json' -H 'Idempotency-Key: hello-1' \\
       -d '{{"destination": "fake-webhook", "payload": {{"hello": "world"}}}}'
     curl -s {auth_header}{api}/v1/outboxes/demo/items/hello-1
+
+    # An email to two recipients; bounce@… bounces. Its delivery reports arrive in seconds:
+    curl -s -X POST {api}/v1/outboxes/demo/items {auth_header}\
+      -H 'Content-Type: application/json' -H 'Idempotency-Key: welcome-1' \
+      -d '{{"destination": "fake-email", "payload": {{"senderAddress": "noreply@example.com",
+           "recipients": {{"to": [{{"address": "ada@example.com"}},
+                                  {{"address": "bounce@example.com"}}]}},
+           "content": {{"subject": "Welcome", "plainText": "Hi"}}}}}}'
+    curl -s {auth_header}{api}/v1/outboxes/demo/items/welcome-1   # recipients, delivery
 
   Ctrl-C stops everything; items persist in {data_dir}.
 """

@@ -21,6 +21,7 @@ import contextlib
 import dataclasses
 import hashlib
 import hmac
+import json
 import logging
 import os
 import random
@@ -40,6 +41,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from devstack.fake_reports import SCHEMAS, ReportSender, ReportSettings
 from devstack.serving import serve_in_background
 
 log = logging.getLogger("fake_provider")
@@ -80,6 +82,32 @@ class FaultConfig:
         default=None, metadata=_help("Retry-After seconds on every operation poll")
     )
     seed: int | None = field(default=None, metadata=_help("seed of the random fault draws"))
+    report_url: str | None = field(
+        default=None, metadata=_help("where ACS delivery reports are POSTed (none: no reports)")
+    )
+    report_schema: str = field(
+        default="eventgrid", metadata=_help("reports as 'eventgrid' (array) or 'cloudevents'")
+    )
+    report_delay_s: float = field(
+        default=0.2, metadata=_help("delay before an operation's reports are POSTed")
+    )
+    bounce_rate: float = field(
+        default=0.0, metadata=_help("share of recipients that bounce (bounce*@ always does)")
+    )
+    duplicate_reports: bool = field(default=False, metadata=_help("POST every report twice"))
+    reports_out_of_order: bool = field(
+        default=False, metadata=_help("also POST an older 'Quarantined' report after the final")
+    )
+    report_before_success: bool = field(
+        default=False, metadata=_help("POST reports right after the 202, while still Running")
+    )
+    unknown_report_rate: float = field(
+        default=0.0, metadata=_help("share of operations that add a report for an unknown id")
+    )
+
+    def __post_init__(self) -> None:
+        if self.report_schema not in SCHEMAS:
+            raise ValueError(f"report_schema must be one of {', '.join(SCHEMAS)}")
 
 
 @dataclass
@@ -101,6 +129,9 @@ class Operation:
     polls_left: int
     result: str
     error: str | None = None
+    sender: str = ""
+    recipients: list[str] = field(default_factory=list)
+    reported: bool = False
 
 
 @dataclass
@@ -122,10 +153,31 @@ class FakeProviderState:
         self.acs_access_key = acs_access_key
         self.webhook_secret = webhook_secret
         self.faults = faults
+        self.reports = ReportSender()
         self.reset()
+
+    def report_on(self, operation: Operation) -> None:
+        """Send the operation's delivery reports once, if reports are configured."""
+        faults = self.faults
+        if faults.report_url is None or operation.reported or operation.result != "Succeeded":
+            return
+        operation.reported = True
+        settings = ReportSettings(
+            url=faults.report_url,
+            schema=faults.report_schema,
+            delay_s=faults.report_delay_s,
+            bounce_rate=faults.bounce_rate,
+            duplicate=faults.duplicate_reports,
+            out_of_order=faults.reports_out_of_order,
+            unknown_rate=faults.unknown_report_rate,
+        )
+        self.reports.schedule(
+            settings, operation.id, operation.sender, operation.recipients, self.rng
+        )
 
     def reset(self) -> None:
         self.rng = random.Random(self.faults.seed)
+        self.reports.sent = self.reports.failures = 0
         self.keys: dict[str, KeyStats] = defaultdict(KeyStats)
         self.scripts: dict[str, list[Step]] = {}
         self.operations: dict[str, Operation] = {}
@@ -281,13 +333,19 @@ def create_app(state: FakeProviderState) -> Starlette:
         if operation_id is None:
             operation_id = key
             running = step.running_polls
-            state.operations[operation_id] = Operation(
+            sender, recipients = _email_parties(body)
+            operation = Operation(
                 id=operation_id,
                 polls_left=state.faults.running_polls if running is None else running,
                 result=step.operation_result or "Succeeded",
+                sender=sender,
+                recipients=recipients,
             )
+            state.operations[operation_id] = operation
             state.operation_by_key[key] = operation_id
             state.keys[key].deliveries += 1
+            if state.faults.report_before_success:
+                state.report_on(operation)
         base = str(request.base_url).rstrip("/")
         api_version = request.query_params.get("api-version", "")
         location = f"{base}/emails/operations/{operation_id}?api-version={api_version}"
@@ -312,6 +370,7 @@ def create_app(state: FakeProviderState) -> Starlette:
             operation.polls_left -= 1
             return JSONResponse({"id": operation.id, "status": "Running"}, headers=headers)
         body: dict[str, Any] = {"id": operation.id, "status": operation.result}
+        state.report_on(operation)
         if operation.result != "Succeeded":
             body["error"] = {
                 "code": "EmailDroppedAllRecipientsSuppressed",
@@ -345,6 +404,8 @@ def create_app(state: FakeProviderState) -> Starlette:
                     "deliveries": sum(s.deliveries for s in state.keys.values()),
                     "duplicates": sum(max(0, s.deliveries - 1) for s in state.keys.values()),
                     "early_requests": sum(s.early_requests for s in state.keys.values()),
+                    "reports_sent": state.reports.sent,
+                    "report_failures": state.reports.failures,
                 },
             }
         )
@@ -362,7 +423,10 @@ def create_app(state: FakeProviderState) -> Starlette:
 
     async def admin_faults(request: Request) -> Response:
         if request.method == "PUT":
-            state.faults = dataclasses.replace(FaultConfig(), **await request.json())
+            try:
+                state.faults = dataclasses.replace(FaultConfig(), **await request.json())
+            except (TypeError, ValueError) as err:
+                return JSONResponse({"error": str(err)}, 422)
             state.rng = random.Random(state.faults.seed)
         return JSONResponse(dataclasses.asdict(state.faults))
 
@@ -388,6 +452,26 @@ def create_app(state: FakeProviderState) -> Starlette:
             Route("/_admin/reset", admin_reset, methods=["POST"]),
         ]
     )
+
+
+def _email_parties(body: bytes) -> tuple[str, list[str]]:
+    """The sender and the to/cc/bcc addresses of an ACS send-email body (empty if unreadable)."""
+    try:
+        email = json.loads(body)
+    except ValueError:
+        return "", []
+    if not isinstance(email, dict):
+        return "", []
+    recipients = email.get("recipients")
+    if not isinstance(recipients, dict):
+        return str(email.get("senderAddress", "")), []
+    addresses = [
+        entry["address"]
+        for kind in ("to", "cc", "bcc")
+        for entry in recipients.get(kind) or []
+        if isinstance(entry, dict) and isinstance(entry.get("address"), str)
+    ]
+    return str(email.get("senderAddress", "")), addresses
 
 
 def _stats_json(stats: KeyStats) -> dict[str, Any]:
@@ -451,8 +535,11 @@ async def run_fake_provider(
 ) -> AsyncIterator[FakeProvider]:
     """Serve the fake on a free loopback port for the duration of the block."""
     state = FakeProviderState(acs_access_key, webhook_secret, faults or FaultConfig())
-    async with serve_in_background(create_app(state)) as url:
-        yield FakeProvider(url=url, state=state, admin=FakeProviderAdmin(url))
+    try:
+        async with serve_in_background(create_app(state)) as url:
+            yield FakeProvider(url=url, state=state, admin=FakeProviderAdmin(url))
+    finally:
+        await state.reports.close()
 
 
 def command_line_parser() -> argparse.ArgumentParser:

@@ -129,6 +129,43 @@ def wait_for(condition: Callable[[], bool], timeout_s: float, explain: Callable[
         time.sleep(0.2)
 
 
+def assert_email_reports_arrive(stack: DevStack, http: httpx.Client) -> None:
+    """An email ends `sent`, then its recipients `delivered` and `bounced`, from the fake
+    provider's Event Grid reports to the API (the secret `make dev` wires on both sides)."""
+    events = f"{stack.api}/v1/destinations/fake-email/events"
+    handshake = http.options(
+        events,
+        params={"secret": "dev-events-secret"},
+        headers={"WebHook-Request-Origin": "eventgrid.azure.net"},
+    )
+    assert handshake.headers.get("WebHook-Allowed-Origin") == "eventgrid.azure.net"
+    assert http.post(events, params={"secret": "wrong"}, json=[]).status_code == 401
+    enqueued = http.post(
+        f"{stack.api}/v1/outboxes/demo/items",
+        headers={"Idempotency-Key": "dev-email"},
+        json={
+            "destination": "fake-email",
+            "payload": {
+                "senderAddress": "noreply@example.com",
+                "recipients": {
+                    "to": [{"address": "ada@example.com"}, {"address": "bounce@example.com"}]
+                },
+                "content": {"subject": "Welcome", "plainText": "Hi"},
+            },
+        },
+    )
+    assert enqueued.status_code == 202, enqueued.text
+    deadline = time.monotonic() + 60
+    while True:
+        item = http.get(f"{stack.api}/v1/outboxes/demo/items/dev-email").json()
+        recipients = {r["address"]: r["status"] for r in item.get("recipients", [])}
+        if recipients == {"ada@example.com": "delivered", "bounce@example.com": "bounced"}:
+            break
+        assert time.monotonic() < deadline, f"{item}\n{stack.output()}"
+        time.sleep(0.3)
+    assert item["status"] == "sent" and item["delivery"] == "bounced"
+
+
 @pytest.fixture
 def stack(tmp_path: Path) -> Iterator[DevStack]:
     stack = DevStack(tmp_path / "data")
@@ -167,6 +204,7 @@ def test_make_dev_delivers_stops_restarts_with_its_items_and_brings_back_the_kil
             assert time.monotonic() < deadline, stack.output()
             time.sleep(0.3)
         assert http.get(f"{stack.fake}/_admin/stats").json()["totals"]["deliveries"] == 1
+        assert_email_reports_arrive(stack, http)
 
     children = stack.children()
     assert set(children) == {"temporal", "fake", "worker", "api"}

@@ -199,6 +199,8 @@ async def test_reset_clears_counters_scripts_and_operations(fake, http) -> None:
         "deliveries": 0,
         "duplicates": 0,
         "early_requests": 0,
+        "reports_sent": 0,
+        "report_failures": 0,
     }
     assert (await post_webhook(http, fake.url, "r2")).status_code == 204
     poll = http.build_request("GET", accepted.headers["Operation-Location"])
