@@ -3,10 +3,17 @@ without a reload, and its detail shows the event history."""
 
 from __future__ import annotations
 
+import contextlib
+
 import httpx
 from playwright.async_api import Browser, expect
 
+from api.main import create_app
+from devstack.fake_provider import run_fake_provider
+from devstack.serving import serve_in_background
+from tests.api.conftest import api_settings
 from tests.browser.conftest import ARTIFACTS
+from tests.conftest import email_destination
 
 
 async def test_row_appears_and_turns_sent_without_reload(
@@ -57,3 +64,54 @@ async def test_enqueue_form_creates_an_item(served_api_factory, browser: Browser
 
     await expect(page.locator("#enqueue-result")).to_contain_text("enqueued", timeout=10_000)
     await expect(page.locator("tr.item .status").first).to_have_text("sent", timeout=15_000)
+
+
+async def test_recipients_delivery_shows_from_the_providers_reports(
+    stack_factory, browser: Browser
+) -> None:
+    secret = "browser-events-secret-0123"
+    async with contextlib.AsyncExitStack() as running:
+        fake = await running.enter_async_context(run_fake_provider())
+        email = email_destination(fake, events_secret=secret, report_window_s=3600)
+        stack = await stack_factory(email)
+        settings = api_settings(workflow_task_queue=stack.task_queue)
+        app = create_app(settings, outbox_client=stack.outbox, engine=stack.engine)
+        url = await running.enter_async_context(serve_in_background(app, lifespan="on"))
+        await fake.admin.set_faults(
+            report_url=f"{url}/v1/destinations/{email.name}/events?secret={secret}"
+        )
+        page = await browser.new_page()
+        async with httpx.AsyncClient(base_url=url) as http:
+            response = await http.post(
+                "/v1/outboxes/mail/items",
+                json={
+                    "destination": email.name,
+                    "payload": {
+                        "senderAddress": "noreply@example.com",
+                        "recipients": {
+                            "to": [{"address": "ada@example.com"}],
+                            "cc": [{"address": "bounce@example.com"}],
+                        },
+                        "content": {"subject": "Hi", "plainText": "Hello"},
+                    },
+                },
+                headers={"Idempotency-Key": "welcome"},
+            )
+        assert response.status_code == 202
+        await page.goto(url + "/")
+
+        row = page.locator("tr.item[data-key='welcome']")
+        await expect(row.locator(".delivery-bounced")).to_have_text("bounced", timeout=20_000)
+        await row.click()
+        recipients = page.locator("#recipients")
+        await expect(recipients.locator("tr[data-address='ada@example.com']")).to_contain_text(
+            "delivered"
+        )
+        await expect(recipients.locator("tr[data-address='bounce@example.com']")).to_contain_text(
+            "bounced"
+        )
+        await page.select_option("#delivery-filter", "delivered")
+        await expect(page.locator("tr.item")).to_have_count(0)
+        await page.select_option("#delivery-filter", "bounced")
+        await expect(page.locator("tr.item")).to_have_count(1)
+        await page.screenshot(path=str(ARTIFACTS / "dashboard-recipients.png"), full_page=True)
