@@ -138,6 +138,19 @@ def test_provider_url_reaches_the_fake_provider() -> None:
     assert f"{fake_port}:{fake_port}" in published_ports("fake-provider")
 
 
+def test_fake_provider_reports_reach_the_api_with_the_destinations_secret() -> None:
+    report = urlsplit(flag_value(command_of("fake-provider"), "--report-url"))
+    api_port = flag_value(command_of("api"), "--port")
+    assert (report.hostname, str(report.port)) == ("api", api_port)
+    assert report.path == "/v1/destinations/fake-email/events"
+    # The same secret the app's fake-email destination expands `${FAKE_EMAIL_EVENTS_SECRET}` to.
+    secret = "${FAKE_EMAIL_EVENTS_SECRET:-dev-events-secret}"
+    assert report.query == f"secret={secret}"
+    assert environment_of("api")["FAKE_EMAIL_EVENTS_SECRET"] == secret
+    config = (ROOT / "config" / "destinations.toml").read_text()
+    assert 'events_secret = "${FAKE_EMAIL_EVENTS_SECRET:-dev-events-secret}"' in config
+
+
 def glob_regex(pattern: str) -> re.Pattern[str]:
     """Docker's reading of a .dockerignore line: `**` spans directories, `*` and `?` do not."""
     regex, index = "", 0
