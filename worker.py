@@ -21,6 +21,7 @@ from temporalio.runtime import PrometheusConfig, Runtime, TelemetryConfig
 from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 
+from activities.aggregate_store import AggregateStoreActivities
 from activities.delivery import DeliveryActivities
 from activities.projection import ProjectionActivities
 from activities.providers import build_provider, load_destinations
@@ -28,6 +29,7 @@ from common.destinations import Destination
 from common.settings import Settings, get_settings
 from outbox_client import connect
 from readmodel.db import create_schema, make_engine
+from workflows.aggregate import AggregateWorkflow
 from workflows.outbox_item import OutboxItemWorkflow
 
 log = logging.getLogger("outbox.worker")
@@ -53,8 +55,11 @@ def build_workers(
             Worker(
                 client,
                 task_queue=workflow_task_queue,
-                workflows=[OutboxItemWorkflow],
-                activities=[ProjectionActivities(engine).project_item],
+                workflows=[OutboxItemWorkflow, AggregateWorkflow],
+                activities=[
+                    ProjectionActivities(engine).project_item,
+                    AggregateStoreActivities(engine).store_aggregate_events,
+                ],
                 # Projections are local activities; nothing remote runs on this queue, so no
                 # activity pollers wait on it.
                 no_remote_activities=True,

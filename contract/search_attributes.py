@@ -8,8 +8,9 @@ OUTBOX_NAME = SearchAttributeKey.for_keyword("OutboxName")
 OUTBOX_STATUS = SearchAttributeKey.for_keyword("OutboxStatus")
 DESTINATION = SearchAttributeKey.for_keyword("Destination")
 ORDERING_KEY = SearchAttributeKey.for_keyword("OrderingKey")
+AGGREGATE_TYPE = SearchAttributeKey.for_keyword("AggregateType")
 
-ALL = (OUTBOX_NAME, OUTBOX_STATUS, DESTINATION, ORDERING_KEY)
+ALL = (OUTBOX_NAME, OUTBOX_STATUS, DESTINATION, ORDERING_KEY, AGGREGATE_TYPE)
 
 
 def dev_server_flags() -> list[str]:

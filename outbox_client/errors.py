@@ -55,3 +55,19 @@ def is_temporal_unavailable(err: BaseException) -> bool:
     if isinstance(err, TemporalUnavailable | RPCTimeoutOrCancelledError):
         return True
     return isinstance(err, RPCError) and err.status in _UNAVAILABLE_CODES
+
+
+class UnknownAggregate(OutboxError):
+    """No aggregate type (or no aggregate with that id) of that name exists."""
+
+
+class UnknownCommand(OutboxError):
+    """The aggregate type has no command of that name."""
+
+
+class CommandConflict(OutboxError):
+    """The aggregate refused the command: it clashes with its state or the expected version."""
+
+
+class InvalidCommand(OutboxError):
+    """The command's payload does not fit, or the aggregate says it can never succeed."""

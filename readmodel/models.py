@@ -35,6 +35,7 @@ from sqlalchemy import (
 from sqlalchemy.engine import RowMapping
 from sqlalchemy.types import TypeDecorator, TypeEngine
 
+from contract.aggregate import MAX_AGGREGATE_ID_LENGTH, MAX_AGGREGATE_TYPE_LENGTH, RecordedEvent
 from contract.item import MAX_LENGTH, ItemEvent, OutboxItemView
 from contract.limits import MAX_ITEM_ID_LENGTH, MAX_OUTBOX_LENGTH
 
@@ -191,6 +192,38 @@ EVENTS = Table(
 )
 
 
+AGGREGATE_EVENTS = Table(
+    "aggregate_events",
+    metadata,
+    # A cursor over every aggregate's events, for tailers that follow more than one.
+    Column(
+        "id",
+        BigInteger().with_variant(Integer(), "sqlite"),
+        primary_key=True,
+        autoincrement=True,
+    ),
+    Column("aggregate_type", String(MAX_AGGREGATE_TYPE_LENGTH), nullable=False),
+    Column("aggregate_id", String(MAX_AGGREGATE_ID_LENGTH), nullable=False),
+    *dataclass_columns(
+        RecordedEvent,
+        overrides={"data": Column("data", JSON(), nullable=False)},
+    ),
+    UniqueConstraint("aggregate_type", "aggregate_id", "seq", name="uq_aggregate_events_seq"),
+    sqlite_autoincrement=True,
+)
+
+AGGREGATES = Table(
+    "aggregates",
+    metadata,
+    Column("type", String(MAX_AGGREGATE_TYPE_LENGTH), primary_key=True),
+    Column("id", String(MAX_AGGREGATE_ID_LENGTH), primary_key=True),
+    # The newest event's seq: the row only ever moves forward in it.
+    Column("version", Integer(), nullable=False),
+    Column("state", JSON(), nullable=False),
+    Column("updated_at", UTCDateTime(), nullable=False),
+)
+
+
 @dataclass
 class ItemRecord:
     """An item as the read model holds it: its view and the payload it was enqueued with."""
@@ -209,4 +242,5 @@ class EventRecord(ItemEvent):
 
 
 read_view = record_reader(OutboxItemView)
+read_aggregate_event = record_reader(RecordedEvent)
 read_event = record_reader(EventRecord)

@@ -1,0 +1,110 @@
+"""What an aggregate definition is: plain Python, no Temporal, no I/O.
+
+A definition names its type, its commands (verbs, each a pydantic model of its payload), its
+events (past tense) and its state, and gives three pure functions:
+
+- `initial_state()` — the state before the first event;
+- `decide(state, command, now)` — the events a command causes, or a `DomainError` to reject it;
+  `now` is the command's time (the workflow's deterministic clock), for leases and deadlines;
+- `evolve(state, event)` — the state after one event.
+
+Optionally: `projectors` (per-aggregate read models folded from the events, the seed's "sync
+projectors") and `timers(state)` (durable timers that become commands when they fire). The
+generic aggregate workflow hosts any definition; tests call the functions directly.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, ClassVar, Generic, TypeVar
+
+from pydantic import BaseModel, ConfigDict
+
+StateT = TypeVar("StateT", bound=BaseModel)
+ViewT = TypeVar("ViewT")
+
+
+class Command(BaseModel):
+    """Base of every command payload: unknown fields are refused, never ignored."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Event(BaseModel):
+    """Base of every event: immutable facts, named in the past tense."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class DomainError(Exception):
+    """A command the aggregate refuses; subclasses name the reason (`SeatTaken`)."""
+
+
+class Conflict(DomainError):
+    """The command clashes with the current state (HTTP 409): it may succeed another time."""
+
+
+class InvalidCommand(DomainError):
+    """The command can never succeed as given (HTTP 422), e.g. a seat the flight does not have."""
+
+
+@dataclass(frozen=True)
+class Timer:
+    """A durable timer a definition asks for: at `at`, command `command` with `payload` runs."""
+
+    at: datetime
+    command: str
+    payload: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Projector(Generic[ViewT]):
+    """A per-aggregate read model: folded from the events, kept in the workflow, queryable."""
+
+    initial: Callable[[], ViewT]
+    apply: Callable[[ViewT, Event], ViewT]
+
+
+class AggregateDefinition(Generic[StateT]):
+    """Subclass per aggregate type; the class attributes describe it, the methods decide."""
+
+    type_name: ClassVar[str]
+    state_model: ClassVar[type[BaseModel]]
+    # Command name (a verb, as the API spells it) -> its payload model.
+    commands: ClassVar[Mapping[str, type[Command]]]
+    # Every event class the definition emits; an event's type name is its class name.
+    events: ClassVar[tuple[type[Event], ...]]
+    projectors: ClassVar[Mapping[str, Projector[Any]]] = {}
+
+    def initial_state(self) -> StateT:
+        raise NotImplementedError
+
+    def decide(self, state: StateT, command: Command, now: datetime) -> list[Event]:
+        raise NotImplementedError
+
+    def evolve(self, state: StateT, event: Event) -> StateT:
+        raise NotImplementedError
+
+    def timers(self, state: StateT) -> list[Timer]:
+        """Timers the state wants running; none by default."""
+        return []
+
+    # Parsing, shared by every definition: the workflow and the API speak JSON.
+
+    def parse_command(self, name: str, payload: Mapping[str, Any]) -> Command:
+        """The typed command; KeyError for an unknown name, pydantic's ValidationError for a
+        payload that does not fit."""
+        return self.commands[name].model_validate(payload)
+
+    def parse_event(self, type_name: str, data: Mapping[str, Any]) -> Event:
+        return self._event_types()[type_name].model_validate(data)
+
+    def load_state(self, data: Mapping[str, Any]) -> StateT:
+        state: StateT = self.state_model.model_validate(data)  # type: ignore[assignment]
+        return state
+
+    @classmethod
+    def _event_types(cls) -> dict[str, type[Event]]:
+        return {event.__name__: event for event in cls.events}

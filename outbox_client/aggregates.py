@@ -1,0 +1,237 @@
+"""`AggregateClient`: commands, state and history of event-sourced aggregates, through Temporal.
+
+    aggregates = AggregateClient(await connect())
+    result = await aggregates.command("flight", "BA117", "assign_seat",
+                                      {"seat": "1A", "passenger_id": "p1"})
+    view = await aggregates.state("flight", "BA117")
+
+A command is an update that creates the aggregate's workflow on first use (update-with-start),
+so it is answered with the events it appended, or refused with `CommandConflict` or
+`InvalidCommand`. `send` is the same command as a signal: recorded even while no worker runs,
+deduplicated by its `command_id`, and never answered; a refused one lands in the aggregate's
+rejected-commands log (`rejected`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from pydantic import ValidationError
+from temporalio.client import (
+    Client,
+    WithStartWorkflowOperation,
+    WorkflowHandle,
+    WorkflowUpdateFailedError,
+)
+from temporalio.common import SearchAttributePair, TypedSearchAttributes, WorkflowIDConflictPolicy
+from temporalio.exceptions import ApplicationError
+from temporalio.service import RPCError, RPCStatusCode
+
+from aggregates import REGISTRY
+from aggregates.definition import AggregateDefinition
+from contract import search_attributes
+from contract.aggregate import (
+    COMMAND_SIGNAL,
+    COMMAND_UPDATE,
+    MAX_AGGREGATE_ID_LENGTH,
+    MAX_COMMAND_ID_LENGTH,
+    REJECTED_QUERY,
+    STATE_QUERY,
+    WORKFLOW_TYPE,
+    AggregateErrorType,
+    AggregateInput,
+    AggregateView,
+    CommandRequest,
+    CommandResult,
+    RejectedCommand,
+    aggregate_workflow_id,
+)
+from contract.ids import WORKFLOW_TASK_QUEUE
+from outbox_client.client import RPC_TIMEOUT
+from outbox_client.connection import TemporalConnection
+from outbox_client.errors import (
+    CommandConflict,
+    InvalidCommand,
+    InvalidRequest,
+    UnknownAggregate,
+    UnknownCommand,
+)
+from outbox_client.validation import validate_key
+
+_REFUSALS: dict[str | None, type[Exception]] = {
+    AggregateErrorType.CONFLICT: CommandConflict,
+    AggregateErrorType.INVALID: InvalidCommand,
+    AggregateErrorType.UNKNOWN_COMMAND: UnknownCommand,
+}
+
+
+class AggregateClient:
+    """Typed access to aggregates; the REST API's aggregate routes are a thin layer over it."""
+
+    def __init__(
+        self, client: Client | TemporalConnection, task_queue: str = WORKFLOW_TASK_QUEUE
+    ) -> None:
+        self._connection = client if isinstance(client, TemporalConnection) else None
+        self._client = client if isinstance(client, Client) else None
+        self.task_queue = task_queue
+
+    async def temporal(self) -> Client:
+        if self._client is not None:
+            return self._client
+        assert self._connection is not None
+        return await self._connection.client()
+
+    def check(
+        self,
+        aggregate_type: str,
+        aggregate_id: str,
+        name: str | None = None,
+        payload: Mapping[str, Any] | None = None,
+    ) -> AggregateDefinition[Any]:
+        """The definition, once type, id, command name and payload are known to be valid."""
+        definition = REGISTRY.get(aggregate_type)
+        if definition is None:
+            known = ", ".join(sorted(REGISTRY))
+            raise UnknownAggregate(f"no aggregate type {aggregate_type!r} (known: {known})")
+        validate_aggregate_id(aggregate_id)
+        if name is not None:
+            if name not in definition.commands:
+                known = ", ".join(definition.commands)
+                raise UnknownCommand(f"{aggregate_type} has no command {name!r} (known: {known})")
+            try:
+                definition.parse_command(name, payload or {})
+            except ValidationError as err:
+                raise InvalidCommand(str(err)) from err
+        return definition
+
+    async def command(
+        self,
+        aggregate_type: str,
+        aggregate_id: str,
+        name: str,
+        payload: Mapping[str, Any],
+        *,
+        command_id: str | None = None,
+        expected_version: int | None = None,
+        actor: str | None = None,
+    ) -> CommandResult:
+        """Run a command and wait for its outcome; creates the aggregate on its first command."""
+        self.check(aggregate_type, aggregate_id, name, payload)
+        _check_command_id(command_id)
+        request = CommandRequest(
+            name=name,
+            payload=dict(payload),
+            command_id=command_id,
+            expected_version=expected_version,
+            actor=actor,
+        )
+        client = await self.temporal()
+        start: WithStartWorkflowOperation[Any, Any] = WithStartWorkflowOperation(
+            WORKFLOW_TYPE,
+            AggregateInput(type=aggregate_type, id=aggregate_id),
+            **self._start_options(aggregate_type, aggregate_id),
+        )
+        try:
+            result: CommandResult = await client.execute_update_with_start_workflow(
+                COMMAND_UPDATE,
+                request,
+                start_workflow_operation=start,
+                result_type=CommandResult,
+                rpc_timeout=RPC_TIMEOUT,
+            )
+        except WorkflowUpdateFailedError as err:
+            raise _refusal(err) from err
+        return result
+
+    async def send(
+        self,
+        aggregate_type: str,
+        aggregate_id: str,
+        name: str,
+        payload: Mapping[str, Any],
+        *,
+        command_id: str,
+        actor: str | None = None,
+    ) -> None:
+        """Record a command without waiting for it (signal-with-start); `command_id` dedupes."""
+        self.check(aggregate_type, aggregate_id, name, payload)
+        _check_command_id(command_id)
+        if not command_id:
+            raise InvalidRequest("a sent command needs a command_id")
+        client = await self.temporal()
+        await client.start_workflow(
+            WORKFLOW_TYPE,
+            AggregateInput(type=aggregate_type, id=aggregate_id),
+            start_signal=COMMAND_SIGNAL,
+            start_signal_args=[
+                CommandRequest(name=name, payload=dict(payload), command_id=command_id, actor=actor)
+            ],
+            rpc_timeout=RPC_TIMEOUT,
+            **self._start_options(aggregate_type, aggregate_id),
+        )
+
+    async def state(self, aggregate_type: str, aggregate_id: str) -> AggregateView:
+        """The live state, version and read models; `UnknownAggregate` if it has none."""
+        handle = await self._handle(aggregate_type, aggregate_id)
+        try:
+            view: AggregateView = await handle.query(
+                STATE_QUERY, result_type=AggregateView, rpc_timeout=RPC_TIMEOUT
+            )
+        except RPCError as err:
+            if err.status == RPCStatusCode.NOT_FOUND:
+                raise UnknownAggregate(f"no {aggregate_type} {aggregate_id!r}") from err
+            raise
+        return view
+
+    async def rejected(self, aggregate_type: str, aggregate_id: str) -> list[RejectedCommand]:
+        """Signalled and timer commands the aggregate refused, newest last."""
+        handle = await self._handle(aggregate_type, aggregate_id)
+        try:
+            rejected: list[RejectedCommand] = await handle.query(
+                REJECTED_QUERY, result_type=list[RejectedCommand], rpc_timeout=RPC_TIMEOUT
+            )
+        except RPCError as err:
+            if err.status == RPCStatusCode.NOT_FOUND:
+                raise UnknownAggregate(f"no {aggregate_type} {aggregate_id!r}") from err
+            raise
+        return rejected
+
+    async def _handle(self, aggregate_type: str, aggregate_id: str) -> WorkflowHandle[Any, Any]:
+        self.check(aggregate_type, aggregate_id)
+        client = await self.temporal()
+        return client.get_workflow_handle(aggregate_workflow_id(aggregate_type, aggregate_id))
+
+    def _start_options(self, aggregate_type: str, aggregate_id: str) -> dict[str, Any]:
+        return {
+            "id": aggregate_workflow_id(aggregate_type, aggregate_id),
+            "task_queue": self.task_queue,
+            "id_conflict_policy": WorkflowIDConflictPolicy.USE_EXISTING,
+            "search_attributes": TypedSearchAttributes(
+                [SearchAttributePair(search_attributes.AGGREGATE_TYPE, aggregate_type)]
+            ),
+            "static_summary": f"{aggregate_type} {aggregate_id}",
+        }
+
+
+def validate_aggregate_id(aggregate_id: str) -> None:
+    """An aggregate id follows the rules of an item key (one URL path segment)."""
+    try:
+        validate_key(aggregate_id)
+    except InvalidRequest as err:
+        raise InvalidRequest(str(err).replace("key", "aggregate id")) from err
+    if len(aggregate_id) > MAX_AGGREGATE_ID_LENGTH:
+        raise InvalidRequest(f"aggregate id longer than {MAX_AGGREGATE_ID_LENGTH} characters")
+
+
+def _check_command_id(command_id: str | None) -> None:
+    if command_id is not None and not 0 < len(command_id) <= MAX_COMMAND_ID_LENGTH:
+        raise InvalidRequest(f"command_id must be 1 to {MAX_COMMAND_ID_LENGTH} characters")
+
+
+def _refusal(err: WorkflowUpdateFailedError) -> Exception:
+    cause = err.cause
+    if isinstance(cause, ApplicationError):
+        error = _REFUSALS.get(cause.type, InvalidCommand)
+        return error(cause.message)
+    return InvalidCommand(str(cause))

@@ -1,0 +1,147 @@
+"""The generic aggregate workflow with the shipped definitions, on the time-skipping server."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import timedelta
+from typing import Any
+
+import pytest
+
+from aggregates.flight import FlightSeating
+from outbox_client.aggregates import AggregateClient
+from outbox_client.errors import CommandConflict, InvalidCommand, UnknownCommand
+from readmodel import aggregates as event_store
+from tests.conftest import unique_name
+
+SEATS = {"seats": ["1A", "1B", "2A"]}
+
+
+async def aggregates_on(stack: Any) -> AggregateClient:
+    return AggregateClient(stack.client, stack.task_queue)
+
+
+async def test_commands_create_the_aggregate_and_append_events(stack_factory) -> None:
+    stack = await stack_factory()
+    client = await aggregates_on(stack)
+    flight = unique_name("BA")
+
+    opened = await client.command("flight", flight, "open", SEATS)
+    seated = await client.command(
+        "flight", flight, "assign_seat", {"seat": "1A", "passenger_id": "p1"}
+    )
+    moved = await client.command("flight", flight, "move_seat", {"passenger_id": "p1", "to": "2A"})
+    view = await client.state("flight", flight)
+
+    assert (opened.version, seated.version, moved.version) == (1, 2, 4)
+    assert [e.type for e in moved.events] == ["SeatReleased", "SeatAssigned"]
+    assert view.state == {"opened": True, "seats": {"1A": None, "1B": None, "2A": "p1"}}
+    assert view.views == {"assignments": 2}
+    for _ in range(50):
+        stored = event_store.events(stack.engine, "flight", flight)
+        if len(stored) == 4:
+            break
+        await asyncio.sleep(0.05)
+    assert [(e.seq, e.type) for e in stored] == [
+        (1, "FlightOpened"),
+        (2, "SeatAssigned"),
+        (3, "SeatReleased"),
+        (4, "SeatAssigned"),
+    ]
+    record = event_store.get(stack.engine, "flight", flight)
+    assert record is not None and record.version == 4 and record.state == view.state
+
+
+async def test_refusals_are_typed(stack_factory) -> None:
+    stack = await stack_factory()
+    client = await aggregates_on(stack)
+    flight = unique_name("BA")
+    await client.command("flight", flight, "open", SEATS)
+    await client.command("flight", flight, "assign_seat", {"seat": "1A", "passenger_id": "p1"})
+
+    with pytest.raises(CommandConflict, match="SeatTaken"):
+        await client.command("flight", flight, "assign_seat", {"seat": "1A", "passenger_id": "p2"})
+    with pytest.raises(InvalidCommand, match="UnknownSeat"):
+        await client.command("flight", flight, "assign_seat", {"seat": "9Z", "passenger_id": "p2"})
+    with pytest.raises(CommandConflict, match="expected version 1"):
+        await client.command("flight", flight, "release_seat", {"seat": "1A"}, expected_version=1)
+    with pytest.raises(UnknownCommand):
+        await client.command("flight", flight, "board", {})
+    with pytest.raises(InvalidCommand, match="passenger_id"):
+        await client.command("flight", flight, "assign_seat", {"seat": "1A"})
+    assert (await client.state("flight", flight)).version == 2
+
+
+async def test_concurrent_commands_for_one_seat_serialise(stack_factory) -> None:
+    stack = await stack_factory()
+    client = await aggregates_on(stack)
+    flight = unique_name("BA")
+    await client.command("flight", flight, "open", SEATS)
+
+    outcomes = await asyncio.gather(
+        *(
+            client.command("flight", flight, "assign_seat", {"seat": "1B", "passenger_id": f"p{n}"})
+            for n in range(50)
+        ),
+        return_exceptions=True,
+    )
+
+    winners = [o for o in outcomes if not isinstance(o, Exception)]
+    assert len(winners) == 1
+    assert all(isinstance(o, CommandConflict) for o in outcomes if isinstance(o, Exception))
+    view = await client.state("flight", flight)
+    assert (
+        view.version == 2 and view.state["seats"]["1B"] == winners[0].events[0].data["passenger_id"]
+    )
+
+
+async def test_signalled_commands_dedupe_and_refusals_are_logged(stack_factory) -> None:
+    stack = await stack_factory()
+    client = await aggregates_on(stack)
+    flight = unique_name("BA")
+
+    await client.send("flight", flight, "open", SEATS, command_id="c1")
+    await client.send("flight", flight, "open", SEATS, command_id="c1")  # a repeat
+    await client.send(
+        "flight", flight, "assign_seat", {"seat": "1A", "passenger_id": "p1"}, command_id="c2"
+    )
+    await client.send(
+        "flight", flight, "assign_seat", {"seat": "1A", "passenger_id": "p2"}, command_id="c3"
+    )
+    for _ in range(100):
+        view = await client.state("flight", flight)
+        if view.rejected:
+            break
+        await asyncio.sleep(0.05)
+    rejected = await client.rejected("flight", flight)
+
+    assert view.version == 2 and view.state["seats"]["1A"] == "p1"
+    assert [(r.request.command_id, r.error_type) for r in rejected] == [("c3", "Conflict")]
+    assert "SeatTaken" in rejected[0].message
+    # An update with a command id already seen answers the first outcome, appends nothing.
+    repeat = await client.command("flight", flight, "open", SEATS, command_id="c1")
+    assert repeat.duplicate and repeat.events == [] and repeat.version == 1
+
+
+async def test_lock_lease_expires_on_a_durable_timer(stack_factory) -> None:
+    stack = await stack_factory()
+    client = await aggregates_on(stack)
+    lock = unique_name("lock")
+
+    await client.command("lock", lock, "acquire", {"holder": "h1", "ttl_s": 3600})
+    with pytest.raises(CommandConflict, match="LockHeld"):
+        await client.command("lock", lock, "acquire", {"holder": "h2", "ttl_s": 10})
+    await client.command("lock", lock, "renew", {"holder": "h1", "ttl_s": 3600})
+    await stack.env.sleep(timedelta(minutes=61))  # the server skips the hour
+
+    view = await client.state("lock", lock)
+    assert view.state == {"holder": None, "until": None}
+    stored = event_store.events(stack.engine, "lock", lock)
+    assert [e.type for e in stored][-1] == "LeaseExpired"
+    assert stored[-1].actor == "timer"
+    acquired = await client.command("lock", lock, "acquire", {"holder": "h2", "ttl_s": 10})
+    assert acquired.events[0].type == "LockAcquired"
+
+
+def test_every_registered_definition_names_its_commands_as_verbs() -> None:
+    assert set(FlightSeating.commands) == {"open", "assign_seat", "move_seat", "release_seat"}
