@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, ClassVar, Generic, TypeVar
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, ValidationError
 
 StateT = TypeVar("StateT", bound=BaseModel)
 ViewT = TypeVar("ViewT")
@@ -108,3 +108,12 @@ class AggregateDefinition(Generic[StateT]):
     @classmethod
     def _event_types(cls) -> dict[str, type[Event]]:
         return {event.__name__: event for event in cls.events}
+
+
+def describe_invalid(err: ValidationError) -> str:
+    """Each problem of a payload as `field: message`, without echoing the input."""
+    problems = []
+    for error in err.errors():
+        location = ".".join(str(part) for part in error["loc"])
+        problems.append(f"{location}: {error['msg']}" if location else error["msg"])
+    return "; ".join(problems)

@@ -12,6 +12,7 @@ from api.metrics import ApiMetrics
 from common.destinations import DestinationRegistry
 from common.settings import Settings
 from outbox_client import OutboxClient
+from service.aggregates import AggregateService
 from service.items import ItemService
 from service.reports import DeliveryReportService
 
@@ -26,6 +27,7 @@ class Resources:
     engine: Engine
     items: ItemService
     reports: DeliveryReportService
+    aggregates: AggregateService
 
 
 def get_resources(request: Request) -> Resources:
@@ -45,6 +47,10 @@ def get_report_service(request: Request) -> DeliveryReportService:
     return get_resources(request).reports
 
 
+def get_aggregate_service(request: Request) -> AggregateService:
+    return get_resources(request).aggregates
+
+
 def get_engine(request: Request) -> Engine:
     return get_resources(request).engine
 
@@ -62,6 +68,7 @@ ResourcesDep = Annotated[Resources, Depends(get_resources)]
 OutboxClientDep = Annotated[OutboxClient, Depends(get_outbox_client)]
 ItemServiceDep = Annotated[ItemService, Depends(get_item_service)]
 ReportServiceDep = Annotated[DeliveryReportService, Depends(get_report_service)]
+AggregateServiceDep = Annotated[AggregateService, Depends(get_aggregate_service)]
 EngineDep = Annotated[Engine, Depends(get_engine)]
 DestinationsDep = Annotated[DestinationRegistry, Depends(get_destinations)]
 MetricsDep = Annotated[ApiMetrics, Depends(get_metrics)]

@@ -31,6 +31,12 @@ from outbox_client import (
     UnknownDestination,
     is_temporal_unavailable,
 )
+from outbox_client.errors import (
+    CommandConflict,
+    InvalidCommand,
+    UnknownAggregate,
+    UnknownCommand,
+)
 from readmodel.store import InvalidCursor
 
 log = logging.getLogger("outbox.api")
@@ -47,6 +53,10 @@ _OUTBOX_ERRORS: dict[type[OutboxError], tuple[int, str, str]] = {
     ItemNotFound: (404, "item-not-found", "Item not found"),
     CannotCancel: (409, "cannot-cancel", "Item can no longer be cancelled"),
     NotRedrivable: (409, "not-redrivable", "Item is not failed"),
+    UnknownAggregate: (404, "unknown-aggregate", "Unknown aggregate"),
+    UnknownCommand: (404, "unknown-command", "Unknown command"),
+    CommandConflict: (409, "command-conflict", "Command refused"),
+    InvalidCommand: (422, "invalid-command", "Invalid command"),
 }
 _HTTP_TITLES = {
     400: "Bad request",

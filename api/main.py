@@ -24,11 +24,13 @@ from api.errors import install_error_handlers
 from api.limits import BodySizeLimit
 from api.live import LiveHub
 from api.metrics import ApiMetrics, MetricsMiddleware
-from api.routes import dashboard, events, health, items, live, outboxes
+from api.routes import aggregates, dashboard, events, health, items, live, outboxes
 from common.destinations import DestinationRegistry
 from common.settings import Settings, get_settings
 from outbox_client import OutboxClient, TemporalConnection
+from outbox_client.aggregates import AggregateClient
 from readmodel.db import create_schema, make_engine
+from service.aggregates import AggregateService
 from service.items import ItemService
 from service.reports import DeliveryReportService
 
@@ -80,6 +82,7 @@ def create_app(
             engine=db,
             items=ItemService(outbox, db, cancel_wait=timedelta(seconds=settings.cancel_wait_s)),
             reports=DeliveryReportService(outbox, db),
+            aggregates=AggregateService(AggregateClient(outbox.connection, outbox.task_queue), db),
         )
         if settings.api_tokens:
             log.info("API requires a bearer token (%d configured)", len(settings.api_tokens))
@@ -109,6 +112,7 @@ def create_app(
     authenticated = [Depends(require_token)]
     app.include_router(items.router, dependencies=authenticated)
     app.include_router(outboxes.router, dependencies=authenticated)
+    app.include_router(aggregates.router, dependencies=authenticated)
     app.include_router(live.router)  # checks its own token: browsers cannot send headers
     app.include_router(events.router)  # per-destination secrets: Event Grid sends no bearer
     app.include_router(health.router)

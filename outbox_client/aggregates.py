@@ -29,7 +29,7 @@ from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
 
 from aggregates import REGISTRY
-from aggregates.definition import AggregateDefinition
+from aggregates.definition import AggregateDefinition, describe_invalid
 from contract import search_attributes
 from contract.aggregate import (
     COMMAND_SIGNAL,
@@ -85,7 +85,7 @@ class AggregateClient:
     def check(
         self,
         aggregate_type: str,
-        aggregate_id: str,
+        aggregate_id: str | None = None,
         name: str | None = None,
         payload: Mapping[str, Any] | None = None,
     ) -> AggregateDefinition[Any]:
@@ -94,15 +94,16 @@ class AggregateClient:
         if definition is None:
             known = ", ".join(sorted(REGISTRY))
             raise UnknownAggregate(f"no aggregate type {aggregate_type!r} (known: {known})")
-        validate_aggregate_id(aggregate_id)
-        if name is not None:
-            if name not in definition.commands:
-                known = ", ".join(definition.commands)
-                raise UnknownCommand(f"{aggregate_type} has no command {name!r} (known: {known})")
+        if aggregate_id is not None:
+            validate_aggregate_id(aggregate_id)
+        if name is not None and name not in definition.commands:
+            known = ", ".join(definition.commands)
+            raise UnknownCommand(f"{aggregate_type} has no command {name!r} (known: {known})")
+        if name is not None and payload is not None:
             try:
-                definition.parse_command(name, payload or {})
+                definition.parse_command(name, payload)
             except ValidationError as err:
-                raise InvalidCommand(str(err)) from err
+                raise InvalidCommand(describe_invalid(err)) from err
         return definition
 
     async def command(

@@ -121,6 +121,11 @@ class OutboxClient:
         self.destinations = destinations
         self.task_queue = task_queue
 
+    @property
+    def connection(self) -> Client | TemporalConnection:
+        """What this client reaches Temporal through, to share with an `AggregateClient`."""
+        return self._client
+
     async def temporal(self) -> Client:
         """The Temporal client; raises `TemporalUnavailable` while it cannot connect."""
         if isinstance(self._client, Client):

@@ -30,6 +30,7 @@ with workflow.unsafe.imports_passed_through():
         DomainError,
         Event,
         Timer,
+        describe_invalid,
     )
     from contract.aggregate import (
         COMMAND_SIGNAL,
@@ -200,7 +201,7 @@ class AggregateWorkflow:
                 f"{self._type} has no command {request.name!r}", AggregateErrorType.UNKNOWN_COMMAND
             ) from None
         except ValidationError as err:
-            raise _Refused(_describe(err), AggregateErrorType.INVALID) from None
+            raise _Refused(describe_invalid(err), AggregateErrorType.INVALID) from None
         try:
             return definition.decide(self._state, command, workflow.now())
         except DomainError as err:
@@ -338,12 +339,3 @@ class AggregateWorkflow:
                 for r in self._rejected[-5:]
             ]
         workflow.set_current_details("\n\n".join(lines))
-
-
-def _describe(err: ValidationError) -> str:
-    """Each problem of a payload as `field: message`."""
-    problems = []
-    for error in err.errors():
-        location = ".".join(str(part) for part in error["loc"])
-        problems.append(f"{location}: {error['msg']}" if location else error["msg"])
-    return "; ".join(problems)

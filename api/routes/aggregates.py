@@ -1,0 +1,118 @@
+"""Aggregates: run commands, read state, history and the ids of a type.
+
+A command's body is its payload as JSON (`{"seat": "1A", "passenger_id": "p1"}`); the
+`Idempotency-Key` header is its command id (a repeat answers the first outcome and appends
+nothing) and `?expected_version=` makes it conditional (409 when the aggregate has moved on).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Body, Header, Query
+from pydantic import BaseModel, ValidationError
+
+from api.deps import AggregateServiceDep
+from api.errors import validation_problem
+from api.schemas import problem_responses
+from contract.aggregate import MAX_COMMAND_ID_LENGTH, AggregateView, CommandResult, RecordedEvent
+from readmodel.aggregates import MAX_PAGE
+
+router = APIRouter(
+    prefix="/v1/aggregates",
+    tags=["aggregates"],
+    responses=problem_responses(401, 403, 404, 409, 413, 415, 422, 503),
+)
+
+
+class AggregateSummary(BaseModel):
+    """One aggregate of a type, as the event store last wrote it."""
+
+    id: str
+    version: int
+    updated_at: datetime
+
+
+class AggregatePage(BaseModel):
+    """A page of a type's aggregates by id; pass `next_after` back as `after`."""
+
+    items: list[AggregateSummary]
+    next_after: str | None
+
+
+@router.post(
+    "/{aggregate_type}/{aggregate_id}/commands/{name}",
+    response_model=CommandResult,
+    summary="Run a command (creates the aggregate on its first)",
+)
+async def run_command(
+    aggregate_type: str,
+    aggregate_id: str,
+    name: str,
+    aggregates: AggregateServiceDep,
+    payload: Annotated[dict[str, Any], Body(description="The command's payload")],
+    expected_version: Annotated[int | None, Query(ge=0)] = None,
+    idempotency_key: Annotated[
+        str | None, Header(max_length=MAX_COMMAND_ID_LENGTH, description="The command id")
+    ] = None,
+) -> CommandResult:
+    """200 with the events appended and the new version; 404 unknown type or command, 409 a
+    conflict with the aggregate's state (or `expected_version`), 422 an invalid payload."""
+    definition = aggregates.client.check(aggregate_type, aggregate_id, name)
+    try:
+        definition.parse_command(name, payload)
+    except ValidationError as err:
+        raise validation_problem(err.errors(), ("body",)) from err
+    return await aggregates.command(
+        aggregate_type,
+        aggregate_id,
+        name,
+        payload,
+        command_id=idempotency_key,
+        expected_version=expected_version,
+        actor="api",
+    )
+
+
+@router.get(
+    "/{aggregate_type}/{aggregate_id}", response_model=AggregateView, summary="State and version"
+)
+async def get_aggregate(
+    aggregate_type: str, aggregate_id: str, aggregates: AggregateServiceDep
+) -> AggregateView:
+    """Live from the aggregate's workflow: state, version and its read models."""
+    return await aggregates.state(aggregate_type, aggregate_id)
+
+
+@router.get(
+    "/{aggregate_type}/{aggregate_id}/events",
+    response_model=list[RecordedEvent],
+    summary="Events from the event store",
+)
+async def aggregate_events(
+    aggregate_type: str,
+    aggregate_id: str,
+    aggregates: AggregateServiceDep,
+    after: Annotated[int, Query(ge=0, description="Only events with a greater seq")] = 0,
+    limit: Annotated[int, Query(ge=1, le=MAX_PAGE)] = 100,
+) -> list[RecordedEvent]:
+    """Oldest first; page with `after` = the last seq seen."""
+    return await aggregates.events(aggregate_type, aggregate_id, after=after, limit=limit)
+
+
+@router.get("/{aggregate_type}", response_model=AggregatePage, summary="Aggregates of a type")
+async def list_aggregates(
+    aggregate_type: str,
+    aggregates: AggregateServiceDep,
+    after: Annotated[str | None, Query(max_length=200)] = None,
+    limit: Annotated[int, Query(ge=1, le=MAX_PAGE)] = 50,
+) -> AggregatePage:
+    """Ids with versions, by id."""
+    records, next_after = await aggregates.list(aggregate_type, after=after, limit=limit)
+    return AggregatePage(
+        items=[
+            AggregateSummary(id=r.id, version=r.version, updated_at=r.updated_at) for r in records
+        ],
+        next_after=next_after,
+    )

@@ -1,0 +1,95 @@
+"""Aggregates over REST: commands, state, the event store, the type's list, problems."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+
+from tests.api.conftest import Api
+from tests.api.test_items import assert_problem
+
+
+def flight_url(flight: str, command: str = "") -> str:
+    base = f"/v1/aggregates/flight/{flight}"
+    return f"{base}/commands/{command}" if command else base
+
+
+async def test_flight_through_the_api(api: Api) -> None:
+    flight = f"BA{uuid.uuid4().hex[:6]}"
+    http = api.http
+
+    opened = await http.post(flight_url(flight, "open"), json={"seats": ["1A", "1B", "2C"]})
+    seated = await http.post(
+        flight_url(flight, "assign_seat"), json={"seat": "1A", "passenger_id": "p1"}
+    )
+    moved = await http.post(
+        flight_url(flight, "move_seat"), json={"passenger_id": "p1", "to": "2C"}
+    )
+    state = await http.get(flight_url(flight))
+
+    assert opened.status_code == seated.status_code == moved.status_code == 200, moved.text
+    assert opened.json()["version"] == 1
+    assert [e["type"] for e in moved.json()["events"]] == ["SeatReleased", "SeatAssigned"]
+    assert state.json()["state"]["seats"] == {"1A": None, "1B": None, "2C": "p1"}
+    assert state.json()["version"] == 4
+    for _ in range(50):
+        events = (await http.get(f"{flight_url(flight)}/events")).json()
+        if len(events) == 4:
+            break
+        await asyncio.sleep(0.05)
+    assert [e["seq"] for e in events] == [1, 2, 3, 4]
+    assert events[0]["actor"] == "api" and events[0]["data"] == {"seats": ["1A", "1B", "2C"]}
+    later = (await http.get(f"{flight_url(flight)}/events", params={"after": 2})).json()
+    assert [e["seq"] for e in later] == [3, 4]
+    listed = (await http.get("/v1/aggregates/flight", params={"limit": 500})).json()
+    assert {"id": flight, "version": 4} in [
+        {"id": i["id"], "version": i["version"]} for i in listed["items"]
+    ]
+
+
+async def test_commands_are_refused_with_the_right_problem(api: Api) -> None:
+    flight = f"BA{uuid.uuid4().hex[:6]}"
+    http = api.http
+    await http.post(flight_url(flight, "open"), json={"seats": ["1A"]})
+    await http.post(flight_url(flight, "assign_seat"), json={"seat": "1A", "passenger_id": "p1"})
+
+    taken = await http.post(
+        flight_url(flight, "assign_seat"), json={"seat": "1A", "passenger_id": "p2"}
+    )
+    unknown_seat = await http.post(
+        flight_url(flight, "assign_seat"), json={"seat": "9Z", "passenger_id": "p2"}
+    )
+    missing_field = await http.post(flight_url(flight, "assign_seat"), json={"seat": "1A"})
+    extra_field = await http.post(flight_url(flight, "release_seat"), json={"seat": "1A", "x": 1})
+    stale = await http.post(
+        flight_url(flight, "release_seat"), params={"expected_version": 1}, json={"seat": "1A"}
+    )
+
+    assert "SeatTaken" in assert_problem(taken, 409)["detail"]
+    assert "UnknownSeat" in assert_problem(unknown_seat, 422)["detail"]
+    assert "passenger_id" in assert_problem(missing_field, 422)["detail"]
+    assert "x" in assert_problem(extra_field, 422)["detail"]
+    assert "expected version" in assert_problem(stale, 409)["detail"]
+    assert_problem(await http.post(flight_url(flight, "board"), json={}), 404)
+    assert_problem(await http.post("/v1/aggregates/ship/s1/commands/open", json={}), 404)
+    assert_problem(await http.get("/v1/aggregates/ship"), 404)
+    assert_problem(await http.get(flight_url("never-opened")), 404)
+    assert_problem(await http.get(f"{flight_url('never-opened')}/events"), 404)
+    assert_problem(await http.post(flight_url(flight, "open"), json=[1]), 422)
+
+
+async def test_a_repeated_command_id_answers_the_first_outcome(api: Api) -> None:
+    lock = f"lock-{uuid.uuid4().hex[:6]}"
+    url = f"/v1/aggregates/lock/{lock}/commands/acquire"
+    headers = {"Idempotency-Key": "acquire-1"}
+
+    first = await api.http.post(url, json={"holder": "h1", "ttl_s": 30}, headers=headers)
+    again = await api.http.post(url, json={"holder": "h1", "ttl_s": 30}, headers=headers)
+
+    assert first.status_code == again.status_code == 200
+    assert first.json()["version"] == again.json()["version"] == 1
+    assert again.json()["duplicate"] is True and again.json()["events"] == []
+    released = await api.http.post(
+        f"/v1/aggregates/lock/{lock}/commands/release", json={"holder": "h1"}
+    )
+    assert [e["type"] for e in released.json()["events"]] == ["LockReleased"]
