@@ -207,9 +207,9 @@ class Stack:
             async with unlocked:
                 return await handle.result()
         finally:
-            await self._record_history(item_id)
+            await self.record_history(item_id)
 
-    async def _record_history(self, item_id: str) -> None:
+    async def record_history(self, item_id: str) -> None:
         """With RECORD_HISTORIES=1, keep the finished history for the replay tests."""
         if os.environ.get("RECORD_HISTORIES") != "1":
             return

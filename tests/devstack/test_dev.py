@@ -3,6 +3,7 @@ back a process that dies."""
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import os
 import signal
@@ -19,7 +20,8 @@ import pytest
 from temporalio.client import Client, WorkflowExecutionStatus
 
 from contract.ids import item_workflow_id
-from devstack.dev import Child, RestartBackoff, start, stop, supervise
+from devstack.dev import Child, RestartBackoff, build_children, start, stop, supervise
+from devstack.fake_provider import command_line_parser
 
 ROOT = Path(__file__).resolve().parents[2]
 BANNER = "durable-outbox is up"
@@ -306,3 +308,35 @@ def test_supervise_restarts_a_dead_child_after_its_delay_and_says_so(
         f"dev: sleeper restarted (pid {second.pid})",
         "dev: sleeper is ready again",
     ]
+
+
+def fake_flags(env: dict[str, str]) -> argparse.Namespace:
+    """The flags `make dev` starts the fake provider with, as the fake itself parses them."""
+    (fake,) = [child for child in build_children(env) if child.name == "fake"]
+    module = fake.command.index("devstack.fake_provider")
+    return command_line_parser().parse_args(fake.command[module + 1 :])
+
+
+def test_the_fake_reports_to_the_api_with_the_secret_every_child_gets(tmp_path: Path) -> None:
+    env = {"DEV_DATA_DIR": str(tmp_path), "DEV_API_PORT": "8123"}
+    chosen = {**env, "FAKE_EMAIL_EVENTS_SECRET": "s3cret/&=x"}
+
+    default_flags, chosen_flags = fake_flags(env), fake_flags(chosen)
+
+    events = "http://127.0.0.1:8123/v1/destinations/fake-email/events"
+    assert default_flags.report_url == f"{events}?secret=dev-events-secret"
+    assert env["FAKE_EMAIL_EVENTS_SECRET"] == "dev-events-secret"  # the API's env too
+    assert chosen_flags.report_url == f"{events}?secret=s3cret%2F%26%3Dx"
+    assert chosen["FAKE_EMAIL_EVENTS_SECRET"] == "s3cret/&=x"
+
+
+def test_fake_flags_from_dev_fake_args_win_over_the_stacks(tmp_path: Path) -> None:
+    env = {
+        "DEV_DATA_DIR": str(tmp_path),
+        "DEV_FAKE_ARGS": "--bounce-rate 0.5 --report-url http://elsewhere/events",
+    }
+
+    flags = fake_flags(env)
+
+    assert flags.bounce_rate == 0.5
+    assert flags.report_url == "http://elsewhere/events"

@@ -3,28 +3,41 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
+import json
 import os
 import socket
 import sys
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
 from standardwebhooks import Webhook
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
 
 from activities.providers.acs_email import API_VERSION, sign_request
 from devstack.fake_provider import (
     FakeProvider,
+    FakeProviderAdmin,
+    FakeProviderState,
     FaultConfig,
     command_line_parser,
+    create_app,
     faults_from,
+    main,
     run_fake_provider,
 )
+from devstack.serving import serve_in_background
 from tests.conftest import ACS_ACCESS_KEY, WEBHOOK_SECRET
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -103,16 +116,61 @@ async def http() -> AsyncIterator[httpx.AsyncClient]:
         yield client
 
 
-async def post_acs(http: httpx.AsyncClient, url: str, key: str) -> httpx.Response:
+async def post_acs(
+    http: httpx.AsyncClient, url: str, key: str, recipients: tuple[str, ...] = ()
+) -> httpx.Response:
+    email = {
+        "senderAddress": "noreply@example.com",
+        "recipients": {"to": [{"address": address} for address in recipients]},
+        "content": {"subject": "s"},
+    }
     request = http.build_request(
         "POST",
         f"{url}/emails:send",
         params={"api-version": API_VERSION},
-        content=b'{"content":{"subject":"s"}}',
+        content=json.dumps(email).encode(),
         headers={"Content-Type": "application/json", "Operation-Id": key},
     )
     sign_request(request, ACS_ACCESS_KEY)
     return await http.send(request)
+
+
+async def poll_acs(http: httpx.AsyncClient, accepted: httpx.Response) -> str:
+    """The status the accepted send's operation answers now."""
+    request = http.build_request("GET", accepted.headers["Operation-Location"])
+    sign_request(request, ACS_ACCESS_KEY)
+    return str((await http.send(request)).json()["status"])
+
+
+async def eventually(condition: Callable[[], bool], timeout_s: float = 5.0) -> None:
+    """Wait for something a background task does (reports go out on their own time)."""
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, "still not the case"
+        await asyncio.sleep(0.02)
+
+
+@dataclass
+class Receiver:
+    """An Event Grid subscriber: records every POST, answers `answers` first and 200 after."""
+
+    url: str = ""
+    answers: list[int] = field(default_factory=list)
+    posts: list[tuple[dict[str, str], Any]] = field(default_factory=list)
+
+
+@contextlib.asynccontextmanager
+async def report_receiver(*answers: int) -> AsyncIterator[Receiver]:
+    receiver = Receiver(answers=list(answers))
+
+    async def record(request: Request) -> Response:
+        receiver.posts.append((dict(request.headers), json.loads(await request.body())))
+        return Response(status_code=receiver.answers.pop(0) if receiver.answers else 200)
+
+    app = Starlette(routes=[Route("/events", record, methods=["POST"])])
+    async with serve_in_background(app) as url:
+        receiver.url = f"{url}/events?secret=s3cret"
+        yield receiver
 
 
 async def test_error_rate_one_makes_every_submit_503_and_resets_cleanly(fake, http) -> None:
@@ -215,8 +273,20 @@ def test_every_fault_field_is_a_flag_of_its_type() -> None:
         + ["--poll-retry-after", "2", "--seed", "7", "--port", "9"]
     )
 
+    reports = parser.parse_args(
+        ["--report-url", "http://r/events?secret=s", "--report-schema", "cloudevents"]
+        + ["--report-delay-s", "0.5", "--bounce-rate", "0.25", "--duplicate-reports"]
+    )
+
     assert faults_from(args) == FaultConfig(
         error_rate=0.5, retry_after_http_date=True, running_polls=4, poll_retry_after="2", seed=7
+    )
+    assert faults_from(reports) == FaultConfig(
+        report_url="http://r/events?secret=s",
+        report_schema="cloudevents",
+        report_delay_s=0.5,
+        bounce_rate=0.25,
+        duplicate_reports=True,
     )
     assert faults_from(parser.parse_args([])) == FaultConfig()
     assert args.port == 9
@@ -252,3 +322,92 @@ async def test_the_command_starts_with_the_faults_its_flags_give() -> None:
 
     assert faults == dataclasses.asdict(FaultConfig(throttle_rate=1.0, retry_after="9"))
     assert throttled.status_code == 429 and throttled.headers["retry-after"] == "9"
+
+
+def test_an_unknown_report_schema_flag_is_a_usage_error(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main(["--report-schema", "xml"])
+
+    assert exited.value.code == 2
+    assert "report_schema must be one of eventgrid, cloudevents" in capsys.readouterr().err
+
+
+async def test_a_deduped_submit_and_later_polls_send_no_more_reports(http) -> None:
+    async with (
+        report_receiver() as receiver,
+        run_fake_provider(
+            FaultConfig(
+                report_url=receiver.url,
+                report_delay_s=0,
+                report_before_success=True,
+                running_polls=1,
+            )
+        ) as fake,
+    ):
+        first = await post_acs(http, fake.url, "once", ("ada@example.com",))
+        again = await post_acs(http, fake.url, "once", ("ada@example.com",))
+        statuses = [await poll_acs(http, first) for _ in range(3)]
+        await eventually(lambda: len(receiver.posts) >= 1)
+        await asyncio.sleep(0.2)  # room for a second POST, were one on its way
+        totals = (await fake.admin.stats())["totals"]
+
+    assert again.status_code == 202 and statuses == ["Running", "Succeeded", "Succeeded"]
+    assert [len(body) for _, body in receiver.posts] == [1]
+    assert totals["reports_sent"] == 1
+
+
+async def test_reset_and_shutdown_cancel_reports_not_yet_sent(http) -> None:
+    async with report_receiver() as receiver:
+        faults = FaultConfig(report_url=receiver.url, report_delay_s=0.2)
+        state = FakeProviderState(ACS_ACCESS_KEY, WEBHOOK_SECRET, faults)
+        # With its lifespan, as `python -m devstack.fake_provider` serves it.
+        async with serve_in_background(create_app(state), lifespan="on") as url:
+            await poll_acs(http, await post_acs(http, url, "before-reset", ("ada@example.com",)))
+            await FakeProviderAdmin(url).reset()
+            await asyncio.sleep(0.3)  # past the reports' delay
+            after_reset = list(receiver.posts)
+            await poll_acs(http, await post_acs(http, url, "at-shutdown", ("bob@example.com",)))
+        await asyncio.sleep(0.3)
+
+    assert after_reset == [] and receiver.posts == []
+    assert state.reports.sent == 0
+
+
+async def test_a_seeded_bounce_rate_bounces_the_same_recipients_after_a_reset(http) -> None:
+    recipients = tuple(f"user{n}@example.com" for n in range(16))
+    bounced: list[set[str]] = []
+    async with (
+        report_receiver() as receiver,
+        run_fake_provider(
+            FaultConfig(report_url=receiver.url, report_delay_s=0, bounce_rate=0.5, seed=11)
+        ) as fake,
+    ):
+        for run in range(2):
+            await poll_acs(http, await post_acs(http, fake.url, "rate", recipients))
+            await eventually(lambda: len(receiver.posts) > run)
+            _, events = receiver.posts[run]
+            bounced.append(
+                {e["data"]["recipient"] for e in events if e["data"]["status"] == "Bounced"}
+            )
+            await fake.admin.reset()  # re-seeds the draws and forgets operation "rate"
+
+    assert bounced[0] == bounced[1]
+    assert 0 < len(bounced[0]) < len(recipients)
+
+
+async def test_a_receiver_that_keeps_failing_gets_three_tries_then_a_counted_failure(
+    http,
+) -> None:
+    async with (
+        report_receiver(500, 500, 500) as receiver,
+        run_fake_provider(FaultConfig(report_url=receiver.url, report_delay_s=0)) as fake,
+    ):
+        await poll_acs(http, await post_acs(http, fake.url, "refused", ("ada@example.com",)))
+        await eventually(lambda: fake.state.reports.failures > 0)
+        totals = (await fake.admin.stats())["totals"]
+
+    assert [headers["aeg-delivery-count"] for headers, _ in receiver.posts] == ["0", "1", "2"]
+    assert receiver.posts[0][1] == receiver.posts[2][1]  # a retry resends the same events
+    assert (totals["reports_sent"], totals["report_failures"]) == (0, 1)

@@ -7,6 +7,8 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
+from temporalio.client import WithStartWorkflowOperation
+from temporalio.common import WorkflowIDConflictPolicy
 
 from aggregates.flight import FlightSeating
 from outbox_client.aggregates import AggregateClient
@@ -50,6 +52,7 @@ async def test_commands_create_the_aggregate_and_append_events(stack_factory) ->
     ]
     record = event_store.get(stack.engine, "flight", flight)
     assert record is not None and record.version == 4 and record.state == view.state
+    await stack.record_history(f"agg/flight/{flight}")
 
 
 async def test_refusals_are_typed(stack_factory) -> None:
@@ -121,6 +124,7 @@ async def test_signalled_commands_dedupe_and_refusals_are_logged(stack_factory) 
     # An update with a command id already seen answers the first outcome, appends nothing.
     repeat = await client.command("flight", flight, "open", SEATS, command_id="c1")
     assert repeat.duplicate and repeat.events == [] and repeat.version == 1
+    await stack.record_history(f"agg/flight/{flight}")
 
 
 async def test_lock_lease_expires_on_a_durable_timer(stack_factory) -> None:
@@ -144,7 +148,80 @@ async def test_lock_lease_expires_on_a_durable_timer(stack_factory) -> None:
     # Released, the lock has no timer left: an open timer without a worker would stop the
     # server skipping time for later tests.
     await client.command("lock", lock, "release", {"holder": "h2"})
+    await stack.record_history(f"agg/lock/{lock}")
 
 
 def test_every_registered_definition_names_its_commands_as_verbs() -> None:
     assert set(FlightSeating.commands) == {"open", "assign_seat", "move_seat", "release_seat"}
+
+
+async def test_continue_as_new_keeps_state_with_commands_in_flight(stack_factory, dev_env) -> None:
+    # The dev server here suggests continue-as-new after 40 history events.
+    stack = await stack_factory(env=dev_env)
+    client = await aggregates_on(stack)
+    flight = unique_name("BA")
+    seats = [f"{row}{letter}" for row in range(1, 21) for letter in "ABCDEF"]
+    await client.command("flight", flight, "open", {"seats": seats})
+
+    async def assign(n: int) -> Any:
+        payload = {"seat": seats[n], "passenger_id": f"p{n}"}
+        if n % 3 == 0:  # a third by signal, the rest by update
+            return await client.send("flight", flight, "assign_seat", payload, command_id=f"s{n}")
+        return await client.command("flight", flight, "assign_seat", payload, command_id=f"u{n}")
+
+    await asyncio.gather(*(assign(n) for n in range(len(seats))))
+    # A repeat of a command seen before the hand-over is still recognised after it.
+    repeat = await client.command(
+        "flight", flight, "assign_seat", {"seat": seats[1], "passenger_id": "p1"}, command_id="u1"
+    )
+    for _ in range(200):
+        view = await client.state("flight", flight)
+        if view.version == len(seats) + 1:
+            break
+        await asyncio.sleep(0.05)
+
+    assert repeat.duplicate
+    assert view.version == len(seats) + 1
+    assert view.state["seats"] == {seat: f"p{n}" for n, seat in enumerate(seats)}
+    assert view.views == {"assignments": len(seats)}
+    runs = [run async for run in stack.client.list_workflows(f"WorkflowId = 'agg/flight/{flight}'")]
+    assert len(runs) >= 2, "the aggregate never continued as new"
+    for _ in range(100):
+        stored = event_store.events(stack.engine, "flight", flight, limit=500)
+        if len(stored) == len(seats) + 1:
+            break
+        await asyncio.sleep(0.05)
+    assert [e.seq for e in stored] == list(range(1, len(seats) + 2))
+
+
+async def test_commands_as_raw_json_from_any_client(stack_factory) -> None:
+    """What a Go or TypeScript service sends: names and plain JSON, no Python types."""
+    stack = await stack_factory()
+    flight = unique_name("BA")
+    workflow_id = f"agg/flight/{flight}"
+    start = WithStartWorkflowOperation(
+        "Aggregate",
+        {"type": "flight", "id": flight},
+        id=workflow_id,
+        task_queue=stack.task_queue,
+        id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+    )
+
+    opened = await stack.client.execute_update_with_start_workflow(
+        "command",
+        {"name": "open", "payload": {"seats": ["1A", "1B"]}, "command_id": "raw-1"},
+        start_workflow_operation=start,
+    )
+    handle = stack.client.get_workflow_handle(workflow_id)
+    await handle.signal(
+        "send_command",
+        {
+            "name": "assign_seat",
+            "payload": {"seat": "1A", "passenger_id": "p1"},
+            "command_id": "raw-2",
+        },
+    )
+    state = await handle.query("state")
+
+    assert opened["version"] == 1 and opened["events"][0]["type"] == "FlightOpened"
+    assert state["version"] == 2 and state["state"]["seats"] == {"1A": "p1", "1B": None}
