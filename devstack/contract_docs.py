@@ -1,5 +1,6 @@
-"""The README's table of the item workflow's signals, updates and queries, generated from the
-workflow's own definition and the contract's dataclasses, so the documentation cannot drift.
+"""The README's table of the item and aggregate workflows' signals, updates and queries,
+generated from the workflows' own definitions and the contract's dataclasses, so the
+documentation cannot drift.
 
     python -m devstack.contract_docs          # rewrite the table in README.md
     python -m devstack.contract_docs --check  # exit 1 if README.md is out of date (the tests)
@@ -18,8 +19,10 @@ from typing import Any
 
 from temporalio.workflow import _Definition
 
+from contract.aggregate import AggregateView
 from contract.ids import WORKFLOW_TASK_QUEUE
 from contract.item import OutboxItemView
+from workflows.aggregate import AggregateWorkflow
 from workflows.outbox_item import OutboxItemWorkflow
 
 README = Path(__file__).resolve().parent.parent / "README.md"
@@ -32,6 +35,16 @@ _USES = {
     "request_cancel": (
         "the same cancel, recorded even while no worker runs; applied if still queued then"
     ),
+    "command": (
+        "run a command: decide, append, evolve; answers the events and version, or fails with"
+        " `Conflict`, `InvalidCommand` or `UnknownCommand` (answered by a worker)"
+    ),
+    "send_command": (
+        "the same command, recorded even while no worker runs; `command_id` required (dedupe);"
+        " a refused one goes to the rejected log"
+    ),
+    "state": "state, version and the definition's read models",
+    "rejected_commands": "signalled and timer commands `decide` refused, newest last",
     "delivery_report": (
         "the provider's report on one recipient (the API sends it from Event Grid); a repeat"
         " or an older report changes nothing"
@@ -45,6 +58,10 @@ _CLI = {
     "query": "temporal workflow query --workflow-id {id} --name {name}",
 }
 _EXAMPLES = {
+    "CommandRequest": (
+        '{"name": "assign_seat", "payload": {"seat": "1A", "passenger_id": "p1"},'
+        ' "command_id": "c-42"}'
+    ),
     "CancelRequest": '{"reason": "customer left"}',
     "DeliveryReport": (
         '{"message_id": "0b6d7c7e-8f40-5b7e-9a6c-1f2d3e4a5b6c", "recipient": "ada@example.com",'
@@ -53,42 +70,78 @@ _EXAMPLES = {
 }
 
 
+@dataclasses.dataclass(frozen=True)
+class _Workflow:
+    cls: type[Any]
+    id_pattern: str
+    example_id: str
+    input_name: str
+    view: type[Any]
+    what: str
+
+
+_WORKFLOWS = (
+    _Workflow(
+        OutboxItemWorkflow,
+        "outbox/{outbox}/{key}",
+        "'outbox/demo/invoice-7'",
+        "OutboxItemInput",
+        OutboxItemView,
+        "one item",
+    ),
+    _Workflow(
+        AggregateWorkflow,
+        "agg/{type}/{id}",
+        "'agg/flight/BA117'",
+        "AggregateInput",
+        AggregateView,
+        "one aggregate; started by its first command (update-with-start or signal-with-start,"
+        " id conflict policy USE_EXISTING)",
+    ),
+)
+
+
 def contract_table() -> str:
     """The markdown between the README's markers."""
-    definition = _Definition.must_from_class(OutboxItemWorkflow)
-    item_id = "'outbox/demo/invoice-7'"
     rows = [
         "| Name | Kind | JSON payload | Answer | What for |",
         "|---|---|---|---|---|",
-        f"| `{definition.name}` | workflow, id `outbox/{{outbox}}/{{key}}`, task queue "
-        f"`{WORKFLOW_TASK_QUEUE}` | `OutboxItemInput` | `OutboxItemView` | one item |",
     ]
-    handlers: list[tuple[str, str, list[Any], Any]] = []
-    for name, query in definition.queries.items():
-        handlers.append((str(name), "query", list(query.arg_types or []), query.ret_type))
-    for name, update in definition.updates.items():
-        handlers.append((str(name), "update", list(update.arg_types or []), update.ret_type))
-    for name, signal in definition.signals.items():
-        handlers.append((str(name), "signal", list(signal.arg_types or []), None))
     commands: list[str] = []
-    for name, kind, arg_types, ret_type in sorted(handlers, key=lambda h: (h[1], h[0])):
-        payload = describe(arg_types[0]) if arg_types else "—"
-        answer = f"`{ret_type.__name__}`" if ret_type is not None else "— (recorded)"
-        rows.append(f"| `{name}` | {kind} | {payload} | {answer} | {_USES[name]} |")
-        example = _EXAMPLES.get(arg_types[0].__name__, "{}") if arg_types else ""
-        commands.append(_CLI[kind].format(id=item_id, name=name, example=example))
-    views = ", ".join(f"`{field.name}`" for field in dataclasses.fields(OutboxItemView))
+    views: list[str] = []
+    for workflow in _WORKFLOWS:
+        definition = _Definition.must_from_class(workflow.cls)
+        rows.append(
+            f"| `{definition.name}` | workflow, id `{workflow.id_pattern}`, task queue "
+            f"`{WORKFLOW_TASK_QUEUE}` | `{workflow.input_name}` | `{workflow.view.__name__}` |"
+            f" {workflow.what} |"
+        )
+        handlers: list[tuple[str, str, list[Any], Any]] = []
+        for name, query in definition.queries.items():
+            handlers.append((str(name), "query", list(query.arg_types or []), query.ret_type))
+        for name, update in definition.updates.items():
+            handlers.append((str(name), "update", list(update.arg_types or []), update.ret_type))
+        for name, signal in definition.signals.items():
+            handlers.append((str(name), "signal", list(signal.arg_types or []), None))
+        for name, kind, arg_types, ret_type in sorted(handlers, key=lambda h: (h[1], h[0])):
+            payload = describe(arg_types[0]) if arg_types else "—"
+            answer = _answer(ret_type)
+            rows.append(f"| `{name}` | {kind} | {payload} | {answer} | {_USES[name]} |")
+            example = _EXAMPLES.get(arg_types[0].__name__, "{}") if arg_types else ""
+            commands.append(_CLI[kind].format(id=workflow.example_id, name=name, example=example))
+        fields = ", ".join(f"`{field.name}`" for field in dataclasses.fields(workflow.view))
+        views.append(f"`{workflow.view.__name__}` (JSON object): {fields}.")
     return "\n".join(
-        [
-            *rows,
-            "",
-            f"`OutboxItemView` (JSON object): {views}.",
-            "",
-            "```sh",
-            *commands,
-            "```",
-        ]
+        [*rows, "", *[line for view in views for line in (view, "")], "```sh", *commands, "```"]
     )
+
+
+def _answer(ret_type: Any) -> str:
+    if ret_type is None:
+        return "— (recorded)"
+    if typing.get_origin(ret_type) is list:
+        return f"list of `{typing.get_args(ret_type)[0].__name__}`"
+    return f"`{ret_type.__name__}`"
 
 
 def describe(cls: type[Any]) -> str:
@@ -112,6 +165,8 @@ def _json_type(hint: Any) -> str:
         return "null"
     if isinstance(hint, type) and issubclass(hint, enum.Enum):
         return " \\| ".join(f'"{member.value}"' for member in hint)
+    if typing.get_origin(hint) is dict or hint is dict:
+        return "object"
     names = {str: "string", int: "integer", float: "number", bool: "boolean"}
     return names.get(hint, getattr(hint, "__name__", str(hint)))
 
