@@ -8,14 +8,21 @@ stops the stack, as that is a configuration error a retry will not fix. Items pe
 directory across restarts.
 
 Environment (defaults): DEV_TEMPORAL_PORT (7233), DEV_UI_PORT (8233), DEV_FAKE_PORT (8025),
-DEV_API_PORT (8000), DEV_DATA_DIR (.data). The children get the matching TEMPORAL_ADDRESS and
-FAKE_PROVIDER_URL, and DATABASE_URL (SQLite in the data directory) unless it is set.
+DEV_API_PORT (8000), DEV_DATA_DIR (.data), DEV_FAKE_ARGS (none: extra fake provider flags such as
+`--bounce-rate 0.2 --duplicate-reports`, which win over the stack's own). The children get the
+matching TEMPORAL_ADDRESS and FAKE_PROVIDER_URL, and DATABASE_URL (SQLite in the data directory)
+unless it is set.
+
+The fake provider POSTs its ACS delivery reports (as Event Grid would) to the API's
+`/v1/destinations/fake-email/events`, with the secret `fake-email` checks: FAKE_EMAIL_EVENTS_SECRET
+(dev-events-secret), set for every child so both sides agree. Mail to bounce@… bounces.
 """
 
 from __future__ import annotations
 
 import asyncio
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -192,7 +199,8 @@ def build_children(env: dict[str, str], fake_args: list[str] | None = None) -> l
         ),
         Child(
             "fake",
-            [*fake, *(fake_args or [])],
+            # Flags given later win (argparse keeps the last), so the user's come last.
+            [*fake, *shlex.split(env.get("DEV_FAKE_ARGS", "")), *(fake_args or [])],
             http_ok(f"http://127.0.0.1:{fake_port}/_admin/stats"),
             ports=(fake_port,),
         ),
@@ -240,7 +248,7 @@ def banner(env: dict[str, str]) -> str:
     OpenAPI docs      {api}/docs
     Dashboard         {api}/
     Temporal Web UI   {ui}
-    Fake provider     {env["FAKE_PROVIDER_URL"]}   (stats: /_admin/stats)
+    Fake provider     {env["FAKE_PROVIDER_URL"]}   (stats: /_admin/stats; reports to the API)
 
   Try:
     curl -s -X POST {api}/v1/outboxes/demo/items {auth_header}\\

@@ -3,6 +3,8 @@
 For development, demos, tests and benchmarks: it checks signatures like the real services, dedupes
 by idempotency key (`Operation-Id`, `webhook-id`) and counts what it sees so tests can assert
 "delivered exactly once", "rate never exceeded", "no request before Retry-After elapsed".
+Given `--report-url`, it also reports each email recipient's fate there as Event Grid would
+(`devstack/fake_reports.py`); an address whose local part starts with `bounce` always bounces.
 
 Faults come from three places, most specific first: a per-key script (`POST /_admin/script`),
 per-request headers (`X-Fake-Status`, `X-Fake-Retry-After`, `X-Fake-Latency-Ms`, `X-Fake-Hang-S`,
@@ -436,10 +438,19 @@ def create_app(state: FakeProviderState) -> Starlette:
         return JSONResponse({"key": spec["key"], "steps": len(spec["steps"])})
 
     async def admin_reset(request: Request) -> Response:
+        # Reports still waiting to go out would land after the reset and count against it.
+        await state.reports.close()
         state.reset()
         return Response(status_code=204)
 
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        # Under `uvicorn.run` (main) this is where reports in flight are cancelled on shutdown.
+        yield
+        await state.reports.close()
+
     return Starlette(
+        lifespan=lifespan,
         routes=[
             Route("/emails:send", acs_send, methods=["POST"]),
             Route("/emails/operations/{operation_id}", acs_operation, methods=["GET"]),
@@ -450,7 +461,7 @@ def create_app(state: FakeProviderState) -> Starlette:
             Route("/_admin/faults", admin_faults, methods=["GET", "PUT"]),
             Route("/_admin/script", admin_script, methods=["POST"]),
             Route("/_admin/reset", admin_reset, methods=["POST"]),
-        ]
+        ],
     )
 
 
@@ -575,12 +586,17 @@ def faults_from(args: argparse.Namespace) -> FaultConfig:
 
 
 def main(argv: list[str] | None = None) -> None:
-    args = command_line_parser().parse_args(argv)
+    parser = command_line_parser()
+    args = parser.parse_args(argv)
+    try:
+        faults = faults_from(args)
+    except ValueError as err:  # a value argparse cannot check, such as --report-schema
+        parser.error(str(err))
     logging.basicConfig(level=logging.INFO, format="%(asctime)s fake: %(message)s")
     state = FakeProviderState(
         os.environ.get("FAKE_ACS_ACCESS_KEY", DEFAULT_ACS_ACCESS_KEY),
         os.environ.get("FAKE_WEBHOOK_SECRET", DEFAULT_WEBHOOK_SECRET),
-        faults_from(args),
+        faults,
     )
     uvicorn.run(create_app(state), host=args.host, port=args.port, log_level="warning")
 

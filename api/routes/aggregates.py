@@ -13,6 +13,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Body, Header, Query
 from pydantic import BaseModel, ValidationError
 
+from aggregates import REGISTRY
 from api.deps import AggregateServiceDep
 from api.errors import validation_problem
 from api.schemas import problem_responses
@@ -39,6 +40,29 @@ class AggregatePage(BaseModel):
 
     items: list[AggregateSummary]
     next_after: str | None
+
+
+class AggregateType(BaseModel):
+    """A registered aggregate type: its commands with their payloads' JSON schemas."""
+
+    type: str
+    commands: dict[str, dict[str, Any]]
+    events: list[str]
+
+
+@router.get("", response_model=list[AggregateType], summary="Registered aggregate types")
+async def aggregate_types() -> list[AggregateType]:
+    """Every type the registry knows, with what each command takes."""
+    return [
+        AggregateType(
+            type=name,
+            commands={
+                command: model.model_json_schema() for command, model in definition.commands.items()
+            },
+            events=[event.__name__ for event in definition.events],
+        )
+        for name, definition in sorted(REGISTRY.items())
+    ]
 
 
 @router.post(

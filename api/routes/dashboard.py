@@ -1,4 +1,5 @@
-"""The dashboard at `/`: one static page; everything it shows comes from the API and live feed."""
+"""The dashboard at `/` (outboxes) and `/aggregates`: static pages; everything they show comes
+from the API and the live feeds."""
 
 from __future__ import annotations
 
@@ -9,10 +10,17 @@ from fastapi.responses import FileResponse
 
 router = APIRouter(include_in_schema=False)
 
-_PAGE = Path(__file__).resolve().parent.parent / "static" / "dashboard.html"
+_STATIC = Path(__file__).resolve().parent.parent / "static"
+_PAGE = _STATIC / "dashboard.html"
 
 
 @router.get("/")
 async def dashboard() -> FileResponse:
     # The page holds no data (it asks the API with the user's token), so it is served openly.
     return FileResponse(_PAGE, media_type="text/html")
+
+
+@router.get("/aggregates")
+async def aggregates_page() -> FileResponse:
+    """Aggregates: pick a type and an id, see state and events live, send a command."""
+    return FileResponse(_STATIC / "aggregates.html", media_type="text/html")

@@ -1,4 +1,6 @@
-"""`WS /v1/outboxes/{outbox}/live?since=ID`: backfill after `since`, then every new event."""
+"""Live streams: `WS /v1/outboxes/{outbox}/live?since=ID` (an outbox's item events) and
+`WS /v1/aggregates/{type}/{id}/live?since=SEQ` (one aggregate's events): backfill after
+`since`, then every new event."""
 
 from __future__ import annotations
 
@@ -11,8 +13,10 @@ from pydantic import TypeAdapter
 
 from api.auth import websocket_token_is_valid
 from api.live import LiveHub, SubscriberTooSlow
+from contract.aggregate import RecordedEvent
 from contract.ids import parse_item_workflow_id
-from outbox_client import InvalidRequest, validate_outbox
+from outbox_client import InvalidRequest, OutboxError, validate_outbox
+from readmodel import aggregates as event_store
 from readmodel import store
 from readmodel.models import EventRecord
 
@@ -94,3 +98,49 @@ async def _until_disconnect(websocket: WebSocket) -> None:
             message = await websocket.receive()
             if message["type"] == "websocket.disconnect":
                 return
+
+
+# How often an aggregate's socket looks for new events in the event store. Per socket: an
+# indexed range read, cheap next to the commands that produce the events.
+AGGREGATE_POLL_S = 0.25
+_AGGREGATE_EVENT_JSON = TypeAdapter(RecordedEvent)
+
+
+@router.websocket("/v1/aggregates/{aggregate_type}/{aggregate_id}/live")
+async def aggregate_live(
+    websocket: WebSocket, aggregate_type: str, aggregate_id: str, since: int | None = None
+) -> None:
+    """The aggregate's events with seq > `since` (from its current version without it), in
+    order, then each new one as the event store receives it; reconnect with the last seq."""
+    if not websocket_token_is_valid(websocket):
+        await websocket.close(
+            code=status.WS_1008_POLICY_VIOLATION, reason="invalid or missing token"
+        )
+        return
+    resources = websocket.app.state.resources
+    try:
+        resources.aggregates.client.check(aggregate_type, aggregate_id)
+    except OutboxError as err:
+        await websocket.close(code=status.WS_1008_POLICY_VIOLATION, reason=str(err))
+        return
+    engine = resources.engine
+    if since is None:
+        record = await asyncio.to_thread(event_store.get, engine, aggregate_type, aggregate_id)
+        since = record.version if record is not None else 0
+    await websocket.accept()
+    disconnected = asyncio.ensure_future(_until_disconnect(websocket))
+    last = since
+    try:
+        while not disconnected.done():
+            page = await asyncio.to_thread(
+                event_store.events, engine, aggregate_type, aggregate_id, after=last, limit=500
+            )
+            for event in page:
+                await websocket.send_json(_AGGREGATE_EVENT_JSON.dump_python(event, mode="json"))
+                last = event.seq
+            if not page:
+                await asyncio.wait({disconnected}, timeout=AGGREGATE_POLL_S)
+    except WebSocketDisconnect:
+        pass
+    finally:
+        disconnected.cancel()

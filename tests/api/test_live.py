@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import uuid
 from typing import Any
 
 import httpx
@@ -123,3 +124,30 @@ async def test_a_slow_subscriber_is_dropped_and_others_keep_up(engine: Engine) -
         for _ in range(count):
             await asyncio.wait_for(slow.next(), timeout=10)
     await hub.close()
+
+
+async def test_aggregate_stream_backfills_pushes_and_resumes_by_seq(served_api_factory) -> None:
+    api = await served_api_factory()
+    flight = f"live-{uuid.uuid4().hex[:6]}"
+    base = f"/v1/aggregates/flight/{flight}"
+    socket_url = api.url.replace("http://", "ws://") + f"{base}/live"
+
+    async with httpx.AsyncClient(base_url=api.url) as http:
+        await http.post(f"{base}/commands/open", json={"seats": ["1A", "1B"]})
+        async with websockets.connect(f"{socket_url}?since=0") as socket:
+            backfilled = await receive(socket, 1)
+            await http.post(
+                f"{base}/commands/assign_seat", json={"seat": "1A", "passenger_id": "p1"}
+            )
+            pushed = await receive(socket, 1)
+        await http.post(f"{base}/commands/move_seat", json={"passenger_id": "p1", "to": "1B"})
+        async with websockets.connect(f"{socket_url}?since=2") as socket:
+            resumed = await receive(socket, 2)
+        # An invalid id (or type) is refused before the socket opens.
+        with pytest.raises(websockets.InvalidStatus):
+            async with websockets.connect(socket_url.replace(flight, "a" * 201)):
+                pass
+
+    assert [(e["seq"], e["type"]) for e in backfilled] == [(1, "FlightOpened")]
+    assert [(e["seq"], e["type"]) for e in pushed] == [(2, "SeatAssigned")]
+    assert [(e["seq"], e["type"]) for e in resumed] == [(3, "SeatReleased"), (4, "SeatAssigned")]

@@ -115,3 +115,32 @@ async def test_recipients_delivery_shows_from_the_providers_reports(
         await page.select_option("#delivery-filter", "bounced")
         await expect(page.locator("tr.item")).to_have_count(1)
         await page.screenshot(path=str(ARTIFACTS / "dashboard-recipients.png"), full_page=True)
+
+
+async def test_aggregates_page_sends_commands_and_shows_events_live(
+    served_api_factory, browser: Browser
+) -> None:
+    api = await served_api_factory()
+    page = await browser.new_page()
+    await page.goto(api.url + "/aggregates")
+    await expect(page.locator("#types li.active")).to_have_text("flight", timeout=10_000)
+
+    await page.fill("#open-id", "BA117")
+    await page.click("#open-form button")
+    await page.select_option("#command-name", "open")
+    await page.fill("#command-payload", '{"seats": ["1A", "1B"]}')
+    await page.click("#command-button")
+    await expect(page.locator("#command-result")).to_have_text("version 1: FlightOpened")
+    await page.select_option("#command-name", "assign_seat")
+    await page.fill("#command-payload", '{"seat": "1A", "passenger_id": "p1"}')
+    await page.click("#command-button")
+
+    await expect(page.locator("#events tr[data-seq='2']")).to_contain_text(
+        "SeatAssigned", timeout=10_000
+    )
+    await expect(page.locator("#state")).to_contain_text('"1A": "p1"')
+    await expect(page.locator("#version")).to_have_text("version 2")
+    await page.fill("#command-payload", '{"seat": "1A", "passenger_id": "p2"}')
+    await page.click("#command-button")
+    await expect(page.locator("#command-result")).to_contain_text("SeatTaken")
+    await page.screenshot(path=str(ARTIFACTS / "aggregates.png"), full_page=True)

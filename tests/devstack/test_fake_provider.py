@@ -377,24 +377,25 @@ async def test_reset_and_shutdown_cancel_reports_not_yet_sent(http) -> None:
 
 async def test_a_seeded_bounce_rate_bounces_the_same_recipients_after_a_reset(http) -> None:
     recipients = tuple(f"user{n}@example.com" for n in range(16))
-    bounced: list[set[str]] = []
     async with (
         report_receiver() as receiver,
         run_fake_provider(
             FaultConfig(report_url=receiver.url, report_delay_s=0, bounce_rate=0.5, seed=11)
         ) as fake,
     ):
-        for run in range(2):
-            await poll_acs(http, await post_acs(http, fake.url, "rate", recipients))
-            await eventually(lambda: len(receiver.posts) > run)
-            _, events = receiver.posts[run]
-            bounced.append(
-                {e["data"]["recipient"] for e in events if e["data"]["status"] == "Bounced"}
-            )
-            await fake.admin.reset()  # re-seeds the draws and forgets operation "rate"
 
-    assert bounced[0] == bounced[1]
-    assert 0 < len(bounced[0]) < len(recipients)
+        async def bounced_in_a_fresh_run() -> set[str]:
+            posted = len(receiver.posts)
+            await poll_acs(http, await post_acs(http, fake.url, "rate", recipients))
+            await eventually(lambda: len(receiver.posts) > posted)
+            await fake.admin.reset()  # re-seeds the draws and forgets operation "rate"
+            _, events = receiver.posts[posted]
+            return {e["data"]["recipient"] for e in events if e["data"]["status"] == "Bounced"}
+
+        first, second = await bounced_in_a_fresh_run(), await bounced_in_a_fresh_run()
+
+    assert first == second
+    assert 0 < len(first) < len(recipients)
 
 
 async def test_a_receiver_that_keeps_failing_gets_three_tries_then_a_counted_failure(

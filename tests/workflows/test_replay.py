@@ -1,7 +1,8 @@
 """Replay recorded histories: a change that makes the workflow non-deterministic fails here.
 
-Histories (items and aggregates) are recorded from the lifecycle tests with `RECORD_HISTORIES=1 make test` and
-committed under `tests/histories/`; record new ones whenever the workflow gains a new path.
+Histories (items and aggregates) are recorded from the lifecycle tests with
+`RECORD_HISTORIES=1 make test` and committed under `tests/histories/`; record new ones whenever a
+workflow gains a new path.
 """
 
 from __future__ import annotations
