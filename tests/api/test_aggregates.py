@@ -93,3 +93,23 @@ async def test_a_repeated_command_id_answers_the_first_outcome(api: Api) -> None
         f"/v1/aggregates/lock/{lock}/commands/release", json={"holder": "h1"}
     )
     assert [e["type"] for e in released.json()["events"]] == ["LockReleased"]
+
+
+async def test_fifty_concurrent_requests_for_one_seat_get_one_200(api: Api) -> None:
+    flight = f"BA{uuid.uuid4().hex[:6]}"
+    await api.http.post(flight_url(flight, "open"), json={"seats": ["1A", "1B"]})
+
+    answers = await asyncio.gather(
+        *(
+            api.http.post(
+                flight_url(flight, "assign_seat"), json={"seat": "1A", "passenger_id": f"p{n}"}
+            )
+            for n in range(50)
+        )
+    )
+
+    statuses = sorted(answer.status_code for answer in answers)
+    assert statuses == [200] + [409] * 49
+    winner = next(a for a in answers if a.status_code == 200).json()["events"][0]["data"]
+    state = (await api.http.get(flight_url(flight))).json()
+    assert state["state"]["seats"]["1A"] == winner["passenger_id"] and state["version"] == 2

@@ -1,11 +1,13 @@
-"""The Temporal Web UI tells an item's story: its summary is on the workflow's page."""
+"""The Temporal Web UI tells an item's and an aggregate's story on the workflow's page."""
 
 from __future__ import annotations
 
+import uuid
 from urllib.parse import quote
 
 from playwright.async_api import Browser, expect
 
+from outbox_client.aggregates import AggregateClient
 from tests.browser.conftest import ARTIFACTS
 from tests.conftest import DEV_UI_PORT, webhook_destination
 
@@ -33,3 +35,37 @@ async def test_web_ui_shows_the_items_summary(
         await expect(details_frame.get_by_text("Sent: delivered.")).to_be_visible(timeout=15_000)
     finally:
         await page.screenshot(path=str(ARTIFACTS / "temporal-ui.png"), full_page=True)
+
+
+async def test_web_ui_finds_an_aggregate_and_shows_its_state(
+    dev_env, stack_factory, browser: Browser
+) -> None:
+    stack = await stack_factory(env=dev_env)
+    aggregates = AggregateClient(stack.client, stack.task_queue)
+    flight = f"UI{uuid.uuid4().hex[:6]}"
+    await aggregates.command("flight", flight, "open", {"seats": ["1A", "1B"]})
+    await aggregates.send(
+        "flight", flight, "assign_seat", {"seat": "9Z", "passenger_id": "p1"}, command_id="bad-1"
+    )
+    found = [
+        run.id
+        async for run in stack.client.list_workflows(
+            f"AggregateType = 'flight' AND WorkflowId = 'agg/flight/{flight}'"
+        )
+    ]
+    assert found == [f"agg/flight/{flight}"]
+    page = await browser.new_page()
+
+    workflow_path = f"/namespaces/default/workflows/{quote(found[0], safe='')}"
+    await page.goto(f"http://127.0.0.1:{DEV_UI_PORT}{workflow_path}")
+
+    try:
+        await page.get_by_text("User Metadata").click(timeout=30_000)
+        summary_frame = page.frame_locator("#user-metadata-summary")
+        details_frame = page.frame_locator("#user-metadata-current-details")
+        await expect(summary_frame.get_by_text(f"flight {flight}")).to_be_visible(timeout=15_000)
+        await expect(details_frame.get_by_text("Rejected commands: 1")).to_be_visible(
+            timeout=15_000
+        )
+    finally:
+        await page.screenshot(path=str(ARTIFACTS / "temporal-ui-aggregate.png"), full_page=True)
