@@ -149,6 +149,14 @@ def record_reader(cls: type[T]) -> Callable[[RowMapping], T]:
     return read
 
 
+def cursor_column() -> Column[int]:
+    """An event table's `id`: a cursor that only grows. BigInteger on PostgreSQL, but SQLite
+    only auto-increments an INTEGER PRIMARY KEY."""
+    return Column(
+        "id", BigInteger().with_variant(Integer(), "sqlite"), primary_key=True, autoincrement=True
+    )
+
+
 ITEMS = Table(
     "outbox_items",
     metadata,
@@ -173,14 +181,8 @@ ITEMS = Table(
 EVENTS = Table(
     "outbox_events",
     metadata,
-    # The outbox-wide cursor live clients resume from (`?since=`). BigInteger on PostgreSQL, but
-    # SQLite only auto-increments an INTEGER PRIMARY KEY.
-    Column(
-        "id",
-        BigInteger().with_variant(Integer(), "sqlite"),
-        primary_key=True,
-        autoincrement=True,
-    ),
+    # The outbox-wide cursor live clients resume from (`?since=`).
+    cursor_column(),
     Column("item_id", String(MAX_ITEM_ID_LENGTH), nullable=False),
     Column("outbox", String(MAX_OUTBOX_LENGTH), nullable=False),
     *dataclass_columns(ItemEvent),
@@ -196,12 +198,7 @@ AGGREGATE_EVENTS = Table(
     "aggregate_events",
     metadata,
     # A cursor over every aggregate's events, for tailers that follow more than one.
-    Column(
-        "id",
-        BigInteger().with_variant(Integer(), "sqlite"),
-        primary_key=True,
-        autoincrement=True,
-    ),
+    cursor_column(),
     Column("aggregate_type", String(MAX_AGGREGATE_TYPE_LENGTH), nullable=False),
     Column("aggregate_id", String(MAX_AGGREGATE_ID_LENGTH), nullable=False),
     *dataclass_columns(
