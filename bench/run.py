@@ -283,6 +283,8 @@ def main() -> int:
     env.update(PORTS)
     env.update({"DEV_DATA_DIR": str(data_dir), "OUTBOX_CONFIG": str(CONFIG), "API_TOKEN": ""})
     env["DEST_BENCH_WAIT_POLL_INTERVAL_S"] = str(REST_POLL_INTERVAL_S)
+    # The bench's destinations take no delivery reports: none should load the API.
+    env["DEV_FAKE_REPORTS"] = "0"
     children = build_children(env)
     children.append(Child("naive", [sys.executable, "-m", "bench.naive", "worker"], lambda: True))
     try:

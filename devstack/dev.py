@@ -8,7 +8,8 @@ stops the stack, as that is a configuration error a retry will not fix. Items pe
 directory across restarts.
 
 Environment (defaults): DEV_TEMPORAL_PORT (7233), DEV_UI_PORT (8233), DEV_FAKE_PORT (8025),
-DEV_API_PORT (8000), DEV_DATA_DIR (.data), DEV_FAKE_ARGS (none: extra fake provider flags such as
+DEV_API_PORT (8000), DEV_DATA_DIR (.data), DEV_FAKE_REPORTS (1; 0: the fake sends no delivery
+reports), DEV_FAKE_ARGS (none: extra fake provider flags such as
 `--bounce-rate 0.2 --duplicate-reports`, which win over the stack's own). The children get the
 matching TEMPORAL_ADDRESS and FAKE_PROVIDER_URL, and DATABASE_URL (SQLite in the data directory)
 unless it is set.
@@ -186,7 +187,8 @@ def build_children(env: dict[str, str], fake_args: list[str] | None = None) -> l
     env["PYTHONUNBUFFERED"] = "1"
     fake = [
         *[python, "-m", "devstack.fake_provider", "--host", "127.0.0.1", "--port", str(fake_port)],
-        *["--report-url", report_url],
+        # DEV_FAKE_REPORTS=0 (the benchmarks) keeps report traffic out of the measurement.
+        *(["--report-url", report_url] if env.get("DEV_FAKE_REPORTS", "1") != "0" else []),
     ]
     api = [python, "-m", "uvicorn", "api.main:create_app", "--factory"]
     return [

@@ -3,6 +3,7 @@ without a reload, and its detail shows the event history."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 
 import httpx
@@ -97,7 +98,12 @@ async def test_recipients_delivery_shows_from_the_providers_reports(
                 },
                 headers={"Idempotency-Key": "welcome"},
             )
-        assert response.status_code == 202
+            assert response.status_code == 202
+            # The page lists the outboxes the read model holds when it loads: wait for this one.
+            for _ in range(200):
+                if any(o["outbox"] == "mail" for o in (await http.get("/v1/outboxes")).json()):
+                    break
+                await asyncio.sleep(0.05)
         await page.goto(url + "/")
 
         row = page.locator("tr.item[data-key='welcome']")

@@ -340,3 +340,10 @@ def test_fake_flags_from_dev_fake_args_win_over_the_stacks(tmp_path: Path) -> No
 
     assert flags.bounce_rate == 0.5
     assert flags.report_url == "http://elsewhere/events"
+
+
+def test_dev_fake_reports_0_sends_no_reports(tmp_path: Path) -> None:
+    # The benchmarks set it: their destinations take no reports, and the traffic would skew them.
+    flags = fake_flags({"DEV_DATA_DIR": str(tmp_path), "DEV_FAKE_REPORTS": "0"})
+
+    assert flags.report_url is None
