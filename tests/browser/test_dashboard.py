@@ -150,3 +150,23 @@ async def test_aggregates_page_sends_commands_and_shows_events_live(
     await page.click("#command-button")
     await expect(page.locator("#command-result")).to_contain_text("SeatTaken")
     await page.screenshot(path=str(ARTIFACTS / "aggregates.png"), full_page=True)
+
+
+async def test_an_empty_dashboard_picks_up_the_first_outbox(
+    served_api_factory, browser: Browser
+) -> None:
+    api = await served_api_factory()
+    page = await browser.new_page()
+    await page.goto(api.url + "/")
+    await expect(page.locator("#enqueue-destination option")).to_have_count(1, timeout=10_000)
+
+    async with httpx.AsyncClient(base_url=api.url) as http:
+        response = await http.post(
+            "/v1/outboxes/first/items",
+            json={"destination": api.webhook.name, "payload": {"n": 1}},
+            headers={"Idempotency-Key": "first-1"},
+        )
+    assert response.status_code == 202
+
+    await expect(page.locator("#outboxes li")).to_have_text(["first (1)"], timeout=10_000)
+    await expect(page.locator("tr.item[data-key='first-1']")).to_have_count(1, timeout=10_000)
