@@ -65,6 +65,8 @@ def enqueue(args: argparse.Namespace) -> None:
         body: dict[str, Any] = {"destination": args.destination, "payload": _json(args.payload)}
         if args.not_before:
             body["not_before"] = args.not_before
+        if args.delay_seconds is not None:
+            body["delay_seconds"] = args.delay_seconds
         headers = {"Idempotency-Key": args.key} if args.key else {}
         _print(_check(client.post(_items_path(args.outbox), json=body, headers=headers)))
 
@@ -175,6 +177,7 @@ def build_parser() -> argparse.ArgumentParser:
     command.add_argument("--payload", help="the item's JSON payload")
     command.add_argument("--key", help="Idempotency-Key (generated when absent)")
     command.add_argument("--not-before", help="RFC 3339 time with zone")
+    command.add_argument("--delay-seconds", type=float, help="or: due this many seconds from now")
     command.add_argument(
         "--file", help="JSONL: one {destination, payload, idempotency_key?} per line"
     )

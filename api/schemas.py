@@ -3,14 +3,24 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Annotated, Any, Literal
+from datetime import datetime, timedelta
+from typing import Annotated, Any, Literal, Self
 
-from pydantic import AfterValidator, AwareDatetime, BaseModel, ConfigDict, Field, WithJsonSchema
+from pydantic import (
+    AfterValidator,
+    AwareDatetime,
+    BaseModel,
+    ConfigDict,
+    Field,
+    WithJsonSchema,
+    model_validator,
+)
 
 from contract.item import OutboxItemView
 from contract.limits import (
     MAX_DESTINATION_LENGTH,
     MAX_KEY_LENGTH,
+    MAX_START_DELAY,
     TEXT_KEY_PATTERN,
     check_idempotency_key,
     check_ordering_key,
@@ -39,6 +49,12 @@ class EnqueueRequest(BaseModel):
     not_before: AwareDatetime | None = Field(
         default=None, description="Deliver no earlier than this (RFC 3339 with a time zone)"
     )
+    delay_seconds: float | None = Field(
+        default=None,
+        ge=0,
+        le=MAX_START_DELAY.total_seconds(),
+        description="Deliver no earlier than this many seconds from now (or `not_before`)",
+    )
     max_attempts: int | None = Field(
         default=None,
         ge=1,
@@ -46,6 +62,18 @@ class EnqueueRequest(BaseModel):
         strict=True,
         description="Lower the destination's attempt limit for this item",
     )
+
+    @model_validator(mode="after")
+    def _one_due_time(self) -> Self:
+        if self.not_before is not None and self.delay_seconds is not None:
+            raise ValueError("give not_before or delay_seconds, not both")
+        return self
+
+    def due_time(self, now: datetime) -> datetime | None:
+        """When the item is due: `not_before`, or `delay_seconds` from `now`."""
+        if self.delay_seconds is not None:
+            return now + timedelta(seconds=self.delay_seconds)
+        return self.not_before
 
 
 class BatchEnqueueItem(EnqueueRequest):

@@ -10,7 +10,7 @@ that itself contains `:` never collides with an action.
 from __future__ import annotations
 
 import uuid
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Annotated
 from urllib.parse import quote
 
@@ -256,7 +256,7 @@ def _new_item(body: EnqueueRequest, key: str) -> NewItem:
         payload=body.payload,
         key=key,
         ordering_key=body.ordering_key,
-        not_before=body.not_before,
+        not_before=body.due_time(datetime.now(UTC)),
         max_attempts=body.max_attempts,
     )
 

@@ -92,3 +92,46 @@ async def test_one_batch_item_beyond_the_limit_fails_alone(api: Api) -> None:
     assert_problem(await api.http.get(f"/v1/outboxes/tests/items/{key}"), 404, "item-not-found")
     for result in (body["results"][0], body["results"][2]):
         assert (await api.stack.result(result["item"]["id"])).status == "sent"
+
+
+async def test_delay_seconds_makes_the_item_queued_until_its_due_time(api: Api) -> None:
+    key = f"delayed-{uuid.uuid4()}"
+
+    response = await api.http.post(
+        "/v1/outboxes/tests/items",
+        json={"destination": api.webhook.name, "payload": {"n": 1}, "delay_seconds": 3600},
+        headers={"Idempotency-Key": key},
+    )
+    item = (await api.http.get(f"/v1/outboxes/tests/items/{key}")).json()
+    handle = api.stack.client.get_workflow_handle(item_workflow_id("tests", key))
+    described = await handle.describe()
+    cancelled = await api.http.post(f"/v1/outboxes/tests/items/{key}/cancel", json={})
+
+    assert response.status_code == 202, response.text
+    assert item["status"] == "queued"
+    # Both on the server's clock (the time-skipping server's runs ahead of the wall clock).
+    assert described.execution_time is not None
+    delay = described.execution_time - described.start_time
+    assert timedelta(minutes=59) < delay <= timedelta(hours=1)
+    assert datetime.fromisoformat(item["next_attempt_at"]) == described.execution_time
+    assert cancelled.status_code == 200, cancelled.text
+
+
+@pytest.mark.parametrize(
+    ("fields", "problem_text"),
+    [
+        ({"delay_seconds": 10, "not_before": "2030-01-01T00:00:00Z"}, "not both"),
+        ({"delay_seconds": -1}, "delay_seconds"),
+        ({"delay_seconds": MAX_START_DELAY.total_seconds() + 1}, "delay_seconds"),
+    ],
+)
+async def test_bad_delays_are_422(api: Api, fields: dict[str, object], problem_text: str) -> None:
+    key = f"bad-delay-{uuid.uuid4()}"
+    response = await api.http.post(
+        "/v1/outboxes/tests/items",
+        json={"destination": api.webhook.name, "payload": {"n": 1}, **fields},
+        headers={"Idempotency-Key": key},
+    )
+    await _stop_if_started(api, key)
+
+    assert problem_text in assert_problem(response, 422)["detail"]
