@@ -9,7 +9,8 @@ Given `--report-url`, it also reports each email recipient's fate there as Event
 Faults come from three places, most specific first: a per-key script (`POST /_admin/script`),
 per-request headers (`X-Fake-Status`, `X-Fake-Retry-After`, `X-Fake-Latency-Ms`, `X-Fake-Hang-S`,
 `X-Fake-Running-Polls`, `X-Fake-Operation-Result`), and the global fault config
-(`PUT /_admin/faults`, or at start-up one flag per FaultConfig field). Run it with
+(`PUT /_admin/faults`, or at start-up one flag per FaultConfig field). `GET /_admin/deliveries
+?endpoint=` lists first deliveries in arrival order, each with a global sequence number. Run it with
 `python -m devstack.fake_provider --port 8025 [--error-rate 0.1 ...]` (`--help` lists the flags).
 """
 
@@ -185,6 +186,8 @@ class FakeProviderState:
         self.operations: dict[str, Operation] = {}
         self.operation_by_key: dict[str, str] = {}
         self.delivered_keys: set[str] = set()
+        # Every first delivery in arrival order: what ordering tests check.
+        self.delivery_log: list[dict[str, Any]] = []
         # (monotonic time, path) of every request, for max-rate-in-window questions.
         self.requests: list[tuple[float, str]] = []
 
@@ -242,6 +245,23 @@ class FakeProviderState:
         else:
             stats.polls += 1
         return stats
+
+    def log_delivery(self, key: str, endpoint: str, body: bytes) -> None:
+        """Count a key's first delivery and give it the next global sequence number."""
+        self.keys[key].deliveries += 1
+        try:
+            payload = json.loads(body)
+        except ValueError:
+            payload = None
+        self.delivery_log.append(
+            {
+                "seq": len(self.delivery_log) + 1,
+                "key": key,
+                "endpoint": endpoint,
+                "at": time.time(),
+                "payload": payload,
+            }
+        )
 
     def max_in_window(self, prefix: str, window_s: float) -> int:
         """Most requests to paths starting with `prefix` inside any `window_s`-second window."""
@@ -345,7 +365,7 @@ def create_app(state: FakeProviderState) -> Starlette:
             )
             state.operations[operation_id] = operation
             state.operation_by_key[key] = operation_id
-            state.keys[key].deliveries += 1
+            state.log_delivery(key, "emails", body)
             if state.faults.report_before_success:
                 state.report_on(operation)
         base = str(request.base_url).rstrip("/")
@@ -392,7 +412,7 @@ def create_app(state: FakeProviderState) -> Starlette:
             return fault
         if key not in state.delivered_keys:
             state.delivered_keys.add(key)
-            state.keys[key].deliveries += 1
+            state.log_delivery(key, request.path_params["endpoint"], body)
         log.info("webhook %s %s -> 204", request.url.path, key)
         return Response(status_code=204)
 
@@ -437,6 +457,12 @@ def create_app(state: FakeProviderState) -> Starlette:
         state.scripts[spec["key"]] = [Step(**step) for step in spec["steps"]]
         return JSONResponse({"key": spec["key"], "steps": len(spec["steps"])})
 
+    async def admin_deliveries(request: Request) -> Response:
+        endpoint = request.query_params.get("endpoint")
+        return JSONResponse(
+            [entry for entry in state.delivery_log if endpoint in (None, entry["endpoint"])]
+        )
+
     async def admin_reset(request: Request) -> Response:
         # Reports still waiting to go out would land after the reset and count against it.
         await state.reports.close()
@@ -461,6 +487,7 @@ def create_app(state: FakeProviderState) -> Starlette:
             Route("/_admin/faults", admin_faults, methods=["GET", "PUT"]),
             Route("/_admin/script", admin_script, methods=["POST"]),
             Route("/_admin/reset", admin_reset, methods=["POST"]),
+            Route("/_admin/deliveries", admin_deliveries),
         ],
     )
 
@@ -524,6 +551,11 @@ class FakeProviderAdmin:
 
     async def script(self, key: str, steps: list[dict[str, Any]]) -> None:
         await self._call("POST", "/_admin/script", json={"key": key, "steps": steps})
+
+    async def deliveries(self, endpoint: str | None = None) -> list[dict[str, Any]]:
+        """First deliveries in arrival order (`seq`), optionally of one endpoint."""
+        params = {"endpoint": endpoint} if endpoint is not None else {}
+        return list(await self._call("GET", "/_admin/deliveries", params=params))
 
     async def reset(self) -> None:
         await self._call("POST", "/_admin/reset")

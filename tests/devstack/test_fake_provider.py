@@ -412,3 +412,23 @@ async def test_a_receiver_that_keeps_failing_gets_three_tries_then_a_counted_fai
     assert [headers["aeg-delivery-count"] for headers, _ in receiver.posts] == ["0", "1", "2"]
     assert receiver.posts[0][1] == receiver.posts[2][1]  # a retry resends the same events
     assert (totals["reports_sent"], totals["report_failures"]) == (0, 1)
+
+
+async def test_deliveries_are_listed_in_arrival_order_per_endpoint(fake, http) -> None:
+    assert (await post_webhook(http, fake.url, "w1")).status_code == 204
+    assert (await post_acs(http, fake.url, "e1")).status_code == 202
+    assert (await post_webhook(http, fake.url, "w2")).status_code == 204
+    assert (await post_webhook(http, fake.url, "w1")).status_code == 204  # a duplicate
+
+    everything = await fake.admin.deliveries()
+    webhooks = await fake.admin.deliveries("test")
+
+    assert [(d["seq"], d["key"], d["endpoint"]) for d in everything] == [
+        (1, "w1", "test"),
+        (2, "e1", "emails"),
+        (3, "w2", "test"),
+    ]
+    assert [d["key"] for d in webhooks] == ["w1", "w2"]
+    assert webhooks[0]["payload"] == {"n": 1}
+    await fake.admin.reset()
+    assert await fake.admin.deliveries() == []
