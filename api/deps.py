@@ -13,6 +13,7 @@ from common.destinations import DestinationRegistry
 from common.settings import Settings
 from outbox_client import OutboxClient
 from service.aggregates import AggregateService
+from service.destinations import DestinationControls
 from service.items import ItemService
 from service.reports import DeliveryReportService
 
@@ -28,6 +29,7 @@ class Resources:
     items: ItemService
     reports: DeliveryReportService
     aggregates: AggregateService
+    controls: DestinationControls
 
 
 def get_resources(request: Request) -> Resources:
@@ -51,6 +53,10 @@ def get_aggregate_service(request: Request) -> AggregateService:
     return get_resources(request).aggregates
 
 
+def get_destination_controls(request: Request) -> DestinationControls:
+    return get_resources(request).controls
+
+
 def get_engine(request: Request) -> Engine:
     return get_resources(request).engine
 
@@ -69,6 +75,7 @@ OutboxClientDep = Annotated[OutboxClient, Depends(get_outbox_client)]
 ItemServiceDep = Annotated[ItemService, Depends(get_item_service)]
 ReportServiceDep = Annotated[DeliveryReportService, Depends(get_report_service)]
 AggregateServiceDep = Annotated[AggregateService, Depends(get_aggregate_service)]
+DestinationControlsDep = Annotated[DestinationControls, Depends(get_destination_controls)]
 EngineDep = Annotated[Engine, Depends(get_engine)]
 DestinationsDep = Annotated[DestinationRegistry, Depends(get_destinations)]
 MetricsDep = Annotated[ApiMetrics, Depends(get_metrics)]

@@ -24,13 +24,23 @@ from api.errors import install_error_handlers
 from api.limits import BodySizeLimit
 from api.live import LiveHub
 from api.metrics import ApiMetrics, MetricsMiddleware
-from api.routes import aggregates, dashboard, events, health, items, live, outboxes
+from api.routes import (
+    aggregates,
+    dashboard,
+    events,
+    health,
+    items,
+    live,
+    outboxes,
+)
+from api.routes import destinations as destination_routes
 from common.destinations import DestinationRegistry
 from common.settings import Settings, get_settings
 from outbox_client import OutboxClient, TemporalConnection
 from outbox_client.aggregates import AggregateClient
 from readmodel.db import create_schema, make_engine
 from service.aggregates import AggregateService
+from service.destinations import DestinationControls
 from service.items import ItemService
 from service.reports import DeliveryReportService
 
@@ -83,6 +93,7 @@ def create_app(
             items=ItemService(outbox, db, cancel_wait=timedelta(seconds=settings.cancel_wait_s)),
             reports=DeliveryReportService(outbox, db),
             aggregates=AggregateService(AggregateClient(outbox.connection, outbox.task_queue), db),
+            controls=DestinationControls(outbox, registry),
         )
         if settings.api_tokens:
             log.info("API requires a bearer token (%d configured)", len(settings.api_tokens))
@@ -113,6 +124,7 @@ def create_app(
     app.include_router(items.router, dependencies=authenticated)
     app.include_router(outboxes.router, dependencies=authenticated)
     app.include_router(aggregates.router, dependencies=authenticated)
+    app.include_router(destination_routes.router, dependencies=authenticated)
     app.include_router(live.router)  # checks its own token: browsers cannot send headers
     app.include_router(events.router)  # per-destination secrets: Event Grid sends no bearer
     app.include_router(health.router)

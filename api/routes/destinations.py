@@ -1,0 +1,100 @@
+"""Destinations at run time: the rates in force, changed without a restart, and pause/resume.
+
+The Temporal server enforces both on the destination's submit and poll task queues, across all
+workers, and keeps them across restarts of every process (see `service.destinations`).
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Body
+from pydantic import BaseModel, ConfigDict, Field
+
+from api.deps import DestinationControlsDep
+from api.schemas import problem_responses
+from service.destinations import MAX_REASON, DestinationState
+
+router = APIRouter(
+    prefix="/v1/destinations",
+    tags=["destinations"],
+    responses=problem_responses(401, 403, 404, 422, 503),
+)
+
+
+class QueueRateInfo(BaseModel):
+    """One task queue's rate in force."""
+
+    rate: float = Field(description="Activities per second the server dispatches (0: paused)")
+    source: str = Field(description="'api' (set at run time) or 'worker' (the configured rate)")
+
+
+class DestinationInfoFull(BaseModel):
+    """A destination: its configuration, the rates the server enforces now, and pause state."""
+
+    name: str
+    provider: str
+    configured_submit_rate: float
+    configured_poll_rate: float
+    submit: QueueRateInfo
+    poll: QueueRateInfo
+    paused: bool
+    pause_reason: str | None
+    # While paused: the run-time rate a resume restores (null: the configured rate).
+    resume_submit_rate: float | None
+    resume_poll_rate: float | None
+
+
+class DestinationPatch(BaseModel):
+    """What to change; omitted fields stay as they are."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    submit_rate: float | None = Field(default=None, gt=0, le=10_000)
+    poll_rate: float | None = Field(default=None, gt=0, le=10_000)
+    paused: bool | None = None
+    reason: str | None = Field(default=None, max_length=MAX_REASON)
+
+
+def destination_info(state: DestinationState) -> DestinationInfoFull:
+    destination = state.destination
+    return DestinationInfoFull(
+        name=destination.name,
+        provider=destination.provider,
+        configured_submit_rate=destination.submit_rate,
+        configured_poll_rate=destination.poll_rate,
+        submit=QueueRateInfo(rate=state.submit.rate, source=state.submit.source),
+        poll=QueueRateInfo(rate=state.poll.rate, source=state.poll.source),
+        paused=state.paused,
+        pause_reason=state.submit.pause_reason or state.poll.pause_reason,
+        resume_submit_rate=state.submit.resume_rate,
+        resume_poll_rate=state.poll.resume_rate,
+    )
+
+
+@router.get("", response_model=list[DestinationInfoFull], summary="Destinations and rates in force")
+async def list_destinations(controls: DestinationControlsDep) -> list[DestinationInfoFull]:
+    """Every configured destination, with the rates the server enforces now."""
+    return [destination_info(state) for state in await controls.states()]
+
+
+@router.get("/{name}", response_model=DestinationInfoFull, summary="One destination")
+async def get_destination(name: str, controls: DestinationControlsDep) -> DestinationInfoFull:
+    return destination_info(await controls.state(name))
+
+
+@router.patch("/{name}", response_model=DestinationInfoFull, summary="Change rates, pause, resume")
+async def patch_destination(
+    name: str, controls: DestinationControlsDep, body: Annotated[DestinationPatch, Body()]
+) -> DestinationInfoFull:
+    """Rates apply at once across all workers; `paused: true` stops every new submit and poll
+    (in-flight ones finish, nothing fails) until `paused: false`. A rate given while paused is
+    the one a resume restores."""
+    state = await controls.update(
+        name,
+        submit_rate=body.submit_rate,
+        poll_rate=body.poll_rate,
+        paused=body.paused,
+        reason=body.reason,
+    )
+    return destination_info(state)
