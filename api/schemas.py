@@ -215,6 +215,10 @@ class DestinationInfo(BaseModel):
     submit_rate: float
     poll_rate: float
     max_attempts: int
+    # What the server enforces now (`PATCH /v1/destinations/{name}`); null if Temporal is down.
+    paused: bool | None = None
+    submit_rate_in_force: float | None = None
+    poll_rate_in_force: float | None = None
 
 
 class OutboxStats(BaseModel):

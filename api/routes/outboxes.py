@@ -5,10 +5,11 @@ from __future__ import annotations
 import asyncio
 
 from fastapi import APIRouter
+from temporalio.service import RPCError
 
-from api.deps import DestinationsDep, EngineDep
+from api.deps import DestinationControlsDep, DestinationsDep, EngineDep
 from api.schemas import DestinationInfo, OutboxStats, OutboxSummary, problem_responses
-from outbox_client import validate_outbox
+from outbox_client import is_temporal_unavailable, validate_outbox
 from readmodel import store
 
 router = APIRouter(
@@ -28,23 +29,30 @@ async def list_outboxes(engine: EngineDep) -> list[OutboxSummary]:
 
 @router.get("/{outbox}/stats", response_model=OutboxStats, summary="Counts and rates in force")
 async def outbox_stats(
-    outbox: str, engine: EngineDep, destinations: DestinationsDep
+    outbox: str, engine: EngineDep, destinations: DestinationsDep, controls: DestinationControlsDep
 ) -> OutboxStats:
-    """Counts by status, and every destination with the rates its task queues are held to."""
+    """Counts by status, and every destination with its configured rates and, from the server,
+    the rates in force and whether it is paused."""
     validate_outbox(outbox)
     counts = await asyncio.to_thread(store.counts_by_status, engine, outbox)
-    return OutboxStats(
-        outbox=outbox,
-        counts=counts,
-        total=sum(counts.values()),
-        destinations=[
-            DestinationInfo(
-                name=d.name,
-                provider=d.provider,
-                submit_rate=d.submit_rate,
-                poll_rate=d.poll_rate,
-                max_attempts=d.max_attempts,
-            )
-            for d in destinations
-        ],
-    )
+    infos = []
+    for d in destinations:
+        info = DestinationInfo(
+            name=d.name,
+            provider=d.provider,
+            submit_rate=d.submit_rate,
+            poll_rate=d.poll_rate,
+            max_attempts=d.max_attempts,
+        )
+        try:
+            state = await controls.state(d.name)
+        except Exception as err:
+            # Temporal down, or a server without task-queue config: the counts still answer.
+            if not (isinstance(err, RPCError) or is_temporal_unavailable(err)):
+                raise
+        else:
+            info.paused = state.paused
+            info.submit_rate_in_force = state.submit.rate
+            info.poll_rate_in_force = state.poll.rate
+        infos.append(info)
+    return OutboxStats(outbox=outbox, counts=counts, total=sum(counts.values()), destinations=infos)
