@@ -4,6 +4,7 @@
     outbox enqueue demo --file items.jsonl          # one JSON item per line, sent in batches
     outbox status demo k1
     outbox tail demo [--since ID]                   # follow the outbox live
+    outbox destinations [NAME] [--pause --reason R | --resume] [--submit-rate N]
     outbox cancel demo k1 | outbox redrive demo k1 | outbox redrive demo --all-failed
     outbox dev                                      # what `make dev` runs
 
@@ -129,6 +130,25 @@ def redrive(args: argparse.Namespace) -> None:
             raise CliError("redrive needs a KEY or --all-failed")
 
 
+def destinations(args: argparse.Namespace) -> None:
+    with _client(args) as client:
+        if args.name is None:
+            _print(_check(client.get("/v1/destinations")))
+            return
+        url = f"/v1/destinations/{quote(args.name, safe='')}"
+        change: dict[str, Any] = {}
+        if args.pause or args.resume:
+            change["paused"] = bool(args.pause)
+        if args.submit_rate is not None:
+            change["submit_rate"] = args.submit_rate
+        if args.poll_rate is not None:
+            change["poll_rate"] = args.poll_rate
+        if args.reason is not None:
+            change["reason"] = args.reason
+        response = client.patch(url, json=change) if change else client.get(url)
+        _print(_check(response))
+
+
 def tail(args: argparse.Namespace) -> None:
     from websockets.sync.client import connect
 
@@ -198,6 +218,18 @@ def build_parser() -> argparse.ArgumentParser:
     command.add_argument("--all-failed", action="store_true")
     command.add_argument("--destination", help="with --all-failed: only this destination")
     command.set_defaults(run=redrive)
+
+    command = commands.add_parser(
+        "destinations", help="rates in force; pause, resume or re-rate one destination"
+    )
+    command.add_argument("name", nargs="?", help="one destination (all without it)")
+    switch = command.add_mutually_exclusive_group()
+    switch.add_argument("--pause", action="store_true", help="stop every new submit and poll")
+    switch.add_argument("--resume", action="store_true")
+    command.add_argument("--submit-rate", type=float, help="submits per second, at once")
+    command.add_argument("--poll-rate", type=float, help="polls per second, at once")
+    command.add_argument("--reason", help="why (shown while paused)")
+    command.set_defaults(run=destinations)
 
     command = commands.add_parser("tail", help="follow an outbox's events live")
     command.add_argument("outbox")

@@ -14,7 +14,7 @@ from devstack.fake_provider import run_fake_provider
 from devstack.serving import serve_in_background
 from tests.api.conftest import api_settings
 from tests.browser.conftest import ARTIFACTS
-from tests.conftest import email_destination
+from tests.conftest import email_destination, webhook_destination
 
 
 async def test_row_appears_and_turns_sent_without_reload(
@@ -170,3 +170,29 @@ async def test_an_empty_dashboard_picks_up_the_first_outbox(
 
     await expect(page.locator("#outboxes li")).to_have_text(["first (1)"], timeout=10_000)
     await expect(page.locator("tr.item[data-key='first-1']")).to_have_count(1, timeout=10_000)
+
+
+async def test_pause_button_pauses_and_resumes_a_destination(
+    dev_env, stack_factory, fake_provider, browser: Browser
+) -> None:
+    webhook = webhook_destination(fake_provider)
+    stack = await stack_factory(webhook, env=dev_env)
+    app = create_app(
+        api_settings(workflow_task_queue=stack.task_queue),
+        outbox_client=stack.outbox,
+        engine=stack.engine,
+    )
+    async with serve_in_background(app, lifespan="on") as url:
+        page = await browser.new_page()
+        await page.goto(url + "/")
+        row = page.locator(f"#destinations [data-destination='{webhook.name}']")
+        await expect(row.locator(".pause-button")).to_have_text("Pause", timeout=10_000)
+
+        await row.locator(".pause-button").click()
+        await expect(row).to_contain_text("paused: from the dashboard")
+        async with httpx.AsyncClient(base_url=url) as http:
+            state = (await http.get(f"/v1/destinations/{webhook.name}")).json()
+            assert state["paused"] is True
+            await row.locator(".pause-button").click()
+            await expect(row.locator(".pause-button")).to_have_text("Pause")
+            assert (await http.get(f"/v1/destinations/{webhook.name}")).json()["paused"] is False

@@ -8,7 +8,11 @@ from pathlib import Path
 
 import pytest
 
+from api.main import create_app
 from cli import main
+from devstack.serving import serve_in_background
+from tests.api.conftest import api_settings
+from tests.conftest import webhook_destination
 
 
 async def run(api_url: str, *argv: str) -> None:
@@ -75,3 +79,26 @@ async def test_errors_are_one_line_not_tracebacks(served_api_factory, capsys) ->
     err = capsys.readouterr().err
     assert (missing.value.code, unreachable.value.code) == (1, 1)
     assert "HTTP 404: Item not found" in err and "cannot reach the API" in err
+
+
+async def test_destinations_pause_resume_and_rate(
+    dev_env, stack_factory, fake_provider, capsys
+) -> None:
+    webhook = webhook_destination(fake_provider)
+    stack = await stack_factory(webhook, env=dev_env)
+    app = create_app(
+        api_settings(workflow_task_queue=stack.task_queue),
+        outbox_client=stack.outbox,
+        engine=stack.engine,
+    )
+    async with serve_in_background(app, lifespan="on") as url:
+        await run(url, "destinations", webhook.name, "--pause", "--reason", "cli test")
+        paused = json.loads(capsys.readouterr().out)
+        await run(url, "destinations", webhook.name, "--resume", "--submit-rate", "3")
+        resumed = json.loads(capsys.readouterr().out)
+        await run(url, "destinations")
+        listed = json.loads(capsys.readouterr().out)
+
+    assert paused["paused"] is True and paused["pause_reason"] == "cli test"
+    assert resumed["paused"] is False and resumed["submit"] == {"rate": 3.0, "source": "api"}
+    assert webhook.name in [d["name"] for d in listed]
