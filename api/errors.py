@@ -136,6 +136,14 @@ def known_problem(err: Exception) -> ApiProblem | None:
         return ApiProblem(422, "invalid-cursor", "Invalid cursor", str(err))
     if is_temporal_unavailable(err):
         return _temporal_unavailable()
+    if isinstance(err, RPCError) and err.status == RPCStatusCode.UNIMPLEMENTED:
+        # E.g. task-queue configuration on Temporal's time-skipping test server.
+        return ApiProblem(
+            501,
+            "not-supported-by-temporal",
+            "Not supported by this Temporal server",
+            f"the Temporal server does not support this: {err.message}",
+        )
     if isinstance(err, RPCError) and err.status == RPCStatusCode.NOT_FOUND:
         # The item ended or vanished between two calls of one request: a race, not a bug.
         return ApiProblem(404, "item-not-found", "Item not found", "no such item")

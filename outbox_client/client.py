@@ -68,6 +68,10 @@ from outbox_client.validation import (
 # Every call to Temporal gets a deadline, so a blackholed server answers the API's caller with a
 # 503 instead of holding the request open. Only calls on ended workflows or quick handlers wait.
 RPC_TIMEOUT = timedelta(seconds=10)
+ORDERING_NOT_SUPPORTED = (
+    "ordering_key is not supported yet: items are not delivered in key order until ordering"
+    " lanes exist, so it is refused rather than ignored; send the item without it"
+)
 # How long a cancel waits for a worker to answer before it falls back to a signal.
 CANCEL_WAIT = timedelta(seconds=5)
 # Started, task scheduled, task started, task completed: before the 4th event no code has run.
@@ -151,7 +155,8 @@ class OutboxClient:
             payload: what the provider receives (ACS email body, webhook JSON).
             key: the idempotency key; a fresh UUID when None. Repeating it returns the
                 existing item, or raises `IdempotencyConflict` if the request differs.
-            ordering_key: recorded with the item and part of its identity.
+            ordering_key: refused (`InvalidRequest`) until ordering lanes exist: accepting it
+                without delivering in order would be a promise not kept.
             not_before: deliver no earlier than this (time-zone aware).
             max_attempts: lower the destination's attempt limit for this item.
         """
@@ -163,6 +168,7 @@ class OutboxClient:
             raise UnknownDestination(f"unknown destination {destination!r} (configured: {known})")
         if ordering_key is not None:
             validate_ordering_key(ordering_key)
+            raise InvalidRequest(ORDERING_NOT_SUPPORTED)
         if max_attempts is not None and max_attempts < 1:
             raise InvalidRequest("max_attempts must be at least 1")
         now = datetime.now(UTC)

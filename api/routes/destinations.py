@@ -18,7 +18,7 @@ from service.destinations import MAX_REASON, DestinationState
 router = APIRouter(
     prefix="/v1/destinations",
     tags=["destinations"],
-    responses=problem_responses(401, 403, 404, 422, 503),
+    responses=problem_responses(401, 403, 404, 422, 501, 503),
 )
 
 

@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
-
 import pytest
 
-from outbox_client import InvalidRequest, validate_key
+from outbox_client import InvalidRequest, validate_key, validate_ordering_key
 from tests.api.conftest import Api
 from tests.api.test_items import assert_problem
 
@@ -34,18 +32,20 @@ def test_the_client_refuses_keys_the_api_refuses(key: str) -> None:
         validate_key(key)
 
 
-async def test_dots_are_refused_only_where_they_would_be_a_path_segment(api: Api) -> None:
-    """An ordering key never appears in a URL, so "." is as good an ordering key as any."""
-    later = (datetime.now(UTC) + timedelta(hours=1)).isoformat()
+async def test_an_ordering_key_is_refused_until_lanes_deliver_in_order(api: Api) -> None:
+    """Accepting it would promise an order nothing keeps yet."""
     response = await api.http.post(
         "/v1/outboxes/tests/items",
-        json={
-            "destination": api.webhook.name,
-            "payload": {},
-            "ordering_key": ".",
-            "not_before": later,
-        },
-        headers={"Idempotency-Key": "dotted-ordering"},
+        json={"destination": api.webhook.name, "payload": {}, "ordering_key": "customer-7"},
+        headers={"Idempotency-Key": "ordered"},
     )
 
-    assert response.status_code == 202, response.text
+    assert "ordering_key is not supported yet" in assert_problem(response, 422)["detail"]
+    assert_problem(await api.http.get("/v1/outboxes/tests/items/ordered"), 404)
+
+
+def test_dots_are_refused_only_where_they_would_be_a_path_segment() -> None:
+    """An ordering key never appears in a URL, so "." is as good an ordering key as any."""
+    validate_ordering_key(".")
+    with pytest.raises(InvalidRequest):
+        validate_key(".")
