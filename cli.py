@@ -4,6 +4,7 @@
     outbox enqueue demo --file items.jsonl          # one JSON item per line, sent in batches
     outbox status demo k1
     outbox tail demo [--since ID]                   # follow the outbox live
+    outbox purge demo [--destination D]             # cancel all not yet submitted
     outbox destinations [NAME] [--pause --reason R | --resume] [--submit-rate N]
     outbox cancel demo k1 | outbox redrive demo k1 | outbox redrive demo --all-failed
     outbox dev                                      # what `make dev` runs
@@ -130,6 +131,14 @@ def redrive(args: argparse.Namespace) -> None:
             raise CliError("redrive needs a KEY or --all-failed")
 
 
+def purge(args: argparse.Namespace) -> None:
+    with _client(args) as client:
+        body: dict[str, Any] = {"destination": args.destination}
+        if args.reason:
+            body["reason"] = args.reason
+        _print(_check(client.post(f"{_items_path(args.outbox)}:purge", json=body)))
+
+
 def destinations(args: argparse.Namespace) -> None:
     with _client(args) as client:
         if args.name is None:
@@ -218,6 +227,12 @@ def build_parser() -> argparse.ArgumentParser:
     command.add_argument("--all-failed", action="store_true")
     command.add_argument("--destination", help="with --all-failed: only this destination")
     command.set_defaults(run=redrive)
+
+    command = commands.add_parser("purge", help="cancel every item not yet submitted")
+    command.add_argument("outbox")
+    command.add_argument("--destination", help="only this destination's items")
+    command.add_argument("--reason", help="recorded on each cancelled item")
+    command.set_defaults(run=purge)
 
     command = commands.add_parser(
         "destinations", help="rates in force; pause, resume or re-rate one destination"

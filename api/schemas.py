@@ -199,6 +199,23 @@ class RedriveFailedRequest(BaseModel):
     destination: str | None = None
 
 
+class PurgeRequest(BaseModel):
+    """Optional body of a purge: one destination only, and the reason recorded on each item."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    destination: str | None = Field(default=None, max_length=MAX_DESTINATION_LENGTH)
+    reason: str = Field(default="purged", max_length=500)
+
+
+class PurgeResponse(BaseModel):
+    """How many items were cancelled (`keys`), and how many had reached the provider meanwhile."""
+
+    cancelled: int
+    skipped: int
+    keys: list[str]
+
+
 class RedriveFailedResponse(BaseModel):
     """How many failed items were started again (`keys`) and how many were not (`skipped`)."""
 

@@ -34,7 +34,12 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from common.destinations import DestinationRegistry
 from contract import search_attributes
-from contract.ids import WORKFLOW_TASK_QUEUE, item_workflow_id, payload_hash
+from contract.ids import (
+    WORKFLOW_TASK_QUEUE,
+    item_workflow_id,
+    parse_item_workflow_id,
+    payload_hash,
+)
 from contract.item import (
     CANCEL_UPDATE,
     DELIVERY_REPORT_SIGNAL,
@@ -252,6 +257,26 @@ class OutboxClient:
         if view.status is not ItemStatus.CANCELLED:
             raise CannotCancel(f"too late: the item is already {view.status.value}")
         return view
+
+    async def queued_keys(self, outbox: str, destination: str | None = None) -> list[str]:
+        """Keys of the outbox's items not yet handed to the provider (queued, delayed, backing
+        off), from Temporal's visibility: it knows delayed items the read model has not seen.
+        Visibility trails by a moment, so an item enqueued just now may be missing."""
+        validate_outbox(outbox)
+        query = (
+            f"WorkflowType = '{WORKFLOW_TYPE}' AND ExecutionStatus = 'Running'"
+            f" AND {search_attributes.OUTBOX_NAME.name} = '{outbox}'"
+            f" AND {search_attributes.OUTBOX_STATUS.name} = '{ItemStatus.QUEUED.value}'"
+        )
+        if destination is not None:
+            if self.destinations.get(destination) is None:
+                raise UnknownDestination(f"unknown destination {destination!r}")
+            query += f" AND {search_attributes.DESTINATION.name} = '{destination}'"
+        client = await self.temporal()
+        return [
+            parse_item_workflow_id(execution.id)[1]
+            async for execution in client.list_workflows(query, rpc_timeout=RPC_TIMEOUT)
+        ]
 
     async def report_delivery(self, item_id: str, report: DeliveryReport) -> bool:
         """Signal the provider's report on one recipient to the item (`delivery_report`).

@@ -16,6 +16,7 @@ from contract.ids import item_workflow_id, payload_hash
 from contract.item import DeliveryOutcome, ItemStatus, OutboxItemView
 from outbox_client import (
     CancelRequested,
+    CannotCancel,
     EnqueueResult,
     ItemNotFound,
     OutboxClient,
@@ -64,6 +65,14 @@ class ItemSnapshot:
     view: OutboxItemView
     payload: dict[str, Any] | None
     source: Literal["workflow", "read-model"]
+
+
+@dataclass
+class Purge:
+    """Keys of the items a purge cancelled, and how many it found already handed over."""
+
+    cancelled: list[str]
+    skipped: int
 
 
 @dataclass
@@ -214,6 +223,27 @@ class ItemService:
         if isinstance(outcome, CancelRequested):
             return outcome
         return ItemSnapshot(outcome, None, "workflow")
+
+    async def purge(
+        self, outbox: str, destination: str | None = None, reason: str = "purged"
+    ) -> Purge:
+        """Cancel every item of the outbox (optionally of one destination) not yet submitted.
+
+        An item the provider accepted meanwhile is left alone (counted as skipped); one whose
+        worker does not answer is cancelled by signal when a worker returns.
+        """
+        keys = await self.client.queued_keys(outbox, destination)
+        outcomes = await fan_out(
+            [functools.partial(self.client.cancel, outbox, key, reason) for key in keys]
+        )
+        cancelled = []
+        for key, outcome in zip(keys, outcomes, strict=True):
+            if isinstance(outcome, (CannotCancel, ItemNotFound)):
+                continue  # handed to the provider, or ended, since the listing
+            if isinstance(outcome, Exception):
+                raise outcome
+            cancelled.append(key)
+        return Purge(cancelled=cancelled, skipped=len(keys) - len(cancelled))
 
     async def redrive(self, outbox: str, key: str) -> EnqueueResult:
         """Run a failed item again under its own id, with the destination's current policy; its

@@ -34,6 +34,8 @@ from api.schemas import (
     ItemPage,
     ItemResponse,
     Problem,
+    PurgeRequest,
+    PurgeResponse,
     RedriveFailedRequest,
     RedriveFailedResponse,
     problem_responses,
@@ -181,6 +183,25 @@ async def list_items(
         limit=limit,
     )
     return ItemPage(items=[_item_response(s) for s in snapshots], next_cursor=next_cursor)
+
+
+@router.post(
+    "/items:purge",
+    response_model=PurgeResponse,
+    summary="Cancel every item not yet submitted",
+)
+async def purge(
+    outbox: str,
+    items: ItemServiceDep,
+    body: Annotated[PurgeRequest | None, Body()] = None,
+) -> PurgeResponse:
+    """Cancels queued, delayed and backing-off items (optionally of one destination); items
+    the provider already has are left alone. Items enqueued during the purge may escape it."""
+    request = body or PurgeRequest()
+    purged = await items.purge(outbox, request.destination, request.reason)
+    return PurgeResponse(
+        cancelled=len(purged.cancelled), skipped=purged.skipped, keys=purged.cancelled
+    )
 
 
 @router.post(

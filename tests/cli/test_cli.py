@@ -98,7 +98,10 @@ async def test_destinations_pause_resume_and_rate(
         resumed = json.loads(capsys.readouterr().out)
         await run(url, "destinations")
         listed = json.loads(capsys.readouterr().out)
+        await run(url, "purge", "empty-outbox", "--destination", webhook.name)
+        purged = json.loads(capsys.readouterr().out)
 
     assert paused["paused"] is True and paused["pause_reason"] == "cli test"
     assert resumed["paused"] is False and resumed["submit"] == {"rate": 3.0, "source": "api"}
     assert webhook.name in [d["name"] for d in listed]
+    assert purged == {"cancelled": 0, "skipped": 0, "keys": []}
