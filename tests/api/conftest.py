@@ -45,6 +45,15 @@ async def open_api(
             yield http
 
 
+@contextlib.asynccontextmanager
+async def serve_stack(stack: Stack, **settings_overrides: Any) -> AsyncIterator[str]:
+    """The real app over `stack` on a loopback port (its lifespan on); yields its base URL."""
+    settings = api_settings(workflow_task_queue=stack.task_queue, **settings_overrides)
+    app = create_app(settings, outbox_client=stack.outbox, engine=stack.engine)
+    async with serve_in_background(app, lifespan="on") as url:
+        yield url
+
+
 @pytest_asyncio.fixture(loop_scope="session")
 async def api_factory(stack_factory, fake_provider) -> AsyncIterator[Callable[..., Any]]:
     """Build an Api with given settings (token, size limit, engine) over a fresh stack."""

@@ -7,9 +7,7 @@ import asyncio
 import sys
 from pathlib import Path
 
-from api.main import create_app
-from devstack.serving import serve_in_background
-from tests.api.conftest import api_settings
+from tests.api.conftest import serve_stack
 from tests.conftest import webhook_destination
 
 
@@ -19,12 +17,7 @@ async def test_no_server_errors_for_generated_input(
     # The dev server: every route works on it (task-queue configuration, which the destination
     # routes read and write, is not implemented by the time-skipping server).
     stack = await stack_factory(webhook_destination(fake_provider), env=dev_env)
-    app = create_app(
-        api_settings(workflow_task_queue=stack.task_queue),
-        outbox_client=stack.outbox,
-        engine=stack.engine,
-    )
-    async with serve_in_background(app, lifespan="on") as url:
+    async with serve_stack(stack) as url:
         report, returncode = await _schemathesis(url, tmp_path)
 
     assert returncode == 0, report[-4000:]

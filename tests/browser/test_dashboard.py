@@ -12,7 +12,7 @@ from playwright.async_api import Browser, expect
 from api.main import create_app
 from devstack.fake_provider import run_fake_provider
 from devstack.serving import serve_in_background
-from tests.api.conftest import api_settings
+from tests.api.conftest import api_settings, serve_stack
 from tests.browser.conftest import ARTIFACTS
 from tests.conftest import email_destination, webhook_destination
 
@@ -177,12 +177,7 @@ async def test_pause_button_pauses_and_resumes_a_destination(
 ) -> None:
     webhook = webhook_destination(fake_provider)
     stack = await stack_factory(webhook, env=dev_env)
-    app = create_app(
-        api_settings(workflow_task_queue=stack.task_queue),
-        outbox_client=stack.outbox,
-        engine=stack.engine,
-    )
-    async with serve_in_background(app, lifespan="on") as url:
+    async with serve_stack(stack) as url:
         page = await browser.new_page()
         await page.goto(url + "/")
         row = page.locator(f"#destinations [data-destination='{webhook.name}']")
@@ -203,12 +198,7 @@ async def test_purge_button_cancels_the_outboxs_waiting_items(
 ) -> None:
     webhook = webhook_destination(fake_provider)
     stack = await stack_factory(webhook, env=dev_env)
-    app = create_app(
-        api_settings(workflow_task_queue=stack.task_queue),
-        outbox_client=stack.outbox,
-        engine=stack.engine,
-    )
-    async with serve_in_background(app, lifespan="on") as url:
+    async with serve_stack(stack) as url:
         async with httpx.AsyncClient(base_url=url) as http:
             response = await http.post(
                 "/v1/outboxes/later/items",

@@ -8,10 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from api.main import create_app
 from cli import main
-from devstack.serving import serve_in_background
-from tests.api.conftest import api_settings
+from tests.api.conftest import serve_stack
 from tests.conftest import webhook_destination
 
 
@@ -86,12 +84,7 @@ async def test_destinations_pause_resume_and_rate(
 ) -> None:
     webhook = webhook_destination(fake_provider)
     stack = await stack_factory(webhook, env=dev_env)
-    app = create_app(
-        api_settings(workflow_task_queue=stack.task_queue),
-        outbox_client=stack.outbox,
-        engine=stack.engine,
-    )
-    async with serve_in_background(app, lifespan="on") as url:
+    async with serve_stack(stack) as url:
         await run(url, "destinations", webhook.name, "--pause", "--reason", "cli test")
         paused = json.loads(capsys.readouterr().out)
         await run(url, "destinations", webhook.name, "--resume", "--submit-rate", "3")
