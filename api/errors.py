@@ -21,21 +21,19 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from outbox_client import (
     CannotCancel,
+    CommandConflict,
     IdempotencyConflict,
+    InvalidCommand,
     InvalidRequest,
     ItemFailedUseRedrive,
     ItemNotFound,
     NotRedrivable,
     OutboxError,
     TemporalUnavailable,
-    UnknownDestination,
-    is_temporal_unavailable,
-)
-from outbox_client.errors import (
-    CommandConflict,
-    InvalidCommand,
     UnknownAggregate,
     UnknownCommand,
+    UnknownDestination,
+    is_temporal_unavailable,
 )
 from readmodel.store import InvalidCursor
 

@@ -19,11 +19,8 @@ import dataclasses
 import functools
 import hashlib
 import json
-import os
-import platform
 import random
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -42,6 +39,7 @@ from temporalio.common import SearchAttributeKey, SearchAttributePair, TypedSear
 from temporalio.service import RPCError, RPCStatusCode
 from temporalio.testing import WorkflowEnvironment
 
+from bench.run import machine
 from common.settings import PROJECT_ROOT
 from contract import search_attributes
 from contract.item import (
@@ -394,18 +392,6 @@ async def measure(item_count: int, lookup_count: int) -> dict[str, Any]:
     figures["freshness_variant"] = FRESHNESS_VARIANT
     figures["write_side"] = WRITE_SIDE
     return figures
-
-
-def machine() -> dict[str, str]:
-    version = subprocess.run(
-        [temporal_cli_path(), "--version"], capture_output=True, text=True, check=False
-    ).stdout.strip()
-    return {
-        "cores": str(os.cpu_count()),
-        "python": platform.python_version(),
-        "temporal_cli": version,
-        "date": datetime.now(UTC).isoformat(timespec="seconds"),
-    }
 
 
 def table(figures: dict[str, Any]) -> str:

@@ -268,7 +268,6 @@ def machine() -> dict[str, str]:
         "cores": str(os.cpu_count()),
         "python": platform.python_version(),
         "temporal_cli": version,
-        "mode": "quick" if QUICK else "full",
         "date": datetime.now(UTC).isoformat(timespec="seconds"),
     }
 
@@ -294,7 +293,7 @@ def main() -> int:
         if dead:
             raise RuntimeError(f"died at start-up: {', '.join(dead)} (see .bench/logs/)")
         pids = {child.name: child.process.pid for child in children if child.process}
-        info = machine()
+        info = {**machine(), "mode": "quick" if QUICK else "full"}
         print(f"machine: {info}", flush=True)
         figures = asyncio.run(scenarios(env, pids))
     finally:

@@ -7,6 +7,7 @@ definition, and a Go or TypeScript service sends the same JSON.
 # No `from __future__ import annotations`: Temporal's converter reads these hints at run time.
 from dataclasses import dataclass, field
 from datetime import datetime
+from enum import StrEnum
 from typing import Any
 
 from contract.item import MAX_LENGTH
@@ -29,7 +30,7 @@ MAX_AGGREGATE_TYPE_LENGTH = 64
 MAX_COMMAND_ID_LENGTH = 200
 
 
-class AggregateErrorType:
+class AggregateErrorType(StrEnum):
     """`ApplicationError.type` of a refused command; the API maps them to 404, 409 and 422."""
 
     CONFLICT = "Conflict"  # clashes with the current state, or the expected version

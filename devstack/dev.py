@@ -164,7 +164,7 @@ def _pipe_output(child: Child, colour: bool) -> None:
         sys.stdout.flush()
 
 
-def build_children(env: dict[str, str], fake_args: list[str] | None = None) -> list[Child]:
+def build_children(env: dict[str, str]) -> list[Child]:
     """The four processes, in start order, configured from DEV_* variables (`env` is updated)."""
     data_dir = Path(env.get("DEV_DATA_DIR", str(PROJECT_ROOT / ".data"))).resolve()
     temporal_port = int(env.get("DEV_TEMPORAL_PORT", "7233"))
@@ -202,7 +202,7 @@ def build_children(env: dict[str, str], fake_args: list[str] | None = None) -> l
         Child(
             "fake",
             # Flags given later win (argparse keeps the last), so the user's come last.
-            [*fake, *shlex.split(env.get("DEV_FAKE_ARGS", "")), *(fake_args or [])],
+            [*fake, *shlex.split(env.get("DEV_FAKE_ARGS", ""))],
             http_ok(f"http://127.0.0.1:{fake_port}/_admin/stats"),
             ports=(fake_port,),
         ),

@@ -16,13 +16,17 @@ from outbox_client.client import CancelRequested, EnqueueResult, OutboxClient
 from outbox_client.connection import TemporalConnection, connect, load_connect_config
 from outbox_client.errors import (
     CannotCancel,
+    CommandConflict,
     IdempotencyConflict,
+    InvalidCommand,
     InvalidRequest,
     ItemFailedUseRedrive,
     ItemNotFound,
     NotRedrivable,
     OutboxError,
     TemporalUnavailable,
+    UnknownAggregate,
+    UnknownCommand,
     UnknownDestination,
     is_temporal_unavailable,
 )
@@ -31,6 +35,10 @@ from outbox_client.validation import validate_key, validate_ordering_key, valida
 __all__ = [
     "CancelRequested",
     "CannotCancel",
+    "CommandConflict",
+    "InvalidCommand",
+    "UnknownAggregate",
+    "UnknownCommand",
     "EnqueueResult",
     "IdempotencyConflict",
     "InvalidRequest",

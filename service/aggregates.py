@@ -1,14 +1,15 @@
-"""Aggregate use cases: run a command, read state (live or stored), history, the type's ids."""
+"""Aggregate reads: state (live, or stored while Temporal is down), history, the type's ids.
+
+Commands go straight to `AggregateClient.command`: there is nothing to add on the way.
+"""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping
-from typing import Any
 
 from sqlalchemy import Engine
 
-from contract.aggregate import AggregateView, CommandResult, RecordedEvent
+from contract.aggregate import AggregateView, RecordedEvent
 from outbox_client.aggregates import AggregateClient
 from outbox_client.errors import UnknownAggregate, is_temporal_unavailable
 from readmodel import aggregates as event_store
@@ -21,27 +22,6 @@ class AggregateService:
     def __init__(self, client: AggregateClient, engine: Engine) -> None:
         self.client = client
         self.engine = engine
-
-    async def command(
-        self,
-        aggregate_type: str,
-        aggregate_id: str,
-        name: str,
-        payload: Mapping[str, Any],
-        *,
-        command_id: str | None = None,
-        expected_version: int | None = None,
-        actor: str | None = None,
-    ) -> CommandResult:
-        return await self.client.command(
-            aggregate_type,
-            aggregate_id,
-            name,
-            payload,
-            command_id=command_id,
-            expected_version=expected_version,
-            actor=actor,
-        )
 
     async def state(self, aggregate_type: str, aggregate_id: str) -> AggregateView:
         """Live from the workflow; from the event store's state row while Temporal is down."""

@@ -11,6 +11,7 @@ destination's queues, and the server is the one source of truth for rates and pa
 
 from __future__ import annotations
 
+import asyncio
 import re
 from dataclasses import dataclass
 
@@ -73,14 +74,14 @@ class DestinationControls:
     async def state(self, name: str) -> DestinationState:
         destination = self.destination(name)
         client = await self._outbox.temporal()
-        return DestinationState(
-            destination=destination,
-            submit=await _queue_rate(client, destination.submit_task_queue),
-            poll=await _queue_rate(client, destination.poll_task_queue),
+        submit, poll = await asyncio.gather(
+            _queue_rate(client, destination.submit_task_queue),
+            _queue_rate(client, destination.poll_task_queue),
         )
+        return DestinationState(destination=destination, submit=submit, poll=poll)
 
     async def states(self) -> list[DestinationState]:
-        return [await self.state(name) for name in self._destinations.names]
+        return list(await asyncio.gather(*map(self.state, self._destinations.names)))
 
     async def update(
         self,

@@ -88,7 +88,7 @@ async def run_command(
         definition.parse_command(name, payload)
     except ValidationError as err:
         raise validation_problem(err.errors(), ("body",)) from err
-    return await aggregates.command(
+    return await aggregates.client.command(
         aggregate_type,
         aggregate_id,
         name,

@@ -35,24 +35,26 @@ async def outbox_stats(
     the rates in force and whether it is paused."""
     validate_outbox(outbox)
     counts = await asyncio.to_thread(store.counts_by_status, engine, outbox)
+    try:
+        in_force = {state.destination.name: state for state in await controls.states()}
+    except Exception as err:
+        # Temporal down, or a server without task-queue config: the counts still answer.
+        if not (isinstance(err, RPCError) or is_temporal_unavailable(err)):
+            raise
+        in_force = {}
     infos = []
     for d in destinations:
-        info = DestinationInfo(
-            name=d.name,
-            provider=d.provider,
-            submit_rate=d.submit_rate,
-            poll_rate=d.poll_rate,
-            max_attempts=d.max_attempts,
+        state = in_force.get(d.name)
+        infos.append(
+            DestinationInfo(
+                name=d.name,
+                provider=d.provider,
+                submit_rate=d.submit_rate,
+                poll_rate=d.poll_rate,
+                max_attempts=d.max_attempts,
+                paused=state.paused if state else None,
+                submit_rate_in_force=state.submit.rate if state else None,
+                poll_rate_in_force=state.poll.rate if state else None,
+            )
         )
-        try:
-            state = await controls.state(d.name)
-        except Exception as err:
-            # Temporal down, or a server without task-queue config: the counts still answer.
-            if not (isinstance(err, RPCError) or is_temporal_unavailable(err)):
-                raise
-        else:
-            info.paused = state.paused
-            info.submit_rate_in_force = state.submit.rate
-            info.poll_rate_in_force = state.poll.rate
-        infos.append(info)
     return OutboxStats(outbox=outbox, counts=counts, total=sum(counts.values()), destinations=infos)

@@ -10,7 +10,6 @@ import pytest
 from temporalio.client import WithStartWorkflowOperation
 from temporalio.common import WorkflowIDConflictPolicy
 
-from aggregates.flight import FlightSeating
 from outbox_client.aggregates import AggregateClient
 from outbox_client.errors import CommandConflict, InvalidCommand, UnknownCommand
 from readmodel import aggregates as event_store
@@ -149,10 +148,6 @@ async def test_lock_lease_expires_on_a_durable_timer(stack_factory) -> None:
     # server skipping time for later tests.
     await client.command("lock", lock, "release", {"holder": "h2"})
     await stack.record_history(f"agg/lock/{lock}")
-
-
-def test_every_registered_definition_names_its_commands_as_verbs() -> None:
-    assert set(FlightSeating.commands) == {"open", "assign_seat", "move_seat", "release_seat"}
 
 
 async def test_continue_as_new_keeps_state_with_commands_in_flight(stack_factory, dev_env) -> None:

@@ -39,6 +39,15 @@ def reported(
     )
 
 
+async def sent_and_listening(stack_factory: Any, fake_provider: Any, key: str) -> tuple[Any, Any]:
+    """An email to ada and bob, sent and listening an hour for their reports."""
+    destination = email_destination(fake_provider, report_window_s=HOUR)
+    stack = await stack_factory(destination)
+    item = await stack.enqueue(destination, TWO_RECIPIENTS, key=key)
+    await wait_for_status(stack, key, status=ItemStatus.SENT)
+    return stack, item
+
+
 def report_events(stack: Any, item_id: str) -> list[str]:
     return [
         event.detail or ""
@@ -50,10 +59,7 @@ def report_events(stack: Any, item_id: str) -> list[str]:
 async def test_sent_item_records_each_recipients_report_and_ends_when_all_settle(
     stack_factory, fake_provider
 ) -> None:
-    destination = email_destination(fake_provider, report_window_s=HOUR)
-    stack = await stack_factory(destination)
-    item = await stack.enqueue(destination, TWO_RECIPIENTS, key="reports-1")
-    await wait_for_status(stack, "reports-1", status=ItemStatus.SENT)
+    stack, item = await sent_and_listening(stack_factory, fake_provider, "reports-1")
 
     listening = await stack.outbox.status("tests", "reports-1")
     assert [(r.address, r.status) for r in listening.recipients] == [
@@ -91,10 +97,7 @@ async def test_sent_item_records_each_recipients_report_and_ends_when_all_settle
 
 
 async def test_reports_out_of_order_end_at_the_newest(stack_factory, fake_provider) -> None:
-    destination = email_destination(fake_provider, report_window_s=HOUR)
-    stack = await stack_factory(destination)
-    item = await stack.enqueue(destination, TWO_RECIPIENTS, key="reports-order")
-    await wait_for_status(stack, "reports-order", status=ItemStatus.SENT)
+    stack, item = await sent_and_listening(stack_factory, fake_provider, "reports-order")
 
     for each in (
         reported(item.item_id, "ada@example.com", RecipientStatus.DELIVERED, seconds=10),
@@ -182,10 +185,7 @@ async def test_pending_recipients_stop_being_awaited_when_the_window_ends(
 
 
 async def test_a_report_for_another_message_changes_nothing(stack_factory, fake_provider) -> None:
-    destination = email_destination(fake_provider, report_window_s=HOUR)
-    stack = await stack_factory(destination)
-    item = await stack.enqueue(destination, TWO_RECIPIENTS, key="reports-stray")
-    await wait_for_status(stack, "reports-stray", status=ItemStatus.SENT)
+    stack, item = await sent_and_listening(stack_factory, fake_provider, "reports-stray")
 
     stray = reported(item.item_id, "ada@example.com", RecipientStatus.BOUNCED)
     stray.message_id = provider_idempotency_key(item.item_id, generation=1)
@@ -210,10 +210,7 @@ async def test_no_window_tracks_no_recipients(stack_factory, fake_provider) -> N
 async def test_delivery_report_signal_sent_as_raw_json_by_any_client(
     stack_factory, fake_provider
 ) -> None:
-    destination = email_destination(fake_provider, report_window_s=HOUR)
-    stack = await stack_factory(destination)
-    item = await stack.enqueue(destination, TWO_RECIPIENTS, key="reports-raw")
-    await wait_for_status(stack, "reports-raw", status=ItemStatus.SENT)
+    stack, item = await sent_and_listening(stack_factory, fake_provider, "reports-raw")
     handle = stack.client.get_workflow_handle(item.item_id)
 
     # Plain JSON, as a Go or TypeScript service would send it: no Python types involved.
