@@ -5,6 +5,10 @@
     outbox status demo k1
     outbox tail demo [--since ID]                   # follow the outbox live
     outbox purge demo [--destination D]             # cancel all not yet submitted
+    outbox enqueue demo ... --ordering-key acct-7   # in order after acct-7's earlier items
+    outbox lanes demo [KEY] [--status halted] [--redrive | --skip --reason R]
+    outbox schedules create daily --outbox demo --cron '0 6 * * *' --item '{"destination": ...}'
+    outbox schedules list | show ID | pause ID [--note N] | unpause ID | trigger ID | delete ID
     outbox destinations [NAME] [--pause --reason R | --resume] [--submit-rate N]
     outbox cancel demo k1 | outbox redrive demo k1 | outbox redrive demo --all-failed
     outbox dev                                      # what `make dev` runs
@@ -18,6 +22,7 @@ import argparse
 import json
 import os
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -69,6 +74,8 @@ def enqueue(args: argparse.Namespace) -> None:
             body["not_before"] = args.not_before
         if args.delay_seconds is not None:
             body["delay_seconds"] = args.delay_seconds
+        if args.ordering_key:
+            body["ordering_key"] = args.ordering_key
         headers = {"Idempotency-Key": args.key} if args.key else {}
         _print(_check(client.post(_items_path(args.outbox), json=body, headers=headers)))
 
@@ -158,6 +165,109 @@ def destinations(args: argparse.Namespace) -> None:
         _print(_check(response))
 
 
+def lanes(args: argparse.Namespace) -> None:
+    path = f"/v1/outboxes/{quote(args.outbox, safe='')}/lanes"
+    with _client(args) as client:
+        if args.ordering_key is None:
+            if args.redrive or args.skip:
+                raise CliError("--redrive and --skip need the lane's ORDERING_KEY")
+            params = {"status": args.status} if args.status else {}
+            _print(_check(client.get(path, params=params)))
+            return
+        lane = f"{path}/{quote(args.ordering_key, safe='')}"
+        if args.redrive:
+            _print(_check(client.post(f"{lane}/redrive")))
+        elif args.skip:
+            body = {"reason": args.reason} if args.reason else {}
+            _print(_check(client.post(f"{lane}/skip", json=body)))
+        else:
+            _print(_check(client.get(lane)))
+
+
+def dead_letters(args: argparse.Namespace) -> None:
+    path = f"/v1/outboxes/{quote(args.outbox, safe='')}"
+    which = {
+        "destination": args.destination,
+        "error_code": args.error_code,
+        "failed_from": args.failed_from,
+        "failed_to": args.failed_to,
+    }
+    which = {name: value for name, value in which.items() if value is not None}
+    with _client(args) as client:
+        if args.discard:
+            url = f"{path}/dead-letters/{quote(args.discard, safe='')}/discard"
+            _print(_check(client.post(url, json={"reason": args.reason} if args.reason else {})))
+        elif args.redrive_all:
+            batch = _check(client.post(f"{path}/dead-letters:redrive", json=which))
+            while args.wait and not batch["done"] and batch["state"] == "running":
+                time.sleep(0.5)
+                batch = _check(client.get(batch["links"]["self"]))
+            _print(batch)
+        elif args.batch:
+            _print(_check(client.get(f"{path}/redrive-batches/{quote(args.batch, safe='')}")))
+        else:
+            params = {**which, "include_discarded": "true"} if args.all else which
+            _print(_check(client.get(f"{path}/dead-letters", params=params)))
+
+
+def schedules(args: argparse.Namespace) -> None:
+    path = "/v1/schedules"
+    with _client(args) as client:
+        if args.action == "list":
+            _print(_check(client.get(path)))
+            return
+        if args.action == "create":
+            _print(_check(client.post(path, json=_schedule_body(args))))
+            return
+        schedule = f"{path}/{quote(args.id, safe='')}"
+        if args.action == "show":
+            _print(_check(client.get(schedule)))
+        elif args.action in ("pause", "unpause"):
+            body = {"note": args.note} if args.note else {}
+            _print(_check(client.post(f"{schedule}/{args.action}", json=body)))
+        elif args.action == "trigger":
+            _print(_check(client.post(f"{schedule}/trigger")))
+        else:
+            response = client.delete(schedule)
+            if not response.is_success:
+                _check(response)
+            _print({"id": args.id, "deleted": True})
+
+
+def _schedule_body(args: argparse.Namespace) -> dict[str, Any]:
+    """The create body: `--file` (the API's JSON body), then each flag given on top of it."""
+    body: dict[str, Any] = {}
+    if args.file:
+        try:
+            body = json.loads(Path(args.file).read_text())
+        except (OSError, json.JSONDecodeError) as err:
+            raise CliError(f"{args.file}: {err}") from err
+    body["id"] = args.id
+    for flag, field in (
+        ("outbox", "outbox"),
+        ("cron", "cron"),
+        ("every", "interval_seconds"),
+        ("timezone", "timezone"),
+        ("note", "note"),
+        ("overlap", "overlap"),
+        ("catchup_window", "catchup_window_seconds"),
+    ):
+        if getattr(args, flag) is not None:
+            body[field] = getattr(args, flag)
+    if args.paused:
+        body["paused"] = True
+    if args.item:
+        body.setdefault("items", []).extend(_schedule_item(item) for item in args.item)
+    return body
+
+
+def _schedule_item(text: str) -> Any:
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as err:
+        raise CliError(f"--item is not JSON: {err}") from err
+
+
 def tail(args: argparse.Namespace) -> None:
     from websockets.sync.client import connect
 
@@ -208,6 +318,9 @@ def build_parser() -> argparse.ArgumentParser:
     command.add_argument("--not-before", help="RFC 3339 time with zone")
     command.add_argument("--delay-seconds", type=float, help="or: due this many seconds from now")
     command.add_argument(
+        "--ordering-key", help="deliver after the outbox's earlier items with this key (a lane)"
+    )
+    command.add_argument(
         "--file", help="JSONL: one {destination, payload, idempotency_key?} per line"
     )
     command.set_defaults(run=enqueue)
@@ -245,6 +358,75 @@ def build_parser() -> argparse.ArgumentParser:
     command.add_argument("--poll-rate", type=float, help="polls per second, at once")
     command.add_argument("--reason", help="why (shown while paused)")
     command.set_defaults(run=destinations)
+
+    command = commands.add_parser(
+        "lanes", help="an outbox's ordering lanes; resume a halted one (redrive or skip its head)"
+    )
+    command.add_argument("outbox")
+    command.add_argument("ordering_key", nargs="?", help="one lane (all without it)")
+    command.add_argument("--status", choices=["running", "idle", "halted"], help="filter the list")
+    resume = command.add_mutually_exclusive_group()
+    resume.add_argument("--redrive", action="store_true", help="run the failed head item again")
+    resume.add_argument("--skip", action="store_true", help="move past the failed head item")
+    command.add_argument("--reason", help="with --skip: recorded in the lane's log")
+    command.set_defaults(run=lanes)
+
+    command = commands.add_parser(
+        "dead-letters",
+        help="an outbox's failed items: list, discard one, or redrive all a filter selects",
+    )
+    command.add_argument("outbox")
+    command.add_argument("--destination", help="only this destination's")
+    command.add_argument("--error-code", help="only failures with the provider's code")
+    command.add_argument("--failed-from", help="failed at or after (RFC 3339, with offset)")
+    command.add_argument("--failed-to", help="failed before (RFC 3339, with offset)")
+    command.add_argument("--all", action="store_true", help="list discarded ones too")
+    act = command.add_mutually_exclusive_group()
+    act.add_argument("--discard", metavar="KEY", help="give up on one (kept for audit)")
+    act.add_argument(
+        "--redrive-all", action="store_true", help="redrive every one selected, as a batch"
+    )
+    act.add_argument("--batch", metavar="ID", help="show a redrive batch's progress")
+    command.add_argument("--wait", action="store_true", help="with --redrive-all: until done")
+    command.add_argument("--reason", help="with --discard: why")
+    command.set_defaults(run=dead_letters)
+
+    command = commands.add_parser(
+        "schedules", help="scheduled fan-out: enqueue a templated batch on a cron or interval"
+    )
+    actions = command.add_subparsers(dest="action", required=True)
+    actions.add_parser("list", help="every scheduled fan-out")
+    create = actions.add_parser(
+        "create", help="create one (flags, or --file with the API's JSON body, or both)"
+    )
+    create.add_argument("id")
+    create.add_argument("--file", help="JSON: the POST /v1/schedules body; flags override it")
+    create.add_argument("--outbox")
+    when = create.add_mutually_exclusive_group()
+    when.add_argument("--cron", help="cron expression, e.g. '0 6 * * MON-FRI'")
+    when.add_argument("--every", type=int, help="or: fire every this many seconds")
+    create.add_argument("--timezone", help="IANA time zone the cron is read in (default UTC)")
+    create.add_argument(
+        "--item",
+        action="append",
+        help="JSON {destination, payload, key_suffix?, ordering_key?, max_attempts?}; repeat it",
+    )
+    create.add_argument("--paused", action="store_true", help="create it paused")
+    create.add_argument("--note", help="shown with the schedule")
+    create.add_argument("--overlap", choices=["skip", "buffer_one"])
+    create.add_argument("--catchup-window", type=int, help="seconds (default 300)")
+    for name, help_text in (
+        ("show", "one schedule: spec, template, next and recent fires"),
+        ("pause", "stop firing"),
+        ("unpause", "fire again"),
+        ("trigger", "fire now"),
+        ("delete", "delete it (enqueued items stay)"),
+    ):
+        action = actions.add_parser(name, help=help_text)
+        action.add_argument("id")
+        if name in ("pause", "unpause"):
+            action.add_argument("--note", help="why (shown with the schedule)")
+    command.set_defaults(run=schedules)
 
     command = commands.add_parser("tail", help="follow an outbox's events live")
     command.add_argument("outbox")

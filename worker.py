@@ -1,4 +1,5 @@
-"""The worker process: item workflows, plus a submit and a poll worker per destination.
+"""The worker process: item workflows, plus a submit and a poll worker per destination, and an
+operations worker (scheduled fan-out, dead-letter redrive batches) beside the workflow worker.
 
 Run `python worker.py` (settings from the environment, see `common/settings.py`). Any number of
 these processes can run against one cluster: the per-destination rates are enforced by the
@@ -25,14 +26,36 @@ from activities.aggregate_store import AggregateStoreActivities
 from activities.delivery import DeliveryActivities
 from activities.projection import ProjectionActivities
 from activities.providers import build_provider, load_destinations
-from common.destinations import Destination
+from common.destinations import Destination, DestinationRegistry
 from common.settings import Settings, get_settings
-from outbox_client import connect
+from outbox_client import OutboxClient, connect
 from readmodel.db import create_schema, make_engine
+from service.dead_letters import DeadLetterActivities
+from service.items import ItemService
+from service.schedules import ScheduleActivities
 from workflows.aggregate import AggregateWorkflow
+from workflows.lane import OutboxLaneWorkflow
 from workflows.outbox_item import OutboxItemWorkflow
+from workflows.redrive_batch import RedriveBatchWorkflow
+from workflows.scheduled_batch import ScheduledBatchWorkflow
 
 log = logging.getLogger("outbox.worker")
+
+# Every workflow type the workflow worker hosts (the replay tests replay them all).
+WORKFLOWS = [
+    OutboxItemWorkflow,
+    OutboxLaneWorkflow,
+    AggregateWorkflow,
+    ScheduledBatchWorkflow,
+    RedriveBatchWorkflow,
+]
+
+
+def default_operations_task_queue(workflow_task_queue: str) -> str:
+    """The operations queue `build_workers` uses when given none: one per workflow queue, so
+    stacks on distinct workflow queues (the tests') never share it. Deployments set
+    `OPERATIONS_TASK_QUEUE` (`outbox-operations`) instead."""
+    return f"{workflow_task_queue}-operations"
 
 
 def build_workers(
@@ -44,20 +67,29 @@ def build_workers(
     workflow_task_queue: str,
     run_workflows: bool = True,
     sandboxed: bool = False,
+    operations_task_queue: str | None = None,
+    registry: DestinationRegistry | None = None,
 ) -> list[Worker]:
     """All workers of one process; `engine` is the read model the projection writes to, and
-    `sandboxed` runs workflows in Temporal's determinism sandbox (the tests do)."""
+    `sandboxed` runs workflows in Temporal's determinism sandbox (the tests do).
+
+    `operations_task_queue` is the operations worker's queue (default: one of its own beside
+    `workflow_task_queue`, see `default_operations_task_queue`); `registry` is every configured
+    destination, which the operations activities enqueue to (default: `destinations`).
+    """
     workers: list[Worker] = []
     if run_workflows:
         if engine is None:
             raise ValueError("the workflow worker needs the read-model engine for projections")
+        projection = ProjectionActivities(engine)
         workers.append(
             Worker(
                 client,
                 task_queue=workflow_task_queue,
-                workflows=[OutboxItemWorkflow, AggregateWorkflow],
+                workflows=WORKFLOWS,
                 activities=[
-                    ProjectionActivities(engine).project_item,
+                    projection.project_item,
+                    projection.project_lane,
                     AggregateStoreActivities(engine).store_aggregate_events,
                 ],
                 # Projections are local activities; nothing remote runs on this queue, so no
@@ -71,6 +103,25 @@ def build_workers(
                 workflow_runner=SandboxedWorkflowRunner()
                 if sandboxed
                 else UnsandboxedWorkflowRunner(),
+            )
+        )
+        # The operations worker: activities the workflows above need that are not local ones
+        # (the workflow queue polls for none). Enqueueing goes through `OutboxClient`, with
+        # every destination configured, not only the ones this process delivers to.
+        operations_client = OutboxClient(
+            client,
+            registry or DestinationRegistry({d.name: d for d in destinations}),
+            workflow_task_queue,
+        )
+        workers.append(
+            Worker(
+                client,
+                task_queue=operations_task_queue
+                or default_operations_task_queue(workflow_task_queue),
+                activities=[
+                    ScheduleActivities(operations_client).enqueue_batch,
+                    DeadLetterActivities(ItemService(operations_client, engine)).redrive_page,
+                ],
             )
         )
     delivery = DeliveryActivities(
@@ -127,6 +178,8 @@ async def run_worker(
             engine=engine,
             workflow_task_queue=settings.workflow_task_queue,
             run_workflows=run_workflows,
+            operations_task_queue=settings.operations_task_queue,
+            registry=registry,
         )
         for worker in workers:
             await stack.enter_async_context(worker)

@@ -2,18 +2,28 @@
 
 Each destination's activities run on that destination's own task queues, whose rates the
 Temporal server enforces; the class itself only translates provider outcomes into the typed
-errors the item workflow understands.
+errors the item workflow understands. One outcome acts on the destination: an endpoint answering
+410 Gone pauses it (both queues, as `PATCH /v1/destinations/{name}` would), so nothing more is
+sent there until an operator resumes it.
 """
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator, Mapping
+from collections.abc import AsyncIterator, Mapping
+from datetime import UTC, datetime
 
 from temporalio import activity
 from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
 
-from activities.providers.base import PermanentProviderError, Provider, TransientProviderError
+from activities.providers.base import (
+    EndpointGoneError,
+    PermanentProviderError,
+    Provider,
+    TransientProviderError,
+)
+from common.queue_rates import pause_queues_not_paused
+from contract.ids import poll_task_queue, submit_task_queue
 from contract.item import (
     POLL_ACTIVITY,
     SUBMIT_ACTIVITY,
@@ -36,14 +46,14 @@ class DeliveryActivities:
     async def submit_item(self, request: SubmitRequest) -> SubmitResult:
         """Hand the item to its provider; raises typed errors the workflow retries or fails on."""
         provider = self._provider(request.destination)
-        with _typed_errors():
+        async with _typed_errors(request.destination):
             return await provider.submit(request)
 
     @activity.defn(name=POLL_ACTIVITY)
     async def poll_operation(self, request: PollRequest) -> PollResult:
         """Observe the provider's long-running operation once."""
         provider = self._provider(request.destination)
-        with _typed_errors():
+        async with _typed_errors(request.destination):
             return await provider.poll(request)
 
     def _provider(self, destination: str) -> Provider:
@@ -59,15 +69,39 @@ class DeliveryActivities:
         return provider
 
 
-@contextlib.contextmanager
-def _typed_errors() -> Iterator[None]:
-    """Provider errors become the ApplicationError types the workflow retries or fails on."""
+@contextlib.asynccontextmanager
+async def _typed_errors(destination: str) -> AsyncIterator[None]:
+    """Provider errors become the ApplicationError types the workflow retries, fails or waits
+    on; a gone endpoint first pauses its destination."""
     try:
         yield
     except TransientProviderError as err:
         raise _transient(err) from err
     except PermanentProviderError as err:
         raise _permanent(err) from err
+    except EndpointGoneError as err:
+        raise await _pause_for_gone_endpoint(destination, err) from err
+
+
+async def _pause_for_gone_endpoint(destination: str, err: EndpointGoneError) -> ApplicationError:
+    """Pause the destination's queues (unless paused already: an operator's or an earlier 410's
+    reason stays) and return the error that tells the workflow to wait for the resume."""
+    reason = f"410 Gone from {err.endpoint} at {datetime.now(UTC):%Y-%m-%d %H:%M:%S} UTC"
+    paused = await pause_queues_not_paused(
+        activity.client(),
+        [submit_task_queue(destination), poll_task_queue(destination)],
+        reason,
+        # Who paused it, in the queue's config: the item whose submit saw the 410.
+        identity=f"durable-outbox-worker ({activity.info().workflow_id})",
+    )
+    outcome = f"paused: {reason}" if paused else "already paused"
+    return ApplicationError(
+        f"{err}; destination {destination} {outcome}",
+        DeliveryErrorDetails(status_code=err.status_code),
+        type=ItemErrorType.DESTINATION_GONE,
+        non_retryable=True,
+        category=ApplicationErrorCategory.BENIGN,
+    )
 
 
 def _transient(err: TransientProviderError) -> ApplicationError:

@@ -11,6 +11,8 @@ from sqlalchemy.exc import OperationalError
 from temporalio import activity
 
 from contract.item import PROJECT_ACTIVITY, ItemProjection
+from contract.lane import PROJECT_LANE_ACTIVITY, LaneProjection
+from readmodel.lanes import apply_lane_projection
 from readmodel.store import apply_projections
 
 log = logging.getLogger("outbox.projection")
@@ -46,6 +48,15 @@ class ProjectionActivities:
         if self._writer is None or self._writer.done():
             self._writer = asyncio.create_task(self._write_pending())
         await done
+
+    @activity.defn(name=PROJECT_LANE_ACTIVITY)
+    async def project_lane(self, projection: LaneProjection) -> None:
+        """A lane's row and the transitions it made for its waiting items; idempotent.
+
+        On the writer's thread, so it never runs beside an item's write of the same rows."""
+        await asyncio.get_running_loop().run_in_executor(
+            self._thread, apply_lane_projection, self._engine, projection
+        )
 
     async def _write_pending(self) -> None:
         loop = asyncio.get_running_loop()

@@ -27,6 +27,9 @@ from outbox_client import (
     InvalidRequest,
     ItemFailedUseRedrive,
     ItemNotFound,
+    LaneFull,
+    LaneNotFound,
+    LaneNotHalted,
     NotRedrivable,
     OutboxError,
     TemporalUnavailable,
@@ -36,6 +39,8 @@ from outbox_client import (
     is_temporal_unavailable,
 )
 from readmodel.store import InvalidCursor
+from service.dead_letters import NotADeadLetter, RedriveBatchNotFound
+from service.schedules import InvalidSchedule, ScheduleExists, ScheduleNotFound
 
 log = logging.getLogger("outbox.api")
 
@@ -51,10 +56,16 @@ _OUTBOX_ERRORS: dict[type[OutboxError], tuple[int, str, str]] = {
     ItemNotFound: (404, "item-not-found", "Item not found"),
     CannotCancel: (409, "cannot-cancel", "Item can no longer be cancelled"),
     NotRedrivable: (409, "not-redrivable", "Item is not failed"),
+    LaneNotFound: (404, "lane-not-found", "Ordering lane not found"),
+    LaneNotHalted: (409, "lane-not-halted", "Ordering lane is not halted"),
     UnknownAggregate: (404, "unknown-aggregate", "Unknown aggregate"),
     UnknownCommand: (404, "unknown-command", "Unknown command"),
     CommandConflict: (409, "command-conflict", "Command refused"),
     InvalidCommand: (422, "invalid-command", "Invalid command"),
+    ScheduleNotFound: (404, "schedule-not-found", "Schedule not found"),
+    NotADeadLetter: (409, "not-a-dead-letter", "Item has not failed"),
+    RedriveBatchNotFound: (404, "redrive-batch-not-found", "Redrive batch not found"),
+    ScheduleExists: (409, "schedule-exists", "Schedule exists"),
 }
 _HTTP_TITLES = {
     400: "Bad request",
@@ -128,6 +139,19 @@ def known_problem(err: Exception) -> ApiProblem | None:
     """The problem an expected error stands for; None for anything else (a bug: 500)."""
     if isinstance(err, ApiProblem):
         return err
+    if isinstance(err, LaneFull):
+        # Backpressure, not a refusal: the same request succeeds once the lane has drained.
+        return ApiProblem(
+            429, "lane-full", "Ordering lane is full", str(err), {"Retry-After": RETRY_AFTER_S}
+        )
+    if isinstance(err, InvalidSchedule):
+        # Found past pydantic (unknown destination, placeholder, the server's cron parse): listed
+        # per field like pydantic's own errors.
+        errors = [
+            {"location": ["body", *location.split(".")], "message": message, "type": "value_error"}
+            for location, message in err.errors
+        ]
+        return ApiProblem(422, "invalid-request", "Invalid request", str(err), errors=errors)
     if isinstance(err, OutboxError):
         return ApiProblem.from_outbox_error(err)
     if isinstance(err, InvalidCursor):

@@ -27,11 +27,14 @@ from api.metrics import ApiMetrics, MetricsMiddleware
 from api.routes import (
     aggregates,
     dashboard,
+    dead_letters,
     events,
     health,
     items,
+    lanes,
     live,
     outboxes,
+    schedules,
 )
 from api.routes import destinations as destination_routes
 from common.destinations import DestinationRegistry
@@ -100,9 +103,11 @@ def create_app(
         else:
             log.warning("API running OPEN: no API_TOKEN set; anyone who can reach it can use it")
         app.state.live = LiveHub(db)
+        app.state.metrics.backlog.attach(db)
         try:
             yield
         finally:
+            await app.state.metrics.backlog.detach()
             await app.state.live.close()
             if engine is None:
                 db.dispose()
@@ -118,13 +123,19 @@ def create_app(
         ),
         lifespan=lifespan,
     )
-    app.state.metrics = ApiMetrics()
+    app.state.metrics = ApiMetrics(
+        backlog_cache_s=settings.backlog_metrics_cache_s,
+        backlog_timeout_s=settings.backlog_metrics_timeout_s,
+    )
     install_error_handlers(app)
     authenticated = [Depends(require_token)]
     app.include_router(items.router, dependencies=authenticated)
     app.include_router(outboxes.router, dependencies=authenticated)
+    app.include_router(lanes.router, dependencies=authenticated)
+    app.include_router(dead_letters.router, dependencies=authenticated)
     app.include_router(aggregates.router, dependencies=authenticated)
     app.include_router(destination_routes.router, dependencies=authenticated)
+    app.include_router(schedules.router, dependencies=authenticated)
     app.include_router(live.router)  # checks its own token: browsers cannot send headers
     app.include_router(events.router)  # per-destination secrets: Event Grid sends no bearer
     app.include_router(health.router)

@@ -1,4 +1,4 @@
-"""Prometheus metrics: HTTP requests by route template, and enqueues by outcome."""
+"""Prometheus metrics: HTTP requests by route template, enqueues by outcome, and the backlog."""
 
 from __future__ import annotations
 
@@ -7,12 +7,18 @@ import time
 from prometheus_client import CollectorRegistry, Counter, Histogram
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from api.backlog_metrics import BacklogMetrics
+
 
 class ApiMetrics:
     """One registry per app, so several apps (tests) never collide on metric names."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, backlog_cache_s: float = 5.0, backlog_timeout_s: float = 5.0) -> None:
         self.registry = CollectorRegistry()
+        # Read from the read model at scrape time (`refresh`), once the app has its engine.
+        self.backlog = BacklogMetrics(
+            self.registry, cache_s=backlog_cache_s, timeout_s=backlog_timeout_s
+        )
         self.requests = Counter(
             "outbox_http_requests_total",
             "HTTP requests by method, route template and status.",

@@ -39,7 +39,8 @@ from pydantic import (
 
 from contract.ids import poll_task_queue, submit_task_queue
 from contract.item import POLICY_SETTINGS, DeliveryPolicy
-from contract.limits import check_destination_name
+from contract.lane import LanePolicy
+from contract.limits import check_destination_name, check_outbox_name
 
 _ENV_REFERENCE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 
@@ -117,11 +118,34 @@ class Destination(BaseModel):
             raise DestinationConfigError(f"destination {self.name!r}: {problems}") from err
 
 
-class DestinationRegistry:
-    """The loaded destinations, by name."""
+class OutboxSettings(BaseModel):
+    """Per-outbox settings (`[outboxes.<name>]`); an outbox not listed gets the defaults."""
 
-    def __init__(self, destinations: Mapping[str, Destination]) -> None:
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    # What an ordering lane does when one of its items fails permanently: stop until an
+    # operator redrives or skips it (`halt`), or record it and go on (`skip`).
+    lane_policy: LanePolicy = LanePolicy.HALT
+    # A lane continues as new past this many history events (Temporal may ask sooner).
+    lane_history_events: int = Field(default=10_000, ge=100, le=40_000)
+    # How long a lane with nothing to do stays open before it ends (the next append restarts it).
+    lane_idle_s: float = Field(default=300.0, gt=0, le=30 * 24 * 3600)
+
+
+class DestinationRegistry:
+    """The loaded destinations, by name, and the per-outbox settings."""
+
+    def __init__(
+        self,
+        destinations: Mapping[str, Destination],
+        outboxes: Mapping[str, OutboxSettings] | None = None,
+    ) -> None:
         self._destinations = dict(destinations)
+        self._outboxes = dict(outboxes or {})
+
+    def outbox(self, name: str) -> OutboxSettings:
+        """The outbox's settings (the defaults unless `[outboxes.<name>]` sets them)."""
+        return self._outboxes.get(name) or OutboxSettings()
 
     def __contains__(self, name: object) -> bool:
         return name in self._destinations
@@ -158,12 +182,14 @@ class DestinationRegistry:
             raise DestinationConfigError(f"destinations file not found: {path}") from err
         except tomllib.TOMLDecodeError as err:
             raise DestinationConfigError(f"{path}: invalid TOML: {err}") from err
-        return cls.from_mapping(
+        registry = cls.from_mapping(
             raw.get("destinations", {}),
             environ,
             source=str(path),
             provider_settings=provider_settings,
         )
+        registry._outboxes = _load_outboxes(raw.get("outboxes", {}), str(path))
+        return registry
 
     @classmethod
     def from_mapping(
@@ -183,6 +209,21 @@ class DestinationRegistry:
             except DestinationConfigError as err:
                 raise DestinationConfigError(f"{source}: {err}") from err
         return cls(destinations)
+
+
+def _load_outboxes(raw: Any, source: str) -> dict[str, OutboxSettings]:
+    if not isinstance(raw, Mapping):
+        raise DestinationConfigError(f"{source}: outboxes: must be a table")
+    outboxes: dict[str, OutboxSettings] = {}
+    for name, fields in raw.items():
+        where = f"{source}: outbox {name!r}"
+        try:
+            check_outbox_name(name)
+            outboxes[name] = OutboxSettings.model_validate(fields)
+        except ValueError as err:
+            problem = _describe(err) if isinstance(err, ValidationError) else str(err)
+            raise DestinationConfigError(f"{where}: {problem}") from err
+    return outboxes
 
 
 def _load(

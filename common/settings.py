@@ -8,7 +8,7 @@ from pathlib import Path
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from contract.ids import WORKFLOW_TASK_QUEUE
+from contract.ids import OPERATIONS_TASK_QUEUE, WORKFLOW_TASK_QUEUE
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 
@@ -24,6 +24,8 @@ class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_file=".env", extra="ignore", case_sensitive=False)
 
     workflow_task_queue: str = WORKFLOW_TASK_QUEUE
+    # Where the worker runs the operations activities (scheduled fan-out, redrive batches).
+    operations_task_queue: str = OPERATIONS_TASK_QUEUE
     outbox_config: Path = Field(default=PROJECT_ROOT / "config" / "destinations.toml")
     database_url: str = f"sqlite:///{PROJECT_ROOT / '.data' / 'readmodel.db'}"
 
@@ -37,6 +39,11 @@ class Settings(BaseSettings):
     fake_provider_url: str = "http://127.0.0.1:8025"
     # Where the worker serves Temporal SDK metrics for Prometheus (host:port); empty disables.
     worker_metrics_address: str = "127.0.0.1:9464"
+    # How long the API's /metrics reuses one reading of the backlog from the read model, so
+    # frequent scrapes (or several Prometheus servers) cost one set of queries per interval.
+    backlog_metrics_cache_s: float = Field(default=5.0, ge=0)
+    # How long a scrape waits for that reading; past it, `outbox_backlog_scrape_ok` is 0.
+    backlog_metrics_timeout_s: float = Field(default=5.0, gt=0)
 
     @property
     def api_tokens(self) -> list[str]:

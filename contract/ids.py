@@ -12,11 +12,36 @@ _PROVIDER_KEY_NAMESPACE = uuid.UUID("5b0f1c8e-3f3a-4c55-9c55-0d0b7e1a9d21")
 
 # The default task queue of the workflow worker (`WORKFLOW_TASK_QUEUE` overrides it).
 WORKFLOW_TASK_QUEUE = "outbox-workflows"
+# The default task queue of the operations worker (`OPERATIONS_TASK_QUEUE` overrides it): the
+# activities the workflow worker's workflows need beside their local ones (scheduled fan-out,
+# dead-letter redrive batches).
+OPERATIONS_TASK_QUEUE = "outbox-operations"
 
 
 def item_workflow_id(outbox: str, key: str) -> str:
     """The one workflow id of an item: `outbox/{outbox}/{key}`."""
     return f"outbox/{outbox}/{key}"
+
+
+def lane_workflow_id(outbox: str, ordering_key: str) -> str:
+    """The one workflow id of an ordering lane: `lane/{outbox}/{ordering_key}`."""
+    return f"lane/{outbox}/{ordering_key}"
+
+
+def temporal_schedule_id(schedule_id: str) -> str:
+    """The Temporal Schedule of a scheduled fan-out: `schedule/{schedule_id}`."""
+    return f"schedule/{schedule_id}"
+
+
+def scheduled_batch_workflow_id(schedule_id: str) -> str:
+    """The workflow id a schedule's action starts with; Temporal appends `-{fire time}` to it,
+    so each fire time has one workflow id."""
+    return f"scheduled-batch/{schedule_id}"
+
+
+def redrive_batch_workflow_id(outbox: str, batch_id: str) -> str:
+    """A dead-letter redrive batch: `redrive-batch/{outbox}/{batch_id}`."""
+    return f"redrive-batch/{outbox}/{batch_id}"
 
 
 def parse_item_workflow_id(workflow_id: str) -> tuple[str, str]:
@@ -47,6 +72,20 @@ def submit_task_queue(destination: str) -> str:
 def poll_task_queue(destination: str) -> str:
     """Task queue of a destination's poll activities (its rate limit is the poll rate)."""
     return f"outbox-poll-{destination}"
+
+
+# The server refuses a longer fairness key, and the workflow task that scheduled it fails
+# forever ("fairness key length exceeds limit"), so the item would never move.
+MAX_FAIRNESS_KEY_BYTES = 64
+
+
+def outbox_fairness_key(outbox: str) -> str:
+    """The fairness key of an outbox's submits and polls: the outbox name itself, or for a name
+    over 64 bytes its first 47 characters, `~` and a hash (`~` is in no outbox name)."""
+    if len(outbox.encode()) <= MAX_FAIRNESS_KEY_BYTES:
+        return outbox
+    digest = hashlib.sha256(outbox.encode()).hexdigest()[:16]
+    return f"{outbox[:47]}~{digest}"
 
 
 def payload_hash(destination: str, payload: Any, ordering_key: str | None = None) -> str:

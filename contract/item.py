@@ -49,6 +49,9 @@ class ItemErrorType(StrEnum):
     DELIVERY_FAILED = "DeliveryFailed"
     # The `cancel` update's validator refused: the item is no longer queued.
     CANNOT_CANCEL = "CannotCancel"
+    # The endpoint answered 410 Gone: the submit paused the destination (Standard Webhooks'
+    # "disable the endpoint"); the item waits for a resume rather than failing or using attempts.
+    DESTINATION_GONE = "DestinationGone"
 
 
 # A year: reports come within days; a longer window only keeps workflows open for nothing.
@@ -85,6 +88,8 @@ class ItemEventType(StrEnum):
     CANCELLED = "cancelled"
     # A provider reported on a recipient; hyphenated because clients script against this name.
     DELIVERY_REPORT = "delivery-report"
+    # The endpoint answered 410 Gone and the destination was paused; the item stays queued.
+    DESTINATION_GONE = "destination_gone"
 
 
 class OperationStatus(StrEnum):
@@ -294,6 +299,20 @@ class OutboxItemInput:
     state: OutboxItemState | None = None
     # How many times the item was redriven; each generation has its own provider key.
     generation: int = 0
+
+    def summary(self) -> str:
+        """The workflow's static summary in the Web UI: where it goes, to whom, its key."""
+        recipient = ""
+        recipients = self.payload.get("recipients")
+        if isinstance(recipients, dict) and recipients.get("to"):
+            first = recipients["to"][0]
+            if isinstance(first, dict) and "address" in first:
+                recipient = f" to {first['address']}"
+        lane = f", lane {self.ordering_key}" if self.ordering_key is not None else ""
+        return (
+            f"Outbox {self.outbox}: deliver{recipient} via {self.destination}"
+            f" (key {self.key}{lane})"
+        )
 
 
 @dataclass

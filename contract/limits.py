@@ -25,7 +25,7 @@ OUTBOX_NAME_PATTERN = rf"^[A-Za-z0-9][A-Za-z0-9._-]{{0,{MAX_OUTBOX_LENGTH - 1}}}
 DESTINATION_NAME_PATTERN = rf"^[a-z0-9][a-z0-9-]{{0,{MAX_DESTINATION_LENGTH - 1}}}$"
 # Printable characters only (keys are part of workflow ids shown in UIs and logs), and no "/",
 # so an idempotency key is always exactly one URL path segment in the REST API, and an ordering
-# key one segment of its lane's id.
+# key one segment of its lane's id and URL.
 TEXT_KEY_PATTERN = rf"^[^\x00-\x1f\x7f/]{{1,{MAX_KEY_LENGTH}}}$"
 
 _OUTBOX_NAME = re.compile(OUTBOX_NAME_PATTERN)
@@ -65,7 +65,11 @@ def check_idempotency_key(key: str) -> str:
 
 def check_ordering_key(ordering_key: str) -> str:
     """`ordering_key` if it is a valid ordering key; raises ValueError otherwise."""
-    return _check_text_key(ordering_key, "ordering key")
+    _check_text_key(ordering_key, "ordering key")
+    # The key is the last segment of its lane's URL (`.../lanes/{ordering_key}`).
+    if ordering_key in (".", ".."):
+        raise ValueError(f"ordering key {ordering_key!r} cannot be addressed in a URL path")
+    return ordering_key
 
 
 def _check_text_key(value: str, what: str) -> str:

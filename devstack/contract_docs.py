@@ -22,7 +22,9 @@ from temporalio.workflow import _Definition
 from contract.aggregate import AggregateView
 from contract.ids import WORKFLOW_TASK_QUEUE
 from contract.item import OutboxItemView
+from contract.lane import LaneView
 from workflows.aggregate import AggregateWorkflow
+from workflows.lane import OutboxLaneWorkflow
 from workflows.outbox_item import OutboxItemWorkflow
 
 README = Path(__file__).resolve().parent.parent / "README.md"
@@ -45,6 +47,20 @@ _USES = {
     ),
     "state": "state, version and the definition's read models",
     "rejected_commands": "signalled and timer commands `decide` refused, newest last",
+    "append": (
+        "add an item at the lane's tail (send it with signal-with-start); a key already in the"
+        " lane is a duplicate, or a conflict if the request differs. The item carries its"
+        " destination's policy snapshot, so append through the API or `OutboxClient.enqueue`"
+        " with an `ordering_key` rather than by hand"
+    ),
+    "append_outcome": "what the lane did with one append, by its `append_id`",
+    "lane": "the lane's view, the first keys waiting behind its head, the bytes it carries",
+    "remove": (
+        "cancel waiting items (one key, a destination's, or all); never the head, which has"
+        " its own workflow"
+    ),
+    "redrive_head": "run a halted lane's failed head item again (a new generation)",
+    "skip_head": "move a halted lane past its failed head item, which stays failed",
     "delivery_report": (
         "the provider's report on one recipient (the API sends it from Event Grid); a repeat"
         " or an older report changes nothing"
@@ -56,13 +72,22 @@ _CLI = {
         "temporal workflow update execute --workflow-id {id} --name {name} --input '{example}'"
     ),
     "query": "temporal workflow query --workflow-id {id} --name {name}",
+    "query with input": (
+        "temporal workflow query --workflow-id {id} --name {name} --input '{example}'"
+    ),
 }
+# Handlers whose payload no one should write by hand (see their description).
+_NO_CLI = {"append"}
 _EXAMPLES = {
     "CommandRequest": (
         '{"name": "assign_seat", "payload": {"seat": "1A", "passenger_id": "p1"},'
         ' "command_id": "c-42"}'
     ),
     "CancelRequest": '{"reason": "customer left"}',
+    "RemoveRequest": '{"key": "invoice-8", "reason": "customer left"}',
+    "RedriveHead": '{"key": "invoice-8"}',
+    "SkipHead": '{"key": "invoice-8", "reason": "bad address"}',
+    "str": '"8c1d9e52-0d4a-4f0e-9d7c-5b3f7a1e2c40"',
     "DeliveryReport": (
         '{"message_id": "0b6d7c7e-8f40-5b7e-9a6c-1f2d3e4a5b6c", "recipient": "ada@example.com",'
         ' "status": "bounced", "at": "2026-11-23T10:00:00Z", "detail": "550 5.1.1"}'
@@ -88,6 +113,15 @@ _WORKFLOWS = (
         "OutboxItemInput",
         OutboxItemView,
         "one item",
+    ),
+    _Workflow(
+        OutboxLaneWorkflow,
+        "lane/{outbox}/{ordering_key}",
+        "'lane/demo/customer-7'",
+        "LaneState",
+        LaneView,
+        "one ordering lane; started by its first append (signal-with-start); runs its items"
+        " one at a time as child `OutboxItem` workflows, in the order it received them",
     ),
     _Workflow(
         AggregateWorkflow,
@@ -127,8 +161,11 @@ def contract_table() -> str:
             payload = describe(arg_types[0]) if arg_types else "—"
             answer = _answer(ret_type)
             rows.append(f"| `{name}` | {kind} | {payload} | {answer} | {_USES[name]} |")
+            if name in _NO_CLI:
+                continue
             example = _EXAMPLES.get(arg_types[0].__name__, "{}") if arg_types else ""
-            commands.append(_CLI[kind].format(id=workflow.example_id, name=name, example=example))
+            template = _CLI["query with input" if kind == "query" and arg_types else kind]
+            commands.append(template.format(id=workflow.example_id, name=name, example=example))
         fields = ", ".join(f"`{field.name}`" for field in dataclasses.fields(workflow.view))
         views.append(f"`{workflow.view.__name__}` (JSON object): {fields}.")
     return "\n".join(
@@ -145,13 +182,18 @@ def _answer(ret_type: Any) -> str:
 
 
 def describe(cls: type[Any]) -> str:
-    """`Name` `{"field": type = default, ...}` for a dataclass payload."""
+    """`Name` `{"field": type = default, ...}` for a dataclass payload; a JSON type else."""
+    if not dataclasses.is_dataclass(cls):
+        return f"{_json_type(cls)}"
     hints = typing.get_type_hints(cls)
     members = []
     for field in dataclasses.fields(cls):
         text = f'"{field.name}": {_json_type(hints[field.name])}'
         if field.default is not dataclasses.MISSING:
-            text += f" = {field.default!r}".replace("'", '"')
+            default = field.default
+            if isinstance(default, enum.Enum):
+                default = default.value
+            text += f" = {default!r}".replace("'", '"')
         members.append(text)
     return f"`{cls.__name__}` `{{{', '.join(members)}}}`"
 

@@ -6,9 +6,11 @@ by idempotency key (`Operation-Id`, `webhook-id`) and counts what it sees so tes
 Given `--report-url`, it also reports each email recipient's fate there as Event Grid would
 (`devstack/fake_reports.py`); an address whose local part starts with `bounce` always bounces.
 
-Faults come from three places, most specific first: a per-key script (`POST /_admin/script`),
+Faults come from four places, most specific first: a per-key script (`POST /_admin/script`),
 per-request headers (`X-Fake-Status`, `X-Fake-Retry-After`, `X-Fake-Latency-Ms`, `X-Fake-Hang-S`,
-`X-Fake-Running-Polls`, `X-Fake-Operation-Result`), and the global fault config
+`X-Fake-Running-Polls`, `X-Fake-Operation-Result`), a per-endpoint fault that holds until cleared
+(`PUT /_admin/endpoints/{endpoint}` with a step such as `{"status": 410}`, `DELETE` to clear; the
+endpoint is a webhook's path after `/webhook/`, or `emails`), and the global fault config
 (`PUT /_admin/faults`, or at start-up one flag per FaultConfig field). `GET /_admin/deliveries
 ?endpoint=` lists first deliveries in arrival order, each with a global sequence number. Run it with
 `python -m devstack.fake_provider --port 8025 [--error-rate 0.1 ...]` (`--help` lists the flags).
@@ -183,6 +185,8 @@ class FakeProviderState:
         self.reports.sent = self.reports.failures = 0
         self.keys: dict[str, KeyStats] = defaultdict(KeyStats)
         self.scripts: dict[str, list[Step]] = {}
+        # Endpoint -> how every request to it is answered, until cleared.
+        self.endpoint_faults: dict[str, Step] = {}
         self.operations: dict[str, Operation] = {}
         self.operation_by_key: dict[str, str] = {}
         self.delivered_keys: set[str] = set()
@@ -191,8 +195,9 @@ class FakeProviderState:
         # (monotonic time, path) of every request, for max-rate-in-window questions.
         self.requests: list[tuple[float, str]] = []
 
-    def next_step(self, key: str, request: Request) -> Step:
-        """The scripted step for `key`, else one built from headers, else from random faults."""
+    def next_step(self, key: str, request: Request, endpoint: str) -> Step:
+        """The scripted step for `key`, else one built from headers, else the endpoint's fault,
+        else one from random faults."""
         script = self.scripts.get(key)
         if script:
             return script.pop(0)
@@ -210,6 +215,8 @@ class FakeProviderState:
                 ),
                 operation_result=headers.get("x-fake-operation-result"),
             )
+        if endpoint in self.endpoint_faults:
+            return dataclasses.replace(self.endpoint_faults[endpoint])
         return self._random_step()
 
     def _random_step(self) -> Step:
@@ -346,7 +353,7 @@ def create_app(state: FakeProviderState) -> Starlette:
         stats = state.record(key, request.url.path, "submit")
         if not _valid_acs_signature(request, body, state.acs_access_key):
             return _acs_error(401, "Denied", "Denied by the HMAC-SHA256 authentication policy")
-        step = state.next_step(key, request)
+        step = state.next_step(key, request, "emails")
         fault = await _apply_fault(state, step, stats)
         if fault is not None:
             log.info("ACS send %s -> %s (injected)", key, fault.status_code)
@@ -406,13 +413,14 @@ def create_app(state: FakeProviderState) -> Starlette:
         stats = state.record(key, request.url.path, "submit")
         if key is None or not _valid_webhook_signature(request, body, state.webhook_secret):
             return JSONResponse({"error": "invalid signature"}, 401)
-        fault = await _apply_fault(state, state.next_step(key, request), stats)
+        endpoint = request.path_params["endpoint"]
+        fault = await _apply_fault(state, state.next_step(key, request, endpoint), stats)
         if fault is not None:
             log.info("webhook %s %s -> %s (injected)", request.url.path, key, fault.status_code)
             return fault
         if key not in state.delivered_keys:
             state.delivered_keys.add(key)
-            state.log_delivery(key, request.path_params["endpoint"], body)
+            state.log_delivery(key, endpoint, body)
         log.info("webhook %s %s -> 204", request.url.path, key)
         return Response(status_code=204)
 
@@ -457,6 +465,18 @@ def create_app(state: FakeProviderState) -> Starlette:
         state.scripts[spec["key"]] = [Step(**step) for step in spec["steps"]]
         return JSONResponse({"key": spec["key"], "steps": len(spec["steps"])})
 
+    async def admin_endpoint(request: Request) -> Response:
+        endpoint = request.path_params["endpoint"]
+        if request.method == "DELETE":
+            state.endpoint_faults.pop(endpoint, None)
+            return Response(status_code=204)
+        try:
+            step = Step(**await request.json())
+        except (TypeError, ValueError) as err:
+            return JSONResponse({"error": str(err)}, 422)
+        state.endpoint_faults[endpoint] = step
+        return JSONResponse({"endpoint": endpoint, **dataclasses.asdict(step)})
+
     async def admin_deliveries(request: Request) -> Response:
         endpoint = request.query_params.get("endpoint")
         return JSONResponse(
@@ -486,6 +506,7 @@ def create_app(state: FakeProviderState) -> Starlette:
             Route("/_admin/max-rate", admin_max_rate),
             Route("/_admin/faults", admin_faults, methods=["GET", "PUT"]),
             Route("/_admin/script", admin_script, methods=["POST"]),
+            Route("/_admin/endpoints/{endpoint:path}", admin_endpoint, methods=["PUT", "DELETE"]),
             Route("/_admin/reset", admin_reset, methods=["POST"]),
             Route("/_admin/deliveries", admin_deliveries),
         ],
@@ -551,6 +572,13 @@ class FakeProviderAdmin:
 
     async def script(self, key: str, steps: list[dict[str, Any]]) -> None:
         await self._call("POST", "/_admin/script", json={"key": key, "steps": steps})
+
+    async def set_endpoint_fault(self, endpoint: str, **step: Any) -> None:
+        """Answer every request to `endpoint` with `step` (e.g. `status=410`) until cleared."""
+        await self._call("PUT", f"/_admin/endpoints/{endpoint}", json=step)
+
+    async def clear_endpoint_fault(self, endpoint: str) -> None:
+        await self._call("DELETE", f"/_admin/endpoints/{endpoint}")
 
     async def deliveries(self, endpoint: str | None = None) -> list[dict[str, Any]]:
         """First deliveries in arrival order (`seq`), optionally of one endpoint."""

@@ -23,8 +23,6 @@ from temporalio.client import (
     WorkflowUpdateRPCTimeoutOrCancelledError,
 )
 from temporalio.common import (
-    SearchAttributePair,
-    TypedSearchAttributes,
     WorkflowIDConflictPolicy,
     WorkflowIDReusePolicy,
 )
@@ -53,6 +51,8 @@ from contract.item import (
     OutboxItemState,
     OutboxItemView,
 )
+from contract.lane import AppendOutcome, LaneDetail, RemoveRequest
+from outbox_client import lanes
 from outbox_client.connection import TemporalConnection
 from outbox_client.errors import (
     CannotCancel,
@@ -73,9 +73,9 @@ from outbox_client.validation import (
 # Every call to Temporal gets a deadline, so a blackholed server answers the API's caller with a
 # 503 instead of holding the request open. Only calls on ended workflows or quick handlers wait.
 RPC_TIMEOUT = timedelta(seconds=10)
-ORDERING_NOT_SUPPORTED = (
-    "ordering_key is not supported yet: items are not delivered in key order until ordering"
-    " lanes exist, so it is refused rather than ignored; send the item without it"
+DELAYED_LANE_ITEM = (
+    "not_before and delay_seconds cannot be combined with ordering_key: a delayed item would"
+    " hold up every item behind it in its lane"
 )
 # How long a cancel waits for a worker to answer before it falls back to a signal.
 CANCEL_WAIT = timedelta(seconds=5)
@@ -160,8 +160,9 @@ class OutboxClient:
             payload: what the provider receives (ACS email body, webhook JSON).
             key: the idempotency key; a fresh UUID when None. Repeating it returns the
                 existing item, or raises `IdempotencyConflict` if the request differs.
-            ordering_key: refused (`InvalidRequest`) until ordering lanes exist: accepting it
-                without delivering in order would be a promise not kept.
+            ordering_key: deliver strictly after the outbox's earlier items with this key: the
+                item is appended to its ordering lane, which runs it when its turn comes.
+                Raises `LaneFull` when the lane carries as much as it can.
             not_before: deliver no earlier than this (time-zone aware).
             max_attempts: lower the destination's attempt limit for this item.
         """
@@ -173,7 +174,8 @@ class OutboxClient:
             raise UnknownDestination(f"unknown destination {destination!r} (configured: {known})")
         if ordering_key is not None:
             validate_ordering_key(ordering_key)
-            raise InvalidRequest(ORDERING_NOT_SUPPORTED)
+            if not_before is not None:
+                raise InvalidRequest(DELAYED_LANE_ITEM)
         if max_attempts is not None and max_attempts < 1:
             raise InvalidRequest("max_attempts must be at least 1")
         now = datetime.now(UTC)
@@ -192,12 +194,35 @@ class OutboxClient:
             enqueued_at=now,
             not_before=not_before,
         )
+        if ordering_key is not None:
+            created = await self._append_to_lane(item)
+            return EnqueueResult(item_id=item_id, outbox=outbox, key=key, created=created)
         try:
             await self._start(item, WorkflowIDReusePolicy.REJECT_DUPLICATE)
         except WorkflowAlreadyStartedError:
             await self._check_existing(item_id, fingerprint)
             return EnqueueResult(item_id=item_id, outbox=outbox, key=key, created=False)
         return EnqueueResult(item_id=item_id, outbox=outbox, key=key, created=True)
+
+    async def _append_to_lane(self, item: OutboxItemInput) -> bool:
+        """Append to the item's lane; whether this call added it (False: it was there)."""
+        item_id = item_workflow_id(item.outbox, item.key)
+        client = await self.temporal()
+        try:
+            # The lane has started the key's item already (or had, before it last ended).
+            await self._check_existing(item_id, item.payload_hash)
+        except RPCError as err:
+            if err.status != RPCStatusCode.NOT_FOUND:
+                raise
+        else:
+            return False
+        settings = self.destinations.outbox(item.outbox)
+        outcome = await lanes.append(
+            client, self.task_queue, item, settings, rpc_timeout=RPC_TIMEOUT
+        )
+        if outcome is AppendOutcome.CONFLICT:
+            check_same_request(None, item.payload_hash)
+        return outcome is not AppendOutcome.DUPLICATE
 
     async def status(self, outbox: str, key: str) -> OutboxItemView:
         """The item's live view while it runs; its final view once it has ended."""
@@ -225,16 +250,31 @@ class OutboxClient:
         reason: str = "cancelled by request",
         *,
         wait: timedelta = CANCEL_WAIT,
+        ordering_key: str | None = None,
     ) -> OutboxItemView | CancelRequested:
         """Cancel a queued item. Raises `CannotCancel` once it has been handed to the provider.
 
         The cancel is an update, answered by a worker. When no worker answers within `wait`
         (a worker outage), it is sent again as the `request_cancel` signal, which the server
         records and the item acts on when a worker returns: the answer is then
-        `CancelRequested`, not the cancelled view.
+        `CancelRequested`, not the cancelled view. An item still waiting in its ordering lane
+        (pass its `ordering_key`) has no workflow yet: the lane takes it out.
         """
         handle = await self._handle(outbox, key)
-        description = await self._describe(handle)
+        try:
+            description = await self._describe(handle)
+        except ItemNotFound:
+            if ordering_key is None:
+                raise
+            client = await self.temporal()
+            removed = await lanes.remove(
+                client, outbox, ordering_key, RemoveRequest(key=key, reason=reason), wait=wait
+            )
+            for taken in removed.views:
+                if taken.key == key:
+                    return taken
+            # Its turn came meanwhile: it has a workflow now, which answers the cancel.
+            description = await self._describe(handle)
         if description.status != WorkflowExecutionStatus.RUNNING:
             ended = await self.status(outbox, key)
             raise CannotCancel(f"item is {ended.status.value}; only queued items can be cancelled")
@@ -277,6 +317,62 @@ class OutboxClient:
             parse_item_workflow_id(execution.id)[1]
             async for execution in client.list_workflows(query, rpc_timeout=RPC_TIMEOUT)
         ]
+
+    async def purge_lanes(
+        self, outbox: str, destination: str | None = None, reason: str = "purged"
+    ) -> list[str]:
+        """Take every item waiting in the outbox's lanes out (optionally of one destination);
+        the keys taken. Items running at a lane's head are the item purge's to cancel."""
+        validate_outbox(outbox)
+        client = await self.temporal()
+        removed: list[str] = []
+        request = RemoveRequest(destination=destination, reason=reason)
+        for ordering_key in await lanes.running_lanes(client, outbox, rpc_timeout=RPC_TIMEOUT):
+            result = await lanes.remove(client, outbox, ordering_key, request, wait=CANCEL_WAIT)
+            removed.extend(result.removed)
+        return removed
+
+    async def lane(self, outbox: str, ordering_key: str) -> LaneDetail | None:
+        """A running lane's live view and its first waiting keys; None if it is not running."""
+        validate_outbox(outbox)
+        validate_ordering_key(ordering_key)
+        return await lanes.detail(await self.temporal(), outbox, ordering_key)
+
+    async def resume_lane(
+        self,
+        outbox: str,
+        ordering_key: str,
+        *,
+        skip_reason: str | None = None,
+        last_event_seq: int = 0,
+    ) -> str:
+        """Resume a halted lane by redriving its failed head item (with its destination's
+        current policy), or by skipping it when `skip_reason` is given; the head's key.
+
+        `last_event_seq`: as for `redrive`, the newest event the caller's read model holds."""
+        current = await self.lane(outbox, ordering_key)
+        policy = None
+        if current is not None and current.view.head_key is not None and skip_reason is None:
+            record = await self._lane_head_destination(outbox, current.view.head_key)
+            target = self.destinations.get(record) if record else None
+            policy = target.policy() if target is not None else None
+        return await lanes.resume(
+            await self.temporal(),
+            outbox,
+            ordering_key,
+            redrive_policy=policy,
+            last_event_seq=last_event_seq,
+            skip_reason=skip_reason,
+            rpc_timeout=RPC_TIMEOUT,
+        )
+
+    async def _lane_head_destination(self, outbox: str, key: str) -> str | None:
+        """The destination of a lane's failed head item, from its workflow's start input."""
+        try:
+            handle = await self._handle(outbox, key)
+            return (await self._original_input(handle)).destination
+        except (ItemNotFound, RPCError):
+            return None
 
     async def report_delivery(self, item_id: str, report: DeliveryReport) -> bool:
         """Signal the provider's report on one recipient to the item (`delivery_report`).
@@ -335,13 +431,6 @@ class OutboxClient:
         return EnqueueResult(item_id=handle.id, outbox=outbox, key=key, created=True)
 
     async def _start(self, item: OutboxItemInput, reuse: WorkflowIDReusePolicy) -> None:
-        pairs = [
-            SearchAttributePair(search_attributes.OUTBOX_NAME, item.outbox),
-            SearchAttributePair(search_attributes.OUTBOX_STATUS, ItemStatus.QUEUED.value),
-            SearchAttributePair(search_attributes.DESTINATION, item.destination),
-        ]
-        if item.ordering_key is not None:
-            pairs.append(SearchAttributePair(search_attributes.ORDERING_KEY, item.ordering_key))
         start_delay = None
         if item.not_before is not None:
             # One reading of the clock: two could straddle the due time and give a negative delay.
@@ -355,9 +444,11 @@ class OutboxClient:
             task_queue=self.task_queue,
             id_reuse_policy=reuse,
             id_conflict_policy=WorkflowIDConflictPolicy.FAIL,
-            search_attributes=TypedSearchAttributes(pairs),
+            search_attributes=search_attributes.item_start_attributes(
+                item.outbox, item.destination, ItemStatus.QUEUED.value, item.ordering_key
+            ),
             memo={"payload_hash": item.payload_hash},
-            static_summary=_summary(item),
+            static_summary=item.summary(),
             start_delay=start_delay,
             rpc_timeout=RPC_TIMEOUT,
         )
@@ -441,13 +532,3 @@ def _pending_view(
         next_attempt_at=description.execution_time or item.not_before,
     )
     return OutboxItemView.of(item_id, item, waiting)
-
-
-def _summary(item: OutboxItemInput) -> str:
-    recipient = ""
-    recipients = item.payload.get("recipients")
-    if isinstance(recipients, dict) and recipients.get("to"):
-        first = recipients["to"][0]
-        if isinstance(first, dict) and "address" in first:
-            recipient = f" to {first['address']}"
-    return f"Outbox {item.outbox}: deliver{recipient} via {item.destination} (key {item.key})"

@@ -46,6 +46,18 @@ class NotRedrivable(OutboxError):
     """Only failed (or terminated, or timed-out) items can be redriven."""
 
 
+class LaneFull(OutboxError):
+    """The item's ordering lane carries as many waiting items as it can; retry later."""
+
+
+class LaneNotFound(OutboxError):
+    """No running ordering lane of that outbox and key (it never ran, or ended when idle)."""
+
+
+class LaneNotHalted(OutboxError):
+    """Only a halted lane's head item can be redriven or skipped through the lane."""
+
+
 class TemporalUnavailable(OutboxError):
     """The Temporal cluster could not be reached; retrying later may succeed."""
 

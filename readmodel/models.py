@@ -37,6 +37,7 @@ from sqlalchemy.types import TypeDecorator, TypeEngine
 
 from contract.aggregate import MAX_AGGREGATE_ID_LENGTH, MAX_AGGREGATE_TYPE_LENGTH, RecordedEvent
 from contract.item import MAX_LENGTH, ItemEvent, OutboxItemView
+from contract.lane import LaneView
 from contract.limits import MAX_ITEM_ID_LENGTH, MAX_OUTBOX_LENGTH
 
 metadata = MetaData()
@@ -174,6 +175,8 @@ ITEMS = Table(
     Index("ix_outbox_items_outbox_status", "outbox", "status", "created_at", "id"),
     Index("ix_outbox_items_outbox_destination", "outbox", "destination", "created_at"),
     Index("ix_outbox_items_outbox_delivery", "outbox", "delivery", "created_at", "id"),
+    # The dead-letter view: an outbox's failed items by when they failed.
+    Index("ix_outbox_items_outbox_status_finished", "outbox", "status", "finished_at", "id"),
     # Delivery reports name only the provider's message id: this finds their item.
     Index("ix_outbox_items_provider_message_id", "provider_message_id"),
 )
@@ -220,6 +223,28 @@ AGGREGATES = Table(
     Column("updated_at", UTCDateTime(), nullable=False),
 )
 
+LANES = Table(
+    "outbox_lanes",
+    metadata,
+    *dataclass_columns(
+        LaneView, overrides={"id": Column("id", String(MAX_ITEM_ID_LENGTH), primary_key=True)}
+    ),
+    Index("ix_outbox_lanes_outbox_key", "outbox", "ordering_key"),
+    Index("ix_outbox_lanes_outbox_status", "outbox", "status"),
+)
+
+# Dead letters an operator discarded: given up on, kept for audit. A discard holds for the
+# failure it was made on (`last_event_seq`); once redriven and failed again, it is a new one.
+DISCARDS = Table(
+    "outbox_discards",
+    metadata,
+    Column("item_id", String(MAX_ITEM_ID_LENGTH), primary_key=True),
+    Column("outbox", String(MAX_OUTBOX_LENGTH), nullable=False),
+    Column("last_event_seq", Integer(), nullable=False),
+    Column("reason", String(), nullable=False),
+    Column("discarded_at", UTCDateTime(), nullable=False),
+)
+
 
 @dataclass
 class ItemRecord:
@@ -239,5 +264,6 @@ class EventRecord(ItemEvent):
 
 
 read_view = record_reader(OutboxItemView)
+read_lane = record_reader(LaneView)
 read_aggregate_event = record_reader(RecordedEvent)
 read_event = record_reader(EventRecord)

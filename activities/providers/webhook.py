@@ -1,6 +1,7 @@
 """Webhooks signed per the Standard Webhooks spec: `webhook-id`, `webhook-timestamp`, signature.
 
-2xx means delivered; 410 means the receiver has disabled the endpoint, so it is permanent.
+2xx means delivered. 410 means the receiver has disabled the endpoint (the Standard Webhooks
+convention): `EndpointGoneError`, on which the submit activity pauses the destination.
 """
 
 from __future__ import annotations
@@ -9,12 +10,14 @@ import json
 import time
 from datetime import UTC, datetime
 from typing import Annotated, ClassVar
+from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 from pydantic import AfterValidator
 from standardwebhooks import Webhook
 
 from activities.providers.base import (
+    EndpointGoneError,
     HttpProviderSettings,
     HttpUrlText,
     PermanentProviderError,
@@ -75,11 +78,19 @@ class WebhookProvider:
         )
         response = await send(self._client, http_request, "webhook")
         if response.status_code == 410:
-            raise PermanentProviderError(
-                "webhook: HTTP 410 Gone: the receiver disabled this endpoint", status_code=410
+            raise EndpointGoneError(
+                "webhook: HTTP 410 Gone: the receiver disabled this endpoint",
+                endpoint=_without_secrets(self._url),
             )
         raise_for_status(response, "webhook")
         return SubmitResult(delivered=True, provider_message_id=request.idempotency_key)
 
     async def poll(self, request: PollRequest) -> PollResult:
         raise PermanentProviderError("webhooks are delivered synchronously; nothing to poll")
+
+
+def _without_secrets(url: str) -> str:
+    """`url` without its query and user info: receivers put tokens there, and this text is
+    shown to operators as the reason for a pause."""
+    parts = urlsplit(url)
+    return urlunsplit((parts.scheme, parts.netloc.rpartition("@")[2], parts.path, "", ""))

@@ -56,7 +56,9 @@ async def readyz(resources: ResourcesDep) -> dict[str, str]:
 
 @router.get("/metrics", summary="Prometheus metrics")
 async def metrics(api_metrics: MetricsDep) -> Response:
-    """HTTP requests by route template and status, and enqueues by outcome."""
+    """HTTP requests by route template and status, enqueues by outcome, and the backlog
+    (items per status, oldest queued age, sent and failed, lanes) from the read model."""
+    await api_metrics.backlog.refresh()
     return Response(generate_latest(api_metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
 

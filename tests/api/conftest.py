@@ -15,6 +15,7 @@ from common.destinations import Destination
 from common.settings import Settings
 from devstack.serving import serve_in_background
 from tests.conftest import Stack, email_destination, webhook_destination
+from worker import default_operations_task_queue
 
 
 @dataclass
@@ -48,6 +49,9 @@ async def open_api(
 @contextlib.asynccontextmanager
 async def serve_stack(stack: Stack, **settings_overrides: Any) -> AsyncIterator[str]:
     """The real app over `stack` on a loopback port (its lifespan on); yields its base URL."""
+    settings_overrides.setdefault(
+        "operations_task_queue", default_operations_task_queue(stack.task_queue)
+    )
     settings = api_settings(workflow_task_queue=stack.task_queue, **settings_overrides)
     app = create_app(settings, outbox_client=stack.outbox, engine=stack.engine)
     async with serve_in_background(app, lifespan="on") as url:
@@ -64,6 +68,10 @@ async def api_factory(stack_factory, fake_provider) -> AsyncIterator[Callable[..
         webhook = webhook_destination(fake_provider)
         stack = await stack_factory(email, webhook)
         engine = settings_overrides.pop("engine", stack.engine)
+        # The stack's own operations worker runs redrive batches and scheduled fires.
+        settings_overrides.setdefault(
+            "operations_task_queue", default_operations_task_queue(stack.task_queue)
+        )
         settings = api_settings(workflow_task_queue=stack.task_queue, **settings_overrides)
         generator = open_api(stack, settings, engine=engine)
         http = await generator.__anext__()
@@ -96,6 +104,9 @@ async def served_api_factory(stack_factory, fake_provider) -> AsyncIterator[Call
         async def build(**settings_overrides: Any) -> ServedApi:
             webhook = webhook_destination(fake_provider)
             stack = await stack_factory(webhook)
+            settings_overrides.setdefault(
+                "operations_task_queue", default_operations_task_queue(stack.task_queue)
+            )
             settings = api_settings(workflow_task_queue=stack.task_queue, **settings_overrides)
             app = create_app(settings, outbox_client=stack.outbox, engine=stack.engine)
             url = await servers.enter_async_context(serve_in_background(app, lifespan="on"))

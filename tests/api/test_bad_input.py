@@ -32,20 +32,27 @@ def test_the_client_refuses_keys_the_api_refuses(key: str) -> None:
         validate_key(key)
 
 
-async def test_an_ordering_key_is_refused_until_lanes_deliver_in_order(api: Api) -> None:
-    """Accepting it would promise an order nothing keeps yet."""
+async def test_an_ordering_key_cannot_be_combined_with_a_delay(api: Api) -> None:
+    """A delayed item would hold up every item behind it in its lane."""
     response = await api.http.post(
         "/v1/outboxes/tests/items",
-        json={"destination": api.webhook.name, "payload": {}, "ordering_key": "customer-7"},
+        json={
+            "destination": api.webhook.name,
+            "payload": {},
+            "ordering_key": "customer-7",
+            "delay_seconds": 60,
+        },
         headers={"Idempotency-Key": "ordered"},
     )
 
-    assert "ordering_key is not supported yet" in assert_problem(response, 422)["detail"]
+    assert "cannot be combined with ordering_key" in assert_problem(response, 422)["detail"]
     assert_problem(await api.http.get("/v1/outboxes/tests/items/ordered"), 404)
 
 
-def test_dots_are_refused_only_where_they_would_be_a_path_segment() -> None:
-    """An ordering key never appears in a URL, so "." is as good an ordering key as any."""
-    validate_ordering_key(".")
+@pytest.mark.parametrize("key", [".", ".."])
+def test_dots_are_refused_as_keys_of_either_kind(key: str) -> None:
+    """Both kinds of key are the last segment of a URL (an item's, a lane's)."""
     with pytest.raises(InvalidRequest):
-        validate_key(".")
+        validate_ordering_key(key)
+    with pytest.raises(InvalidRequest):
+        validate_key(key)

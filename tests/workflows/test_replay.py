@@ -1,6 +1,6 @@
 """Replay recorded histories: a change that makes the workflow non-deterministic fails here.
 
-Histories (items and aggregates) are recorded from the lifecycle tests with
+Histories (items, lanes and aggregates) are recorded from the lifecycle tests with
 `RECORD_HISTORIES=1 make test` and committed under `tests/histories/`; record new ones whenever a
 workflow gains a new path.
 """
@@ -13,8 +13,7 @@ import pytest
 from temporalio.client import WorkflowHistory
 from temporalio.worker import Replayer
 
-from workflows.aggregate import AggregateWorkflow
-from workflows.outbox_item import OutboxItemWorkflow
+from worker import WORKFLOWS
 
 HISTORIES = sorted((Path(__file__).parent.parent / "histories").glob("*.json"))
 
@@ -26,4 +25,4 @@ def test_histories_are_recorded() -> None:
 @pytest.mark.parametrize("path", HISTORIES, ids=[path.stem for path in HISTORIES])
 async def test_history_replays_deterministically(path: Path) -> None:
     history = WorkflowHistory.from_json(path.stem, path.read_text())
-    await Replayer(workflows=[OutboxItemWorkflow, AggregateWorkflow]).replay_workflow(history)
+    await Replayer(workflows=WORKFLOWS).replay_workflow(history)

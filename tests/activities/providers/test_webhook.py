@@ -13,7 +13,11 @@ import pytest
 import standardwebhooks
 from standardwebhooks.webhooks import WebhookVerificationError
 
-from activities.providers.base import PermanentProviderError, TransientProviderError
+from activities.providers.base import (
+    EndpointGoneError,
+    PermanentProviderError,
+    TransientProviderError,
+)
 from activities.providers.webhook import WebhookProvider, WebhookSettings
 from contract.item import SubmitRequest
 from devstack.fake_provider import FakeProvider
@@ -107,13 +111,20 @@ async def test_same_webhook_id_twice_is_delivered_once(fake_provider, http) -> N
     assert (stats["submits"], stats["deliveries"]) == (2, 1)
 
 
-async def test_410_is_permanent_and_says_the_endpoint_is_gone(fake_provider, http) -> None:
-    provider = fake_webhook(fake_provider, http, **{"X-Fake-Status": "410"})
+async def test_410_says_the_endpoint_is_gone_and_names_it_without_secrets(
+    fake_provider, http
+) -> None:
+    path = f"webhook/{uuid.uuid4().hex}"
+    await fake_provider.admin.set_endpoint_fault(path.removeprefix("webhook/"), status=410)
+    base = fake_provider.url.replace("http://", "http://user:password@")
+    provider = webhook_at(http, f"{base}/{path}?token=secret")
 
-    with pytest.raises(PermanentProviderError, match="410 Gone.*disabled this endpoint") as error:
+    with pytest.raises(EndpointGoneError, match="410 Gone.*disabled this endpoint") as error:
         await provider.submit(submit_request(new_key()))
 
     assert error.value.status_code == 410
+    # The URL goes into the destination's pause reason, which operators read: no credentials.
+    assert error.value.endpoint == f"{fake_provider.url}/{path}"
 
 
 async def test_400_is_permanent(fake_provider, http) -> None:

@@ -1,0 +1,181 @@
+"""`make chaos` part two (or `python -m bench.lane_scale`): 10,000 items in ONE ordering lane.
+
+Starts its own dev server (in-memory), the fake provider and the workers in this process.
+LANE_APPENDERS concurrent clients append LANE_ITEMS items (10,000; 1,000 with QUICK=1) to one
+lane, each client its own numbered sequence, while the provider fails 5% of submits with a 503.
+The lane continues as new many times on the way. Then, at the fake provider: every item arrived
+exactly once, and each client's items arrived in the order that client appended them (a client
+waits for each append before the next, so its items are ordered in the lane's history). Prints a
+table, writes `.bench/lane_scale.json`, and exits 1 on any loss, duplicate or reordering.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sys
+import time
+from contextlib import AsyncExitStack
+from typing import Any
+
+import httpx
+from temporalio.client import Client
+from temporalio.testing import WorkflowEnvironment
+
+from bench.run import machine
+from common.destinations import Destination, DestinationRegistry
+from common.settings import PROJECT_ROOT
+from contract.ids import lane_workflow_id
+from devstack.fake_provider import FaultConfig, run_fake_provider
+from devstack.temporal_server import dev_server_extra_args, temporal_cli_path
+from outbox_client import OutboxClient
+from readmodel.db import create_schema, make_engine
+from readmodel.lanes import get_lane
+from worker import build_workers
+
+QUICK = os.environ.get("QUICK") == "1"
+ITEMS = int(os.environ.get("LANE_ITEMS") or (1_000 if QUICK else 10_000))
+APPENDERS = int(os.environ.get("LANE_APPENDERS") or 20)
+DEADLINE_S = float(os.environ.get("LANE_DEADLINE_S") or (300 if QUICK else 1800))
+OUTBOX = "lane-scale"
+LANE = "one-lane"
+RESULT = PROJECT_ROOT / ".bench" / "lane_scale.json"
+
+
+async def append_all(outbox: OutboxClient, destination: str) -> float:
+    """Each appender sends its own numbered sequence, one append after another."""
+    per_appender = ITEMS // APPENDERS
+
+    async def appender(a: int) -> None:
+        for i in range(per_appender):
+            await outbox.enqueue(
+                OUTBOX,
+                destination,
+                {"appender": a, "i": i},
+                key=f"a{a}-{i}",
+                ordering_key=LANE,
+            )
+
+    began = time.monotonic()
+    await asyncio.gather(*(appender(a) for a in range(APPENDERS)))
+    return time.monotonic() - began
+
+
+async def lane_runs(client: Client) -> int:
+    """How many runs the lane has had (each continue-as-new starts one)."""
+    query = f"WorkflowId = '{lane_workflow_id(OUTBOX, LANE)}'"
+    return len([execution async for execution in client.list_workflows(query)])
+
+
+async def run() -> tuple[dict[str, Any], list[str]]:
+    problems: list[str] = []
+    async with AsyncExitStack() as stack:
+        env = await stack.enter_async_context(
+            await WorkflowEnvironment.start_local(
+                dev_server_existing_path=temporal_cli_path(),
+                dev_server_extra_args=[*dev_server_extra_args(None), "--log-level", "error"],
+            )
+        )
+        fake = await stack.enter_async_context(
+            run_fake_provider(FaultConfig(error_rate=0.05, seed=7))
+        )
+        data = PROJECT_ROOT / ".bench" / "lane_scale.db"
+        data.parent.mkdir(parents=True, exist_ok=True)
+        data.unlink(missing_ok=True)
+        engine = make_engine(f"sqlite:///{data}")
+        create_schema(engine)
+        destination = Destination.model_validate(
+            {
+                "name": "lane-webhook",
+                "provider": "webhook",
+                "settings": {
+                    "url": f"{fake.url}/webhook/lane-webhook",
+                    "secret": fake.state.webhook_secret,
+                },
+                "submit_rate": 1000,
+                "backoff_initial_s": 0.2,
+                "backoff_max_s": 1,
+            }
+        )
+        http = await stack.enter_async_context(httpx.AsyncClient())
+        for worker in build_workers(
+            env.client,
+            destinations=[destination],
+            http_client=http,
+            engine=engine,
+            workflow_task_queue="lane-scale-workflows",
+        ):
+            await stack.enter_async_context(worker)
+        outbox = OutboxClient(
+            env.client,
+            DestinationRegistry({destination.name: destination}),
+            "lane-scale-workflows",
+        )
+        began = time.monotonic()
+        append_s = await append_all(outbox, destination.name)
+        expected = (ITEMS // APPENDERS) * APPENDERS
+        while True:
+            lane = get_lane(engine, OUTBOX, LANE)
+            if lane is not None and lane.sent + lane.failed + lane.cancelled >= expected:
+                break
+            if time.monotonic() - began > DEADLINE_S:
+                problems.append(f"deadline: {lane.sent if lane else 0} of {expected} sent")
+                break
+            await asyncio.sleep(1)
+        elapsed = time.monotonic() - began
+        arrivals = [entry["payload"] for entry in await fake.admin.deliveries("lane-webhook")]
+        runs = await lane_runs(env.client)
+        engine.dispose()
+    seen: dict[tuple[int, int], int] = {}
+    for payload in arrivals:
+        seen[(payload["appender"], payload["i"])] = (
+            seen.get((payload["appender"], payload["i"]), 0) + 1
+        )
+    duplicates = sum(count - 1 for count in seen.values())
+    lost = expected - len(seen)
+    out_of_order = 0
+    last: dict[int, int] = {}
+    for payload in arrivals:
+        if payload["i"] < last.get(payload["appender"], -1):
+            out_of_order += 1
+        last[payload["appender"]] = payload["i"]
+    if lost:
+        problems.append(f"{lost} items lost")
+    if duplicates:
+        problems.append(f"{duplicates} duplicate deliveries")
+    if out_of_order:
+        problems.append(f"{out_of_order} items arrived before an item appended earlier")
+    if runs < 2:
+        problems.append("the lane never continued as new")
+    report = {
+        **machine(),
+        "mode": "quick" if QUICK else "full",
+        "items": expected,
+        "appenders": APPENDERS,
+        "append_s": round(append_s, 1),
+        "appends_per_s": round(expected / append_s, 1),
+        "elapsed_s": round(elapsed, 1),
+        "delivered_per_s": round(len(seen) / elapsed, 1),
+        "delivered": len(seen),
+        "duplicates": duplicates,
+        "out_of_order": out_of_order,
+        "lane_runs": runs,
+        "problems": problems,
+    }
+    return report, problems
+
+
+def main() -> int:
+    report, problems = asyncio.run(run())
+    RESULT.parent.mkdir(parents=True, exist_ok=True)
+    RESULT.write_text(json.dumps(report, indent=2) + "\n")
+    width = max(len(name) for name in report)
+    for name, value in report.items():
+        print(f"{name:<{width}}  {value}")
+    print("LANE SCALE:", "FAIL" if problems else "PASS", f"(written to {RESULT})")
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

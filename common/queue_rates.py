@@ -1,0 +1,124 @@
+"""Rates and pauses of activity task queues, enforced and stored by the Temporal server.
+
+Measured on this dev server (server 1.32, SDK 1.35), see the README's "Operating":
+`UpdateTaskQueueConfig` on an activity task queue sets a queue rate limit that overrides the
+rate the workers ask for (`max_task_queue_activities_per_second`), across every worker, and is
+kept in Temporal's own database, so it survives restarts of every process. A limit of 0 stops
+dispatch altogether: activities in flight finish, scheduled ones wait, nothing fails. Unsetting
+it returns the queue to the workers' (configured) rate. So a pause is a zero limit on a queue.
+
+The one place these primitives live: the API's destination controls (`service.destinations`)
+and the submit activity (which pauses a destination whose endpoint answers 410 Gone) share them.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from temporalio.api.enums.v1 import RateLimitSource, TaskQueueType
+from temporalio.api.taskqueue.v1 import TaskQueue
+from temporalio.api.workflowservice.v1 import (
+    DescribeTaskQueueRequest,
+    UpdateTaskQueueConfigRequest,
+)
+from temporalio.client import Client
+
+# The longest pause reason kept (the API refuses longer ones; automatic ones are cut to it).
+MAX_REASON = 500
+# A paused queue's limit reason records the run-time rate to restore on resume, if there was one.
+_PAUSED = re.compile(r"^paused; resume at (?P<rate>[0-9.]+|configured)/s; (?P<reason>.*)$", re.S)
+
+
+@dataclass
+class QueueRate:
+    """The rate a task queue is held to now, and who set it."""
+
+    rate: float
+    # "api" (set at run time; 0 while paused) or "worker" (the destinations file's rate).
+    source: str
+    paused: bool = False
+    pause_reason: str | None = None
+    resume_rate: float | None = None
+
+
+async def read_queue_rate(client: Client, task_queue: str) -> QueueRate:
+    """The rate the server enforces on an activity task queue now, and whether it is paused."""
+    response = await client.workflow_service.describe_task_queue(
+        DescribeTaskQueueRequest(
+            namespace=client.namespace,
+            task_queue=TaskQueue(name=task_queue),
+            task_queue_type=TaskQueueType.TASK_QUEUE_TYPE_ACTIVITY,
+            report_config=True,
+        )
+    )
+    effective = response.effective_rate_limit
+    from_api = effective.rate_limit_source == RateLimitSource.RATE_LIMIT_SOURCE_API
+    queue_limit = response.config.queue_rate_limit
+    paused = (
+        from_api
+        and queue_limit.HasField("rate_limit")
+        and (queue_limit.rate_limit.requests_per_second == 0)
+    )
+    rate = QueueRate(
+        rate=effective.requests_per_second, source="api" if from_api else "worker", paused=paused
+    )
+    if paused:
+        match = _PAUSED.match(queue_limit.metadata.reason)
+        if match:
+            rate.pause_reason = match["reason"]
+            rate.resume_rate = None if match["rate"] == "configured" else float(match["rate"])
+        else:
+            rate.pause_reason = queue_limit.metadata.reason or "paused"
+    return rate
+
+
+async def set_queue_rate(
+    client: Client, task_queue: str, rate: float | None, reason: str, *, identity: str
+) -> None:
+    """Set (or with None, unset: back to the workers' rate) the queue's rate limit."""
+    request = UpdateTaskQueueConfigRequest(
+        namespace=client.namespace,
+        identity=identity,
+        task_queue=task_queue,
+        task_queue_type=TaskQueueType.TASK_QUEUE_TYPE_ACTIVITY,
+    )
+    request.update_queue_rate_limit.reason = reason
+    if rate is not None:
+        request.update_queue_rate_limit.rate_limit.requests_per_second = rate
+    await client.workflow_service.update_task_queue_config(request)
+
+
+async def pause_queue(
+    client: Client,
+    task_queue: str,
+    now: QueueRate,
+    reason: str,
+    *,
+    identity: str,
+    resume_rate: float | None = None,
+) -> None:
+    """Hold the queue at zero, remembering the rate a resume restores: `resume_rate` if given,
+    else the one an earlier pause remembered, else a run-time rate in force, else the
+    configured one."""
+    if resume_rate is None:
+        resume_rate = now.resume_rate if now.paused else (now.rate if now.source == "api" else None)
+    remembered = "configured" if resume_rate is None else f"{resume_rate:g}"
+    text = f"paused; resume at {remembered}/s; {reason}"
+    await set_queue_rate(client, task_queue, 0.0, text, identity=identity)
+
+
+async def pause_queues_not_paused(
+    client: Client, task_queues: list[str], reason: str, *, identity: str
+) -> list[str]:
+    """Pause each of `task_queues` that is not paused already; returns the ones it paused.
+
+    A queue already paused keeps its reason: an operator's, or the first automatic one.
+    """
+    paused = []
+    for task_queue in task_queues:
+        now = await read_queue_rate(client, task_queue)
+        if not now.paused:
+            await pause_queue(client, task_queue, now, reason[:MAX_REASON], identity=identity)
+            paused.append(task_queue)
+    return paused

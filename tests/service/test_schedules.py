@@ -1,0 +1,131 @@
+"""Scheduled fan-out in the service layer: creation checks every rule a batch enqueue applies,
+and the enqueue activity, retried, finds its items instead of adding more."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+from temporalio.testing import ActivityEnvironment
+
+from common.destinations import DestinationRegistry
+from contract.ids import item_workflow_id
+from contract.schedule import FireRequest, ItemTemplate, ScheduledBatchInput, item_key
+from devstack.fake_provider import FakeProvider
+from outbox_client import OutboxClient, TemporalConnection
+from service.schedules import InvalidSchedule, NewSchedule, ScheduleActivities, ScheduleService
+from tests.conftest import Stack, unique_name, webhook_destination
+from tests.fakes import script
+
+FIRE = datetime(2025, 3, 1, 6, 0, tzinfo=UTC)
+
+
+def webhook_item(**fields: Any) -> ItemTemplate:
+    return ItemTemplate(**{"destination": "hooks", "payload": {"n": 1}, **fields})
+
+
+def valid(**fields: Any) -> NewSchedule:
+    defaults: dict[str, Any] = {
+        "id": "daily",
+        "outbox": "news",
+        "items": [webhook_item()],
+        "cron": "0 6 * * *",
+    }
+    return NewSchedule(**{**defaults, **fields})
+
+
+@pytest.fixture
+def service(fake_provider: FakeProvider) -> ScheduleService:
+    # Never connects: every check here is made before Temporal is asked anything.
+    registry = DestinationRegistry({"hooks": webhook_destination(fake_provider, name="hooks")})
+    return ScheduleService(OutboxClient(TemporalConnection(), registry), "ops")
+
+
+@pytest.mark.parametrize(
+    ("change", "location"),
+    [
+        ({"id": "has/slash"}, "id"),
+        ({"outbox": "-bad"}, "outbox"),
+        ({"cron": None}, "cron"),
+        ({"interval_seconds": 60}, "cron"),  # both given
+        ({"cron": None, "interval_seconds": 0}, "interval_seconds"),
+        ({"timezone": "Mars/Olympus"}, "timezone"),
+        ({"catchup_window_seconds": 5}, "catchup_window_seconds"),
+        ({"note": "x" * 501}, "note"),
+        ({"items": []}, "items"),
+        ({"items": [webhook_item()] * 101}, "items"),
+        ({"items": [webhook_item(), webhook_item(destination="nope")]}, "items.1.destination"),
+        ({"items": [webhook_item(key_suffix="a b")]}, "items.0.key_suffix"),
+        ({"items": [webhook_item(), webhook_item(key_suffix="0")]}, "items.1.key_suffix"),
+        ({"items": [webhook_item(ordering_key="a/b")]}, "items.0.ordering_key"),
+        ({"items": [webhook_item(max_attempts=0)]}, "items.0.max_attempts"),
+        (
+            {"items": [webhook_item(payload={"to": ["x", {"when": "{{fire_time}}"}]})]},
+            "items.0.payload.to.1.when",
+        ),
+    ],
+)
+def test_creation_refuses_each_invalid_field_by_name(
+    service: ScheduleService, change: dict[str, Any], location: str
+) -> None:
+    with pytest.raises(InvalidSchedule) as refused:
+        service.validate(valid(**change))
+
+    assert location in [where for where, _ in refused.value.errors]
+
+
+def test_a_valid_schedule_passes_and_every_bad_field_is_listed(service: ScheduleService) -> None:
+    service.validate(valid(items=[webhook_item(payload={"s": "{{ fire_date }} {{item_key}}"})]))
+
+    with pytest.raises(InvalidSchedule) as refused:
+        service.validate(valid(id="", items=[webhook_item(destination="nope")]))
+    assert [where for where, _ in refused.value.errors] == ["id", "items.0.destination"]
+    assert "unknown destination 'nope' (configured: hooks)" in str(refused.value)
+
+
+async def test_a_retried_enqueue_finds_its_items_instead_of_adding_more(
+    stack_factory: Any, fake_provider: FakeProvider
+) -> None:
+    destination = webhook_destination(fake_provider)
+    stack: Stack = await stack_factory(destination)
+    batch = ScheduledBatchInput(
+        schedule_id=unique_name("retry"),
+        outbox="tests",
+        items=[ItemTemplate(destination.name, {"n": n}) for n in range(3)],
+        operations_task_queue="unused: the activity runs in this test",
+    )
+    activities = ScheduleActivities(stack.outbox)
+    request = FireRequest(batch=batch, scheduled_at=FIRE)
+
+    first = await ActivityEnvironment().run(activities.enqueue_batch, request)
+    retried = await ActivityEnvironment().run(activities.enqueue_batch, request)
+    for key in first.keys:
+        await stack.result(item_workflow_id("tests", key))
+
+    assert (first.created, first.existing, retried.created, retried.existing) == (3, 0, 0, 3)
+    assert len(await fake_provider.admin.deliveries(destination.name)) == 3
+
+
+async def test_an_item_that_failed_since_counts_as_existing_on_a_retry(
+    stack_factory: Any, fake_provider: FakeProvider
+) -> None:
+    destination = webhook_destination(fake_provider)
+    stack: Stack = await stack_factory(destination)
+    schedule_id = unique_name("failed")
+    batch = ScheduledBatchInput(
+        schedule_id=schedule_id,
+        outbox="tests",
+        items=[ItemTemplate(destination.name, {"n": 0})],
+        operations_task_queue="unused",
+    )
+    key = item_key(schedule_id, FIRE, "0")
+    await script(fake_provider, item_workflow_id("tests", key), [{"status": 400}])
+    activities = ScheduleActivities(stack.outbox)
+    request = FireRequest(batch=batch, scheduled_at=FIRE)
+
+    first = await ActivityEnvironment().run(activities.enqueue_batch, request)
+    await stack.failure(item_workflow_id("tests", key))
+    retried = await ActivityEnvironment().run(activities.enqueue_batch, request)
+
+    assert (first.created, retried.created, retried.existing, retried.failed) == (1, 0, 1, [])
