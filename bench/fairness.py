@@ -21,18 +21,11 @@ from contextlib import AsyncExitStack
 from pathlib import Path
 from typing import Any
 
-import httpx
-from temporalio.testing import WorkflowEnvironment
-
 from bench.run import machine
-from common.destinations import Destination, DestinationRegistry
+from bench.stack import webhook_stack
 from common.settings import PROJECT_ROOT
 from contract.ids import provider_idempotency_key
-from devstack.fake_provider import FakeProvider, run_fake_provider
-from devstack.temporal_server import dev_server_extra_args, temporal_cli_path
-from outbox_client import OutboxClient
-from readmodel.db import create_schema, make_engine
-from worker import build_workers
+from devstack.fake_provider import FakeProvider
 
 QUICK = os.environ.get("QUICK") == "1"
 RATE = float(os.environ.get("FAIRNESS_RATE") or 10)
@@ -42,13 +35,15 @@ SMALL_OUTBOXES = ("small-1", "small-2", "small-3")
 DRAINING_AFTER = 20
 RESULT = PROJECT_ROOT / ".bench" / "fairness.json"
 WORKFLOWS = "fairness-workflows"
+# The one webhook destination every outbox shares, and its endpoint at the fake.
+ENDPOINT = "shared-webhook"
 
 
 async def delivered(fake: FakeProvider, at_least: int, timeout_s: float) -> list[dict[str, Any]]:
     """The fake's deliveries to the shared endpoint, in arrival order, once there are enough."""
     deadline = time.monotonic() + timeout_s
     while True:
-        log = await fake.admin.deliveries("shared")
+        log = await fake.admin.deliveries(ENDPOINT)
         if len(log) >= at_least:
             return log
         if time.monotonic() > deadline:
@@ -58,44 +53,17 @@ async def delivered(fake: FakeProvider, at_least: int, timeout_s: float) -> list
 
 async def measure(fairness: bool, data_dir: Path) -> dict[str, Any]:
     """One run on a fresh dev server; returns the small outboxes' latency and place in line."""
-    async with AsyncExitStack() as stack:
-        env = await stack.enter_async_context(
-            await WorkflowEnvironment.start_local(
-                dev_server_existing_path=temporal_cli_path(),
-                dev_server_extra_args=[
-                    *dev_server_extra_args(None, fairness=fairness),
-                    "--log-level",
-                    "error",
-                ],
-            )
-        )
-        fake = await stack.enter_async_context(run_fake_provider())
-        engine = make_engine(f"sqlite:///{data_dir / f'fairness-{fairness}.db'}")
-        create_schema(engine)
-        destination = Destination.model_validate(
-            {
-                "name": "shared-webhook",
-                "provider": "webhook",
-                "settings": {
-                    "url": f"{fake.url}/webhook/shared",
-                    "secret": fake.state.webhook_secret,
-                },
-                "submit_rate": RATE,
-                "report_window_s": 0,
-            }
-        )
-        http = await stack.enter_async_context(httpx.AsyncClient())
-        for worker in build_workers(
-            env.client,
-            destinations=[destination],
-            http_client=http,
-            engine=engine,
+    async with AsyncExitStack() as exits:
+        stack = await webhook_stack(
+            exits,
+            name=ENDPOINT,
+            db_file=data_dir / f"fairness-{fairness}.db",
             workflow_task_queue=WORKFLOWS,
-        ):
-            await stack.enter_async_context(worker)
-        outbox = OutboxClient(
-            env.client, DestinationRegistry({destination.name: destination}), WORKFLOWS
+            fairness=fairness,
+            submit_rate=RATE,
+            report_window_s=0,
         )
+        fake, destination, outbox = stack.fake, stack.destination, stack.outbox
         began = time.time()
         await asyncio.gather(
             *(
@@ -110,7 +78,6 @@ async def measure(fairness: bool, data_dir: Path) -> dict[str, Any]:
         )
         keys = {provider_idempotency_key(item.item_id) for item in small}
         log = await delivered(fake, BACKLOG + len(small), timeout_s=BACKLOG / RATE * 3 + 60)
-        engine.dispose()
     positions = [index for index, entry in enumerate(log) if entry["key"] in keys]
     latencies = [log[index]["at"] - small_at for index in positions]
     return {

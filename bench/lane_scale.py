@@ -23,20 +23,15 @@ import time
 from contextlib import AsyncExitStack
 from typing import Any
 
-import httpx
 from temporalio.client import Client
-from temporalio.testing import WorkflowEnvironment
 
 from bench.run import machine
-from common.destinations import Destination, DestinationRegistry
+from bench.stack import webhook_stack
 from common.settings import PROJECT_ROOT
 from contract.ids import lane_workflow_id
-from devstack.fake_provider import FaultConfig, run_fake_provider
-from devstack.temporal_server import dev_server_extra_args, temporal_cli_path
+from devstack.fake_provider import FaultConfig
 from outbox_client import OutboxClient
-from readmodel.db import create_schema, make_engine
 from readmodel.lanes import get_lane
-from worker import build_workers
 
 QUICK = os.environ.get("QUICK") == "1"
 ITEMS = int(os.environ.get("LANE_ITEMS") or (1_000 if QUICK else 10_000))
@@ -75,47 +70,23 @@ async def lane_runs(client: Client) -> int:
 
 async def run() -> tuple[dict[str, Any], list[str]]:
     problems: list[str] = []
-    async with AsyncExitStack() as stack:
-        env = await stack.enter_async_context(
-            await WorkflowEnvironment.start_local(
-                dev_server_existing_path=temporal_cli_path(),
-                dev_server_extra_args=[*dev_server_extra_args(None), "--log-level", "error"],
-            )
-        )
-        fake = await stack.enter_async_context(
-            run_fake_provider(FaultConfig(error_rate=0.05, seed=7))
-        )
-        data = PROJECT_ROOT / ".bench" / "lane_scale.db"
-        data.parent.mkdir(parents=True, exist_ok=True)
-        data.unlink(missing_ok=True)
-        engine = make_engine(f"sqlite:///{data}")
-        create_schema(engine)
-        destination = Destination.model_validate(
-            {
-                "name": "lane-webhook",
-                "provider": "webhook",
-                "settings": {
-                    "url": f"{fake.url}/webhook/lane-webhook",
-                    "secret": fake.state.webhook_secret,
-                },
-                "submit_rate": 1000,
-                "backoff_initial_s": 0.2,
-                "backoff_max_s": 1,
-            }
-        )
-        http = await stack.enter_async_context(httpx.AsyncClient())
-        for worker in build_workers(
-            env.client,
-            destinations=[destination],
-            http_client=http,
-            engine=engine,
+    async with AsyncExitStack() as exits:
+        stack = await webhook_stack(
+            exits,
+            name="lane-webhook",
+            db_file=PROJECT_ROOT / ".bench" / "lane_scale.db",
             workflow_task_queue="lane-scale-workflows",
-        ):
-            await stack.enter_async_context(worker)
-        outbox = OutboxClient(
-            env.client,
-            DestinationRegistry({destination.name: destination}),
-            "lane-scale-workflows",
+            faults=FaultConfig(error_rate=0.05, seed=7),
+            submit_rate=1000,
+            backoff_initial_s=0.2,
+            backoff_max_s=1,
+        )
+        env, fake, engine, destination, outbox = (
+            stack.env,
+            stack.fake,
+            stack.engine,
+            stack.destination,
+            stack.outbox,
         )
         began = time.monotonic()
         append_s = await append_all(outbox, destination.name)
@@ -137,7 +108,6 @@ async def run() -> tuple[dict[str, Any], list[str]]:
         elapsed = time.monotonic() - began
         arrivals = [entry["payload"] for entry in await fake.admin.deliveries("lane-webhook")]
         runs = await lane_runs(env.client)
-        engine.dispose()
     seen: dict[tuple[int, int], int] = {}
     for payload in arrivals:
         seen[(payload["appender"], payload["i"])] = (
