@@ -9,12 +9,15 @@ events (past tense) and its state, and gives three pure functions:
 - `evolve(state, event)` — the state after one event.
 
 Optionally: `projectors` (per-aggregate read models folded from the events, the seed's "sync
-projectors") and `timers(state)` (durable timers that become commands when they fire). The
-generic aggregate workflow hosts any definition; tests call the functions directly.
+projectors"), `timers(state)` (durable timers that become commands when they fire) and
+`policies` (per event type, pure functions `policy(event, state) -> list[Effect]`: what should
+happen outside the aggregate because of the event, seed 003's process manager). The generic
+aggregate workflow hosts any definition; tests call the functions directly.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -67,6 +70,69 @@ class Projector(Generic[ViewT]):
     apply: Callable[[ViewT, Event], ViewT]
 
 
+# Effects: what a policy asks for. Each has a stable `name`, unique among the effects of one
+# event; with the aggregate and the event's sequence number it makes the effect's idempotency
+# key, so a retried or replayed effect happens once.
+
+
+@dataclass(frozen=True)
+class EnqueueItem:
+    """Put an item in an outbox; the effect's key is the item's idempotency key."""
+
+    outbox: str
+    destination: str
+    payload: Mapping[str, Any]
+    ordering_key: str | None = None
+
+
+@dataclass(frozen=True)
+class IssueCommand:
+    """Run a command on this aggregate (no target) or on `target_type`/`target_id`, once: the
+    effect's key is its command id. `generated_tokens` names payload fields the executor fills
+    with a fresh random token (kept in the ledger, so a retry sends the same one): the one
+    input a pure policy cannot make itself."""
+
+    command: str
+    payload: Mapping[str, Any] = field(default_factory=dict)
+    target_type: str | None = None
+    target_id: str | None = None
+    generated_tokens: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class CallProvider:
+    """Call a destination's provider directly, once (the effect's key is the provider's
+    idempotency key), for a side effect whose answer the aggregate does not need."""
+
+    destination: str
+    payload: Mapping[str, Any]
+
+
+EffectAction = EnqueueItem | IssueCommand | CallProvider
+EFFECT_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:@-]{0,99}$"
+_EFFECT_NAME = re.compile(EFFECT_NAME_PATTERN)
+
+
+@dataclass(frozen=True)
+class Effect:
+    name: str
+    action: EffectAction
+
+
+@dataclass(frozen=True)
+class PlannedEffect:
+    """An effect with its idempotency key: `{type}/{id}/{event seq}/{name}`."""
+
+    key: str
+    event_seq: int
+    name: str
+    action: EffectAction
+
+
+def effect_key(aggregate_type: str, aggregate_id: str, event_seq: int, name: str) -> str:
+    return f"{aggregate_type}/{aggregate_id}/{event_seq}/{name}"
+
+
 class AggregateDefinition(Generic[StateT]):
     """Subclass per aggregate type; the class attributes describe it, the methods decide."""
 
@@ -77,6 +143,9 @@ class AggregateDefinition(Generic[StateT]):
     # Every event class the definition emits; an event's type name is its class name.
     events: ClassVar[tuple[type[Event], ...]]
     projectors: ClassVar[Mapping[str, Projector[Any]]] = {}
+    # Event type name -> policy(event, state after the event) -> effects. Pure: same event and
+    # state, same effects, whenever and however often it runs.
+    policies: ClassVar[Mapping[str, Callable[[Any, Any], list[Effect]]]] = {}
 
     def initial_state(self) -> StateT:
         raise NotImplementedError
@@ -90,6 +159,24 @@ class AggregateDefinition(Generic[StateT]):
     def timers(self, state: StateT) -> list[Timer]:
         """Timers the state wants running; none by default."""
         return []
+
+    def plan_effects(
+        self, aggregate_id: str, event_seq: int, event: Event, state: StateT
+    ) -> list[PlannedEffect]:
+        """The effects the event's policy asks for, keyed; ValueError for a policy that names
+        two effects alike or gives a name that cannot be part of a key."""
+        policy = self.policies.get(type(event).__name__)
+        if policy is None:
+            return []
+        planned: list[PlannedEffect] = []
+        for effect in policy(event, state):
+            if not _EFFECT_NAME.match(effect.name):
+                raise ValueError(f"effect name {effect.name!r} must match {EFFECT_NAME_PATTERN}")
+            key = effect_key(self.type_name, aggregate_id, event_seq, effect.name)
+            if any(earlier.key == key for earlier in planned):
+                raise ValueError(f"two effects named {effect.name!r} for one event")
+            planned.append(PlannedEffect(key, event_seq, effect.name, effect.action))
+        return planned
 
     # Parsing, shared by every definition: the workflow and the API speak JSON.
 
