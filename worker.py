@@ -29,8 +29,10 @@ from activities.providers import build_provider, load_destinations
 from common.destinations import Destination, DestinationRegistry
 from common.settings import Settings, get_settings
 from outbox_client import OutboxClient, connect
+from outbox_client.aggregates import AggregateClient
 from readmodel.db import create_schema, make_engine
 from service.dead_letters import DeadLetterActivities
+from service.effects import EffectActivities
 from service.items import ItemService
 from service.schedules import ScheduleActivities
 from workflows.aggregate import AggregateWorkflow
@@ -113,14 +115,21 @@ def build_workers(
             registry or DestinationRegistry({d.name: d for d in destinations}),
             workflow_task_queue,
         )
+        operations_task_queue = operations_task_queue or default_operations_task_queue(
+            workflow_task_queue
+        )
+        # Aggregates that effects create run their own effects here too.
+        aggregate_client = AggregateClient(
+            client, workflow_task_queue, operations_task_queue=operations_task_queue
+        )
         workers.append(
             Worker(
                 client,
-                task_queue=operations_task_queue
-                or default_operations_task_queue(workflow_task_queue),
+                task_queue=operations_task_queue,
                 activities=[
                     ScheduleActivities(operations_client).enqueue_batch,
                     DeadLetterActivities(ItemService(operations_client, engine)).redrive_page,
+                    EffectActivities(operations_client, aggregate_client).execute_effect,
                 ],
             )
         )

@@ -6,8 +6,9 @@ A new aggregate type is one module (a `AggregateDefinition` subclass) plus one l
 
 from aggregates.definition import AggregateDefinition
 from aggregates.flight import FlightSeating
+from aggregates.labour import LabourTracking
 from aggregates.lock import Lock
 
 REGISTRY: dict[str, AggregateDefinition] = {  # type: ignore[type-arg]
-    definition.type_name: definition for definition in (FlightSeating(), Lock())
+    definition.type_name: definition for definition in (FlightSeating(), LabourTracking(), Lock())
 }

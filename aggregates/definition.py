@@ -17,6 +17,8 @@ aggregate workflow hosts any definition; tests call the functions directly.
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -72,7 +74,9 @@ class Projector(Generic[ViewT]):
 
 # Effects: what a policy asks for. Each has a stable `name`, unique among the effects of one
 # event; with the aggregate and the event's sequence number it makes the effect's idempotency
-# key, so a retried or replayed effect happens once.
+# key, so a retried or replayed effect happens once. The same key is the outbox item's key, the
+# issued command's id and the provider's idempotency key, so it follows the rules of an item key
+# (no "/", at most MAX_EFFECT_KEY_LENGTH characters).
 
 
 @dataclass(frozen=True)
@@ -89,8 +93,8 @@ class EnqueueItem:
 class IssueCommand:
     """Run a command on this aggregate (no target) or on `target_type`/`target_id`, once: the
     effect's key is its command id. `generated_tokens` names payload fields the executor fills
-    with a fresh random token (kept in the ledger, so a retry sends the same one): the one
-    input a pure policy cannot make itself."""
+    with a fresh random token, the one input a pure policy cannot make itself; if a retry sends
+    another token, the command id still lets only the first command count."""
 
     command: str
     payload: Mapping[str, Any] = field(default_factory=dict)
@@ -109,7 +113,15 @@ class CallProvider:
 
 
 EffectAction = EnqueueItem | IssueCommand | CallProvider
-EFFECT_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:@-]{0,99}$"
+# How each action is named in the ledger and the API.
+EFFECT_KINDS: dict[type[Any], str] = {
+    EnqueueItem: "enqueue_item",
+    IssueCommand: "issue_command",
+    CallProvider: "call_provider",
+}
+# No ":" in names: the key's last ":" separates the name, so no two effects share a key.
+EFFECT_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._@-]{0,99}$"
+MAX_EFFECT_KEY_LENGTH = 200
 _EFFECT_NAME = re.compile(EFFECT_NAME_PATTERN)
 
 
@@ -121,16 +133,43 @@ class Effect:
 
 @dataclass(frozen=True)
 class PlannedEffect:
-    """An effect with its idempotency key: `{type}/{id}/{event seq}/{name}`."""
+    """An effect with its idempotency key: `{type}:{id}:{event seq}:{name}`."""
 
     key: str
     event_seq: int
     name: str
     action: EffectAction
 
+    @property
+    def kind(self) -> str:
+        return EFFECT_KINDS[type(self.action)]
+
+    def action_json(self) -> dict[str, Any]:
+        """The action's fields as JSON, for the ledger and the executor."""
+        fields = dataclasses.asdict(self.action)
+        return {
+            name: list(value) if isinstance(value, tuple) else value
+            for name, value in fields.items()
+        }
+
+
+def parse_action(kind: str, data: Mapping[str, Any]) -> EffectAction:
+    """The action a ledger entry holds, back from its JSON."""
+    action_type = next(t for t, name in EFFECT_KINDS.items() if name == kind)
+    fields = dict(data)
+    if "generated_tokens" in fields:
+        fields["generated_tokens"] = tuple(fields["generated_tokens"])
+    action: EffectAction = action_type(**fields)
+    return action
+
 
 def effect_key(aggregate_type: str, aggregate_id: str, event_seq: int, name: str) -> str:
-    return f"{aggregate_type}/{aggregate_id}/{event_seq}/{name}"
+    """`{type}:{id}:{seq}:{name}`; one too long for an item key becomes `{type}:sha256-{hash
+    of that}`, still one key per effect."""
+    key = f"{aggregate_type}:{aggregate_id}:{event_seq}:{name}"
+    if len(key) <= MAX_EFFECT_KEY_LENGTH:
+        return key
+    return f"{aggregate_type}:sha256-{hashlib.sha256(key.encode()).hexdigest()}"
 
 
 class AggregateDefinition(Generic[StateT]):

@@ -22,6 +22,7 @@ from temporalio.service import RPCError, RPCStatusCode
 from outbox_client import (
     CannotCancel,
     CommandConflict,
+    EffectNotFailed,
     IdempotencyConflict,
     InvalidCommand,
     InvalidRequest,
@@ -36,6 +37,7 @@ from outbox_client import (
     UnknownAggregate,
     UnknownCommand,
     UnknownDestination,
+    UnknownEffect,
     is_temporal_unavailable,
 )
 from readmodel.store import InvalidCursor
@@ -62,6 +64,8 @@ _OUTBOX_ERRORS: dict[type[OutboxError], tuple[int, str, str]] = {
     UnknownCommand: (404, "unknown-command", "Unknown command"),
     CommandConflict: (409, "command-conflict", "Command refused"),
     InvalidCommand: (422, "invalid-command", "Invalid command"),
+    UnknownEffect: (404, "unknown-effect", "Unknown effect"),
+    EffectNotFailed: (409, "effect-not-failed", "Effect has not failed"),
     ScheduleNotFound: (404, "schedule-not-found", "Schedule not found"),
     NotADeadLetter: (409, "not-a-dead-letter", "Item has not failed"),
     RedriveBatchNotFound: (404, "redrive-batch-not-found", "Redrive batch not found"),

@@ -95,7 +95,14 @@ def create_app(
             engine=db,
             items=ItemService(outbox, db, cancel_wait=timedelta(seconds=settings.cancel_wait_s)),
             reports=DeliveryReportService(outbox, db),
-            aggregates=AggregateService(AggregateClient(outbox.connection, outbox.task_queue), db),
+            aggregates=AggregateService(
+                AggregateClient(
+                    outbox.connection,
+                    outbox.task_queue,
+                    operations_task_queue=settings.operations_task_queue,
+                ),
+                db,
+            ),
             controls=DestinationControls(outbox, registry),
         )
         if settings.api_tokens:

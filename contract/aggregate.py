@@ -20,11 +20,18 @@ COMMAND_SIGNAL = "send_command"
 STATE_QUERY = "state"
 REJECTED_QUERY = "rejected_commands"
 STORE_ACTIVITY = "store_aggregate_events"
+# The effect ledger (the process manager): query it, retry a failed effect, run one effect.
+EFFECTS_QUERY = "effects"
+RETRY_EFFECT_UPDATE = "retry_effect"
+EFFECT_ACTIVITY = "execute_effect"
 
 # How many recent command ids an aggregate remembers to drop a repeat (carried across
 # continue-as-new), and how many rejected signalled commands it keeps for inspection.
 DEDUPE_WINDOW = 1000
 REJECTED_LOG = 100
+# Done effects kept in the ledger (pending and failed ones are always kept): enough to inspect
+# recent history; the outbox item or target aggregate keeps the rest.
+DONE_EFFECTS_KEPT = 200
 MAX_AGGREGATE_ID_LENGTH = MAX_KEY_LENGTH
 MAX_AGGREGATE_TYPE_LENGTH = 64
 MAX_COMMAND_ID_LENGTH = 200
@@ -36,6 +43,19 @@ class AggregateErrorType(StrEnum):
     CONFLICT = "Conflict"  # clashes with the current state, or the expected version
     INVALID = "InvalidCommand"  # can never succeed as given
     UNKNOWN_COMMAND = "UnknownCommand"
+    UNKNOWN_EFFECT = "UnknownEffect"  # retry_effect for a key the ledger does not hold
+
+
+class EffectStatus(StrEnum):
+    PENDING = "pending"  # waiting for, or in, its execution
+    DONE = "done"
+    FAILED = "failed"  # retries spent or refused for good; an operator may retry it
+
+
+class EffectErrorType(StrEnum):
+    """`ApplicationError.type` of an effect execution that must not be retried as it is."""
+
+    REFUSED = "EffectRefused"  # the outbox or the target aggregate refused it
 
 
 def aggregate_workflow_id(aggregate_type: str, aggregate_id: str) -> str:
@@ -90,6 +110,37 @@ class RejectedCommand:
 
 
 @dataclass
+class EffectRecord:
+    """One entry of an aggregate's effect ledger, keyed by the effect's idempotency key."""
+
+    key: str
+    event_seq: int
+    name: str = field(metadata={MAX_LENGTH: 100})
+    # `enqueue_item`, `issue_command` or `call_provider`; `action` holds its fields as JSON.
+    kind: str
+    action: dict[str, Any]
+    status: str = EffectStatus.PENDING
+    # Executions started (an operator's retry starts another); each retries on its own.
+    executions: int = 0
+    error: str | None = None
+    # What the execution produced: the item id, the command's version, the provider's answer.
+    result: dict[str, Any] | None = None
+    created_at: datetime | None = None
+    finished_at: datetime | None = None
+
+
+@dataclass
+class EffectExecution:
+    """Input of the effect activity: one effect of one aggregate."""
+
+    aggregate_type: str
+    aggregate_id: str
+    key: str
+    kind: str
+    action: dict[str, Any]
+
+
+@dataclass
 class AggregateView:
     """What the state query and the API show: state, version and per-aggregate read models."""
 
@@ -100,6 +151,8 @@ class AggregateView:
     views: dict[str, Any]
     updated_at: datetime | None = None
     rejected: int = 0
+    # The effect ledger's counts by status (the entries: query `effects`).
+    effects: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass
@@ -114,6 +167,8 @@ class AggregateCarry:
     rejected: list[RejectedCommand] = field(default_factory=list)
     updated_at: datetime | None = None
     unstored: list[RecordedEvent] = field(default_factory=list)
+    # The effect ledger, oldest first.
+    effects: list[EffectRecord] = field(default_factory=list)
 
 
 @dataclass
@@ -123,6 +178,8 @@ class AggregateInput:
     type: str
     id: str
     carry: AggregateCarry | None = None
+    # Where the effect activity runs (the operations worker's queue); the default queue if None.
+    operations_task_queue: str | None = None
 
 
 @dataclass

@@ -17,6 +17,7 @@ from outbox_client.connection import TemporalConnection, connect, load_connect_c
 from outbox_client.errors import (
     CannotCancel,
     CommandConflict,
+    EffectNotFailed,
     IdempotencyConflict,
     InvalidCommand,
     InvalidRequest,
@@ -31,6 +32,7 @@ from outbox_client.errors import (
     UnknownAggregate,
     UnknownCommand,
     UnknownDestination,
+    UnknownEffect,
     is_temporal_unavailable,
 )
 from outbox_client.validation import validate_key, validate_ordering_key, validate_outbox
@@ -39,6 +41,7 @@ __all__ = [
     "CancelRequested",
     "CannotCancel",
     "CommandConflict",
+    "EffectNotFailed",
     "InvalidCommand",
     "UnknownAggregate",
     "UnknownCommand",
@@ -58,6 +61,7 @@ __all__ = [
     "TemporalConnection",
     "TemporalUnavailable",
     "UnknownDestination",
+    "UnknownEffect",
     "connect",
     "is_temporal_unavailable",
     "load_connect_config",

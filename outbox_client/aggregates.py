@@ -9,7 +9,8 @@ A command is an update that creates the aggregate's workflow on first use (updat
 so it is answered with the events it appended, or refused with `CommandConflict` or
 `InvalidCommand`. `send` is the same command as a signal: recorded even while no worker runs,
 deduplicated by its `command_id`, and never answered; a refused one lands in the aggregate's
-rejected-commands log (`rejected`).
+rejected-commands log (`rejected`). `effects` reads the aggregate's effect ledger (what its
+policies asked for, and how it went) and `retry_effect` runs a failed effect again.
 """
 
 from __future__ import annotations
@@ -34,9 +35,11 @@ from contract import search_attributes
 from contract.aggregate import (
     COMMAND_SIGNAL,
     COMMAND_UPDATE,
+    EFFECTS_QUERY,
     MAX_AGGREGATE_ID_LENGTH,
     MAX_COMMAND_ID_LENGTH,
     REJECTED_QUERY,
+    RETRY_EFFECT_UPDATE,
     STATE_QUERY,
     WORKFLOW_TYPE,
     AggregateErrorType,
@@ -44,18 +47,21 @@ from contract.aggregate import (
     AggregateView,
     CommandRequest,
     CommandResult,
+    EffectRecord,
     RejectedCommand,
     aggregate_workflow_id,
 )
-from contract.ids import WORKFLOW_TASK_QUEUE
+from contract.ids import OPERATIONS_TASK_QUEUE, WORKFLOW_TASK_QUEUE
 from outbox_client.client import RPC_TIMEOUT
 from outbox_client.connection import TemporalConnection
 from outbox_client.errors import (
     CommandConflict,
+    EffectNotFailed,
     InvalidCommand,
     InvalidRequest,
     UnknownAggregate,
     UnknownCommand,
+    UnknownEffect,
 )
 from outbox_client.validation import validate_key
 
@@ -64,17 +70,30 @@ _REFUSALS: dict[str | None, type[Exception]] = {
     AggregateErrorType.INVALID: InvalidCommand,
     AggregateErrorType.UNKNOWN_COMMAND: UnknownCommand,
 }
+_EFFECT_REFUSALS: dict[str | None, type[Exception]] = {
+    AggregateErrorType.UNKNOWN_EFFECT: UnknownEffect,
+    AggregateErrorType.CONFLICT: EffectNotFailed,
+}
 
 
 class AggregateClient:
-    """Typed access to aggregates; the REST API's aggregate routes are a thin layer over it."""
+    """Typed access to aggregates; the REST API's aggregate routes are a thin layer over it.
+
+    `operations_task_queue` is where an aggregate this client starts runs its effects (the
+    operations worker's queue); an aggregate keeps the queue it was started with.
+    """
 
     def __init__(
-        self, client: Client | TemporalConnection, task_queue: str = WORKFLOW_TASK_QUEUE
+        self,
+        client: Client | TemporalConnection,
+        task_queue: str = WORKFLOW_TASK_QUEUE,
+        *,
+        operations_task_queue: str = OPERATIONS_TASK_QUEUE,
     ) -> None:
         self._connection = client if isinstance(client, TemporalConnection) else None
         self._client = client if isinstance(client, Client) else None
         self.task_queue = task_queue
+        self.operations_task_queue = operations_task_queue
 
     async def temporal(self) -> Client:
         if self._client is not None:
@@ -130,7 +149,7 @@ class AggregateClient:
         client = await self.temporal()
         start: WithStartWorkflowOperation[Any, Any] = WithStartWorkflowOperation(
             WORKFLOW_TYPE,
-            AggregateInput(type=aggregate_type, id=aggregate_id),
+            self._input(aggregate_type, aggregate_id),
             **self._start_options(aggregate_type, aggregate_id),
         )
         try:
@@ -163,7 +182,7 @@ class AggregateClient:
         client = await self.temporal()
         await client.start_workflow(
             WORKFLOW_TYPE,
-            AggregateInput(type=aggregate_type, id=aggregate_id),
+            self._input(aggregate_type, aggregate_id),
             start_signal=COMMAND_SIGNAL,
             start_signal_args=[
                 CommandRequest(name=name, payload=dict(payload), command_id=command_id, actor=actor)
@@ -174,29 +193,60 @@ class AggregateClient:
 
     async def state(self, aggregate_type: str, aggregate_id: str) -> AggregateView:
         """The live state, version and read models; `UnknownAggregate` if it has none."""
-        handle = await self._handle(aggregate_type, aggregate_id)
-        try:
-            view: AggregateView = await handle.query(
-                STATE_QUERY, result_type=AggregateView, rpc_timeout=RPC_TIMEOUT
-            )
-        except RPCError as err:
-            if err.status == RPCStatusCode.NOT_FOUND:
-                raise UnknownAggregate(f"no {aggregate_type} {aggregate_id!r}") from err
-            raise
+        view: AggregateView = await self._query(
+            aggregate_type, aggregate_id, STATE_QUERY, AggregateView
+        )
         return view
 
     async def rejected(self, aggregate_type: str, aggregate_id: str) -> list[RejectedCommand]:
         """Signalled and timer commands the aggregate refused, newest last."""
+        rejected: list[RejectedCommand] = await self._query(
+            aggregate_type, aggregate_id, REJECTED_QUERY, list[RejectedCommand]
+        )
+        return rejected
+
+    async def effects(self, aggregate_type: str, aggregate_id: str) -> list[EffectRecord]:
+        """The aggregate's effect ledger, oldest first (done ones: the newest only)."""
+        effects: list[EffectRecord] = await self._query(
+            aggregate_type, aggregate_id, EFFECTS_QUERY, list[EffectRecord]
+        )
+        return effects
+
+    async def retry_effect(self, aggregate_type: str, aggregate_id: str, key: str) -> EffectRecord:
+        """Run a failed effect again; `UnknownEffect` or `EffectNotFailed` if it cannot be."""
         handle = await self._handle(aggregate_type, aggregate_id)
         try:
-            rejected: list[RejectedCommand] = await handle.query(
-                REJECTED_QUERY, result_type=list[RejectedCommand], rpc_timeout=RPC_TIMEOUT
+            record: EffectRecord = await handle.execute_update(
+                RETRY_EFFECT_UPDATE, key, result_type=EffectRecord, rpc_timeout=RPC_TIMEOUT
             )
+        except WorkflowUpdateFailedError as err:
+            cause = err.cause
+            if isinstance(cause, ApplicationError) and cause.type in _EFFECT_REFUSALS:
+                raise _EFFECT_REFUSALS[cause.type](cause.message) from err
+            raise
         except RPCError as err:
             if err.status == RPCStatusCode.NOT_FOUND:
                 raise UnknownAggregate(f"no {aggregate_type} {aggregate_id!r}") from err
             raise
-        return rejected
+        return record
+
+    async def _query(
+        self, aggregate_type: str, aggregate_id: str, query: str, result_type: type[Any]
+    ) -> Any:
+        handle = await self._handle(aggregate_type, aggregate_id)
+        try:
+            return await handle.query(query, result_type=result_type, rpc_timeout=RPC_TIMEOUT)
+        except RPCError as err:
+            if err.status == RPCStatusCode.NOT_FOUND:
+                raise UnknownAggregate(f"no {aggregate_type} {aggregate_id!r}") from err
+            raise
+
+    def _input(self, aggregate_type: str, aggregate_id: str) -> AggregateInput:
+        return AggregateInput(
+            type=aggregate_type,
+            id=aggregate_id,
+            operations_task_queue=self.operations_task_queue,
+        )
 
     async def _handle(self, aggregate_type: str, aggregate_id: str) -> WorkflowHandle[Any, Any]:
         self.check(aggregate_type, aggregate_id)

@@ -83,3 +83,11 @@ class CommandConflict(OutboxError):
 
 class InvalidCommand(OutboxError):
     """The command's payload does not fit, or the aggregate says it can never succeed."""
+
+
+class UnknownEffect(OutboxError):
+    """The aggregate's effect ledger holds no effect with that key."""
+
+
+class EffectNotFailed(OutboxError):
+    """Only a failed effect can be retried; this one is pending or done."""

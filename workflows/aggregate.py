@@ -5,10 +5,17 @@ Replaces the seed's Durable Object per entity. Commands arrive as updates (answe
 with no `await` in between, so commands to one aggregate serialise exactly as in the seed. The
 main loop only waits: to write new events to the event store (a local activity), for the next
 timer a definition asked for, or to continue-as-new when the history grows long.
+
+It is also the process manager (seed 003): each appended event's policy plans effects, which
+go into the effect ledger in the same step as the event, keyed by idempotency key (a key
+already in the ledger is ignored). The main loop runs pending effects as activities, with
+retries, and marks them done or failed; an operator may retry a failed one. The ledger travels
+across continue-as-new.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 from datetime import datetime, timedelta
@@ -16,7 +23,7 @@ from typing import Any
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
-from temporalio.exceptions import ApplicationError
+from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
     from pydantic import ValidationError
@@ -29,6 +36,7 @@ with workflow.unsafe.imports_passed_through():
         Conflict,
         DomainError,
         Event,
+        PlannedEffect,
         Timer,
         describe_invalid,
     )
@@ -36,8 +44,12 @@ with workflow.unsafe.imports_passed_through():
         COMMAND_SIGNAL,
         COMMAND_UPDATE,
         DEDUPE_WINDOW,
+        DONE_EFFECTS_KEPT,
+        EFFECT_ACTIVITY,
+        EFFECTS_QUERY,
         REJECTED_LOG,
         REJECTED_QUERY,
+        RETRY_EFFECT_UPDATE,
         STATE_QUERY,
         WORKFLOW_TYPE,
         AggregateCarry,
@@ -46,9 +58,20 @@ with workflow.unsafe.imports_passed_through():
         AggregateView,
         CommandRequest,
         CommandResult,
+        EffectExecution,
+        EffectRecord,
+        EffectStatus,
         RecordedEvent,
         RejectedCommand,
         StoreEvents,
+    )
+    from contract.ids import OPERATIONS_TASK_QUEUE, provider_idempotency_key, submit_task_queue
+    from contract.item import (
+        SUBMIT_ACTIVITY,
+        DeliveryErrorDetails,
+        ItemErrorType,
+        SubmitRequest,
+        SubmitResult,
     )
 
 # The event store must get every event, so a write is retried until the database is back.
@@ -56,6 +79,20 @@ _STORE_RETRIES = RetryPolicy(
     initial_interval=timedelta(milliseconds=200), maximum_interval=timedelta(seconds=30)
 )
 _DETAILS_STATE_CHARS = 1500
+# An effect's execution: enqueueing or issuing a command is a few RPCs, retried with backoff
+# for about five minutes (a Temporal or database outage) before the effect is marked failed.
+_EFFECT_TIMEOUT = timedelta(seconds=15)
+_EFFECT_RETRIES = RetryPolicy(
+    initial_interval=timedelta(seconds=1),
+    backoff_coefficient=2.0,
+    maximum_interval=timedelta(seconds=60),
+    maximum_attempts=9,
+)
+# A provider call's transient failures are retried here (the submit activity reports them, with
+# the provider's Retry-After, rather than retrying itself), this many times in all.
+_PROVIDER_CALL_ATTEMPTS = 6
+# Effects of one aggregate running at once: an event that fans out to many stays a trickle.
+_EFFECTS_IN_FLIGHT = 20
 
 
 class _Refused(Exception):
@@ -93,6 +130,11 @@ class AggregateWorkflow:
         self._rejected: list[RejectedCommand] = list(carry.rejected) if carry else []
         self._updated_at: datetime | None = carry.updated_at if carry else None
         self._unstored: list[RecordedEvent] = list(carry.unstored) if carry else []
+        self._effects: dict[str, EffectRecord] = {e.key: e for e in carry.effects} if carry else {}
+        self._executing: set[str] = set()
+        # Strong references to the running executions (the loop keeps only weak ones).
+        self._executions: set[asyncio.Task[None]] = set()
+        self._operations_queue = start.operations_task_queue or OPERATIONS_TASK_QUEUE
         # Timers already fired at the current version: a timer whose command changed nothing
         # must not fire again in a loop.
         self._fired: set[tuple[datetime, str]] = set()
@@ -109,26 +151,35 @@ class AggregateWorkflow:
         self._show_details()
         while True:
             timer = self._next_timer()
-            if not self._unstored and not self._continue_as_new_suggested():
+            if not self._has_work():
                 timeout = None if timer is None else max(timer.at - workflow.now(), timedelta(0))
                 with contextlib.suppress(TimeoutError):
                     await workflow.wait_condition(
-                        lambda: bool(self._unstored) or self._continue_as_new_suggested(),
+                        self._has_work,
                         timeout=timeout,
                         timeout_summary=f"timer: {timer.command}" if timer else None,
                     )
             timer = self._next_timer()
             if timer is not None and timer.at <= workflow.now():
                 self._fire(timer)
+            self._start_effects()
             if self._unstored:
                 await self._store()
             if self._continue_as_new_suggested():
-                # Handlers in flight finish first; what they appended goes with the carry.
-                await workflow.wait_condition(workflow.all_handlers_finished)
+                # Handlers and effects in flight finish first (no new effect starts meanwhile);
+                # what they appended and the effects still pending go with the carry.
+                await workflow.wait_condition(
+                    lambda: workflow.all_handlers_finished() and not self._executing
+                )
                 if self._unstored:
                     await self._store()
                 workflow.continue_as_new(
-                    AggregateInput(type=self._type, id=self._id, carry=self._carry())
+                    AggregateInput(
+                        type=self._type,
+                        id=self._id,
+                        carry=self._carry(),
+                        operations_task_queue=self._operations_queue,
+                    )
                 )
 
     @workflow.update(name=COMMAND_UPDATE)
@@ -164,6 +215,36 @@ class AggregateWorkflow:
         except _Refused as refused:
             self._reject(request, refused)
 
+    @workflow.update(name=RETRY_EFFECT_UPDATE)
+    def retry_effect(self, key: str) -> EffectRecord:
+        """Run a failed effect again (an operator's call): pending now, executed anew."""
+        self._validate_retry_effect(key)
+        record = self._effects[key]
+        record.status, record.error, record.finished_at = EffectStatus.PENDING, None, None
+        self._show_details()
+        return record
+
+    @retry_effect.validator
+    def _validate_retry_effect(self, key: str) -> None:
+        record = self._effects.get(key)
+        if record is None:
+            raise ApplicationError(
+                f"no effect {key!r} in the ledger",
+                type=AggregateErrorType.UNKNOWN_EFFECT,
+                non_retryable=True,
+            )
+        if record.status != EffectStatus.FAILED:
+            raise ApplicationError(
+                f"effect {key!r} is {record.status}: only a failed effect can be retried",
+                type=AggregateErrorType.CONFLICT,
+                non_retryable=True,
+            )
+
+    @workflow.query(name=EFFECTS_QUERY)
+    def effects(self) -> list[EffectRecord]:
+        """The effect ledger, oldest first: pending, done (the newest) and failed effects."""
+        return list(self._effects.values())
+
     @workflow.query(name=STATE_QUERY)
     def state(self) -> AggregateView:
         """State, version and the definition's per-aggregate read models."""
@@ -183,6 +264,7 @@ class AggregateWorkflow:
             views=to_jsonable_python(self._views),
             updated_at=self._updated_at,
             rejected=len(self._rejected),
+            effects=self._effect_counts(),
         )
 
     def _check(self, request: CommandRequest) -> list[Event]:
@@ -218,34 +300,66 @@ class AggregateWorkflow:
         if request.command_id is not None and request.command_id in self._seen:
             return CommandResult(events=[], version=self._seen[request.command_id], duplicate=True)
         events = self._check(request)
-        now = workflow.now()
-        recorded = []
-        for event in events:
+        # Fold and plan on copies first: a policy that fails refuses the command whole, rather
+        # than leaving half its events applied.
+        state, views, planned = self._state, dict(self._views), []
+        for seq, event in enumerate(events, start=self._version + 1):
             if type(event) not in definition.events:
                 raise TypeError(f"{self._type}.decide returned an unregistered {event!r}")
-            self._state = definition.evolve(self._state, event)
+            state = definition.evolve(state, event)
             for name, projector in definition.projectors.items():
-                self._views[name] = projector.apply(self._views[name], event)
-            self._version += 1
-            recorded.append(
-                RecordedEvent(
-                    seq=self._version,
-                    type=type(event).__name__,
-                    data=event.model_dump(mode="json"),
-                    recorded_at=now,
-                    actor=request.actor,
-                    command_id=request.command_id,
-                )
+                views[name] = projector.apply(views[name], event)
+            planned += self._plan(seq, event, state)
+        now = workflow.now()
+        recorded = [
+            RecordedEvent(
+                seq=seq,
+                type=type(event).__name__,
+                data=event.model_dump(mode="json"),
+                recorded_at=now,
+                actor=request.actor,
+                command_id=request.command_id,
             )
+            for seq, event in enumerate(events, start=self._version + 1)
+        ]
+        self._state, self._views = state, views
+        self._version += len(recorded)
         if recorded:
             self._updated_at = now
             self._unstored.extend(recorded)
+        for effect in planned:
+            self._add_effect(effect, now)
         if request.command_id is not None:
             self._seen[request.command_id] = self._version
             while len(self._seen) > DEDUPE_WINDOW:
                 del self._seen[next(iter(self._seen))]
         self._show_details()
         return CommandResult(events=recorded, version=self._version)
+
+    def _plan(self, seq: int, event: Event, state: Any) -> list[PlannedEffect]:
+        definition = self._definition
+        assert definition is not None
+        try:
+            return definition.plan_effects(self._id, seq, event, state)
+        except Exception as err:
+            # A policy bug: refuse the command that triggered it, with the reason.
+            raise _Refused(
+                f"the {type(event).__name__} policy failed: {type(err).__name__}: {err}",
+                AggregateErrorType.INVALID,
+            ) from None
+
+    def _add_effect(self, effect: PlannedEffect, now: datetime) -> None:
+        """Into the ledger, unless its key is there already: a duplicate is ignored."""
+        if effect.key in self._effects:
+            return
+        self._effects[effect.key] = EffectRecord(
+            key=effect.key,
+            event_seq=effect.event_seq,
+            name=effect.name,
+            kind=effect.kind,
+            action=to_jsonable_python(effect.action_json()),
+            created_at=now,
+        )
 
     def _reject(self, request: CommandRequest, refused: _Refused) -> None:
         self._rejected.append(
@@ -310,6 +424,118 @@ class AggregateWorkflow:
     def _continue_as_new_suggested(self) -> bool:
         return workflow.info().is_continue_as_new_suggested()
 
+    def _has_work(self) -> bool:
+        return (
+            bool(self._unstored)
+            or self._continue_as_new_suggested()
+            or bool(self._startable_effects())
+        )
+
+    # The executor: pending effects run as activities, a bounded number at once.
+
+    def _startable_effects(self) -> list[EffectRecord]:
+        if self._continue_as_new_suggested():
+            return []  # they start in the next run
+        room = _EFFECTS_IN_FLIGHT - len(self._executing)
+        pending = [
+            record
+            for record in self._effects.values()
+            if record.status == EffectStatus.PENDING and record.key not in self._executing
+        ]
+        return pending[: max(room, 0)]
+
+    def _start_effects(self) -> None:
+        for record in self._startable_effects():
+            self._executing.add(record.key)
+            task = asyncio.create_task(self._execute(record))
+            self._executions.add(task)
+            task.add_done_callback(self._executions.discard)
+
+    async def _execute(self, record: EffectRecord) -> None:
+        record.executions += 1
+        try:
+            if record.kind == "call_provider":
+                record.result = await self._call_provider(record)
+            else:
+                record.result = await workflow.execute_activity(
+                    EFFECT_ACTIVITY,
+                    EffectExecution(
+                        aggregate_type=self._type,
+                        aggregate_id=self._id,
+                        key=record.key,
+                        kind=record.kind,
+                        action=record.action,
+                    ),
+                    task_queue=self._operations_queue,
+                    start_to_close_timeout=_EFFECT_TIMEOUT,
+                    retry_policy=_EFFECT_RETRIES,
+                    result_type=dict[str, Any],
+                    summary=f"{record.kind} {record.name} (event {record.event_seq})",
+                )
+            record.status, record.error = EffectStatus.DONE, None
+        except ActivityError as err:
+            record.status, record.error = EffectStatus.FAILED, _describe(err)
+            workflow.logger.warning("effect %s failed: %s", record.key, record.error)
+        finally:
+            record.finished_at = workflow.now()
+            self._executing.discard(record.key)
+            self._forget_old_done_effects()
+            self._show_details()
+
+    async def _call_provider(self, record: EffectRecord) -> dict[str, Any]:
+        """Submit on the destination's own queue (its rate and pause hold), honouring the
+        provider's Retry-After between attempts; the key is the provider's idempotency key."""
+        destination = str(record.action["destination"])
+        for attempt in range(1, _PROVIDER_CALL_ATTEMPTS + 1):
+            try:
+                result: SubmitResult = await workflow.execute_activity(
+                    SUBMIT_ACTIVITY,
+                    SubmitRequest(
+                        destination=destination,
+                        item_id=f"effect/{record.key}",
+                        idempotency_key=provider_idempotency_key(f"effect/{record.key}"),
+                        payload=dict(record.action["payload"]),
+                        attempt=attempt,
+                    ),
+                    task_queue=submit_task_queue(destination),
+                    start_to_close_timeout=_EFFECT_TIMEOUT,
+                    retry_policy=_EFFECT_RETRIES,
+                    result_type=SubmitResult,
+                    summary=f"call {destination} for {record.name} (attempt {attempt})",
+                )
+            except ActivityError as err:
+                cause = err.cause
+                transient = (
+                    isinstance(cause, ApplicationError) and cause.type == ItemErrorType.TRANSIENT
+                )
+                if not transient or attempt == _PROVIDER_CALL_ATTEMPTS:
+                    raise
+                assert isinstance(cause, ApplicationError)
+                details = cause.details[0] if cause.details else None
+                retry_after = DeliveryErrorDetails(**details).retry_after_s if details else None
+                backoff = min(2.0 ** (attempt - 1), 60.0)
+                await workflow.sleep(
+                    max(backoff, retry_after or 0.0), summary=f"retry {record.name}"
+                )
+                continue
+            return {
+                "delivered": result.delivered,
+                "operation_url": result.operation_url,
+                "provider_message_id": result.provider_message_id,
+            }
+        raise AssertionError("unreachable: the last attempt returns or raises")
+
+    def _forget_old_done_effects(self) -> None:
+        done = [key for key, r in self._effects.items() if r.status == EffectStatus.DONE]
+        for key in done[:-DONE_EFFECTS_KEPT]:
+            del self._effects[key]
+
+    def _effect_counts(self) -> dict[str, int]:
+        counts = {status.value: 0 for status in EffectStatus}
+        for record in self._effects.values():
+            counts[record.status] += 1
+        return counts
+
     def _carry(self) -> AggregateCarry:
         return AggregateCarry(
             state=self._state_json(),
@@ -319,6 +545,7 @@ class AggregateWorkflow:
             rejected=list(self._rejected),
             updated_at=self._updated_at,
             unstored=list(self._unstored),
+            effects=list(self._effects.values()),
         )
 
     def _state_json(self) -> dict[str, Any]:
@@ -338,4 +565,26 @@ class AggregateWorkflow:
                 f"- {r.at:%H:%M:%S} `{r.request.name}` ({r.request.command_id}): {r.message}"
                 for r in self._rejected[-5:]
             ]
+        lines += self._effect_lines()
         workflow.set_current_details("\n\n".join(lines))
+
+    def _effect_lines(self) -> list[str]:
+        if not self._effects:
+            return []
+        counts = self._effect_counts()
+        lines = ["Effects: " + ", ".join(f"{n} {status}" for status, n in counts.items())]
+        unsettled = [r for r in self._effects.values() if r.status != EffectStatus.DONE]
+        lines += [
+            f"- {r.status} `{r.key}` ({r.kind}, {r.executions} executions)"
+            + (f": {r.error}" if r.error else "")
+            for r in unsettled[:10]
+        ]
+        return lines
+
+
+def _describe(err: ActivityError) -> str:
+    """Why the activity failed, as an operator reads it: the error it raised, by type."""
+    cause = err.cause
+    if isinstance(cause, ApplicationError):
+        return f"{cause.type or 'ApplicationError'}: {cause.message}"[:1000]
+    return f"{type(cause).__name__}: {cause}"[:1000]

@@ -3,12 +3,16 @@
 A command's body is its payload as JSON (`{"seat": "1A", "passenger_id": "p1"}`); the
 `Idempotency-Key` header is its command id (a repeat answers the first outcome and appends
 nothing) and `?expected_version=` makes it conditional (409 when the aggregate has moved on).
+A payload's `actor` (labour's commands carry one) is recorded with the events as who sent them.
+
+The effect ledger (what the aggregate's policies asked for) is read at `.../effects`, and a
+failed effect is run again with `POST .../effects/{key}/retry`.
 """
 
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Body, Header, Query
 from pydantic import BaseModel, ValidationError
@@ -17,7 +21,13 @@ from aggregates import REGISTRY
 from api.deps import AggregateServiceDep
 from api.errors import validation_problem
 from api.schemas import problem_responses
-from contract.aggregate import MAX_COMMAND_ID_LENGTH, AggregateView, CommandResult, RecordedEvent
+from contract.aggregate import (
+    MAX_COMMAND_ID_LENGTH,
+    AggregateView,
+    CommandResult,
+    EffectRecord,
+    RecordedEvent,
+)
 from readmodel.aggregates import MAX_PAGE
 
 router = APIRouter(
@@ -95,8 +105,47 @@ async def run_command(
         payload,
         command_id=idempotency_key,
         expected_version=expected_version,
-        actor="api",
+        actor=_actor(payload),
     )
+
+
+def _actor(payload: dict[str, Any]) -> str:
+    """Who sent the command: the payload's own `actor` if it names one, else the API."""
+    actor = payload.get("actor")
+    return actor if isinstance(actor, str) and 0 < len(actor) <= 200 else "api"
+
+
+@router.get(
+    "/{aggregate_type}/{aggregate_id}/effects",
+    response_model=list[EffectRecord],
+    summary="The effect ledger",
+)
+async def aggregate_effects(
+    aggregate_type: str,
+    aggregate_id: str,
+    aggregates: AggregateServiceDep,
+    status: Annotated[
+        Literal["pending", "done", "failed"] | None,
+        Query(description="Only effects in this status"),
+    ] = None,
+) -> list[EffectRecord]:
+    """Live from the aggregate's workflow, oldest first: each effect with its key, action,
+    status, executions, error and result (done effects: the newest 200)."""
+    effects = await aggregates.client.effects(aggregate_type, aggregate_id)
+    return [effect for effect in effects if status is None or effect.status == status]
+
+
+@router.post(
+    "/{aggregate_type}/{aggregate_id}/effects/{key}/retry",
+    response_model=EffectRecord,
+    summary="Run a failed effect again",
+)
+async def retry_effect(
+    aggregate_type: str, aggregate_id: str, key: str, aggregates: AggregateServiceDep
+) -> EffectRecord:
+    """200 with the effect, pending again; 404 for a key the ledger does not hold, 409 for an
+    effect that has not failed. Its idempotency key is unchanged, so it still happens once."""
+    return await aggregates.client.retry_effect(aggregate_type, aggregate_id, key)
 
 
 @router.get(

@@ -107,7 +107,7 @@ def test_an_expiry_for_a_renewed_lease_changes_nothing() -> None:
 
 
 def test_registry_holds_the_examples_by_type_name() -> None:
-    assert set(REGISTRY) == {"flight", "lock"}
+    assert set(REGISTRY) == {"flight", "labour", "lock"}
     for name, definition in REGISTRY.items():
         assert definition.type_name == name
         assert all(event.__name__[0].isupper() for event in definition.events)

@@ -79,7 +79,7 @@ def test_a_planned_labour_asks_for_its_subscription_token() -> None:
     assert isinstance(planned, LabourPlanned) and state.mother == "m1"
     assert [(e.key, e.action) for e in effects] == [
         (
-            "labour/lab-1/1/subscription-token",
+            "labour:lab-1:1:subscription-token",
             IssueCommand(
                 "set_subscription_token", {"actor": SYSTEM_ACTOR}, generated_tokens=("token",)
             ),
@@ -156,9 +156,9 @@ def test_an_announcement_notifies_each_approved_subscriber_on_each_contact_once(
     assert [
         (e.key, e.action.destination) for e in effects if isinstance(e.action, EnqueueItem)
     ] == [
-        ("labour/lab-1/9/notify.s1.email", EMAIL_DESTINATION),
-        ("labour/lab-1/9/notify.s2.email", EMAIL_DESTINATION),
-        ("labour/lab-1/9/notify.s2.webhook", WEBHOOK_DESTINATION),
+        ("labour:lab-1:9:notify.s1.email", EMAIL_DESTINATION),
+        ("labour:lab-1:9:notify.s2.email", EMAIL_DESTINATION),
+        ("labour:lab-1:9:notify.s2.webhook", WEBHOOK_DESTINATION),
     ]
     assert all(
         isinstance(e.action, EnqueueItem) and e.action.outbox == NOTIFICATIONS_OUTBOX

@@ -113,3 +113,69 @@ async def test_fifty_concurrent_requests_for_one_seat_get_one_200(api: Api) -> N
     winner = next(a for a in answers if a.status_code == 200).json()["events"][0]["data"]
     state = (await api.http.get(flight_url(flight))).json()
     assert state["state"]["seats"]["1A"] == winner["passenger_id"] and state["version"] == 2
+
+
+async def effects_of(api: Api, url: str, count: int) -> list[dict[str, object]]:
+    """The ledger once it holds `count` effects, none pending."""
+    for _ in range(200):
+        effects = (await api.http.get(f"{url}/effects")).json()
+        if len(effects) == count and all(e["status"] != "pending" for e in effects):
+            return list(effects)
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"the ledger never settled at {count}: {effects}")
+
+
+async def test_labour_effects_through_the_api(api: Api) -> None:
+    """The ledger over REST: statuses, a failed effect's error, an operator's retry, refusals.
+    This stack has no `fake-email` destination, so the announcement's notification fails."""
+    http = api.http
+    url = f"/v1/aggregates/labour/lab{uuid.uuid4().hex[:6]}"
+    email = {"email": "ada@example.com"}
+
+    planned = await http.post(
+        f"{url}/commands/plan_labour", json={"actor": "m1", "mother_name": "Ada", "contact": email}
+    )
+    [token] = await effects_of(api, url, 1)
+    state = (await http.get(url)).json()
+    wrong = await http.post(
+        f"{url}/commands/request_access",
+        json={"actor": "s1", "token": "guess", "name": "Bo", "contact": email},
+    )
+    await http.post(
+        f"{url}/commands/request_access",
+        json={
+            "actor": "s1",
+            "token": state["state"]["subscription_token"],
+            "name": "Bo",
+            "contact": email,
+        },
+    )
+    await http.post(
+        f"{url}/commands/approve_subscriber",
+        json={"actor": "m1", "subscriber": "s1", "role": "observer"},
+    )
+    observer = await http.post(f"{url}/commands/start_contraction", json={"actor": "s1"})
+    await http.post(
+        f"{url}/commands/post_update",
+        json={"actor": "m1", "message": "here!", "kind": "announcement"},
+    )
+    effects = await effects_of(api, url, 2)
+
+    assert planned.status_code == 200 and planned.json()["events"][0]["actor"] == "m1"
+    assert token["status"] == "done" and token["kind"] == "issue_command"
+    assert_problem(wrong, 409, "command-conflict")
+    assert "WrongToken" in wrong.json()["detail"]
+    assert_problem(observer, 409, "command-conflict")
+    failed = (await http.get(f"{url}/effects", params={"status": "failed"})).json()
+    assert [e["name"] for e in failed] == ["notify.s1.email"] == [effects[1]["name"]]
+    assert "UnknownDestination" in failed[0]["error"] and failed[0]["executions"] == 1
+    assert (await http.get(url)).json()["effects"] == {"pending": 0, "done": 1, "failed": 1}
+
+    retried = await http.post(f"{url}/effects/{failed[0]['key']}/retry")
+    assert retried.status_code == 200 and retried.json()["status"] == "pending"
+    [_, again] = await effects_of(api, url, 2)
+    assert again["status"] == "failed" and again["executions"] == 2
+    assert_problem(await http.post(f"{url}/effects/{token['key']}/retry"), 409, "effect-not-failed")
+    assert_problem(await http.post(f"{url}/effects/nope/retry"), 404, "unknown-effect")
+    bad_filter = await http.get(f"{url}/effects", params={"status": "lost"})
+    assert bad_filter.status_code == 422

@@ -1,0 +1,262 @@
+"""The process manager on the time-skipping server: policies plan effects into the ledger, the
+executor runs them once per key (enqueue, command, provider call), failed ones are retried by
+an operator, and a replay of the history plans and runs nothing twice."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+import pytest
+from temporalio.worker import Replayer
+
+from aggregates import REGISTRY
+from aggregates.definition import CallProvider, Effect, IssueCommand
+from aggregates.flight import FlightSeating
+from aggregates.labour import EMAIL_DESTINATION, NOTIFICATIONS_OUTBOX, WEBHOOK_DESTINATION
+from contract.aggregate import EffectExecution, EffectRecord, aggregate_workflow_id
+from contract.ids import item_workflow_id, provider_idempotency_key
+from outbox_client.aggregates import AggregateClient
+from outbox_client.errors import CommandConflict, EffectNotFailed, UnknownEffect
+from service.effects import EffectActivities
+from tests.conftest import email_destination, unique_name, webhook_destination
+from tests.workflows.test_outbox_item import timer_durations
+from worker import WORKFLOWS, default_operations_task_queue
+
+T = TypeVar("T")
+SEATS = {"seats": ["1A", "1B"]}
+
+
+def aggregates_on(stack: Any) -> AggregateClient:
+    return AggregateClient(
+        stack.client,
+        stack.task_queue,
+        operations_task_queue=default_operations_task_queue(stack.task_queue),
+    )
+
+
+async def eventually(probe: Callable[[], Awaitable[T | None]], timeout_s: float = 30) -> T:
+    """The probe's first truthy answer, polling; fails the test after `timeout_s`."""
+    deadline = asyncio.get_running_loop().time() + timeout_s
+    while True:
+        answer = await probe()
+        if answer:
+            return answer
+        assert asyncio.get_running_loop().time() < deadline, "condition never held"
+        await asyncio.sleep(0.05)
+
+
+def settled(
+    client: AggregateClient, aggregate_type: str, aggregate_id: str, count: int
+) -> Callable[[], Awaitable[list[EffectRecord] | None]]:
+    """A probe: the ledger once it holds `count` effects and none is pending."""
+
+    async def probe() -> list[EffectRecord] | None:
+        effects = await client.effects(aggregate_type, aggregate_id)
+        if len(effects) == count and all(e.status != "pending" for e in effects):
+            return effects
+        return None
+
+    return probe
+
+
+async def test_labour_policies_run_once_each_through_the_outbox(
+    stack_factory, fake_provider
+) -> None:
+    stack = await stack_factory(
+        email_destination(fake_provider, name=EMAIL_DESTINATION),
+        webhook_destination(fake_provider, name=WEBHOOK_DESTINATION),
+    )
+    client = aggregates_on(stack)
+    labour = unique_name("labour")
+
+    async def run(command: str, **payload: Any) -> None:
+        await client.command("labour", labour, command, payload)
+
+    await run("plan_labour", actor="m1", mother_name="Ada", contact={"email": "ada@example.com"})
+    # The token policy issued set_subscription_token back to the aggregate, once.
+    [token_effect] = await eventually(settled(client, "labour", labour, 1))
+    token = (await client.state("labour", labour)).state["subscription_token"]
+    assert token and token_effect.status == "done" and token_effect.kind == "issue_command"
+    assert token_effect.key == f"labour:{labour}:1:subscription-token"
+    assert token_effect.result == {"target": f"labour/{labour}", "version": 2, "duplicate": False}
+
+    with pytest.raises(CommandConflict, match="WrongToken"):
+        await run(
+            "request_access", actor="s1", token="guess", name="Bo", contact={"email": "b@x.io"}
+        )
+    await run("request_access", actor="s1", token=token, name="Bo", contact={"email": "bo@x.io"})
+    both = {"email": "cy@x.io", "webhook": "https://cy.example/hook"}
+    await run("request_access", actor="s2", token=token, name="Cy", contact=both)
+    await run("request_access", actor="s3", token=token, name="Di", contact={"email": "di@x.io"})
+    await run("approve_subscriber", actor="m1", subscriber="s1", role="birth_partner")
+    await run("approve_subscriber", actor="m1", subscriber="s2", role="observer")
+    with pytest.raises(CommandConflict, match="NotAllowed"):
+        await run("start_contraction", actor="s2")  # an observer only reads
+    with pytest.raises(CommandConflict, match="NotAllowed"):
+        await run("approve_subscriber", actor="s1", subscriber="s3", role="observer")
+    await run("start_contraction", actor="s1")
+    with pytest.raises(CommandConflict, match="under way"):
+        await run("start_contraction", actor="m1")
+    await run("end_contraction", actor="s1")
+    await run("post_update", actor="s1", message="all well", kind="status")
+    await run("post_update", actor="s1", message="It's a girl!", kind="announcement")
+
+    # One item per approved subscriber and contact: s3 was never approved.
+    effects = await eventually(settled(client, "labour", labour, 4))
+    notifications = {e.name: e for e in effects if e.kind == "enqueue_item"}
+    assert sorted(notifications) == ["notify.s1.email", "notify.s2.email", "notify.s2.webhook"]
+    for effect in notifications.values():
+        assert effect.status == "done" and effect.result is not None, effect
+        item_id = item_workflow_id(NOTIFICATIONS_OUTBOX, effect.key)
+        assert effect.result == {"item_id": item_id, "created": True}
+        assert (await stack.result(item_id)).status == "sent"
+        stats = await fake_provider.admin.key_stats(provider_idempotency_key(item_id))
+        assert stats["deliveries"] == 1, stats
+    view = await client.state("labour", labour)
+    assert view.effects == {"pending": 0, "done": 4, "failed": 0}
+    assert view.views == {"contractions": 1}
+
+    # A replay re-plans every effect from the same events: same ledger, no new command.
+    workflow_id = aggregate_workflow_id("labour", labour)
+    history = await stack.client.get_workflow_handle(workflow_id).fetch_history()
+    await Replayer(workflows=WORKFLOWS).replay_workflow(history)
+    await stack.record_history(workflow_id)
+
+
+class MirroredFlight(FlightSeating):
+    """The flight example with one policy: a seat assigned here is assigned on the passenger's
+    mirror flight too (a command to another aggregate)."""
+
+    type_name = "mirrored-flight"
+    policies = {
+        "SeatAssigned": lambda event, state: [
+            Effect(
+                "mirror",
+                IssueCommand(
+                    "assign_seat",
+                    {"seat": event.seat, "passenger_id": event.passenger_id},
+                    target_type="flight",
+                    target_id=f"mirror-{event.passenger_id}",
+                ),
+            )
+        ]
+    }
+
+
+async def test_a_refused_cross_aggregate_command_fails_and_an_operator_retries_it(
+    stack_factory, monkeypatch
+) -> None:
+    monkeypatch.setitem(REGISTRY, MirroredFlight.type_name, MirroredFlight())
+    stack = await stack_factory()
+    client = aggregates_on(stack)
+    source, passenger = unique_name("BA"), unique_name("p")
+    mirror = f"mirror-{passenger}"
+    await client.command("flight", mirror, "open", SEATS)
+    await client.command("flight", mirror, "assign_seat", {"seat": "1A", "passenger_id": "other"})
+    await client.command(MirroredFlight.type_name, source, "open", SEATS)
+
+    await client.command(
+        MirroredFlight.type_name, source, "assign_seat", {"seat": "1A", "passenger_id": passenger}
+    )
+    [failed] = await eventually(settled(client, MirroredFlight.type_name, source, 1))
+    assert failed.status == "failed" and "SeatTaken" in (failed.error or ""), failed
+    assert failed.executions == 1
+
+    await client.command("flight", mirror, "release_seat", {"seat": "1A"})
+    retried = await client.retry_effect(MirroredFlight.type_name, source, failed.key)
+    assert retried.status == "pending" and retried.error is None
+    [done] = await eventually(settled(client, MirroredFlight.type_name, source, 1))
+    assert done.status == "done" and done.executions == 2, done
+    target = await client.state("flight", mirror)
+    assert target.state["seats"]["1A"] == passenger and target.version == 4
+    with pytest.raises(EffectNotFailed):
+        await client.retry_effect(MirroredFlight.type_name, source, done.key)
+
+    # The same effect executed once more (a retried activity) changes nothing.
+    executor = EffectActivities(stack.outbox, client)
+    again = await executor.execute_effect(
+        EffectExecution(MirroredFlight.type_name, source, done.key, done.kind, done.action)
+    )
+    assert again == {"target": f"flight/{mirror}", "version": 4, "duplicate": True}
+    assert (await client.state("flight", mirror)).version == 4
+    with pytest.raises(UnknownEffect):
+        await client.retry_effect(MirroredFlight.type_name, source, "no-such-effect")
+
+
+async def test_a_retried_enqueue_effect_returns_the_same_item(stack_factory, fake_provider) -> None:
+    destination = email_destination(fake_provider)
+    stack = await stack_factory(destination)
+    executor = EffectActivities(stack.outbox, aggregates_on(stack))
+    key = f"labour:{unique_name('l')}:9:notify.s1.email"
+    execution = EffectExecution(
+        "labour",
+        "l",
+        key,
+        "enqueue_item",
+        {
+            "outbox": "tests",
+            "destination": destination.name,
+            "payload": {
+                "senderAddress": "a@example.com",
+                "recipients": {"to": [{"address": "b@example.com"}]},
+            },
+            "ordering_key": None,
+        },
+    )
+
+    first = await executor.execute_effect(execution)
+    second = await executor.execute_effect(execution)
+
+    item_id = item_workflow_id("tests", key)
+    assert first == {"item_id": item_id, "created": True}
+    assert second == {"item_id": item_id, "created": False}
+    assert (await stack.result(item_id)).status == "sent"
+    stats = await fake_provider.admin.key_stats(provider_idempotency_key(item_id))
+    assert stats["deliveries"] == 1
+
+
+class PingingFlight(FlightSeating):
+    """The flight example with a provider call per assigned seat."""
+
+    type_name = "pinging-flight"
+    destination = ""
+    policies = {
+        "SeatAssigned": lambda event, state: [
+            Effect(
+                "ping",
+                CallProvider(PingingFlight.destination, {"seat": event.seat}),
+            )
+        ]
+    }
+
+
+async def test_a_provider_call_effect_honours_retry_after_and_delivers_once(
+    stack_factory, fake_provider, monkeypatch
+) -> None:
+    webhook = webhook_destination(fake_provider)
+    monkeypatch.setattr(PingingFlight, "destination", webhook.name)
+    monkeypatch.setitem(REGISTRY, PingingFlight.type_name, PingingFlight())
+    stack = await stack_factory(webhook)
+    client = aggregates_on(stack)
+    flight = unique_name("BA")
+    key = f"{PingingFlight.type_name}:{flight}:2:ping"
+    provider_key = provider_idempotency_key(f"effect/{key}")
+    await fake_provider.admin.script(provider_key, [{"status": 503, "retry_after": "3"}])
+    await client.command(PingingFlight.type_name, flight, "open", SEATS)
+
+    await client.command(
+        PingingFlight.type_name, flight, "assign_seat", {"seat": "1B", "passenger_id": "p"}
+    )
+    [effect] = await eventually(settled(client, PingingFlight.type_name, flight, 1))
+
+    assert effect.key == key and effect.status == "done", effect
+    assert effect.result is not None and effect.result["delivered"] is True
+    stats = await fake_provider.admin.key_stats(provider_key)
+    assert (stats["submits"], stats["deliveries"]) == (2, 1), stats
+    # The second call waited out the provider's Retry-After, on a durable timer. (Time skipping
+    # stays locked: an idle aggregate would skip to the test server's run timeout.)
+    assert stats["early_requests"] == 0, stats
+    workflow_id = aggregate_workflow_id(PingingFlight.type_name, flight)
+    assert await timer_durations(stack, workflow_id) == [3.0]
