@@ -19,7 +19,7 @@ import httpx
 from sqlalchemy import Engine
 from temporalio.client import Client
 from temporalio.runtime import PrometheusConfig, Runtime, TelemetryConfig
-from temporalio.worker import UnsandboxedWorkflowRunner, Worker
+from temporalio.worker import Interceptor, UnsandboxedWorkflowRunner, Worker
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 
 from activities.aggregate_store import AggregateStoreActivities
@@ -71,6 +71,7 @@ def build_workers(
     sandboxed: bool = False,
     operations_task_queue: str | None = None,
     registry: DestinationRegistry | None = None,
+    interceptors: Sequence[Interceptor] = (),
 ) -> list[Worker]:
     """All workers of one process; `engine` is the read model the projection writes to, and
     `sandboxed` runs workflows in Temporal's determinism sandbox (the tests do).
@@ -78,6 +79,7 @@ def build_workers(
     `operations_task_queue` is the operations worker's queue (default: one of its own beside
     `workflow_task_queue`, see `default_operations_task_queue`); `registry` is every configured
     destination, which the operations activities enqueue to (default: `destinations`).
+    `interceptors` go on every worker (the fault tests kill a process at a chosen point).
     """
     workers: list[Worker] = []
     if run_workflows:
@@ -87,6 +89,7 @@ def build_workers(
         workers.append(
             Worker(
                 client,
+                interceptors=interceptors,
                 task_queue=workflow_task_queue,
                 workflows=WORKFLOWS,
                 activities=[
@@ -125,6 +128,7 @@ def build_workers(
         workers.append(
             Worker(
                 client,
+                interceptors=interceptors,
                 task_queue=operations_task_queue,
                 activities=[
                     ScheduleActivities(operations_client).enqueue_batch,
@@ -145,6 +149,7 @@ def build_workers(
             workers.append(
                 Worker(
                     client,
+                    interceptors=interceptors,
                     task_queue=task_queue,
                     activities=[activity],
                     max_task_queue_activities_per_second=rate,
@@ -154,7 +159,10 @@ def build_workers(
 
 
 async def run_worker(
-    settings: Settings, only_destinations: list[str] | None, run_workflows: bool
+    settings: Settings,
+    only_destinations: list[str] | None,
+    run_workflows: bool,
+    interceptors: Sequence[Interceptor] = (),
 ) -> None:
     """Run until SIGINT/SIGTERM, then finish in-flight tasks and stop."""
     registry = load_destinations(settings.outbox_config)
@@ -189,6 +197,7 @@ async def run_worker(
             run_workflows=run_workflows,
             operations_task_queue=settings.operations_task_queue,
             registry=registry,
+            interceptors=interceptors,
         )
         for worker in workers:
             await stack.enter_async_context(worker)
