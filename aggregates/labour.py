@@ -221,7 +221,15 @@ def _notify_subscribers(event: Event, state: LabourState) -> list[Effect]:
             item = EnqueueItem(NOTIFICATIONS_OUTBOX, EMAIL_DESTINATION, email)
             effects.append(Effect(f"notify.{subscriber_id}.email", item))
         if subscriber.contact.webhook is not None:
-            body = {"kind": "announcement", "message": event.message, "to": subscriber_id}
+            # One endpoint (the destination's, signed with its secret) receives every
+            # subscriber's notification and forwards it to the URL named here: the outbox
+            # never posts to a URL a user typed in.
+            body = {
+                "kind": "announcement",
+                "message": event.message,
+                "subscriber": subscriber_id,
+                "webhook": subscriber.contact.webhook,
+            }
             item = EnqueueItem(NOTIFICATIONS_OUTBOX, WEBHOOK_DESTINATION, body)
             effects.append(Effect(f"notify.{subscriber_id}.webhook", item))
     return effects

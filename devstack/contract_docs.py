@@ -47,6 +47,14 @@ _USES = {
     ),
     "state": "state, version and the definition's read models",
     "rejected_commands": "signalled and timer commands `decide` refused, newest last",
+    "effects": (
+        "the effect ledger, oldest first: each effect's key, kind, action, status (pending, done,"
+        " failed), executions, error and result"
+    ),
+    "retry_effect": (
+        "run a failed effect again, by its key (fails with `UnknownEffect`, or `Conflict` for one"
+        " that has not failed)"
+    ),
     "append": (
         "add an item at the lane's tail (send it with signal-with-start); a key already in the"
         " lane is a duplicate, or a conflict if the request differs. The item carries its"
@@ -78,6 +86,8 @@ _CLI = {
 }
 # Handlers whose payload no one should write by hand (see their description).
 _NO_CLI = {"append"}
+# Examples by handler, where the payload's type alone does not say what a value looks like.
+_HANDLER_EXAMPLES = {"retry_effect": '"flight:BA117:2:mirror"'}
 _EXAMPLES = {
     "CommandRequest": (
         '{"name": "assign_seat", "payload": {"seat": "1A", "passenger_id": "p1"},'
@@ -163,7 +173,11 @@ def contract_table() -> str:
             rows.append(f"| `{name}` | {kind} | {payload} | {answer} | {_USES[name]} |")
             if name in _NO_CLI:
                 continue
-            example = _EXAMPLES.get(arg_types[0].__name__, "{}") if arg_types else ""
+            example = (
+                _HANDLER_EXAMPLES.get(name) or _EXAMPLES.get(arg_types[0].__name__, "{}")
+                if arg_types
+                else ""
+            )
             template = _CLI["query with input" if kind == "query" and arg_types else kind]
             commands.append(template.format(id=workflow.example_id, name=name, example=example))
         fields = ", ".join(f"`{field.name}`" for field in dataclasses.fields(workflow.view))

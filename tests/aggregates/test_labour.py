@@ -168,6 +168,9 @@ def test_an_announcement_notifies_each_approved_subscriber_on_each_contact_once(
     assert isinstance(first, EnqueueItem)
     assert first.payload["recipients"] == {"to": [{"address": "bo@example.com"}]}
     assert first.payload["content"]["plainText"] == "It's a girl"
+    hook = effects[2].action
+    assert isinstance(hook, EnqueueItem)
+    assert hook.payload["subscriber"] == "s2" and hook.payload["webhook"].startswith("https://")
     # Pure: the same event and state plan the same effects, keys included.
     assert LABOUR.plan_effects("lab-1", 9, event, state) == effects
     # A status update notifies nobody; a removed subscriber is not notified.
