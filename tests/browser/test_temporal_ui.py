@@ -10,6 +10,7 @@ from playwright.async_api import Browser, expect
 from outbox_client.aggregates import AggregateClient
 from tests.browser.conftest import ARTIFACTS
 from tests.conftest import DEV_UI_PORT, webhook_destination
+from worker import default_operations_task_queue
 
 
 async def test_web_ui_shows_the_items_summary(
@@ -69,3 +70,35 @@ async def test_web_ui_finds_an_aggregate_and_shows_its_state(
         )
     finally:
         await page.screenshot(path=str(ARTIFACTS / "temporal-ui-aggregate.png"), full_page=True)
+
+
+async def test_web_ui_shows_a_labours_effect_ledger(
+    dev_env, stack_factory, browser: Browser
+) -> None:
+    stack = await stack_factory(env=dev_env)
+    aggregates = AggregateClient(
+        stack.client,
+        stack.task_queue,
+        operations_task_queue=default_operations_task_queue(stack.task_queue),
+    )
+    labour = f"UI{uuid.uuid4().hex[:6]}"
+    await aggregates.command(
+        "labour",
+        labour,
+        "plan_labour",
+        {"actor": "m1", "mother_name": "Ada", "contact": {"email": "ada@example.com"}},
+    )
+    page = await browser.new_page()
+
+    workflow_path = f"/namespaces/default/workflows/{quote(f'agg/labour/{labour}', safe='')}"
+    await page.goto(f"http://127.0.0.1:{DEV_UI_PORT}{workflow_path}")
+
+    try:
+        await page.get_by_text("User Metadata").click(timeout=30_000)
+        details_frame = page.frame_locator("#user-metadata-current-details")
+        # The token policy's effect, run and recorded in the ledger the details show.
+        await expect(
+            details_frame.get_by_text("Effects: 0 pending, 1 done, 0 failed")
+        ).to_be_visible(timeout=15_000)
+    finally:
+        await page.screenshot(path=str(ARTIFACTS / "temporal-ui-labour.png"), full_page=True)
