@@ -260,3 +260,53 @@ async def test_a_provider_call_effect_honours_retry_after_and_delivers_once(
     assert stats["early_requests"] == 0, stats
     workflow_id = aggregate_workflow_id(PingingFlight.type_name, flight)
     assert await timer_durations(stack, workflow_id) == [3.0]
+
+
+async def test_the_ledger_survives_continue_as_new(stack_factory, dev_env, monkeypatch) -> None:
+    """The dev server here suggests continue-as-new after 40 history events: 30 effects (half
+    refused: their mirror flights are not open) outlive several runs, and a failed one carried
+    across is retried in a later run."""
+    monkeypatch.setitem(REGISTRY, MirroredFlight.type_name, MirroredFlight())
+    stack = await stack_factory(env=dev_env)
+    client = aggregates_on(stack)
+    source = unique_name("BA")
+    seats = [f"{row}{letter}" for row in range(1, 6) for letter in "ABCDEF"]
+    passengers = [unique_name(f"p{n}") for n in range(len(seats))]
+    for passenger in passengers[::2]:
+        await client.command("flight", f"mirror-{passenger}", "open", {"seats": seats})
+    await client.command(MirroredFlight.type_name, source, "open", {"seats": seats})
+
+    for seat, passenger in zip(seats, passengers, strict=True):
+        payload = {"seat": seat, "passenger_id": passenger}
+        await client.command(MirroredFlight.type_name, source, "assign_seat", payload)
+    effects = await eventually(settled(client, MirroredFlight.type_name, source, len(seats)), 90)
+
+    assert [e.status for e in effects] == ["done", "failed"] * (len(seats) // 2)
+    assert all("FlightNotOpen" in (e.error or "") for e in effects[1::2])
+    workflow_id = aggregate_workflow_id(MirroredFlight.type_name, source)
+    runs = [run async for run in stack.client.list_workflows(f"WorkflowId = '{workflow_id}'")]
+    assert len(runs) >= 2, "the aggregate never continued as new"
+
+    # Padding commands (no effects) push the aggregate into yet another run before the retry.
+    for _ in range(3):
+        await client.command(MirroredFlight.type_name, source, "release_seat", {"seat": seats[0]})
+        await client.command(
+            MirroredFlight.type_name,
+            source,
+            "assign_seat",
+            {"seat": seats[0], "passenger_id": passengers[0]},
+        )
+    later = [run async for run in stack.client.list_workflows(f"WorkflowId = '{workflow_id}'")]
+    assert len(later) > len(runs)
+    failed = effects[1]
+    await client.command("flight", f"mirror-{passengers[1]}", "open", {"seats": seats})
+    await client.retry_effect(MirroredFlight.type_name, source, failed.key)
+
+    async def retried() -> EffectRecord | None:
+        ledger = await client.effects(MirroredFlight.type_name, source)
+        record = next(e for e in ledger if e.key == failed.key)
+        return record if record.status == "done" else None
+
+    assert (await eventually(retried)).executions == 2
+    mirror = await client.state("flight", f"mirror-{passengers[1]}")
+    assert mirror.state["seats"][seats[1]] == passengers[1]
