@@ -1,5 +1,6 @@
 """The worker process: item workflows, plus a submit and a poll worker per destination, and an
-operations worker (scheduled fan-out, dead-letter redrive batches) beside the workflow worker.
+operations worker (scheduled fan-out, dead-letter redrive batches, aggregate effects, the async
+projectors' runners) beside the workflow worker; it starts each projector's workflow.
 
 Run `python worker.py` (settings from the environment, see `common/settings.py`). Any number of
 these processes can run against one cluster: the per-destination rates are enforced by the
@@ -25,6 +26,7 @@ from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 from activities.aggregate_store import AggregateStoreActivities
 from activities.delivery import DeliveryActivities
 from activities.projection import ProjectionActivities
+from activities.projectors import ProjectorActivities
 from activities.providers import build_provider, load_destinations
 from common.destinations import Destination, DestinationRegistry
 from common.settings import Settings, get_settings
@@ -34,10 +36,12 @@ from readmodel.db import create_schema, make_engine
 from service.dead_letters import DeadLetterActivities
 from service.effects import EffectActivities
 from service.items import ItemService
+from service.projectors import start_projectors
 from service.schedules import ScheduleActivities
 from workflows.aggregate import AggregateWorkflow
 from workflows.lane import OutboxLaneWorkflow
 from workflows.outbox_item import OutboxItemWorkflow
+from workflows.projector import ProjectorWorkflow
 from workflows.redrive_batch import RedriveBatchWorkflow
 from workflows.scheduled_batch import ScheduledBatchWorkflow
 
@@ -50,6 +54,7 @@ WORKFLOWS = [
     AggregateWorkflow,
     ScheduledBatchWorkflow,
     RedriveBatchWorkflow,
+    ProjectorWorkflow,
 ]
 
 
@@ -134,6 +139,7 @@ def build_workers(
                     ScheduleActivities(operations_client).enqueue_batch,
                     DeadLetterActivities(ItemService(operations_client, engine)).redrive_page,
                     EffectActivities(operations_client, aggregate_client).execute_effect,
+                    ProjectorActivities(engine).run_projector,
                 ],
             )
         )
@@ -201,6 +207,11 @@ async def run_worker(
         )
         for worker in workers:
             await stack.enter_async_context(worker)
+        if run_workflows:
+            # Every workflow worker makes sure each async projector has its one runner.
+            await start_projectors(
+                client, settings.workflow_task_queue, settings.operations_task_queue
+            )
         log.info(
             "worker ready: %s; destinations: %s",
             "workflows + activities" if run_workflows else "activities only",

@@ -34,6 +34,7 @@ from api.routes import (
     lanes,
     live,
     outboxes,
+    projectors,
     schedules,
 )
 from api.routes import destinations as destination_routes
@@ -143,6 +144,7 @@ def create_app(
     app.include_router(aggregates.router, dependencies=authenticated)
     app.include_router(destination_routes.router, dependencies=authenticated)
     app.include_router(schedules.router, dependencies=authenticated)
+    app.include_router(projectors.router, dependencies=authenticated)
     app.include_router(live.router)  # checks its own token: browsers cannot send headers
     app.include_router(events.router)  # per-destination secrets: Event Grid sends no bearer
     app.include_router(health.router)

@@ -12,13 +12,15 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Engine, Executable, and_, select
+from sqlalchemy import Engine, Executable, and_, select, text
 from sqlalchemy.dialects import postgresql, sqlite
 
 from contract.aggregate import RecordedEvent, StoreEvents
 from readmodel.models import AGGREGATE_EVENTS, AGGREGATES, read_aggregate_event
 
 MAX_PAGE = 500
+# Names the advisory lock event-store writers take on PostgreSQL ("aggevt").
+EVENT_STORE_LOCK_KEY = 0x616767657674
 
 
 @dataclass
@@ -40,6 +42,13 @@ def store_events(engine: Engine, batch: StoreEvents) -> None:
         for event in sorted(batch.events, key=lambda event: event.seq)
     ]
     with engine.begin() as connection:
+        if connection.dialect.name == "postgresql":
+            # Writers take turns, so events commit in `id` order: an async projector that has
+            # read up to id N never meets an id below N committing later (SQLite has one writer
+            # at a time anyway). Writes are a few short statements; aggregates do not need more.
+            connection.execute(
+                text("SELECT pg_advisory_xact_lock(:key)"), {"key": EVENT_STORE_LOCK_KEY}
+            )
         if rows:
             connection.execute(insert_events, rows)
         connection.execute(

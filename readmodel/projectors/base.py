@@ -1,0 +1,240 @@
+"""Async projectors: cross-aggregate read models built from the event store, each at its own
+checkpoint (seed 003's "async projectors").
+
+A projector reads `aggregate_events` after its position (the events' global `id`) and applies
+them in the same transaction that moves its checkpoint forward, so a retried, repeated or
+concurrent batch never applies an event twice and the read model never goes backwards. After
+`FAULT_AFTER` consecutive failures it is `faulted` and stops, the others carrying on; a rebuild
+empties its tables and starts it again from the first event.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import Column, Connection, Engine, Table, func, select, update
+from sqlalchemy.dialects import postgresql, sqlite
+
+from readmodel.models import AGGREGATE_EVENTS, PROJECTOR_CHECKPOINTS
+
+FAULT_AFTER = 5
+BATCH = 500
+MAX_ROWS_PAGE = 500
+RUNNING, FAULTED = "running", "faulted"
+
+
+@dataclass(frozen=True)
+class StoredEvent:
+    """One event as a projector sees it: its global position and its aggregate."""
+
+    position: int
+    aggregate_type: str
+    aggregate_id: str
+    seq: int
+    type: str
+    data: dict[str, Any]
+    recorded_at: datetime
+
+
+@dataclass(frozen=True)
+class AsyncProjector:
+    """A projector: the aggregate types it reads, what it does with one event (inside the
+    batch's transaction), the table it owns (emptied on rebuild) and the columns its rows may
+    be filtered by in the API."""
+
+    name: str
+    aggregate_types: frozenset[str]
+    apply: Callable[[Connection, StoredEvent], None]
+    table: Table
+    filters: Mapping[str, Column[Any]] = field(default_factory=dict)
+
+
+@dataclass
+class ProjectorStatus:
+    """Where a projector stands. `position` is the last event (`aggregate_events.id`) it
+    applied, `lag` the events of its types not applied yet; `faulted` after 5 consecutive
+    failures, until a rebuild."""
+
+    name: str
+    status: str
+    position: int
+    lag: int
+    consecutive_failures: int
+    last_error: str | None
+    updated_at: datetime | None
+    rebuilt_at: datetime | None
+
+
+class UnknownProjector(KeyError):
+    """No projector of that name is registered."""
+
+
+def project_batch(engine: Engine, projector: AsyncProjector, limit: int = BATCH) -> int:
+    """Apply the next events (up to `limit`) and move the checkpoint past them, in one
+    transaction that holds the checkpoint's lock; how many were applied (0 when faulted)."""
+    with _checkpoint_locked(engine, projector.name) as (connection, checkpoint):
+        if checkpoint["status"] == FAULTED:
+            return 0
+        query = (
+            select(AGGREGATE_EVENTS)
+            .where(
+                AGGREGATE_EVENTS.c.id > checkpoint["position"],
+                AGGREGATE_EVENTS.c.aggregate_type.in_(sorted(projector.aggregate_types)),
+            )
+            .order_by(AGGREGATE_EVENTS.c.id)
+            .limit(limit)
+        )
+        events = [_stored(row) for row in connection.execute(query).mappings()]
+        for event in events:
+            projector.apply(connection, event)
+        if events or checkpoint["consecutive_failures"]:
+            connection.execute(
+                update(PROJECTOR_CHECKPOINTS)
+                .where(PROJECTOR_CHECKPOINTS.c.name == projector.name)
+                .values(
+                    position=events[-1].position if events else checkpoint["position"],
+                    consecutive_failures=0,
+                    last_error=None,
+                    updated_at=datetime.now(UTC),
+                )
+            )
+        return len(events)
+
+
+def record_failure(engine: Engine, name: str, error: str) -> str:
+    """Count one more consecutive failure; the projector's status after it."""
+    with _checkpoint_locked(engine, name) as (connection, checkpoint):
+        failures = checkpoint["consecutive_failures"] + 1
+        status = FAULTED if failures >= FAULT_AFTER else checkpoint["status"]
+        connection.execute(
+            update(PROJECTOR_CHECKPOINTS)
+            .where(PROJECTOR_CHECKPOINTS.c.name == name)
+            .values(
+                consecutive_failures=failures,
+                last_error=error[:2000],
+                status=status,
+                updated_at=datetime.now(UTC),
+            )
+        )
+        return status
+
+
+def rebuild(engine: Engine, projector: AsyncProjector) -> None:
+    """Empty the projector's table and start it from the first event, running again."""
+    with _checkpoint_locked(engine, projector.name) as (connection, _):
+        connection.execute(projector.table.delete())
+        now = datetime.now(UTC)
+        connection.execute(
+            update(PROJECTOR_CHECKPOINTS)
+            .where(PROJECTOR_CHECKPOINTS.c.name == projector.name)
+            .values(
+                position=0,
+                status=RUNNING,
+                consecutive_failures=0,
+                last_error=None,
+                updated_at=now,
+                rebuilt_at=now,
+            )
+        )
+
+
+def status(engine: Engine, projector: AsyncProjector) -> ProjectorStatus:
+    with engine.connect() as connection:
+        row = (
+            connection.execute(
+                select(PROJECTOR_CHECKPOINTS).where(PROJECTOR_CHECKPOINTS.c.name == projector.name)
+            )
+            .mappings()
+            .first()
+        )
+        position = row["position"] if row else 0
+        lag = connection.execute(
+            select(func.count())
+            .select_from(AGGREGATE_EVENTS)
+            .where(
+                AGGREGATE_EVENTS.c.id > position,
+                AGGREGATE_EVENTS.c.aggregate_type.in_(sorted(projector.aggregate_types)),
+            )
+        ).scalar_one()
+    if row is None:
+        return ProjectorStatus(projector.name, RUNNING, 0, lag, 0, None, None, None)
+    return ProjectorStatus(
+        name=projector.name,
+        status=row["status"],
+        position=position,
+        lag=lag,
+        consecutive_failures=row["consecutive_failures"],
+        last_error=row["last_error"],
+        updated_at=row["updated_at"],
+        rebuilt_at=row["rebuilt_at"],
+    )
+
+
+def rows(
+    engine: Engine,
+    projector: AsyncProjector,
+    filters: Mapping[str, str],
+    *,
+    after: str | None = None,
+    limit: int = 50,
+) -> tuple[list[dict[str, Any]], str | None]:
+    """The projector's rows matching `filters` (its declared columns), by primary key; pass
+    the returned cursor back as `after`. KeyError names a filter the projector does not have."""
+    unknown = sorted(set(filters) - set(projector.filters))
+    if unknown:
+        raise KeyError(", ".join(unknown))
+    [key] = projector.table.primary_key.columns
+    limit = max(1, min(limit, MAX_ROWS_PAGE))
+    query = select(projector.table).order_by(key).limit(limit + 1)
+    for name, value in filters.items():
+        query = query.where(projector.filters[name] == value)
+    if after is not None:
+        query = query.where(key > after)
+    with engine.connect() as connection:
+        found = [dict(row) for row in connection.execute(query).mappings()]
+    if len(found) <= limit:
+        return found, None
+    return found[:limit], str(found[limit - 1][key.name])
+
+
+@contextmanager
+def _checkpoint_locked(engine: Engine, name: str) -> Iterator[tuple[Connection, Any]]:
+    """A transaction holding the projector's checkpoint row (made if missing) for writing:
+    `FOR UPDATE` on PostgreSQL; on SQLite the write lock from the start (`BEGIN IMMEDIATE`),
+    so no two batches of one projector ever interleave."""
+    with engine.begin() as connection:
+        dialect = connection.dialect.name
+        if dialect == "sqlite":
+            connection.exec_driver_sql("BEGIN IMMEDIATE")
+        insert = postgresql.insert if dialect == "postgresql" else sqlite.insert
+        connection.execute(
+            insert(PROJECTOR_CHECKPOINTS)
+            .values(
+                name=name,
+                position=0,
+                status=RUNNING,
+                consecutive_failures=0,
+                updated_at=datetime.now(UTC),
+            )
+            .on_conflict_do_nothing(index_elements=["name"])
+        )
+        query = select(PROJECTOR_CHECKPOINTS).where(PROJECTOR_CHECKPOINTS.c.name == name)
+        if dialect == "postgresql":
+            query = query.with_for_update()
+        yield connection, connection.execute(query).mappings().one()
+
+
+def _stored(row: Any) -> StoredEvent:
+    return StoredEvent(
+        position=row["id"],
+        aggregate_type=row["aggregate_type"],
+        aggregate_id=row["aggregate_id"],
+        seq=row["seq"],
+        type=row["type"],
+        data=row["data"],
+        recorded_at=row["recorded_at"],
+    )

@@ -1,0 +1,72 @@
+"""`labour_history`: per mother, her labours with status and counts (seed 003's example of a
+cross-aggregate read model). Reads the `labour` aggregates' events by their JSON; an event at
+or below a row's `last_seq` is skipped, so the row never goes backwards."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import Connection, select
+
+from readmodel.models import LABOUR_HISTORY
+from readmodel.projectors.base import AsyncProjector, StoredEvent
+
+
+def apply(connection: Connection, event: StoredEvent) -> None:
+    table = LABOUR_HISTORY
+    row = (
+        connection.execute(select(table).where(table.c.labour_id == event.aggregate_id))
+        .mappings()
+        .first()
+    )
+    if row is not None and event.seq <= row["last_seq"]:
+        return
+    data = event.data
+    if event.type == "LabourPlanned":
+        if row is None:
+            connection.execute(
+                table.insert().values(
+                    labour_id=event.aggregate_id,
+                    mother=data["mother"],
+                    mother_name=data["mother_name"],
+                    status="planned",
+                    contractions=0,
+                    updates=0,
+                    announcements=0,
+                    subscribers=[],
+                    planned_at=event.recorded_at,
+                    last_seq=event.seq,
+                )
+            )
+        return
+    if row is None:
+        return  # nothing comes before LabourPlanned: decide refuses it
+    changes: dict[str, Any] = {"last_seq": event.seq}
+    subscribers = set(row["subscribers"])
+    match event.type:
+        case "ContractionStarted":
+            changes["contractions"] = row["contractions"] + 1
+        case "UpdatePosted":
+            changes["updates"] = row["updates"] + 1
+            if data.get("kind") == "announcement":
+                changes["announcements"] = row["announcements"] + 1
+        case "SubscriberApproved":
+            changes["subscribers"] = sorted(subscribers | {data["subscriber"]})
+        case "SubscriberRemoved":
+            changes["subscribers"] = sorted(subscribers - {data["subscriber"]})
+        case "LabourCompleted":
+            changes["status"] = "completed"
+            changes["completed_at"] = datetime.fromisoformat(data["at"])
+    connection.execute(
+        table.update().where(table.c.labour_id == event.aggregate_id).values(**changes)
+    )
+
+
+LABOUR_HISTORY_PROJECTOR = AsyncProjector(
+    name="labour_history",
+    aggregate_types=frozenset({"labour"}),
+    apply=apply,
+    table=LABOUR_HISTORY,
+    filters={"mother": LABOUR_HISTORY.c.mother, "status": LABOUR_HISTORY.c.status},
+)
