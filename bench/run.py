@@ -27,12 +27,14 @@ import httpx
 from temporalio.client import Client
 
 from activities.providers import load_destinations
+from bench.actions import actions_per_workflow
 from bench.naive import TASK_QUEUE as NAIVE_TASK_QUEUE
 from bench.naive import NaiveItemWorkflow
 from common.settings import PROJECT_ROOT
-from contract.ids import WORKFLOW_TASK_QUEUE
+from contract.ids import WORKFLOW_TASK_QUEUE, item_workflow_id, provider_idempotency_key
 from contract.item import SubmitRequest
 from devstack.dev import Child, build_children, start, stop
+from devstack.fake_provider import FakeProviderAdmin
 from devstack.temporal_server import temporal_cli_path
 from outbox_client import OutboxClient
 
@@ -59,6 +61,10 @@ CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 RESULT_WAITERS = 200
 # The environment the stack runs with (ports, config); set once in main().
 ENV: dict[str, str] = {}
+# Histories read per kind for the billable-action count.
+ACTION_SAMPLE = 50
+# The delivery-latency scenario's pace: well under the destination's rate.
+DELIVER_RATE = 20
 
 
 def cpu_seconds(pid: int) -> float:
@@ -139,11 +145,14 @@ async def bounded(coroutines: list[Awaitable[Any]], limit: int = 50) -> list[Any
     return await asyncio.gather(*(run(c) for c in coroutines))
 
 
-async def product_items(client: Client, count: int, destination: str, run_id: str) -> int:
+async def product_items(
+    client: Client, count: int, destination: str, run_id: str, item_ids: list[str]
+) -> int:
     outbox = OutboxClient(client, load_destinations(CONFIG, ENV), WORKFLOW_TASK_QUEUE)
     results = await bounded(
         [outbox.enqueue("bench", destination, EMAIL, key=f"{run_id}-{n}") for n in range(count)]
     )
+    item_ids.extend(r.item_id for r in results)
     views = await bounded(
         [client.get_workflow_handle(r.item_id).result() for r in results], RESULT_WAITERS
     )
@@ -174,9 +183,76 @@ async def wait_until(predicate: Callable[[], Awaitable[bool]], timeout_s: float)
         await asyncio.sleep(1)
 
 
-async def scenarios(env: dict[str, str], pids: dict[str, int]) -> dict[str, Any]:
+async def deliver_latency(api: str, fake_url: str, seconds: float) -> dict[str, float]:
+    """From the enqueue request to the fake provider receiving the submit, at DELIVER_RATE."""
+    admin = FakeProviderAdmin(fake_url)
+    sent_at: dict[str, float] = {}
+    async with httpx.AsyncClient(base_url=api, timeout=30) as http:
+
+        async def one(key: str) -> None:
+            sent_at[key] = time.time()
+            response = await http.post(
+                "/v1/outboxes/bench/items",
+                json={"destination": "bench-email", "payload": EMAIL},
+                headers={"Idempotency-Key": key},
+            )
+            response.raise_for_status()
+
+        tasks = []
+        begin = time.perf_counter()
+        for index in range(int(DELIVER_RATE * seconds)):
+            delay = begin + index / DELIVER_RATE - time.perf_counter()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            tasks.append(asyncio.create_task(one(f"deliver-{uuid.uuid4().hex}")))
+        await asyncio.gather(*tasks)
+    latencies: list[float] = []
+    for key, started in sent_at.items():
+        provider_key = provider_idempotency_key(item_workflow_id("bench", key))
+        for _ in range(100):
+            times = (await admin.key_stats(provider_key))["request_times"]
+            if times:
+                latencies.append((times[0] - started) * 1000)
+                break
+            await asyncio.sleep(0.1)
+    if len(latencies) < len(sent_at):
+        raise TimeoutError(f"{len(sent_at) - len(latencies)} items never reached the provider")
+    return {
+        "deliver_p50_ms": round(statistics.median(latencies), 1),
+        "deliver_p99_ms": round(percentile(latencies, 0.99), 1),
+    }
+
+
+async def step(
+    name: str, figures: dict[str, Any], work: Callable[[], Awaitable[dict[str, Any]]]
+) -> None:
+    """Run one scenario; a failure is recorded under `errors` and the run goes on, so every
+    figure measured before and after it is still written."""
+    try:
+        figures.update(await work())
+    except Exception as err:
+        print(f"  {name} FAILED: {type(err).__name__}: {err}", flush=True)
+        figures.setdefault("errors", {})[name] = f"{type(err).__name__}: {err}"
+
+
+async def scenarios(env: dict[str, str], pids: dict[str, int], figures: dict[str, Any]) -> None:
     client = await Client.connect(env["TEMPORAL_ADDRESS"])
     api = f"http://127.0.0.1:{env['DEV_API_PORT']}"
+    await step("enqueue latency", figures, lambda: enqueue_latency(api))
+    await step("end to end", figures, lambda: end_to_end(client, pids))
+    print(f"delivery latency at {DELIVER_RATE} items/s:", flush=True)
+    await step(
+        "delivery latency",
+        figures,
+        lambda: deliver_latency(api, env["FAKE_PROVIDER_URL"], 5 if QUICK else 15),
+    )
+    print(f"  {figures.get('deliver_p50_ms')} / {figures.get('deliver_p99_ms')} ms", flush=True)
+    # Timeouts follow the throughput this run measured, not fixed seconds.
+    throughput = float(figures.get("items_per_s") or 10)
+    await step("scale at rest", figures, lambda: scale_at_rest(client, api, pids, throughput))
+
+
+async def enqueue_latency(api: str) -> dict[str, Any]:
     figures: dict[str, Any] = {}
     limits = httpx.Limits(max_connections=500, max_keepalive_connections=100)
     async with httpx.AsyncClient(base_url=api, limits=limits, timeout=30) as http:
@@ -201,14 +277,19 @@ async def scenarios(env: dict[str, str], pids: dict[str, int]) -> dict[str, Any]
                 break
             capacity = rate
         figures["max_enqueue_per_s"] = capacity
+    return figures
 
+
+async def end_to_end(client: Client, pids: dict[str, int]) -> dict[str, Any]:
+    figures: dict[str, Any] = {}
     count = 300 if QUICK else 2000
     run_id = uuid.uuid4().hex[:8]
     print(f"end to end, {count} items (submit + one poll):", flush=True)
+    item_ids: list[str] = []
     product = await timed(
         "product",
         {"server": pids["temporal"], "worker": pids["worker"]},
-        lambda: product_items(client, count, "bench-email", run_id),
+        lambda: product_items(client, count, "bench-email", run_id, item_ids),
     )
     naive = await timed(
         "naive",
@@ -226,7 +307,22 @@ async def scenarios(env: dict[str, str], pids: dict[str, int]) -> dict[str, Any]
     figures["naive_cpu_ms_per_item"] = round(
         naive["cpu_ms_per_item_server"] + naive["cpu_ms_per_item_worker"], 2
     )
+    figures["actions_per_item"] = await actions_per_workflow(client, item_ids[:ACTION_SAMPLE])
+    figures["naive_actions_per_item"] = await actions_per_workflow(
+        client, [f"naive/{run_id}/{n}" for n in range(min(count, ACTION_SAMPLE))]
+    )
+    print(
+        f"  billable actions per item: product {figures['actions_per_item']},"
+        f" naive {figures['naive_actions_per_item']}",
+        flush=True,
+    )
+    return figures
 
+
+async def scale_at_rest(
+    client: Client, api: str, pids: dict[str, int], items_per_s: float
+) -> dict[str, Any]:
+    figures: dict[str, Any] = {}
     waiting = 1000 if QUICK else 10_000
     print(f"scale at rest: {waiting} items waiting on {REST_POLL_INTERVAL_S} s timers:", flush=True)
     outbox = OutboxClient(client, load_destinations(CONFIG, ENV), WORKFLOW_TASK_QUEUE)
@@ -242,7 +338,7 @@ async def scenarios(env: dict[str, str], pids: dict[str, int]) -> dict[str, Any]
         # `sent` too: on a slow machine the first items may poll before the last are submitted.
         return int(counts.get("sending", 0)) + int(counts.get("sent", 0)) >= waiting
 
-    await wait_until(all_submitted, REST_POLL_INTERVAL_S)
+    await wait_until(all_submitted, max(REST_POLL_INTERVAL_S, 3 * waiting / items_per_s))
     figures["rss_mb_10k_waiting"] = round(rss_mb(pids["worker"]), 1)
     figures["rss_mb_waiting_server"] = round(rss_mb(pids["temporal"]), 1)
     figures["waiting_items"] = waiting
@@ -284,6 +380,8 @@ def main() -> int:
     env["DEST_BENCH_WAIT_POLL_INTERVAL_S"] = str(REST_POLL_INTERVAL_S)
     # The bench's destinations take no delivery reports: none should load the API.
     env["DEV_FAKE_REPORTS"] = "0"
+    figures: dict[str, Any] = {}
+    info: dict[str, str] = {}
     children = build_children(env)
     children.append(Child("naive", [sys.executable, "-m", "bench.naive", "worker"], lambda: True))
     try:
@@ -295,10 +393,15 @@ def main() -> int:
         pids = {child.name: child.process.pid for child in children if child.process}
         info = {**machine(), "mode": "quick" if QUICK else "full"}
         print(f"machine: {info}", flush=True)
-        figures = asyncio.run(scenarios(env, pids))
+        asyncio.run(scenarios(env, pids, figures))
     finally:
         stop(children)
-    report = {"machine": info, **figures}
+        # Whatever was measured is written, even when a step or the run itself failed.
+        write_report({"machine": info, **figures})
+    return 1 if figures.get("errors") else 0
+
+
+def write_report(report: dict[str, Any]) -> None:
     BENCH_DIR.mkdir(exist_ok=True)
     (BENCH_DIR / "latest.json").write_text(json.dumps(report, indent=2))
     print("\n| metric | value |\n|---|---|")
@@ -306,7 +409,6 @@ def main() -> int:
         if key != "machine":
             print(f"| {key} | {value} |")
     print(f"\nwritten to {BENCH_DIR / 'latest.json'}")
-    return 0
 
 
 if __name__ == "__main__":
