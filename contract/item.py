@@ -299,6 +299,11 @@ class OutboxItemInput:
     state: OutboxItemState | None = None
     # How many times the item was redriven; each generation has its own provider key.
     generation: int = 0
+    # Whether the workflow upserts `OutboxStatus = 'sending'` (one more billable action and
+    # visibility write per item). Items started by this version say no: `OutboxStatus` is set at
+    # start and upserted once more at the end. The default is what items started before it did,
+    # so their recorded histories replay unchanged.
+    upsert_sending: bool = True
 
     def summary(self) -> str:
         """The workflow's static summary in the Web UI: where it goes, to whom, its key."""

@@ -193,6 +193,7 @@ class OutboxClient:
             ordering_key=ordering_key,
             enqueued_at=now,
             not_before=not_before,
+            upsert_sending=False,
         )
         if ordering_key is not None:
             created = await self._append_to_lane(item)
@@ -299,9 +300,11 @@ class OutboxClient:
         return view
 
     async def queued_keys(self, outbox: str, destination: str | None = None) -> list[str]:
-        """Keys of the outbox's items not yet handed to the provider (queued, delayed, backing
-        off), from Temporal's visibility: it knows delayed items the read model has not seen.
-        Visibility trails by a moment, so an item enqueued just now may be missing."""
+        """Keys of the outbox's running items, from Temporal's visibility: every one not yet
+        handed to the provider (queued, delayed, backing off), which visibility knows before the
+        read model does, and those in flight, which read `queued` there until they end (a
+        cancel refuses them). Visibility trails by a moment: one enqueued just now may be
+        missing."""
         validate_outbox(outbox)
         query = (
             f"WorkflowType = '{WORKFLOW_TYPE}' AND ExecutionStatus = 'Running'"
@@ -417,6 +420,7 @@ class OutboxClient:
             # A new generation gets its own provider idempotency key: a deduping provider would
             # answer the old one with the operation that failed.
             generation=previous.generation + 1,
+            upsert_sending=False,
         )
         # Redrive uses the destination's current policy: the usual reason to redrive is that
         # its configuration was fixed.

@@ -376,6 +376,7 @@ class OutboxLaneWorkflow:
             enqueued_at=entry.enqueued_at,
             state=carried,
             generation=entry.generation,
+            upsert_sending=False,
         )
 
     def _entry_hash(self, entry: LaneEntry) -> str:

@@ -433,11 +433,18 @@ class OutboxItemWorkflow:
         await self._project()
 
     def _record(self, event: ItemEventType, status: ItemStatus, detail: str | None) -> None:
-        """Apply a transition: state, event history and (on status change) search attributes."""
+        """Apply a transition: state, event history and, when the item ends, its search
+        attribute. Each upsert is a billable action and a visibility write, so `sending` is not
+        upserted: the Web UI finds items in flight with `ExecutionStatus = 'Running'` (they show
+        `OutboxStatus = 'queued'` until they end); the API and the read model have the status."""
         state = self._state
         if status is not state.status:
             state.status = status
-            workflow.upsert_search_attributes([search_attributes.OUTBOX_STATUS.value_set(status)])
+            # Not `workflow.patched`: it upserts a search attribute of its own.
+            if status.is_final or self._item.upsert_sending:
+                workflow.upsert_search_attributes(
+                    [search_attributes.OUTBOX_STATUS.value_set(status)]
+                )
         state.updated_at = workflow.now()
         state.last_event_seq += 1
         state.events.append(
