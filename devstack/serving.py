@@ -22,7 +22,12 @@ async def serve_in_background(
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind(("127.0.0.1", 0))
     port = sock.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan=lifespan))
+    # A browser a test leaves open keeps its live WebSocket: without a bound, stopping the
+    # server waits for that connection for ever (seen once in CI as a 180 s teardown timeout).
+    config = uvicorn.Config(
+        app, log_level="warning", lifespan=lifespan, timeout_graceful_shutdown=5
+    )
+    server = uvicorn.Server(config)
     task = asyncio.create_task(server.serve(sockets=[sock]))
     try:
         while not server.started:
