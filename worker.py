@@ -15,6 +15,7 @@ import logging
 import signal
 from collections.abc import Sequence
 from contextlib import AsyncExitStack
+from datetime import timedelta
 
 import httpx
 from sqlalchemy import Engine
@@ -77,6 +78,7 @@ def build_workers(
     operations_task_queue: str | None = None,
     registry: DestinationRegistry | None = None,
     interceptors: Sequence[Interceptor] = (),
+    sticky_queue_timeout_s: float = 3.0,
 ) -> list[Worker]:
     """All workers of one process; `engine` is the read model the projection writes to, and
     `sandboxed` runs workflows in Temporal's determinism sandbox (the tests do).
@@ -105,6 +107,7 @@ def build_workers(
                 # Projections are local activities; nothing remote runs on this queue, so no
                 # activity pollers wait on it.
                 no_remote_activities=True,
+                sticky_queue_schedule_to_start_timeout=timedelta(seconds=sticky_queue_timeout_s),
                 # The sandbox re-imports the workflow module for every run, which measured as
                 # the worker's largest CPU cost per item, so production runs without it. The
                 # test suite's workers run sandboxed (`sandboxed=True`), so a non-deterministic
@@ -204,6 +207,7 @@ async def run_worker(
             operations_task_queue=settings.operations_task_queue,
             registry=registry,
             interceptors=interceptors,
+            sticky_queue_timeout_s=settings.sticky_queue_timeout_s,
         )
         for worker in workers:
             await stack.enter_async_context(worker)

@@ -37,6 +37,10 @@ class Settings(BaseSettings):
     max_request_bytes: int = 256 * 1024
 
     fake_provider_url: str = "http://127.0.0.1:8025"
+    # How long a workflow task waits on the worker that ran the workflow last (its cached copy)
+    # before any worker may take it, replaying the history. After that worker dies, its items
+    # stall this long. 3 s, not the SDK's 10 s: measured, a healthy worker lost nothing by it.
+    sticky_queue_timeout_s: float = Field(default=3.0, gt=0)
     # Where the worker serves Temporal SDK metrics for Prometheus (host:port); empty disables.
     worker_metrics_address: str = "127.0.0.1:9464"
     # How long the API's /metrics reuses one reading of the backlog from the read model, so
