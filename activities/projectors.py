@@ -26,6 +26,8 @@ log = logging.getLogger("outbox.projectors")
 
 
 class ProjectorActivities:
+    """Runs the registered projectors against `engine`; the intervals are the tests' to shorten."""
+
     def __init__(
         self,
         engine: Engine,
@@ -64,9 +66,21 @@ class ProjectorActivities:
                     projectors.record_failure, self._engine, name, error
                 )
                 log.warning("projector %s failed (%s): %s", name, status, error)
-                await asyncio.sleep(backoff)
+                await _pause(backoff)
                 backoff = min(backoff * 2, self._max_backoff_s)
                 continue
             backoff = self._backoff_s
             if applied < BATCH:
-                await asyncio.sleep(self._poll_interval_s)
+                await _pause(self._poll_interval_s)
+
+
+async def _pause(seconds: float) -> None:
+    """Sleep, heartbeating three times per heartbeat timeout: the longest back-off (30 s) is as
+    long as the workflow's heartbeat timeout, and must not look like a dead worker to Temporal."""
+    timeout = activity.info().heartbeat_timeout
+    slice_s = timeout.total_seconds() / 3 if timeout else seconds
+    loop = asyncio.get_running_loop()
+    wake_at = loop.time() + seconds
+    while (left := wake_at - loop.time()) > 0:
+        await asyncio.sleep(min(left, slice_s))
+        activity.heartbeat()

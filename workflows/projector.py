@@ -14,8 +14,11 @@ from temporalio import workflow
 from temporalio.common import RetryPolicy
 
 with workflow.unsafe.imports_passed_through():
-    from contract.projector import RUN_ACTIVITY, WORKFLOW_TYPE, ProjectorInput
+    from activities.projectors import ProjectorActivities
+    from contract.projector import WORKFLOW_TYPE, ProjectorInput
 
+# No attempt limit: a runner that fails (its worker stopped, the database was unreachable) is
+# always run again; the projector's own failures are counted in the read model, not here.
 _RUNNER_RETRIES = RetryPolicy(
     initial_interval=timedelta(seconds=1), maximum_interval=timedelta(seconds=60)
 )
@@ -23,14 +26,16 @@ _RUNNER_RETRIES = RetryPolicy(
 
 @workflow.defn(name=WORKFLOW_TYPE)
 class ProjectorWorkflow:
+    """Keeps one runner of the projector going; ends only when terminated."""
+
     @workflow.run
     async def run(self, start: ProjectorInput) -> None:
         workflow.set_current_details(
             f"Projector **{start.name}**: its status is at `GET /v1/projectors/{start.name}`."
         )
         while not workflow.info().is_continue_as_new_suggested():
-            await workflow.execute_activity(
-                RUN_ACTIVITY,
+            await workflow.execute_activity_method(
+                ProjectorActivities.run_projector,
                 start.name,
                 task_queue=start.operations_task_queue,
                 start_to_close_timeout=timedelta(hours=2),

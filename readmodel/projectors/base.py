@@ -76,6 +76,8 @@ class UnknownProjector(KeyError):
 def project_batch(engine: Engine, projector: AsyncProjector, limit: int = BATCH) -> int:
     """Apply the next events (up to `limit`) and move the checkpoint past them, in one
     transaction that holds the checkpoint's lock; how many were applied (0 when faulted)."""
+    if not _may_have_work(engine, projector):
+        return 0
     with _checkpoint_locked(engine, projector.name) as (connection, checkpoint):
         if checkpoint["status"] == FAULTED:
             return 0
@@ -199,6 +201,36 @@ def rows(
     if len(found) <= limit:
         return found, None
     return found[:limit], str(found[limit - 1][key.name])
+
+
+def _may_have_work(engine: Engine, projector: AsyncProjector) -> bool:
+    """False when a plain read shows nothing to do: the projector is faulted, or healthy with
+    no event past its position. Runners poll twice a second, and taking the checkpoint's lock
+    for nothing would hold SQLite's one write lock against every other writer each time."""
+    with engine.connect() as connection:
+        checkpoint = (
+            connection.execute(
+                select(PROJECTOR_CHECKPOINTS).where(PROJECTOR_CHECKPOINTS.c.name == projector.name)
+            )
+            .mappings()
+            .first()
+        )
+        if checkpoint is None:
+            return True
+        if checkpoint["status"] == FAULTED:
+            return False
+        # A failure count to clear is work too, even with no new event.
+        if checkpoint["consecutive_failures"]:
+            return True
+        newer = (
+            select(AGGREGATE_EVENTS.c.id)
+            .where(
+                AGGREGATE_EVENTS.c.id > checkpoint["position"],
+                AGGREGATE_EVENTS.c.aggregate_type.in_(sorted(projector.aggregate_types)),
+            )
+            .limit(1)
+        )
+        return connection.execute(newer).first() is not None
 
 
 @contextmanager

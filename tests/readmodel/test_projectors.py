@@ -4,16 +4,18 @@ repeated or raced, faulting after five failures while the others go on, and rebu
 from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
-from sqlalchemy import Connection, Engine
+from sqlalchemy import Connection, Engine, select, text
 
 from contract.aggregate import RecordedEvent, StoreEvents
 from readmodel import aggregates as event_store
+from readmodel.aggregates import EVENT_STORE_LOCK_KEY
 from readmodel.db import create_schema
-from readmodel.models import LABOUR_HISTORY
+from readmodel.models import LABOUR_HISTORY, PROJECTOR_CHECKPOINTS
 from readmodel.projectors import PROJECTORS
 from readmodel.projectors import base as projectors
 from readmodel.projectors.base import FAULT_AFTER, AsyncProjector, StoredEvent
@@ -182,3 +184,49 @@ def test_rows_refuse_a_filter_the_projector_lacks(engine: Engine) -> None:
     rest, end = projectors.rows(engine, LABOUR, {"mother": "m1"}, after=after, limit=3)
     assert [r["labour_id"] for r in page + rest] == [f"lab-{n}" for n in range(5)]
     assert end is None
+
+
+def test_an_idle_or_faulted_projector_does_not_wait_for_the_write_lock(engine: Engine) -> None:
+    a_labour(engine, "lab-1", "m1")
+    drain(engine)
+    broken = AsyncProjector("broken", LABOUR.aggregate_types, LABOUR.apply, LABOUR_HISTORY)
+    for _ in range(FAULT_AFTER):
+        projectors.record_failure(engine, "broken", "RuntimeError: locked")
+
+    # Another writer holds the checkpoints: SQLite's one write lock, PostgreSQL's row locks.
+    holder = engine.connect()
+    if engine.dialect.name == "sqlite":
+        holder.exec_driver_sql("BEGIN IMMEDIATE")
+    else:
+        holder.begin()
+        holder.execute(select(PROJECTOR_CHECKPOINTS).with_for_update()).all()
+    try:
+        with ThreadPoolExecutor(2) as pool:
+            idle = pool.submit(projectors.project_batch, engine, LABOUR)
+            faulted = pool.submit(projectors.project_batch, engine, broken)
+            try:
+                # Polls twice a second must not queue behind (or hold up) the real writers.
+                assert (idle.result(timeout=5), faulted.result(timeout=5)) == (0, 0)
+            finally:
+                holder.rollback()
+    except FutureTimeout:
+        pytest.fail("a projector with nothing to do waited for the checkpoint's lock")
+    finally:
+        holder.close()
+
+
+def test_event_store_writers_take_turns_on_postgres(postgres_engine: Engine) -> None:
+    # So ids commit in order: a projector past id N never meets a lower id committing later.
+    holder = postgres_engine.connect()
+    holder.begin()
+    holder.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": EVENT_STORE_LOCK_KEY})
+    with ThreadPoolExecutor(1) as pool:
+        writing = pool.submit(a_labour, postgres_engine, "lab-1", "m1")
+        try:
+            with pytest.raises(FutureTimeout):
+                writing.result(timeout=0.5)
+        finally:
+            holder.rollback()
+            holder.close()
+        writing.result(timeout=10)
+    assert projectors.status(postgres_engine, LABOUR).lag == 12

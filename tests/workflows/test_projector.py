@@ -1,13 +1,19 @@
 """The projector workflow on the dev server: one long-running activity per projector keeps its
-read model current as events arrive; one that keeps failing faults while the other goes on."""
+read model current as events arrive; one that keeps failing faults while the other goes on, and
+runs again once rebuilt. The runner heartbeats through back-offs longer than its heartbeat
+timeout."""
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
 from collections.abc import Callable
+from datetime import timedelta
+from itertools import pairwise
 
-from sqlalchemy import Connection
+import pytest
+from sqlalchemy import Connection, Engine
+from temporalio.testing import ActivityEnvironment
 from temporalio.worker import Worker
 
 from activities.projectors import ProjectorActivities
@@ -34,11 +40,16 @@ async def test_projectors_follow_the_event_store_and_a_failing_one_faults_alone(
     # Unique names: a projector's workflow id and checkpoint are per namespace and database.
     labour = dataclasses.replace(PROJECTORS["labour_history"], name=unique_name("labour"))
 
-    def always_fails(connection: Connection, event: StoredEvent) -> None:
-        raise RuntimeError("the read model's disk is full")
+    disk = {"full": True}
 
+    def fails_while_the_disk_is_full(connection: Connection, event: StoredEvent) -> None:
+        if disk["full"]:
+            raise RuntimeError("the read model's disk is full")
+        labour.apply(connection, event)
+
+    # It writes labour_history's table too: its rebuild empties it and fills it in again.
     broken = AsyncProjector(
-        unique_name("broken"), labour.aggregate_types, always_fails, labour.table
+        unique_name("broken"), labour.aggregate_types, fails_while_the_disk_is_full, labour.table
     )
     runners = ProjectorActivities(
         stack.engine,
@@ -59,6 +70,11 @@ async def test_projectors_follow_the_event_store_and_a_failing_one_faults_alone(
 
         rows, _ = projectors.rows(stack.engine, labour, {"mother": "m1"})
         faulted = projectors.status(stack.engine, broken)
+        # Its runner only watched while it was faulted; a rebuild sets it going again.
+        disk["full"] = False
+        projectors.rebuild(stack.engine, broken)
+        await until(lambda: projectors.status(stack.engine, broken).lag == 0)
+        rebuilt, _ = projectors.rows(stack.engine, labour, {"mother": "m1"})
         for name in (labour.name, broken.name):
             await stack.client.get_workflow_handle(projector_workflow_id(name)).terminate()
 
@@ -68,3 +84,33 @@ async def test_projectors_follow_the_event_store_and_a_failing_one_faults_alone(
     ]
     assert faulted.consecutive_failures == 5 and faulted.lag == 24
     assert faulted.last_error == "RuntimeError: the read model's disk is full"
+    assert rebuilt == rows
+
+
+async def test_the_runner_heartbeats_through_a_back_off_longer_than_its_heartbeat_timeout(
+    engine: Engine,
+) -> None:
+    a_labour(engine, "lab-1", "m1")
+
+    def always_fails(connection: Connection, event: StoredEvent) -> None:
+        raise RuntimeError("the read model's disk is full")
+
+    broken = AsyncProjector(
+        "broken", frozenset({"labour"}), always_fails, PROJECTORS["labour_history"].table
+    )
+    runner = ProjectorActivities(engine, {"broken": broken}, backoff_s=1.2, max_backoff_s=1.2)
+    env = ActivityEnvironment()
+    env.info = dataclasses.replace(env.info, heartbeat_timeout=timedelta(seconds=0.6))
+    loop = asyncio.get_running_loop()
+    beats: list[float] = []
+    env.on_heartbeat = lambda *_: beats.append(loop.time())
+
+    running = asyncio.create_task(env.run(runner.run_projector, "broken"))
+    await until(lambda: projectors.status(engine, broken).consecutive_failures >= 2)
+    env.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await running
+
+    # Two failures apart: at least one full back-off, twice the heartbeat timeout, went by.
+    assert beats[-1] - beats[0] >= 1.2
+    assert max(later - earlier for earlier, later in pairwise(beats)) < 0.6
