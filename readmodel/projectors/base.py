@@ -146,13 +146,7 @@ def rebuild(engine: Engine, projector: AsyncProjector) -> None:
 
 def status(engine: Engine, projector: AsyncProjector) -> ProjectorStatus:
     with engine.connect() as connection:
-        row = (
-            connection.execute(
-                select(PROJECTOR_CHECKPOINTS).where(PROJECTOR_CHECKPOINTS.c.name == projector.name)
-            )
-            .mappings()
-            .first()
-        )
+        row = _checkpoint(connection, projector.name)
         position = row["position"] if row else 0
         lag = connection.execute(
             select(func.count())
@@ -208,13 +202,7 @@ def _may_have_work(engine: Engine, projector: AsyncProjector) -> bool:
     no event past its position. Runners poll twice a second, and taking the checkpoint's lock
     for nothing would hold SQLite's one write lock against every other writer each time."""
     with engine.connect() as connection:
-        checkpoint = (
-            connection.execute(
-                select(PROJECTOR_CHECKPOINTS).where(PROJECTOR_CHECKPOINTS.c.name == projector.name)
-            )
-            .mappings()
-            .first()
-        )
+        checkpoint = _checkpoint(connection, projector.name)
         if checkpoint is None:
             return True
         if checkpoint["status"] == FAULTED:
@@ -231,6 +219,11 @@ def _may_have_work(engine: Engine, projector: AsyncProjector) -> bool:
             .limit(1)
         )
         return connection.execute(newer).first() is not None
+
+
+def _checkpoint(connection: Connection, name: str) -> Any:
+    query = select(PROJECTOR_CHECKPOINTS).where(PROJECTOR_CHECKPOINTS.c.name == name)
+    return connection.execute(query).mappings().first()
 
 
 @contextmanager
