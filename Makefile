@@ -52,10 +52,12 @@ lint: install
 bench: install
 	QUICK=$(QUICK) $(BIN)/python -m bench.run
 
-# Provider storm + three worker SIGKILLs; exits non-zero on any loss, duplicate or early retry.
+# Provider storm + three worker SIGKILLs, in item mode and then in bulk mode; exits non-zero on
+# any loss, duplicate or early retry.
 # Then 10,000 items in one ordering lane (1,000 with QUICK=1): none lost, duplicated or reordered.
 chaos: install
-	QUICK=$(QUICK) $(BIN)/python -m bench.chaos
+	QUICK=$(QUICK) CHAOS_MODE=item $(BIN)/python -m bench.chaos
+	QUICK=$(QUICK) CHAOS_MODE=bulk $(BIN)/python -m bench.chaos
 	QUICK=$(QUICK) $(BIN)/python -m bench.lane_scale
 
 clean:

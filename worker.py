@@ -34,12 +34,14 @@ from common.settings import Settings, get_settings
 from outbox_client import OutboxClient, connect
 from outbox_client.aggregates import AggregateClient
 from readmodel.db import create_schema, make_engine
+from readmodel.writer import ProjectionWriter
 from service.dead_letters import DeadLetterActivities
 from service.effects import EffectActivities
 from service.items import ItemService
 from service.projectors import start_projectors
 from service.schedules import ScheduleActivities
 from workflows.aggregate import AggregateWorkflow
+from workflows.bulk_shard import BulkShardWorkflow
 from workflows.lane import OutboxLaneWorkflow
 from workflows.outbox_item import OutboxItemWorkflow
 from workflows.projector import ProjectorWorkflow
@@ -51,6 +53,7 @@ log = logging.getLogger("outbox.worker")
 # Every workflow type the workflow worker hosts (the replay tests replay them all).
 WORKFLOWS = [
     OutboxItemWorkflow,
+    BulkShardWorkflow,
     OutboxLaneWorkflow,
     AggregateWorkflow,
     ScheduledBatchWorkflow,
@@ -89,10 +92,14 @@ def build_workers(
     `interceptors` go on every worker (the fault tests kill a process at a chosen point).
     """
     workers: list[Worker] = []
+    # One group-commit writer for every projection this process writes. Only a process that
+    # runs workflows has the read model: an activities-only worker's submits and polls leave
+    # their transitions to the workflow's local activity.
+    writer = ProjectionWriter(engine) if engine is not None and run_workflows else None
     if run_workflows:
-        if engine is None:
+        if engine is None or writer is None:
             raise ValueError("the workflow worker needs the read-model engine for projections")
-        projection = ProjectionActivities(engine)
+        projection = ProjectionActivities(engine, writer=writer)
         workers.append(
             Worker(
                 client,
@@ -101,6 +108,7 @@ def build_workers(
                 workflows=WORKFLOWS,
                 activities=[
                     projection.project_item,
+                    projection.project_items,
                     projection.project_lane,
                     AggregateStoreActivities(engine).store_aggregate_events,
                 ],
@@ -147,7 +155,11 @@ def build_workers(
             )
         )
     delivery = DeliveryActivities(
-        {destination.name: build_provider(destination, http_client) for destination in destinations}
+        {
+            destination.name: build_provider(destination, http_client)
+            for destination in destinations
+        },
+        writer,
     )
     for destination in destinations:
         # The rate is per task queue and enforced by the server, across all worker processes.

@@ -10,8 +10,10 @@ sent there until an operator resumes it.
 from __future__ import annotations
 
 import contextlib
+import time
 from collections.abc import AsyncIterator, Mapping
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
+from typing import Any
 
 from temporalio import activity
 from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
@@ -23,6 +25,7 @@ from activities.providers.base import (
     TransientProviderError,
 )
 from common.queue_rates import pause_queues_not_paused
+from contract import transitions
 from contract.ids import poll_task_queue, submit_task_queue
 from contract.item import (
     POLL_ACTIVITY,
@@ -31,30 +34,71 @@ from contract.item import (
     ItemErrorType,
     PollRequest,
     PollResult,
+    ProjectionContext,
     SubmitRequest,
     SubmitResult,
 )
+from readmodel.writer import ProjectionWriter
 
 
 class DeliveryActivities:
-    """Submit/poll activities over a fixed set of providers, one per destination name."""
+    """Submit/poll activities over a fixed set of providers, one per destination name.
 
-    def __init__(self, providers: Mapping[str, Provider]) -> None:
+    With a `writer` (a worker that has the read model), a request that carries its item's
+    `projection` context gets its transition projected here, in the step that already did I/O:
+    the result's `projected_at` tells the workflow so, and the time to apply it at. Without one,
+    or when the write fails, the workflow projects the transition itself."""
+
+    def __init__(
+        self, providers: Mapping[str, Provider], writer: ProjectionWriter | None = None
+    ) -> None:
         self._providers = dict(providers)
+        self._writer = writer
 
     @activity.defn(name=SUBMIT_ACTIVITY)
     async def submit_item(self, request: SubmitRequest) -> SubmitResult:
         """Hand the item to its provider; raises typed errors the workflow retries or fails on."""
+        began = time.monotonic()
         provider = self._provider(request.destination)
         async with _typed_errors(request.destination):
-            return await provider.submit(request)
+            result = await provider.submit(request)
+        if request.projection is not None:
+            context, at = request.projection, _server_now(began)
+            transitions.apply_submit_result(context.item, context.state, result, at)
+            if await self._project(request.item_id, context, request.payload):
+                result.projected_at = at
+        return result
 
     @activity.defn(name=POLL_ACTIVITY)
     async def poll_operation(self, request: PollRequest) -> PollResult:
         """Observe the provider's long-running operation once."""
+        began = time.monotonic()
         provider = self._provider(request.destination)
         async with _typed_errors(request.destination):
-            return await provider.poll(request)
+            result = await provider.poll(request)
+        if request.projection is not None:
+            context, at = request.projection, _server_now(began)
+            applied = transitions.apply_poll_result(context.item, context.state, result, at)
+            if applied and await self._project(request.item_id, context, None):
+                result.projected_at = at
+        return result
+
+    async def _project(
+        self, item_id: str, context: ProjectionContext, payload: dict[str, Any] | None
+    ) -> bool:
+        """Write the context's pending events; whether they were written. A failed write is
+        the workflow's to retry (its local activity), never a reason to submit again."""
+        if self._writer is None:
+            return False
+        if payload is None and transitions.starts_item(context.state.events):
+            return False  # the generation's first row needs the payload this request lacks
+        projection = transitions.projection(item_id, context.item, context.state, payload)
+        try:
+            await self._writer.write(projection)
+        except Exception as err:
+            activity.logger.warning("projection of %s left to the workflow: %s", item_id, err)
+            return False
+        return True
 
     def _provider(self, destination: str) -> Provider:
         provider = self._providers.get(destination)
@@ -67,6 +111,13 @@ class DeliveryActivities:
                 non_retryable=True,
             )
         return provider
+
+
+def _server_now(began: float) -> datetime:
+    """Now on the Temporal server's clock, which the workflow's `workflow.now()` reads too: when
+    the server started this attempt, plus how long it has run here. (The worker's own clock may
+    differ from the server's; the time-skipping test server's differs by design.)"""
+    return activity.info().started_time + timedelta(seconds=time.monotonic() - began)
 
 
 @contextlib.asynccontextmanager

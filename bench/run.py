@@ -27,16 +27,21 @@ import httpx
 from temporalio.client import Client
 
 from activities.providers import load_destinations
-from bench.actions import actions_per_workflow
+from bench.actions import actions_per_workflow, billable_actions
 from bench.naive import TASK_QUEUE as NAIVE_TASK_QUEUE
 from bench.naive import NaiveItemWorkflow
 from common.settings import PROJECT_ROOT
+from contract import transitions
+from contract.bulk import SHARD_WORKFLOW_TYPE
 from contract.ids import WORKFLOW_TASK_QUEUE, item_workflow_id, provider_idempotency_key
-from contract.item import SubmitRequest
+from contract.item import OutboxItemInput, SubmitRequest
 from devstack.dev import Child, build_children, start, stop
 from devstack.fake_provider import FakeProviderAdmin
 from devstack.temporal_server import temporal_cli_path
 from outbox_client import OutboxClient
+from readmodel.db import make_engine
+from readmodel.store import counts_by_status
+from readmodel.writer import ProjectionWriter
 
 QUICK = os.environ.get("QUICK") == "1"
 # Items of the at-rest scenario sleep this long after submit: longer than submitting them all.
@@ -63,6 +68,8 @@ RESULT_WAITERS = 200
 ENV: dict[str, str] = {}
 # Histories read per kind for the billable-action count.
 ACTION_SAMPLE = 50
+# Items per batch enqueue in the bulk scenario (the batch API's limit).
+BULK_BATCH = 100
 # The delivery-latency scenario's pace: well under the destination's rate.
 DELIVER_RATE = 20
 
@@ -149,14 +156,74 @@ async def product_items(
     client: Client, count: int, destination: str, run_id: str, item_ids: list[str]
 ) -> int:
     outbox = OutboxClient(client, load_destinations(CONFIG, ENV), WORKFLOW_TASK_QUEUE)
-    results = await bounded(
-        [outbox.enqueue("bench", destination, EMAIL, key=f"{run_id}-{n}") for n in range(count)]
-    )
+    # As the API enqueues: the `queued` row is written here, right after the start.
+    engine = make_engine(ENV["DATABASE_URL"])
+    writer = ProjectionWriter(engine)
+
+    async def record_queued(item_id: str, item: OutboxItemInput) -> None:
+        await writer.write(transitions.enqueued(item_id, item))
+
+    try:
+        results = await bounded(
+            [
+                outbox.enqueue(
+                    "bench", destination, EMAIL, key=f"{run_id}-{n}", record_queued=record_queued
+                )
+                for n in range(count)
+            ]
+        )
+    finally:
+        engine.dispose()
     item_ids.extend(r.item_id for r in results)
     views = await bounded(
         [client.get_workflow_handle(r.item_id).result() for r in results], RESULT_WAITERS
     )
     return sum(1 for view in views if view["status"] == "sent")
+
+
+async def bulk_items(client: Client, count: int, run_id: str) -> int:
+    """Enqueue `count` items to the bulk destination in batches (one signal per shard per
+    batch, the `queued` rows written as the API writes them) and wait for all to be sent."""
+    outbox = OutboxClient(client, load_destinations(CONFIG, ENV), WORKFLOW_TASK_QUEUE)
+    destination = outbox.destinations.get("bench-bulk")
+    assert destination is not None
+    engine = make_engine(ENV["DATABASE_URL"])
+    writer = ProjectionWriter(engine)
+    try:
+        for start in range(0, count, BULK_BATCH):
+            batch = [
+                outbox.new_item("bulk", destination.name, EMAIL, key=f"{run_id}-{n}")
+                for n in range(start, min(start + BULK_BATCH, count))
+            ]
+            for item in batch:
+                item.enqueue_projected = True
+            await outbox.hand_to_shards(batch, destination.shards)
+            await asyncio.gather(
+                *(
+                    writer.write(transitions.enqueued(item_workflow_id(i.outbox, i.key), i))
+                    for i in batch
+                )
+            )
+
+        async def all_settled() -> bool:
+            counts = await asyncio.to_thread(counts_by_status, engine, "bulk")
+            return sum(counts.get(s, 0) for s in ("sent", "failed", "cancelled")) >= count
+
+        await wait_until(all_settled, 600, every_s=0.1)
+        counts = counts_by_status(engine, "bulk")
+    finally:
+        engine.dispose()
+    return counts.get("sent", 0)
+
+
+async def bulk_actions_per_item(client: Client, count: int) -> float:
+    """Every bulk shard run's billable actions, over the items they delivered."""
+    query = f"WorkflowType = '{SHARD_WORKFLOW_TYPE}'"
+    actions = 0
+    async for execution in client.list_workflows(query):
+        handle = client.get_workflow_handle(execution.id, run_id=execution.run_id)
+        actions += billable_actions([event async for event in handle.fetch_history_events()])
+    return round(actions / count, 2)
 
 
 async def naive_items(client: Client, count: int, run_id: str) -> int:
@@ -175,12 +242,14 @@ async def naive_items(client: Client, count: int, run_id: str) -> int:
     return sum(1 for outcome in outcomes if outcome == "sent")
 
 
-async def wait_until(predicate: Callable[[], Awaitable[bool]], timeout_s: float) -> None:
+async def wait_until(
+    predicate: Callable[[], Awaitable[bool]], timeout_s: float, every_s: float = 1
+) -> None:
     deadline = time.monotonic() + timeout_s
     while not await predicate():
         if time.monotonic() > deadline:
             raise TimeoutError("benchmark condition not reached")
-        await asyncio.sleep(1)
+        await asyncio.sleep(every_s)
 
 
 async def deliver_latency(api: str, fake_url: str, seconds: float) -> dict[str, float]:
@@ -238,18 +307,28 @@ async def step(
 async def scenarios(env: dict[str, str], pids: dict[str, int], figures: dict[str, Any]) -> None:
     client = await Client.connect(env["TEMPORAL_ADDRESS"])
     api = f"http://127.0.0.1:{env['DEV_API_PORT']}"
-    await step("enqueue latency", figures, lambda: enqueue_latency(api))
-    await step("end to end", figures, lambda: end_to_end(client, pids))
-    print(f"delivery latency at {DELIVER_RATE} items/s:", flush=True)
-    await step(
-        "delivery latency",
-        figures,
-        lambda: deliver_latency(api, env["FAKE_PROVIDER_URL"], 5 if QUICK else 15),
-    )
-    print(f"  {figures.get('deliver_p50_ms')} / {figures.get('deliver_p99_ms')} ms", flush=True)
-    # Timeouts follow the throughput this run measured, not fixed seconds.
-    throughput = float(figures.get("items_per_s") or 10)
-    await step("scale at rest", figures, lambda: scale_at_rest(client, api, pids, throughput))
+    if wanted("enqueue latency"):
+        await step("enqueue latency", figures, lambda: enqueue_latency(api))
+    if wanted("end to end"):
+        await step("end to end", figures, lambda: end_to_end(client, pids))
+    if wanted("delivery latency"):
+        print(f"delivery latency at {DELIVER_RATE} items/s:", flush=True)
+        await step(
+            "delivery latency",
+            figures,
+            lambda: deliver_latency(api, env["FAKE_PROVIDER_URL"], 5 if QUICK else 15),
+        )
+        print(f"  {figures.get('deliver_p50_ms')} / {figures.get('deliver_p99_ms')} ms", flush=True)
+    if wanted("scale at rest"):
+        # Timeouts follow the throughput this run measured, not fixed seconds.
+        throughput = float(figures.get("items_per_s") or 10)
+        await step("scale at rest", figures, lambda: scale_at_rest(client, api, pids, throughput))
+
+
+def wanted(scenario: str) -> bool:
+    """`BENCH_ONLY="end to end,delivery latency"` runs only those (to profile one, say)."""
+    only = os.environ.get("BENCH_ONLY")
+    return not only or scenario in [name.strip() for name in only.split(",")]
 
 
 async def enqueue_latency(api: str) -> dict[str, Any]:
@@ -296,6 +375,20 @@ async def end_to_end(client: Client, pids: dict[str, int]) -> dict[str, Any]:
         {"server": pids["temporal"], "worker": pids["naive"]},
         lambda: naive_items(client, count, run_id),
     )
+    bulk_count = 1000 if QUICK else 5000
+    print(f"bulk mode, {bulk_count} items in batches of {BULK_BATCH}:", flush=True)
+    bulk = await timed(
+        "bulk",
+        {"server": pids["temporal"], "worker": pids["worker"]},
+        lambda: bulk_items(client, bulk_count, run_id),
+    )
+    figures["bulk_items_per_s"] = bulk["items_per_s"]
+    figures["bulk_ratio_vs_naive"] = round(bulk["items_per_s"] / naive["items_per_s"], 3)
+    figures["bulk_cpu_ms_per_item"] = round(
+        bulk["cpu_ms_per_item_server"] + bulk["cpu_ms_per_item_worker"], 2
+    )
+    figures["bulk_actions_per_item"] = await bulk_actions_per_item(client, bulk_count)
+    print(f"  billable actions per bulk item: {figures['bulk_actions_per_item']}", flush=True)
     figures["items_per_s"] = product["items_per_s"]
     figures["naive_items_per_s"] = naive["items_per_s"]
     figures["ratio_vs_naive"] = round(product["items_per_s"] / naive["items_per_s"], 3)

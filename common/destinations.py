@@ -25,7 +25,7 @@ import re
 import tomllib
 from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Annotated, Any, TypeVar
+from typing import Annotated, Any, Literal, TypeVar
 
 from pydantic import (
     AfterValidator,
@@ -37,6 +37,7 @@ from pydantic import (
     model_validator,
 )
 
+from contract.bulk import DEFAULT_SHARDS, MAX_SHARDS
 from contract.ids import poll_task_queue, submit_task_queue
 from contract.item import POLICY_SETTINGS, DeliveryPolicy
 from contract.lane import LanePolicy
@@ -68,6 +69,10 @@ class Destination(BaseModel):
     # The secret the provider's report deliveries carry (`?secret=` or `X-Events-Secret`) to
     # `POST /v1/destinations/{name}/events`; unset: the destination takes no reports.
     events_secret: SecretStr | None = Field(default=None, min_length=16)
+    # `item`: a workflow per item (its own history in the Web UI). `bulk`: the items are held by
+    # `shards` long-lived shard workflows (volume, cost; see the README's "Bulk mode").
+    mode: Literal["item", "bulk"] = "item"
+    shards: int = Field(default=DEFAULT_SHARDS, ge=1, le=MAX_SHARDS)
     # Configured as flat fields (`max_attempts = 8`) and gathered here by `_gather_policy`, so
     # DeliveryPolicy's own defaults and bounds apply without being repeated.
     delivery: DeliveryPolicy

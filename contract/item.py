@@ -304,6 +304,14 @@ class OutboxItemInput:
     # start and upserted once more at the end. The default is what items started before it did,
     # so their recorded histories replay unchanged.
     upsert_sending: bool = True
+    # Whether the submit and poll activities write the transitions they cause to the read model
+    # (in the step that already does I/O) instead of a local activity per transition each. The
+    # default is what items started before it did. An activity with no read model (an
+    # activities-only worker) leaves its transition to the workflow's local activity.
+    activities_project: bool = False
+    # Whether the enqueuer wrote the `queued` row itself (`transitions.enqueued`): the workflow
+    # then records the event at `enqueued_at` and leaves it to the first submit's projection.
+    enqueue_projected: bool = False
 
     def summary(self) -> str:
         """The workflow's static summary in the Web UI: where it goes, to whom, its key."""
@@ -382,6 +390,16 @@ _STATE_FIELDS_IN_VIEW = tuple(
 
 
 @dataclass
+class ProjectionContext:
+    """The item as the workflow had it when it scheduled a submit or a poll: the activity applies
+    the outcome's transition to it (`contract.transitions`) and writes the projection itself."""
+
+    # The input without its payload (the submit request carries it once).
+    item: OutboxItemInput
+    state: OutboxItemState
+
+
+@dataclass
 class SubmitRequest:
     """Input of the submit activity."""
 
@@ -390,6 +408,8 @@ class SubmitRequest:
     idempotency_key: str
     payload: dict[str, Any]
     attempt: int
+    # Set when the activity projects the transition it causes (`activities_project`).
+    projection: ProjectionContext | None = None
 
 
 @dataclass
@@ -402,6 +422,9 @@ class SubmitResult:
     provider_message_id: str | None = None
     # Who the provider will report on (ACS: the to, cc and bcc addresses); empty if nobody.
     recipients: list[str] = field(default_factory=list)
+    # The time the activity applied the transition at, when it wrote its projection (None: it
+    # did not, and the workflow projects it).
+    projected_at: datetime | None = None
 
 
 @dataclass
@@ -411,6 +434,8 @@ class PollRequest:
     destination: str
     item_id: str
     operation_url: str
+    # Set when the activity projects the transition it causes (`activities_project`).
+    projection: ProjectionContext | None = None
 
 
 @dataclass
@@ -421,6 +446,8 @@ class PollResult:
     retry_after_s: float | None = None
     error: str | None = None
     error_code: str | None = None
+    # As `SubmitResult.projected_at`.
+    projected_at: datetime | None = None
 
 
 @dataclass

@@ -7,7 +7,9 @@ workflow with the same id, so two concurrent enqueues of one key start one item.
 
 from __future__ import annotations
 
+import logging
 import uuid
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -30,8 +32,20 @@ from temporalio.converter import DataConverter, value_to_type
 from temporalio.exceptions import ApplicationError, WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
-from common.destinations import DestinationRegistry
+from common.destinations import Destination, DestinationRegistry
 from contract import search_attributes
+from contract.bulk import (
+    CANCEL_ITEM_SIGNAL,
+    ENQUEUE_SIGNAL,
+    ITEM_REPORT_SIGNAL,
+    SHARD_WORKFLOW_TYPE,
+    ItemCancel,
+    ItemReport,
+    ShardEnqueue,
+    ShardInput,
+    shard_of,
+    shard_workflow_id,
+)
 from contract.ids import (
     WORKFLOW_TASK_QUEUE,
     item_workflow_id,
@@ -73,9 +87,16 @@ from outbox_client.validation import (
 # Every call to Temporal gets a deadline, so a blackholed server answers the API's caller with a
 # 503 instead of holding the request open. Only calls on ended workflows or quick handlers wait.
 RPC_TIMEOUT = timedelta(seconds=10)
+log = logging.getLogger("outbox.client")
+# Writes a just-started item's `queued` row: (item id, its input).
+RecordQueued = Callable[[str, OutboxItemInput], Awaitable[None]]
 DELAYED_LANE_ITEM = (
     "not_before and delay_seconds cannot be combined with ordering_key: a delayed item would"
     " hold up every item behind it in its lane"
+)
+BULK_ORDERING = (
+    "ordering_key is not supported for a destination in bulk mode yet: its shards do not keep"
+    " an order between items"
 )
 # How long a cancel waits for a worker to answer before it falls back to a signal.
 CANCEL_WAIT = timedelta(seconds=5)
@@ -151,6 +172,7 @@ class OutboxClient:
         ordering_key: str | None = None,
         not_before: datetime | None = None,
         max_attempts: int | None = None,
+        record_queued: RecordQueued | None = None,
     ) -> EnqueueResult:
         """Start the item's workflow, or return the existing item for a repeated key.
 
@@ -165,13 +187,57 @@ class OutboxClient:
                 Raises `LaneFull` when the lane carries as much as it can.
             not_before: deliver no earlier than this (time-zone aware).
             max_attempts: lower the destination's attempt limit for this item.
+            record_queued: for a caller with the read model: writes the new item's `queued`
+                row (`contract.transitions.enqueued`) right after the start, which spares the
+                item a local activity. Not used for an item of an ordering lane (its lane
+                writes it).
         """
+        item = self.new_item(
+            outbox,
+            destination,
+            payload,
+            key=key,
+            ordering_key=ordering_key,
+            not_before=not_before,
+            max_attempts=max_attempts,
+        )
+        key, item_id = item.key, item_workflow_id(outbox, item.key)
+        target = self._destination(destination)
+        if ordering_key is not None:
+            created = await self._append_to_lane(item)
+            return EnqueueResult(item_id=item_id, outbox=outbox, key=key, created=created)
+        item.enqueue_projected = record_queued is not None
+        if target.mode == "bulk":
+            await self.hand_to_shards([item], target.shards)
+            await self._record_queued(record_queued, item_id, item)
+            # The shard ignores an item it holds or finished lately; repeats of older items are
+            # the read model's to answer (`ItemService` asks it first).
+            return EnqueueResult(item_id=item_id, outbox=outbox, key=key, created=True)
+        try:
+            await self._start(item, WorkflowIDReusePolicy.REJECT_DUPLICATE)
+        except WorkflowAlreadyStartedError:
+            await self._check_existing(item_id, item.payload_hash)
+            return EnqueueResult(item_id=item_id, outbox=outbox, key=key, created=False)
+        await self._record_queued(record_queued, item_id, item)
+        return EnqueueResult(item_id=item_id, outbox=outbox, key=key, created=True)
+
+    def new_item(
+        self,
+        outbox: str,
+        destination: str,
+        payload: dict[str, Any],
+        *,
+        key: str | None = None,
+        ordering_key: str | None = None,
+        not_before: datetime | None = None,
+        max_attempts: int | None = None,
+    ) -> OutboxItemInput:
+        """A new item's input, validated (the arguments are `enqueue`'s); starts nothing."""
         key = key if key is not None else str(uuid.uuid4())
         _validate(outbox, key)
-        target = self.destinations.get(destination)
-        if target is None:
-            known = ", ".join(self.destinations.names) or "none"
-            raise UnknownDestination(f"unknown destination {destination!r} (configured: {known})")
+        target = self._destination(destination)
+        if ordering_key is not None and target.mode == "bulk":
+            raise InvalidRequest(BULK_ORDERING)
         if ordering_key is not None:
             validate_ordering_key(ordering_key)
             if not_before is not None:
@@ -181,29 +247,61 @@ class OutboxClient:
         now = datetime.now(UTC)
         if not_before is not None:
             validate_not_before(not_before, now)
-        item_id = item_workflow_id(outbox, key)
-        fingerprint = payload_hash(destination, payload, ordering_key)
-        item = OutboxItemInput(
+        return OutboxItemInput(
             outbox=outbox,
             key=key,
             destination=destination,
             payload=payload,
-            payload_hash=fingerprint,
+            payload_hash=payload_hash(destination, payload, ordering_key),
             policy=target.policy(max_attempts),
             ordering_key=ordering_key,
             enqueued_at=now,
             not_before=not_before,
             upsert_sending=False,
+            activities_project=True,
         )
-        if ordering_key is not None:
-            created = await self._append_to_lane(item)
-            return EnqueueResult(item_id=item_id, outbox=outbox, key=key, created=created)
+
+    def _destination(self, name: str) -> Destination:
+        target = self.destinations.get(name)
+        if target is None:
+            known = ", ".join(self.destinations.names) or "none"
+            raise UnknownDestination(f"unknown destination {name!r} (configured: {known})")
+        return target
+
+    async def hand_to_shards(self, items: list[OutboxItemInput], shards: int) -> None:
+        """Hand bulk-mode items (of one destination) to their shards: one signal-with-start per
+        shard, however many of the items it gets."""
+        by_shard: dict[int, list[OutboxItemInput]] = {}
+        for item in items:
+            shard = shard_of(item_workflow_id(item.outbox, item.key), shards)
+            by_shard.setdefault(shard, []).append(item)
+        client = await self.temporal()
+        for shard, held in sorted(by_shard.items()):
+            destination = held[0].destination
+            await lanes.signal_with_start(
+                client,
+                SHARD_WORKFLOW_TYPE,
+                ShardInput(destination=destination, shard=shard),
+                id=shard_workflow_id(destination, shard),
+                task_queue=self.task_queue,
+                start_signal=ENQUEUE_SIGNAL,
+                start_signal_args=[ShardEnqueue(items=held)],
+                static_summary=f"Bulk shard {shard} of {destination}",
+                rpc_timeout=RPC_TIMEOUT,
+            )
+
+    @staticmethod
+    async def _record_queued(
+        record_queued: RecordQueued | None, item_id: str, item: OutboxItemInput
+    ) -> None:
+        if record_queued is None:
+            return
         try:
-            await self._start(item, WorkflowIDReusePolicy.REJECT_DUPLICATE)
-        except WorkflowAlreadyStartedError:
-            await self._check_existing(item_id, fingerprint)
-            return EnqueueResult(item_id=item_id, outbox=outbox, key=key, created=False)
-        return EnqueueResult(item_id=item_id, outbox=outbox, key=key, created=True)
+            await record_queued(item_id, item)
+        except Exception as err:
+            # The item is started and its first submit writes the row: only the moments before
+            # it (or a paused destination's wait) lack it in the read model.
+            log.warning("queued row of %s left to its first submit: %s", item_id, err)
 
     async def _append_to_lane(self, item: OutboxItemInput) -> bool:
         """Append to the item's lane; whether this call added it (False: it was there)."""
@@ -377,21 +475,80 @@ class OutboxClient:
         except (ItemNotFound, RPCError):
             return None
 
-    async def report_delivery(self, item_id: str, report: DeliveryReport) -> bool:
+    async def report_delivery(
+        self, item_id: str, report: DeliveryReport, destination: str | None = None
+    ) -> bool:
         """Signal the provider's report on one recipient to the item (`delivery_report`).
 
         False when the item's workflow has ended (its report window is over) or does not
         exist; the signal needs no worker, so a report is never lost to a worker outage.
         """
         client = await self.temporal()
-        handle = client.get_workflow_handle(item_id)
+        shard = self._shard_holding(item_id, destination)
         try:
-            await handle.signal(DELIVERY_REPORT_SIGNAL, report, rpc_timeout=RPC_TIMEOUT)
+            if shard is None:
+                await client.get_workflow_handle(item_id).signal(
+                    DELIVERY_REPORT_SIGNAL, report, rpc_timeout=RPC_TIMEOUT
+                )
+            else:
+                # A bulk item: its shard applies it while it holds the item (its window).
+                await client.get_workflow_handle(shard).signal(
+                    ITEM_REPORT_SIGNAL, ItemReport(item_id, report), rpc_timeout=RPC_TIMEOUT
+                )
         except RPCError as err:
             if err.status == RPCStatusCode.NOT_FOUND:
                 return False
             raise
         return True
+
+    def _shard_holding(self, item_id: str, destination: str | None) -> str | None:
+        """The shard workflow of a bulk-mode destination's item; None for an item workflow."""
+        target = self.destinations.get(destination) if destination else None
+        if target is None or target.mode != "bulk":
+            return None
+        return shard_workflow_id(target.name, shard_of(item_id, target.shards))
+
+    async def cancel_bulk(self, item: OutboxItemView, reason: str) -> CancelRequested:
+        """Cancel a bulk-mode item: its shard cancels it if it is still queued when the signal
+        arrives (the read model then shows `cancelled`); no worker needs to answer first."""
+        outbox, key = item.outbox, item.key
+        shard = self._shard_holding(item.id, item.destination)
+        assert shard is not None, "not a bulk-mode item"
+        client = await self.temporal()
+        try:
+            await client.get_workflow_handle(shard).signal(
+                CANCEL_ITEM_SIGNAL,
+                ItemCancel(item.id, CancelRequest(reason=reason)),
+                rpc_timeout=RPC_TIMEOUT,
+            )
+        except RPCError as err:
+            if err.status == RPCStatusCode.NOT_FOUND:
+                raise CannotCancel(f"item is {item.status.value}; its shard has ended") from err
+            raise
+        return CancelRequested(item_id=item.id, outbox=outbox, key=key, reason=reason)
+
+    async def redrive_bulk(
+        self, item: OutboxItemView, payload: dict[str, Any], generation: int
+    ) -> EnqueueResult:
+        """Hand a failed bulk-mode item to its shard again, as generation `generation` (its own
+        provider key), with the destination's current policy; its events continue after the
+        newest one the caller's read model holds."""
+        target = self._destination(item.destination)
+        again = OutboxItemInput(
+            outbox=item.outbox,
+            key=item.key,
+            destination=item.destination,
+            payload=payload,
+            payload_hash=item.payload_hash or "",
+            policy=target.policy(),
+            enqueued_at=datetime.now(UTC),
+            state=OutboxItemState(created_at=item.created_at, last_event_seq=item.last_event_seq),
+            generation=generation,
+            upsert_sending=False,
+            activities_project=True,
+        )
+        await self.hand_to_shards([again], target.shards)
+        return EnqueueResult(item_id=item.id, outbox=item.outbox, key=item.key, created=True)
 
     async def redrive(self, outbox: str, key: str, *, last_event_seq: int = 0) -> EnqueueResult:
         """Start a permanently failed item again under the same id, with fresh attempts.
@@ -421,6 +578,8 @@ class OutboxClient:
             # answer the old one with the operation that failed.
             generation=previous.generation + 1,
             upsert_sending=False,
+            activities_project=True,
+            enqueue_projected=False,
         )
         # Redrive uses the destination's current policy: the usual reason to redrive is that
         # its configuration was fixed.

@@ -54,6 +54,22 @@ from outbox_client.errors import LaneFull, LaneNotFound, LaneNotHalted
 APPEND_CONFIRM_WAIT = timedelta(seconds=5)
 # Signal-with-start is atomic on a real server; a racing start elsewhere is retried this often.
 _SIGNAL_WITH_START_ATTEMPTS = 3
+
+
+async def signal_with_start(client: Client, workflow: str, arg: Any, **options: Any) -> None:
+    """`start_workflow` with a start signal: signals the workflow, starting it if it is not
+    running. Two racing starts of a workflow that was not running can still meet
+    `WorkflowAlreadyStartedError` (seen on the time-skipping server); the failed call recorded
+    nothing, so it is sent again."""
+    for attempt in range(_SIGNAL_WITH_START_ATTEMPTS):
+        try:
+            await client.start_workflow(workflow, arg, **options)
+            return
+        except WorkflowAlreadyStartedError:
+            if attempt + 1 == _SIGNAL_WITH_START_ATTEMPTS:
+                raise
+
+
 # A lane query is answered by a worker; an idle cluster answers in milliseconds.
 LANE_QUERY_WAIT = timedelta(seconds=5)
 
@@ -92,36 +108,26 @@ async def append(
         idle_s=settings.lane_idle_s,
         continue_after_events=settings.lane_history_events,
     )
-    for attempt in range(_SIGNAL_WITH_START_ATTEMPTS):
-        try:
-            await client.start_workflow(
-                LANE_WORKFLOW_TYPE,
-                state,
-                id=lane_id,
-                task_queue=task_queue,
-                start_signal=APPEND_SIGNAL,
-                start_signal_args=[
-                    LaneAppend(item=item, append_id=append_id, policy=settings.lane_policy)
-                ],
-                # A lane that ended when idle starts again; one that failed (a bug) too.
-                id_reuse_policy=WorkflowIDReusePolicy.ALLOW_DUPLICATE,
-                search_attributes=TypedSearchAttributes(
-                    [
-                        SearchAttributePair(search_attributes.OUTBOX_NAME, item.outbox),
-                        SearchAttributePair(search_attributes.ORDERING_KEY, item.ordering_key),
-                        SearchAttributePair(search_attributes.LANE_STATE, LaneStatus.RUNNING.value),
-                    ]
-                ),
-                static_summary=f"Outbox {item.outbox}: ordering lane {item.ordering_key}",
-                rpc_timeout=rpc_timeout,
-            )
-            break
-        except WorkflowAlreadyStartedError:
-            # Signal-with-start signals a running lane; only two racing starts of a lane that
-            # was not running can meet this (seen on the time-skipping server), and the failed
-            # call recorded nothing, so it is sent again.
-            if attempt + 1 == _SIGNAL_WITH_START_ATTEMPTS:
-                raise
+    await signal_with_start(
+        client,
+        LANE_WORKFLOW_TYPE,
+        state,
+        id=lane_id,
+        task_queue=task_queue,
+        start_signal=APPEND_SIGNAL,
+        start_signal_args=[LaneAppend(item=item, append_id=append_id, policy=settings.lane_policy)],
+        # A lane that ended when idle starts again; one that failed (a bug) too.
+        id_reuse_policy=WorkflowIDReusePolicy.ALLOW_DUPLICATE,
+        search_attributes=TypedSearchAttributes(
+            [
+                SearchAttributePair(search_attributes.OUTBOX_NAME, item.outbox),
+                SearchAttributePair(search_attributes.ORDERING_KEY, item.ordering_key),
+                SearchAttributePair(search_attributes.LANE_STATE, LaneStatus.RUNNING.value),
+            ]
+        ),
+        static_summary=f"Outbox {item.outbox}: ordering lane {item.ordering_key}",
+        rpc_timeout=rpc_timeout,
+    )
     if not confirm:
         return AppendOutcome.UNKNOWN
     handle = client.get_workflow_handle(lane_id)

@@ -5,21 +5,23 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Literal, TypeVar
 
 from sqlalchemy import Engine
 
+from contract import transitions
 from contract.ids import item_workflow_id, payload_hash
-from contract.item import DeliveryOutcome, ItemStatus, OutboxItemView
+from contract.item import DeliveryOutcome, ItemStatus, OutboxItemInput, OutboxItemView
 from contract.lane import entry_size
 from outbox_client import (
     CancelRequested,
     CannotCancel,
     EnqueueResult,
     ItemNotFound,
+    NotRedrivable,
     OutboxClient,
     OutboxError,
     is_temporal_unavailable,
@@ -31,6 +33,7 @@ from outbox_client.lanes import check_capacity
 from readmodel import lanes as lane_store
 from readmodel import store
 from readmodel.models import EventRecord, ItemRecord
+from readmodel.writer import ProjectionWriter
 from service.fan_out import fan_out
 
 log = logging.getLogger("outbox.service")
@@ -94,6 +97,8 @@ class ItemService:
     ) -> None:
         self.client = client
         self.engine = engine
+        # The `queued` rows of the items this service starts, group-committed.
+        self.writer = ProjectionWriter(engine)
         # How long a cancel waits for a worker before it is recorded as a signal instead.
         self.cancel_wait = cancel_wait
 
@@ -114,6 +119,7 @@ class ItemService:
             ordering_key=item.ordering_key,
             not_before=item.not_before,
             max_attempts=item.max_attempts,
+            record_queued=self._record_queued,
         )
         if result.created:
             return Enqueued(result, ItemStatus.QUEUED)
@@ -124,6 +130,9 @@ class ItemService:
             # In its lane's history, and not yet projected: it is queued.
             return Enqueued(result, ItemStatus.QUEUED)
         return Enqueued(result, snapshot.view.status)
+
+    async def _record_queued(self, item_id: str, item: OutboxItemInput) -> None:
+        await self.writer.write(transitions.enqueued(item_id, item))
 
     async def _remembered(self, outbox: str, item: NewItem) -> Enqueued | None:
         """The item the read model holds for the key, where it can answer (None: ask Temporal).
@@ -138,7 +147,8 @@ class ItemService:
             await self._check_lane_capacity(outbox, item)
             return None
         status = record.view.status
-        if not status.is_final and record.view.ordering_key is None:
+        # A bulk-mode item has no workflow of its own to ask: its row answers while it runs too.
+        if not status.is_final and record.view.ordering_key is None and not self._bulk(record):
             return None
         if status is ItemStatus.FAILED:
             # A failed item may be running again (redriven): only its workflow knows.
@@ -157,6 +167,10 @@ class ItemService:
         result = EnqueueResult(item_id=item_id, outbox=outbox, key=item.key, created=False)
         return Enqueued(result, status)
 
+    def _bulk(self, record: ItemRecord) -> bool:
+        destination = self.client.destinations.get(record.view.destination)
+        return destination is not None and destination.mode == "bulk"
+
     async def _check_lane_capacity(self, outbox: str, item: NewItem) -> None:
         if item.ordering_key is None:
             return
@@ -173,9 +187,68 @@ class ItemService:
     async def enqueue_many(
         self, outbox: str, items: Sequence[NewItem]
     ) -> list[Enqueued | Exception]:
-        """Enqueue each item on its own (a few at a time); one failure fails only its item."""
+        """Enqueue each item on its own (a few at a time); one failure fails only its item.
+
+        Items of bulk-mode destinations go to their shards together: one signal per shard for
+        the whole batch, which is what makes a batch cheap in bulk mode."""
         validate_outbox(outbox)
-        return await fan_out([functools.partial(self.enqueue, outbox, item) for item in items])
+        outcomes: list[Enqueued | Exception | None] = [None] * len(items)
+        by_destination: dict[str, list[tuple[int, OutboxItemInput]]] = {}
+        singly: list[int] = []
+        for index, item in enumerate(items):
+            target = self.client.destinations.get(item.destination)
+            if target is None or target.mode != "bulk":
+                singly.append(index)
+                continue
+            try:
+                remembered = await self._remembered(outbox, item)
+                if remembered is not None:
+                    outcomes[index] = remembered
+                    continue
+                built = self._new_input(outbox, item)
+            except Exception as err:
+                outcomes[index] = err
+                continue
+            by_destination.setdefault(target.name, []).append((index, built))
+        single = await fan_out([functools.partial(self.enqueue, outbox, items[i]) for i in singly])
+        for index, outcome in zip(singly, single, strict=True):
+            outcomes[index] = outcome
+        for name, held in by_destination.items():
+            target = self.client.destinations.get(name)
+            assert target is not None
+            shards = target.shards
+            try:
+                await self.client.hand_to_shards([built for _, built in held], shards)
+            except Exception as err:
+                for index, _ in held:
+                    outcomes[index] = err
+                continue
+            for index, built in held:
+                item_id = item_workflow_id(outbox, built.key)
+                await self._queued_row(item_id, built)
+                result = EnqueueResult(item_id=item_id, outbox=outbox, key=built.key, created=True)
+                outcomes[index] = Enqueued(result, ItemStatus.QUEUED)
+        return [outcome for outcome in outcomes if outcome is not None]
+
+    def _new_input(self, outbox: str, item: NewItem) -> OutboxItemInput:
+        built = self.client.new_item(
+            outbox,
+            item.destination,
+            item.payload,
+            key=item.key,
+            ordering_key=item.ordering_key,
+            not_before=item.not_before,
+            max_attempts=item.max_attempts,
+        )
+        built.enqueue_projected = True
+        return built
+
+    async def _queued_row(self, item_id: str, item: OutboxItemInput) -> None:
+        try:
+            await self._record_queued(item_id, item)
+        except Exception as err:
+            # Handed over already; the first submit writes the row.
+            log.warning("queued row of %s left to its first submit: %s", item_id, err)
 
     async def get(self, outbox: str, key: str) -> ItemSnapshot:
         """Live from the workflow while it runs; from the read model once it has ended, once
@@ -248,6 +321,12 @@ class ItemService:
             raise CannotCancel(
                 f"item is {record.view.status.value}; only queued items can be cancelled"
             )
+        if record is not None and self._bulk(record):
+            if record.view.status is not ItemStatus.QUEUED:
+                raise CannotCancel(
+                    f"item is {record.view.status.value}; only queued items can be cancelled"
+                )
+            return await self.client.cancel_bulk(record.view, reason)
         outcome = await self.client.cancel(
             outbox,
             key,
@@ -271,9 +350,14 @@ class ItemService:
         # being cancelled.
         in_lanes = await self.client.purge_lanes(outbox, destination, reason)
         keys = await self.client.queued_keys(outbox, destination)
-        outcomes = await fan_out(
-            [functools.partial(self.client.cancel, outbox, key, reason) for key in keys]
-        )
+        # Bulk-mode items have no workflow in visibility: the read model lists them.
+        bulk = await self._queued_bulk_items(outbox, destination)
+        cancels: list[Callable[[], Awaitable[object]]] = [
+            functools.partial(self.client.cancel, outbox, key, reason) for key in keys
+        ]
+        cancels += [functools.partial(self.client.cancel_bulk, view, reason) for view in bulk]
+        outcomes = await fan_out(cancels)
+        keys = keys + [view.key for view in bulk]
         cancelled = list(in_lanes)
         for key, outcome in zip(keys, outcomes, strict=True):
             if isinstance(outcome, (CannotCancel, ItemNotFound)):
@@ -283,10 +367,38 @@ class ItemService:
             cancelled.append(key)
         return Purge(cancelled=cancelled, skipped=len(keys) + len(in_lanes) - len(cancelled))
 
+    async def _queued_bulk_items(
+        self, outbox: str, destination: str | None
+    ) -> Sequence[OutboxItemView]:
+        names = [
+            d.name
+            for d in self.client.destinations
+            if d.mode == "bulk" and destination in (None, d.name)
+        ]
+        found: list[OutboxItemView] = []
+        for name in names:
+            cursor = None
+            while True:
+                records, cursor = await asyncio.to_thread(
+                    store.list_items,
+                    self.engine,
+                    outbox,
+                    status=ItemStatus.QUEUED.value,
+                    destination=name,
+                    cursor=cursor,
+                    limit=500,
+                )
+                found += [record.view for record in records]
+                if cursor is None:
+                    break
+        return found
+
     async def redrive(self, outbox: str, key: str) -> EnqueueResult:
         """Run a failed item again under its own id, with the destination's current policy; its
         events continue after the newest one the read model holds."""
         record = await self._record(outbox, key)
+        if record is not None and self._bulk(record):
+            return await self._redrive_bulk(record)
         ordering_key = record.view.ordering_key if record is not None else None
         if record is not None and ordering_key is not None:
             lane = await self.client.lane(outbox, ordering_key)
@@ -300,6 +412,15 @@ class ItemService:
                 )
         last_event_seq = record.view.last_event_seq if record is not None else 0
         return await self.client.redrive(outbox, key, last_event_seq=last_event_seq)
+
+    async def _redrive_bulk(self, record: ItemRecord) -> EnqueueResult:
+        view = record.view
+        if view.status is not ItemStatus.FAILED:
+            raise NotRedrivable(f"item is {view.status.value}; only failed items can be redriven")
+        events = await asyncio.to_thread(store.item_events, self.engine, view.id)
+        # Each generation has its own provider key: the redriven ones so far, plus this one.
+        generation = 1 + sum(1 for event in events if event.type == "redriven")
+        return await self.client.redrive_bulk(view, record.payload or {}, generation)
 
     async def redrive_failed(self, outbox: str, destination: str | None = None) -> RedriveSweep:
         """Redrive every failed item of the outbox (optionally of one destination)."""

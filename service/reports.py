@@ -68,7 +68,7 @@ class DeliveryReportService:
             else:
                 routed.append((item_id, report))
         outcomes = await fan_out(
-            [functools.partial(self.client.report_delivery, *pair) for pair in routed]
+            [functools.partial(self.client.report_delivery, *pair, destination) for pair in routed]
         )
         for outcome in outcomes:
             if isinstance(outcome, Exception):

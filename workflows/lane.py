@@ -377,6 +377,7 @@ class OutboxLaneWorkflow:
             state=carried,
             generation=entry.generation,
             upsert_sending=False,
+            activities_project=True,
         )
 
     def _entry_hash(self, entry: LaneEntry) -> str:

@@ -120,6 +120,8 @@ async def test_backlog_metrics_follow_real_items_through_the_stack(api_factory) 
     await script(api.stack.fake, item_workflow_id("tests", refused), [{"status": 400}])
     early_at = await post_item(api, early)
     await wait_for_status(api.stack, early, attempts=1)
+    # Far enough apart in age for a scrape (tens of ms) to tell them apart below.
+    await asyncio.sleep(0.3)
     later_at = await post_item(api, later)
     await wait_for_status(api.stack, later, attempts=1)
     await post_item(api, refused)

@@ -1,0 +1,87 @@
+"""The bulk mode's contract: shard workflows that each host many deliveries.
+
+A destination with `mode = "bulk"` has no workflow per item: its items are held by
+`shards` long-lived `BulkShard` workflows (`bulk/{destination}/{n}`), chosen by a stable hash
+of the item id, each running the same delivery state machine as the item workflow for every item
+it holds. Plain data only, like the rest of the contract.
+"""
+
+# No `from __future__ import annotations`: Temporal's converter reads these hints at run time.
+import hashlib
+from dataclasses import dataclass, field
+
+from contract.item import CancelRequest, DeliveryReport, OutboxItemInput
+
+SHARD_WORKFLOW_TYPE = "BulkShard"
+# Items to hold (one signal may carry many: a batch enqueue sends one per shard).
+ENQUEUE_SIGNAL = "enqueue_items"
+# Cancel one held item if it is still queued (the item workflow's `request_cancel`, by id).
+CANCEL_ITEM_SIGNAL = "cancel_item"
+# A delivery report for one held item (routed by the item id the read model found).
+ITEM_REPORT_SIGNAL = "item_delivery_report"
+SHARD_QUERY = "shard"
+# The shard's batched projections: one local activity writes a batch of items' transitions.
+PROJECT_ITEMS_ACTIVITY = "project_items"
+
+# Ids of the items a shard finished most recently, carried across continue-as-new so a repeated
+# enqueue signal (a client's retry) does not deliver an item twice. Older repeats are answered
+# by the read model before they reach the shard.
+RECENT_KEPT = 5000
+DEFAULT_SHARDS = 4
+MAX_SHARDS = 64
+
+
+def shard_workflow_id(destination: str, shard: int) -> str:
+    """`bulk/{destination}/{shard}`."""
+    return f"bulk/{destination}/{shard}"
+
+
+def shard_of(item_id: str, shards: int) -> int:
+    """The shard that holds an item: stable across processes and Python versions."""
+    digest = hashlib.sha256(item_id.encode()).digest()
+    return int.from_bytes(digest[:8], "big") % shards
+
+
+@dataclass
+class ShardInput:
+    """A shard's start, and what it carries across continue-as-new."""
+
+    destination: str
+    shard: int
+    # The items it holds, each with its state (`OutboxItemInput.state`) when it had begun.
+    items: list[OutboxItemInput] = field(default_factory=list)
+    recent: list[str] = field(default_factory=list)
+
+
+@dataclass
+class ShardEnqueue:
+    """Input of `enqueue_items`."""
+
+    items: list[OutboxItemInput]
+
+
+@dataclass
+class ItemCancel:
+    """Input of `cancel_item`."""
+
+    item_id: str
+    request: CancelRequest
+
+
+@dataclass
+class ItemReport:
+    """Input of `item_delivery_report`."""
+
+    item_id: str
+    report: DeliveryReport
+
+
+@dataclass
+class ShardView:
+    """What the `shard` query answers: how many items, by status."""
+
+    destination: str
+    shard: int
+    held: int
+    by_status: dict[str, int]
+    finished: int

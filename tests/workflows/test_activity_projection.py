@@ -1,0 +1,188 @@
+"""Projections written where the I/O already happens: the enqueuer writes the `queued` row, the
+submit and poll activities write the transitions they cause, and the item workflow runs no local
+activity on its happy path. An activities-only worker (no read model) leaves them to the
+workflow, and the read model ends the same either way."""
+
+from __future__ import annotations
+
+import dataclasses
+from contextlib import AsyncExitStack
+from typing import Any
+
+import httpx
+from temporalio.api.enums.v1 import EventType
+from temporalio.client import Client
+from temporalio.testing import ActivityEnvironment
+
+from activities.delivery import DeliveryActivities
+from activities.providers import build_provider
+from common.destinations import DestinationRegistry
+from contract import transitions
+from contract.ids import item_workflow_id, provider_idempotency_key
+from contract.item import (
+    ItemStatus,
+    OutboxItemInput,
+    OutboxItemState,
+    OutboxItemView,
+    SubmitRequest,
+)
+from outbox_client import OutboxClient
+from readmodel import store
+from readmodel.db import make_engine
+from readmodel.writer import ProjectionWriter
+from tests.conftest import email_destination, unique_name, webhook_destination
+from tests.workflows.test_outbox_item import EMAIL
+from worker import build_workers
+
+
+async def local_activities(client: Client, item_id: str) -> int:
+    return len(
+        [
+            event
+            async for event in client.get_workflow_handle(item_id).fetch_history_events()
+            if event.event_type == EventType.EVENT_TYPE_MARKER_RECORDED
+        ]
+    )
+
+
+def same_view(row: OutboxItemView, live: OutboxItemView) -> None:
+    """The read model's row is the workflow's final view, field for field."""
+    assert dataclasses.asdict(row) == dataclasses.asdict(live)
+
+
+async def test_a_polled_item_runs_no_local_activity_and_its_row_is_its_view(
+    stack_factory, fake_provider
+) -> None:
+    destination = email_destination(fake_provider)
+    stack = await stack_factory(destination)
+    writer = ProjectionWriter(stack.engine)
+
+    async def record_queued(item_id: str, item: OutboxItemInput) -> None:
+        await writer.write(transitions.enqueued(item_id, item))
+        # Written right after the start, before the worker has done anything.
+        queued = store.get_item(stack.engine, item_id)
+        assert queued is not None and queued.view.status is ItemStatus.QUEUED
+
+    key = unique_name("k")
+    await stack.fake.admin.script(
+        provider_idempotency_key(item_workflow_id("tests", key)), [{"running_polls": 1}]
+    )
+    item = await stack.outbox.enqueue(
+        "tests", destination.name, EMAIL, key=key, record_queued=record_queued
+    )
+    view = await stack.result(item.item_id)
+
+    assert view.status is ItemStatus.SENT
+    assert await local_activities(stack.client, item.item_id) == 0
+    row = store.get_item(stack.engine, item.item_id)
+    assert row is not None
+    same_view(row.view, view)
+    events = store.item_events(stack.engine, item.item_id)
+    assert [event.type for event in events] == ["enqueued", "accepted", "polled", "sent"]
+    assert [event.seq for event in events] == [1, 2, 3, 4]
+    assert events[0].at == view.created_at
+    assert events[-1].at == view.finished_at == view.updated_at
+
+
+async def test_an_item_enqueued_without_its_row_gets_it_from_its_first_submit(
+    stack_factory, fake_provider
+) -> None:
+    destination = webhook_destination(fake_provider)
+    stack = await stack_factory(destination)
+
+    item = await stack.enqueue(destination, {"event": "order.paid"})
+    view = await stack.result(item.item_id)
+
+    # The workflow projects `enqueued` itself (the one local activity); the submit writes `sent`.
+    assert await local_activities(stack.client, item.item_id) == 1
+    row = store.get_item(stack.engine, item.item_id)
+    assert row is not None
+    same_view(row.view, view)
+    events = store.item_events(stack.engine, item.item_id)
+    assert [event.type for event in events] == ["enqueued", "sent"]
+
+
+async def test_an_activities_only_worker_leaves_the_projections_to_the_workflow(
+    time_skipping_env, fake_provider, engine
+) -> None:
+    destination = email_destination(fake_provider)
+    client = time_skipping_env.client
+    task_queue = unique_name("workflows")
+    async with AsyncExitStack() as stack, httpx.AsyncClient() as http:
+        # The workflows' process has the read model; the destination's activities run in a
+        # process without one (`worker.py --no-workflows`).
+        for worker in [
+            *build_workers(
+                client,
+                destinations=[],
+                http_client=http,
+                engine=engine,
+                workflow_task_queue=task_queue,
+                sandboxed=True,
+            ),
+            *build_workers(
+                client,
+                destinations=[destination],
+                http_client=http,
+                engine=None,
+                workflow_task_queue=task_queue,
+                run_workflows=False,
+            ),
+        ]:
+            await stack.enter_async_context(worker)
+        outbox = OutboxClient(
+            client, DestinationRegistry({destination.name: destination}), task_queue
+        )
+        item = await outbox.enqueue("tests", destination.name, EMAIL, key=unique_name("k"))
+        async with time_skipping_env.time_skipping_unlocked():
+            view: Any = await client.get_workflow_handle(
+                item.item_id, result_type=OutboxItemView
+            ).result()
+
+    assert view.status is ItemStatus.SENT
+    # enqueued, accepted, sent: each by the workflow's local activity.
+    assert await local_activities(client, item.item_id) == 3
+    row = store.get_item(engine, item.item_id)
+    assert row is not None
+    same_view(row.view, view)
+    assert [e.type for e in store.item_events(engine, item.item_id)] == [
+        "enqueued",
+        "accepted",
+        "sent",
+    ]
+
+
+async def test_a_failed_write_leaves_the_transition_to_the_workflow(
+    fake_provider, tmp_path
+) -> None:
+    destination = webhook_destination(fake_provider)
+    # A read model the activity cannot write (its directory does not exist).
+    broken = ProjectionWriter(make_engine(f"sqlite:///{tmp_path / 'gone' / 'readmodel.db'}"))
+    item = OutboxItemInput(
+        outbox="tests",
+        key="k",
+        destination=destination.name,
+        payload={"event": "order.paid"},
+        payload_hash="h",
+        policy=destination.policy(),
+        activities_project=True,
+    )
+    state = OutboxItemState(started=True, attempts=1)
+    async with httpx.AsyncClient() as http:
+        activities = DeliveryActivities(
+            {destination.name: build_provider(destination, http)}, broken
+        )
+        result = await ActivityEnvironment().run(
+            activities.submit_item,
+            SubmitRequest(
+                destination=destination.name,
+                item_id="tests/k",
+                idempotency_key=unique_name("idem"),
+                payload=item.payload,
+                attempt=1,
+                projection=transitions.for_activity(item, state),
+            ),
+        )
+
+    # Delivered all the same; the workflow writes the `sent` row with its local activity.
+    assert result.delivered and result.projected_at is None

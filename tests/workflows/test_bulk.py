@@ -1,0 +1,183 @@
+"""Bulk mode: a destination's items held by shard workflows that run the item's own delivery
+state machine; no workflow per item, shared timers, the same events in the read model."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from typing import Any
+
+from temporalio.api.enums.v1 import EventType
+from temporalio.client import Client
+from temporalio.service import RPCError
+
+from bench.actions import billable_actions
+from contract import transitions
+from contract.bulk import shard_workflow_id
+from contract.ids import item_workflow_id
+from contract.item import ItemStatus, OutboxItemInput, OutboxItemView
+from readmodel import store
+from readmodel.writer import ProjectionWriter
+from tests.conftest import email_destination, unique_name
+from tests.fakes import deliveries, script
+from tests.workflows.test_outbox_item import EMAIL
+
+
+async def until_settled(
+    stack: Any,
+    item_ids: list[str],
+    timeout_s: float = 60,
+    settled: Callable[[OutboxItemView], bool] = lambda view: view.status.is_final,
+) -> None:
+    """Wait (letting the server skip time) until the read model has every item settled."""
+    deadline = time.monotonic() + timeout_s
+    unlocked = stack.env.time_skipping_unlocked() if stack.env.supports_time_skipping else None
+    if unlocked is not None:
+        await unlocked.__aenter__()
+    try:
+        while True:
+            rows = [store.get_item(stack.engine, item_id) for item_id in item_ids]
+            if all(row is not None and settled(row.view) for row in rows):
+                return
+            if time.monotonic() > deadline:
+                unsettled = [
+                    (item_id, row.view.status if row else None)
+                    for item_id, row in zip(item_ids, rows, strict=True)
+                    if row is None or not settled(row.view)
+                ]
+                raise AssertionError(f"not settled: {unsettled[:5]} ({len(unsettled)} in all)")
+            await asyncio.sleep(0.2)
+    finally:
+        if unlocked is not None:
+            await unlocked.__aexit__(None, None, None)
+
+
+async def enqueue_all(stack: Any, destination: Any, keys: list[str]) -> list[str]:
+    writer = ProjectionWriter(stack.engine)
+
+    async def record_queued(item_id: str, item: OutboxItemInput) -> None:
+        await writer.write(transitions.enqueued(item_id, item))
+
+    results = await asyncio.gather(
+        *(
+            stack.outbox.enqueue(
+                "tests", destination.name, EMAIL, key=key, record_queued=record_queued
+            )
+            for key in keys
+        )
+    )
+    return [result.item_id for result in results]
+
+
+async def no_item_workflow(client: Client, item_id: str) -> bool:
+    try:
+        await client.get_workflow_handle(item_id).describe()
+    except RPCError:
+        return True
+    return False
+
+
+async def shard_history(client: Client, destination: str, shard: int) -> list[Any]:
+    """The events of the shard's latest run."""
+    handle = client.get_workflow_handle(shard_workflow_id(destination, shard))
+    return [event async for event in handle.fetch_history_events()]
+
+
+async def test_bulk_items_are_delivered_once_each_with_the_items_events(
+    stack_factory, fake_provider
+) -> None:
+    destination = email_destination(fake_provider, mode="bulk", shards=2)
+    stack = await stack_factory(destination)
+    keys = [unique_name("bulk") for _ in range(20)]
+    for key in keys[:5]:
+        await script(fake_provider, item_workflow_id("tests", key), [{"running_polls": 2}])
+
+    item_ids = await enqueue_all(stack, destination, keys)
+    await until_settled(stack, item_ids)
+
+    for item_id, key in zip(item_ids, keys, strict=True):
+        row = store.get_item(stack.engine, item_id)
+        assert row is not None and row.view.status is ItemStatus.SENT, row
+        assert await deliveries(fake_provider, item_id) == 1
+        assert await no_item_workflow(stack.client, item_id)
+        types = [event.type for event in store.item_events(stack.engine, item_id)]
+        polls = ["polled", "polled"] if key in keys[:5] else []
+        assert types == ["enqueued", "accepted", *polls, "sent"], (key, types)
+
+
+async def test_bulk_items_share_their_timers_and_write_no_projection_per_item(
+    stack_factory, fake_provider
+) -> None:
+    destination = email_destination(fake_provider, mode="bulk", shards=1)
+    stack = await stack_factory(destination)
+    item_ids = await enqueue_all(stack, destination, [unique_name("bulk") for _ in range(30)])
+    await until_settled(stack, item_ids)
+
+    # One run: 30 items are far from a suggested continue-as-new.
+    events = await shard_history(stack.client, destination.name, 0)
+    timers = sum(1 for e in events if e.event_type == EventType.EVENT_TYPE_TIMER_STARTED)
+    markers = sum(1 for e in events if e.event_type == EventType.EVENT_TYPE_MARKER_RECORDED)
+    # 30 polls waited on far fewer timers; the projections were all the activities'.
+    assert timers < 10, timers
+    assert markers == 0
+    # Signals + submits + polls + timers: about 3 billable actions per item.
+    assert billable_actions(events) / 30 <= 3.5
+
+
+async def test_retry_after_holds_for_a_bulk_item(stack_factory, fake_provider) -> None:
+    destination = email_destination(fake_provider, mode="bulk", shards=1, backoff_initial_s=1)
+    stack = await stack_factory(destination)
+    key = unique_name("bulk")
+    await script(
+        fake_provider, item_workflow_id("tests", key), [{"status": 429, "retry_after": "120"}]
+    )
+
+    [item_id] = await enqueue_all(stack, destination, [key])
+    await until_settled(stack, [item_id])
+
+    events = store.item_events(stack.engine, item_id)
+    assert [e.type for e in events] == ["enqueued", "submit_failed", "accepted", "sent"]
+    # The second attempt came no earlier than the provider's Retry-After.
+    assert (events[2].at - events[1].at).total_seconds() >= 120
+    assert await deliveries(fake_provider, item_id) == 1
+
+
+async def test_a_shard_continues_as_new_carrying_its_items_where_they_were(
+    dev_env, stack_factory, fake_provider
+) -> None:
+    # The dev server suggests continue-as-new after 40 events: a shard of 25 items, each
+    # polled three times, runs through several.
+    destination = email_destination(fake_provider, mode="bulk", shards=1, poll_interval_s=0.5)
+    stack = await stack_factory(destination, env=dev_env)
+    keys = [unique_name("long") for _ in range(25)]
+    for key in keys:
+        await script(fake_provider, item_workflow_id("tests", key), [{"running_polls": 2}])
+    retried = keys[0]
+    await script(
+        fake_provider,
+        item_workflow_id("tests", retried),
+        [{"status": 429, "retry_after": "2"}, {"running_polls": 2}],
+    )
+
+    item_ids = await enqueue_all(stack, destination, keys)
+    await until_settled(stack, item_ids, timeout_s=90)
+
+    for key, item_id in zip(keys, item_ids, strict=True):
+        assert await deliveries(fake_provider, item_id) == 1
+        events = store.item_events(stack.engine, item_id)
+        types = [event.type for event in events]
+        expected = ["enqueued", "accepted", "polled", "polled", "sent"]
+        if key == retried:
+            expected = ["enqueued", "submit_failed", *expected[1:]]
+            # Retry-After held across whatever runs came between.
+            assert (events[2].at - events[1].at).total_seconds() >= 2
+        assert types == expected, (key, types)
+        assert [event.seq for event in events] == list(range(1, len(events) + 1))
+    runs = [
+        execution
+        async for execution in stack.client.list_workflows(
+            f"WorkflowId = '{shard_workflow_id(destination.name, 0)}'"
+        )
+    ]
+    assert len(runs) > 2, "the shard should have continued as new"

@@ -1,0 +1,283 @@
+"""A bulk shard: many deliveries in one long-lived workflow (the bulk mode, `contract.bulk`).
+
+The Cloudflare Queues v2 move (seed 002): one coordinator per queue became sharded Durable
+Objects. Here a destination's items are spread over its shards by a hash of the item id, and
+each shard runs `workflows.delivery.Delivery` for every item it holds, the very state machine
+of the item workflow. What a shard does differently is what makes it cheap:
+
+- its items share timers: each wait is rounded up to the next `TICK` and one durable timer wakes
+  the shard for every wait due by then (a wait is never shorter than asked: Retry-After holds);
+- their transitions are written by the submit and poll activities, like an item's, and the rest
+  in batches: one local activity per batch of items instead of one per transition;
+- items arrive in batches (one signal per shard for a batch enqueue);
+- no per-item search attributes: the Web UI shows the shard and its counts; each item's story is
+  in the read model.
+
+It continues as new carrying its items (each with its state) once Temporal suggests it: new
+submits and polls wait, the ones out finish, and the next run resumes every item where it was.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import dataclasses
+import math
+from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime, timedelta
+
+from temporalio import workflow
+from temporalio.common import RetryPolicy
+
+with workflow.unsafe.imports_passed_through():
+    from activities.projection import ProjectionActivities
+    from contract.bulk import (
+        CANCEL_ITEM_SIGNAL,
+        ENQUEUE_SIGNAL,
+        ITEM_REPORT_SIGNAL,
+        RECENT_KEPT,
+        SHARD_QUERY,
+        SHARD_WORKFLOW_TYPE,
+        ItemCancel,
+        ItemReport,
+        ShardEnqueue,
+        ShardInput,
+        ShardView,
+    )
+    from contract.ids import item_workflow_id
+    from contract.item import ItemProjection, ItemStatus, OutboxItemInput
+    from workflows.delivery import Delivery, DeliveryFailed
+
+# Waits are rounded up to this, so the items waiting in one tick share one timer.
+TICK = timedelta(milliseconds=100)
+# How long an empty shard stays for more items before it ends (a new enqueue starts it again).
+LINGER = timedelta(seconds=30)
+# Projections one local activity writes at most.
+PROJECTION_BATCH = 200
+_PROJECTION_RETRIES = RetryPolicy(
+    initial_interval=timedelta(milliseconds=200), maximum_interval=timedelta(seconds=30)
+)
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+@workflow.defn(name=SHARD_WORKFLOW_TYPE)
+class BulkShardWorkflow:
+    """Holds a destination's items of one shard and delivers each with the shared machine."""
+
+    @workflow.init
+    def __init__(self, start: ShardInput) -> None:
+        self._start = start
+        self._deliveries: dict[str, Delivery] = {}
+        self._running: dict[str, asyncio.Task[None]] = {}
+        self._recent: collections.deque[str] = collections.deque(start.recent, maxlen=RECENT_KEPT)
+        self._finished = 0
+        # Batched projections, each with the future its delivery waits on.
+        self._to_project: list[tuple[ItemProjection, asyncio.Future[None]]] = []
+        self._flushing = False
+        # The shared timer: when it is set to fire, and whether a wait wants it earlier.
+        self._timer_at: datetime | None = None
+        self._wake_ats: list[datetime] = []
+        self._rearm = False
+        self._draining = False
+
+    @workflow.run
+    async def run(self, start: ShardInput) -> None:
+        for item in start.items:
+            self._admit(item)
+        while True:
+            self._show_details()
+            if self._should_continue_as_new():
+                await self._continue_as_new()
+            if not self._deliveries:
+                # Empty: linger for more items, then end (the next enqueue starts it again).
+                try:
+                    await workflow.wait_condition(
+                        lambda: bool(self._deliveries), timeout=LINGER, timeout_summary="linger"
+                    )
+                except TimeoutError:
+                    if not self._deliveries and workflow.all_handlers_finished():
+                        return
+                continue
+            self._rearm = False
+            due = self._next_wake_at()
+            timeout = None if due is None else max(due - workflow.now(), timedelta(0))
+            try:
+                await workflow.wait_condition(
+                    lambda: self._rearm or not self._deliveries or self._should_continue_as_new(),
+                    timeout=timeout,
+                    timeout_summary="next wake-up",
+                )
+            except TimeoutError:
+                self._timer_at = None
+
+    @workflow.signal(name=ENQUEUE_SIGNAL)
+    def enqueue_items(self, batch: ShardEnqueue) -> None:
+        for item in batch.items:
+            self._admit(item)
+
+    @workflow.signal(name=CANCEL_ITEM_SIGNAL)
+    def cancel_item(self, cancel: ItemCancel) -> None:
+        delivery = self._deliveries.get(cancel.item_id)
+        if delivery is not None:
+            delivery.request_cancel(cancel.request)
+
+    @workflow.signal(name=ITEM_REPORT_SIGNAL)
+    async def item_delivery_report(self, routed: ItemReport) -> None:
+        delivery = self._deliveries.get(routed.item_id)
+        if delivery is not None:
+            await delivery.delivery_report(routed.report)
+
+    @workflow.query(name=SHARD_QUERY)
+    def view(self) -> ShardView:
+        by_status: dict[str, int] = {}
+        for delivery in self._deliveries.values():
+            status = delivery.state.status.value
+            by_status[status] = by_status.get(status, 0) + 1
+        return ShardView(
+            destination=self._start.destination,
+            shard=self._start.shard,
+            held=len(self._deliveries),
+            by_status=by_status,
+            finished=self._finished,
+        )
+
+    # -- items ---------------------------------------------------------------------------------
+
+    def _admit(self, item: OutboxItemInput) -> None:
+        item_id = item_workflow_id(item.outbox, item.key)
+        if item_id in self._deliveries or _generation_id(item) in self._recent:
+            return  # a repeated enqueue (a client's retry): the item is here or was
+        delivery = Delivery(item_id, item, self)
+        self._deliveries[item_id] = delivery
+        self._running[item_id] = asyncio.create_task(self._deliver(delivery))
+
+    async def _deliver(self, delivery: Delivery) -> None:
+        item = delivery.item
+        if not delivery.state.started and item.not_before is not None:
+            remaining = item.not_before - workflow.now()
+            if remaining > timedelta(0):
+                await self.wait(remaining, "not before", lambda: delivery.state.cancel_requested)
+        # A failure is recorded and projected: the read model holds it as a dead letter.
+        with contextlib.suppress(DeliveryFailed):
+            await delivery.run()
+        del self._deliveries[delivery.item_id]
+        del self._running[delivery.item_id]
+        self._recent.append(_generation_id(item))
+        self._finished += 1
+
+    # -- DeliveryHost ----------------------------------------------------------------------------
+
+    async def project(self, projection: ItemProjection) -> None:
+        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._to_project.append((projection, done))
+        if not self._flushing:
+            self._flushing = True
+            asyncio.create_task(self._flush())
+        await done
+
+    async def _flush(self) -> None:
+        """Write the gathered projections, a batch per local activity, until none are left."""
+        try:
+            while self._to_project:
+                batch = self._to_project[:PROJECTION_BATCH]
+                del self._to_project[:PROJECTION_BATCH]
+                await workflow.execute_local_activity_method(
+                    ProjectionActivities.project_items,
+                    [projection for projection, _ in batch],
+                    start_to_close_timeout=timedelta(seconds=30),
+                    retry_policy=_PROJECTION_RETRIES,
+                    summary=f"project {len(batch)} items to read model",
+                )
+                for _, done in batch:
+                    done.set_result(None)
+        finally:
+            self._flushing = False
+
+    def status_changed(self, status: ItemStatus) -> None:
+        """No search attribute per item: the shard's counts are in its current details."""
+
+    def show_details(self, lines: list[str]) -> None:
+        """One item's details would be lost among many: the shard shows its counts instead."""
+
+    async def wait(
+        self, duration: timedelta, summary: str, until: Callable[[], bool] | None
+    ) -> None:
+        at = workflow.now() + duration
+        tick = _tick_after(at)
+        self._wake_ats.append(tick)
+        if self._timer_at is None or tick < self._timer_at:
+            self._rearm = True
+        await workflow.wait_condition(
+            lambda: workflow.now() >= at or (until is not None and until())
+        )
+
+    def gate(self) -> Awaitable[None] | None:
+        if not self._draining:
+            return None
+        # Held until the run continues as new (which resumes it from its state).
+        return workflow.wait_condition(lambda: False)
+
+    async def checkpoint(self, delivery: Delivery) -> None:
+        """The shard continues as new as a whole (see the module docstring)."""
+
+    # -- the shared timer and continue-as-new ----------------------------------------------------
+
+    def _next_wake_at(self) -> datetime | None:
+        now = workflow.now()
+        self._wake_ats = [at for at in self._wake_ats if at > now]
+        self._timer_at = min(self._wake_ats, default=None)
+        return self._timer_at
+
+    def _should_continue_as_new(self) -> bool:
+        return bool(self._deliveries) and workflow.info().is_continue_as_new_suggested()
+
+    async def _continue_as_new(self) -> None:
+        self._draining = True
+        # Submits and polls out finish (new ones wait at the gate), projections are written.
+        await workflow.wait_condition(
+            lambda: (
+                not self._flushing
+                and not any(d.activity_out for d in self._deliveries.values())
+                and workflow.all_handlers_finished()
+            )
+        )
+        items = [
+            dataclasses.replace(
+                delivery.item,
+                state=delivery.state,
+                # A sent item only listens for reports now: its payload need not be carried.
+                payload={} if delivery.state.status.is_final else delivery.item.payload,
+            )
+            for delivery in self._deliveries.values()
+        ]
+        workflow.continue_as_new(
+            ShardInput(
+                destination=self._start.destination,
+                shard=self._start.shard,
+                items=items,
+                recent=list(self._recent),
+            )
+        )
+
+    def _show_details(self) -> None:
+        view = self.view()
+        counts = ", ".join(f"{n} {status}" for status, n in sorted(view.by_status.items()))
+        workflow.set_current_details(
+            f"Bulk shard {view.shard} of **{view.destination}**: {view.held} items held"
+            f" ({counts or 'none'}); {view.finished} finished in this run."
+            " Each item's story is in the read model (`GET /v1/outboxes/{outbox}/items/{key}`)."
+        )
+
+
+def _generation_id(item: OutboxItemInput) -> str:
+    """What the shard remembers of an item it finished: its id, and its generation once
+    redriven (a redrive hands the same id over again)."""
+    item_id = item_workflow_id(item.outbox, item.key)
+    return item_id if item.generation == 0 else f"{item_id}#{item.generation}"
+
+
+def _tick_after(at: datetime) -> datetime:
+    """`at` rounded up to the next TICK boundary."""
+    ticks = math.ceil((at - _EPOCH) / TICK)
+    return _EPOCH + ticks * TICK

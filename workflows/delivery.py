@@ -1,0 +1,586 @@
+"""The delivery state machine: one item, from `queued` to `sent`, `failed` or `cancelled`.
+
+One implementation, hosted by the item workflow (one delivery per workflow) and meant to be
+hosted by many-deliveries-per-workflow hosts alike. What differs between hosts is behind
+`DeliveryHost`: where a transition's projection goes, how a wait is timed, what the Web UI shows,
+and when the host continues as new. Everything else (submit, Retry-After, backoff, polling,
+deadlines, attempts, cancel, delivery reports, the events) is here, once.
+
+Retries of *classified* provider failures are driven here rather than by Temporal's activity
+retry policy, so the status query can show attempts, the last error and the next attempt time,
+and so `Retry-After` is honoured exactly. Temporal still retries what only infrastructure can
+cause (a worker killed mid-activity, an unexpected exception) a few times.
+
+Submits and polls carry the outbox as their fairness key: on a server with fairness on, the
+destination's queues share their rate between outboxes, so one outbox's backlog does not hold
+another's items behind it.
+
+Transitions are computed by `contract.transitions`, the same functions the submit and poll
+activities apply when they project the transition they cause (`activities_project`): the
+workflow then applies it at the activity's time and writes nothing itself.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from datetime import datetime, timedelta
+from typing import Protocol, TypeVar
+
+from temporalio import workflow
+from temporalio.common import Priority, RetryPolicy
+from temporalio.exceptions import ActivityError, ApplicationError
+from temporalio.exceptions import TimeoutError as ActivityTimeoutError
+
+with workflow.unsafe.imports_passed_through():
+    from activities.delivery import DeliveryActivities
+    from contract import transitions
+    from contract.ids import outbox_fairness_key, provider_idempotency_key
+    from contract.item import (
+        CancelRequest,
+        DeliveryErrorDetails,
+        DeliveryReport,
+        ItemErrorType,
+        ItemEventType,
+        ItemProjection,
+        ItemStatus,
+        OperationStatus,
+        OutboxItemInput,
+        OutboxItemState,
+        OutboxItemView,
+        PollRequest,
+        PollResult,
+        ProjectionContext,
+        SubmitRequest,
+        SubmitResult,
+        apply_delivery_report,
+    )
+
+# Our own classified errors come back to the workflow at once; anything else (a worker killed
+# mid-request, a bug) Temporal retries a few times before the workflow counts it as an attempt.
+_INFRASTRUCTURE_RETRIES = RetryPolicy(
+    initial_interval=timedelta(seconds=1),
+    maximum_attempts=3,
+    non_retryable_error_types=[ItemErrorType.TRANSIENT, ItemErrorType.PERMANENT],
+)
+Request = TypeVar("Request", SubmitRequest, PollRequest)
+Result = TypeVar("Result", SubmitResult, PollResult)
+# Reports for a message the item has not yet recorded as accepted (the provider can be faster
+# than the submit activity's answer), kept until it has; bounded against a flood of strays.
+_MAX_EARLY_REPORTS = 100
+
+
+class DeliveryHost(Protocol):
+    """What a delivery needs from the workflow that hosts it."""
+
+    async def project(self, projection: ItemProjection) -> None:
+        """Write the projection to the read model (idempotent by item and event seq)."""
+
+    def status_changed(self, status: ItemStatus) -> None:
+        """The item moved to `status` (the item workflow keeps its search attribute)."""
+
+    def show_details(self, lines: list[str]) -> None:
+        """What the Web UI's current details should say about the item now."""
+
+    async def wait(
+        self, duration: timedelta, summary: str, until: Callable[[], bool] | None
+    ) -> None:
+        """Wait `duration`, or less once `until()` holds; a durable timer either way."""
+
+    async def checkpoint(self, delivery: Delivery) -> None:
+        """A resting point while polling: the item workflow may continue as new here."""
+
+    def gate(self) -> Awaitable[None] | None:
+        """Before each submit attempt and each poll, with the state at rest: something to await
+        first (a host that continues as new holds new work back until it has), or None."""
+
+
+class DeliveryFailed(Exception):
+    """The item ended failed: raised out of `Delivery.run` once the failure is recorded."""
+
+    def __init__(self, message: str, error_type: ItemErrorType, view: OutboxItemView) -> None:
+        super().__init__(message)
+        self.error_type = error_type
+        self.view = view
+
+
+class _Failed(Exception):
+    """Raised inside the state machine to end the item failed."""
+
+    def __init__(
+        self, message: str, error_type: ItemErrorType, error_code: str | None = None
+    ) -> None:
+        super().__init__(message)
+        self.error_type = error_type
+        self.error_code = error_code
+
+
+class Delivery:
+    """Delivers one outbox item: submit, poll the operation on durable timers, retry, report."""
+
+    def __init__(self, item_id: str, item: OutboxItemInput, host: DeliveryHost) -> None:
+        self.item_id = item_id
+        self.item = item
+        self.state = item.state or OutboxItemState()
+        self._host = host
+        self._early_reports: list[DeliveryReport] = []
+        self._reports_closed = False
+        # A submit or poll that will project its own transition is out: a report waits for it,
+        # so the events the activity numbered are not numbered again here.
+        self._projecting_activity_out = False
+        # A submit or poll is scheduled and not yet answered (a host continues as new only
+        # when none is).
+        self.activity_out = False
+        self._resumed_in_backoff = (
+            self.state.started
+            and self.state.status is ItemStatus.QUEUED
+            and self.state.next_attempt_at is not None
+        )
+
+    async def run(self) -> OutboxItemView:
+        """Deliver the item; its final view. Raises `DeliveryFailed` once a failure is recorded,
+        and `CancelledError` (after recording it) when Temporal cancels the host."""
+        state, item = self.state, self.item
+        if not state.started:
+            state.started = True
+            state.created_at = state.created_at or item.enqueued_at or workflow.now()
+            if state.last_event_seq:
+                self._record(ItemEventType.REDRIVEN, ItemStatus.QUEUED, "redriven after failure")
+                await self._project()
+            elif item.enqueue_projected:
+                # The enqueuer wrote this event's row already; the first submit projects it
+                # again with its own transition (a no-op for the read model if it is there).
+                self._record(
+                    ItemEventType.ENQUEUED,
+                    ItemStatus.QUEUED,
+                    transitions.describe_enqueue(item),
+                    at=item.enqueued_at,
+                )
+            else:
+                self._record(
+                    ItemEventType.ENQUEUED, ItemStatus.QUEUED, transitions.describe_enqueue(item)
+                )
+                await self._project()
+        try:
+            if state.status is ItemStatus.QUEUED:
+                await self._submit_until_accepted()
+            if state.status is ItemStatus.SENDING:
+                await self._poll_until_done()
+            if state.status is ItemStatus.SENT:
+                await self._listen_for_reports()
+        except _Failed as failure:
+            state.last_error_code = failure.error_code
+            await self._finish(ItemStatus.FAILED, ItemEventType.FAILED, str(failure))
+            raise DeliveryFailed(str(failure), failure.error_type, self.view()) from None
+        except asyncio.CancelledError:
+            # Cancelled from Temporal itself (Web UI, CLI): record it, then let Temporal end the
+            # host as cancelled.
+            if not state.status.is_final:
+                await self._finish(
+                    ItemStatus.CANCELLED, ItemEventType.CANCELLED, "workflow cancelled"
+                )
+            raise
+        return self.view()
+
+    def view(self) -> OutboxItemView:
+        """The item as the API, the query and the read model show it."""
+        return OutboxItemView.of(self.item_id, self.item, self.state)
+
+    # -- what handlers call ------------------------------------------------------------------
+
+    def validate_cancel(self) -> None:
+        if self.state.status is not ItemStatus.QUEUED:
+            raise ApplicationError(
+                f"item is {self.state.status.value}; only queued items can be cancelled",
+                type=ItemErrorType.CANNOT_CANCEL,
+            )
+
+    async def cancel(self, request: CancelRequest) -> OutboxItemView:
+        """Cancel a queued item; returns the view once the cancel has taken effect or lost."""
+        if not self.state.cancel_requested:
+            self.state.cancel_requested = True
+            self.state.cancel_reason = request.reason
+        # Returns once the submit loop has acted on it: `cancelled`, or `sending`/`sent` if a
+        # submit already in flight won the race (the caller reports that as too late).
+        await workflow.wait_condition(lambda: self.state.status is not ItemStatus.QUEUED)
+        return self.view()
+
+    def request_cancel(self, request: CancelRequest) -> None:
+        """Cancel the item if it is still queued when the workflow sees this; else nothing."""
+        if self.state.status is ItemStatus.QUEUED and not self.state.cancel_requested:
+            self.state.cancel_requested = True
+            self.state.cancel_reason = request.reason
+
+    async def delivery_report(self, report: DeliveryReport) -> None:
+        """Record the provider's report on one recipient; a repeat or an older report changes
+        nothing. Applied while sending too: the report may beat the poll that sees success."""
+        state = self.state
+        if self._reports_closed or self.item.policy.report_window_s <= 0:
+            return
+        if self.item.activities_project and self._projecting_activity_out:
+            await workflow.wait_condition(lambda: not self._projecting_activity_out)
+        if state.provider_message_id is None and not state.status.is_final:
+            if len(self._early_reports) < _MAX_EARLY_REPORTS:
+                self._early_reports.append(report)
+            return
+        if report.message_id != state.provider_message_id:
+            return  # another generation's message, or a stray
+        changed = apply_delivery_report(state.recipients, report)
+        if changed is None:
+            return
+        detail = f"{changed.address}: {changed.status.value}"
+        if changed.detail:
+            detail += f" ({changed.detail})"
+        self._record(ItemEventType.DELIVERY_REPORT, state.status, detail)
+        self._show_details(f"Delivery report: {detail}.")
+        await self._project()
+
+    async def project_pending(self) -> None:
+        """Write what is not yet in the read model (before the host continues as new)."""
+        await self._project()
+
+    # -- the state machine -------------------------------------------------------------------
+
+    async def _submit_until_accepted(self) -> None:
+        item, state, policy = self.item, self.state, self.item.policy
+        while True:
+            if state.cancel_requested:
+                await self._finish(
+                    ItemStatus.CANCELLED, ItemEventType.CANCELLED, state.cancel_reason
+                )
+                return
+            if self._resumed_in_backoff:
+                # Carried across a host's continue-as-new in the middle of a backoff: wait out
+                # the rest of it (Retry-After included) before the next attempt.
+                self._resumed_in_backoff = False
+                if state.next_attempt_at is not None and state.next_attempt_at > workflow.now():
+                    await self._host.wait(
+                        state.next_attempt_at - workflow.now(),
+                        "rest of the backoff",
+                        lambda: state.cancel_requested,
+                    )
+                continue
+            gate = self._host.gate()
+            if gate is not None:
+                await gate
+                continue
+            state.attempts += 1
+            state.next_attempt_at = None
+            self._show_details(f"Submitting, attempt {state.attempts}/{policy.max_attempts}.")
+            request = SubmitRequest(
+                destination=item.destination,
+                item_id=self.item_id,
+                idempotency_key=provider_idempotency_key(self.item_id, item.generation),
+                payload=item.payload,
+                attempt=state.attempts,
+                projection=self._context(),
+            )
+            seq_before = state.last_event_seq
+            try:
+                result = await self._execute(
+                    DeliveryActivities.submit_item,
+                    request,
+                    policy.submit_task_queue,
+                    policy.submit_timeout_s,
+                    f"submit to {item.destination}, attempt {state.attempts}",
+                )
+            except ActivityError as err:
+                error_type, message, details = _classify(err)
+                if error_type is ItemErrorType.DESTINATION_GONE:
+                    await self._wait_for_resume(message)
+                    continue
+                if error_type is not ItemErrorType.TRANSIENT:
+                    raise _Failed(message, ItemErrorType.PERMANENT, details.error_code) from None
+                if state.attempts >= policy.max_attempts:
+                    raise _Failed(
+                        f"gave up after {state.attempts} attempts: {message}",
+                        ItemErrorType.DELIVERY_FAILED,
+                        details.error_code,
+                    ) from None
+                await self._wait_before_retry(message, details.retry_after_s)
+                continue
+            at = result.projected_at or workflow.now()
+            status_changed = transitions.apply_submit_result(item, state, result, at)
+            early_applied = self._apply_early_reports()
+            self._after_transition(status_changed, result.projected_at, seq_before, early_applied)
+            if result.delivered:
+                self._show_details("Sent: delivered.")
+            await self._project()
+            return
+
+    async def _execute(
+        self,
+        activity: Callable[[DeliveryActivities, Request], Awaitable[Result]],
+        request: Request,
+        task_queue: str,
+        timeout_s: float,
+        summary: str,
+    ) -> Result:
+        """Run a submit or poll on the destination's queue (its rate), with the outbox as its
+        fairness key; while one that projects its own transition is out, reports wait."""
+        self._projecting_activity_out = request.projection is not None
+        self.activity_out = True
+        try:
+            return await workflow.execute_activity_method(
+                activity,
+                request,
+                task_queue=task_queue,
+                start_to_close_timeout=timedelta(seconds=timeout_s),
+                retry_policy=_INFRASTRUCTURE_RETRIES,
+                summary=summary,
+                priority=self._priority(),
+            )
+        finally:
+            self._projecting_activity_out = False
+            self.activity_out = False
+
+    def _context(self) -> ProjectionContext | None:
+        """The state an activity projects its transition from, if this item lets it."""
+        if not self.item.activities_project:
+            return None
+        return transitions.for_activity(self.item, self.state)
+
+    def _after_transition(
+        self,
+        status_changed: bool,
+        projected_at: datetime | None,
+        seq_before: int,
+        early_applied: bool,
+    ) -> None:
+        """After an activity's transition: keep the search attribute, and drop the events the
+        activity projected (all of them, when nothing else happened meanwhile)."""
+        if status_changed:
+            self._host.status_changed(self.state.status)
+        # The activity numbered one event past what it was sent; a report applied since (early
+        # reports change the recipients it wrote) makes the workflow project again itself.
+        if (
+            projected_at is not None
+            and self.state.last_event_seq == seq_before + 1
+            and not early_applied
+        ):
+            self.state.events.clear()
+
+    def _priority(self) -> Priority:
+        """Fairness between outboxes on the destination's queues (see the module docstring)."""
+        return Priority(fairness_key=outbox_fairness_key(self.item.outbox))
+
+    async def _wait_for_resume(self, message: str) -> None:
+        """The endpoint answered 410 Gone and the submit paused the destination: record it and
+        take the attempt back. The next submit then waits in the paused queue until an operator
+        resumes the destination; the short timer first keeps a pause that somehow does not hold
+        from turning this into a busy loop, and lets a cancel in."""
+        state, policy = self.state, self.item.policy
+        state.last_error = message
+        state.next_attempt_at = None
+        self._record(ItemEventType.DESTINATION_GONE, ItemStatus.QUEUED, message)
+        state.attempts -= 1
+        await self._project()
+        self._show_details(f"{message}. Waiting for the destination to be resumed.")
+        await self._host.wait(
+            timedelta(seconds=policy.backoff_initial_s),
+            "destination paused: 410 Gone",
+            lambda: state.cancel_requested,
+        )
+
+    def _apply_early_reports(self) -> bool:
+        """Apply the reports that arrived before the accept did; whether any changed a
+        recipient."""
+        state = self.state
+        early, self._early_reports = self._early_reports, []
+        changed = False
+        for report in early:
+            if report.message_id == state.provider_message_id:
+                changed = apply_delivery_report(state.recipients, report) is not None or changed
+        return changed
+
+    async def _listen_for_reports(self) -> None:
+        """Stay open for delivery reports until every recipient has settled or the window ends.
+
+        A durable timer: the window outlives worker restarts and deploys like any other wait.
+        """
+        state, window_s = self.state, self.item.policy.report_window_s
+        if window_s > 0 and state.recipients and state.finished_at is not None:
+            until = state.finished_at + timedelta(seconds=window_s)
+            remaining = until - workflow.now()
+            if remaining > timedelta(0) and not self._all_recipients_settled():
+                self._show_details(
+                    f"Listening for delivery reports until {until:%Y-%m-%d %H:%M} UTC."
+                )
+                await self._host.wait(
+                    remaining, "delivery report window", self._all_recipients_settled
+                )
+        self._reports_closed = True
+        # A report being projected finishes before the item's final result is taken.
+        await workflow.wait_condition(workflow.all_handlers_finished)
+
+    def _all_recipients_settled(self) -> bool:
+        return all(recipient.status.settled for recipient in self.state.recipients)
+
+    async def _wait_before_retry(self, message: str, retry_after_s: float | None) -> None:
+        state, policy = self.state, self.item.policy
+        if retry_after_s is not None:
+            # The provider said when; coming back earlier only earns another 429.
+            delay = retry_after_s
+            why = f"Retry-After {retry_after_s:g}s"
+        else:
+            backoff = min(
+                policy.backoff_initial_s * policy.backoff_multiplier ** (state.attempts - 1),
+                policy.backoff_max_s,
+            )
+            delay = backoff * (1 + policy.backoff_jitter * workflow.random().random())
+            why = f"backoff {delay:.1f}s"
+        state.last_error = message
+        state.next_attempt_at = workflow.now() + timedelta(seconds=delay)
+        self._record(ItemEventType.SUBMIT_FAILED, ItemStatus.QUEUED, f"{message} ({why})")
+        await self._project()
+        self._show_details(f"Attempt {state.attempts} failed: {message}. Retrying after {why}.")
+        await self._host.wait(
+            timedelta(seconds=delay), f"retry after {why}", lambda: state.cancel_requested
+        )
+
+    async def _poll_until_done(self) -> None:
+        state, policy = self.state, self.item.policy
+        assert state.operation_url is not None and state.operation_started_at is not None
+        deadline = state.operation_started_at + timedelta(seconds=policy.poll_deadline_s)
+        while True:
+            now = workflow.now()
+            if now >= deadline:
+                raise _Failed(
+                    f"operation timed out: still running after {policy.poll_deadline_s:g}s",
+                    ItemErrorType.DELIVERY_FAILED,
+                )
+            wake_at = min(state.next_attempt_at or now, deadline)
+            self._show_details(f"Operation accepted; next poll at {wake_at:%H:%M:%S} UTC.")
+            if wake_at > now:
+                await self._host.wait(wake_at - now, f"next poll #{state.poll_count + 1}", None)
+            if workflow.now() >= deadline:
+                continue
+            result = await self._poll_once()
+            if result is not None and result.status is OperationStatus.SUCCEEDED:
+                self._show_details("Sent: operation succeeded.")
+                await self._project()
+                return
+            if result is not None and result.status in (
+                OperationStatus.FAILED,
+                OperationStatus.CANCELED,
+            ):
+                raise _Failed(
+                    result.error or f"operation {result.status.value}",
+                    ItemErrorType.DELIVERY_FAILED,
+                    result.error_code,
+                )
+            await self._host.checkpoint(self)
+
+    async def _poll_once(self) -> PollResult | None:
+        """One poll; a transient poll failure is logged and the next poll is scheduled."""
+        item, state, policy = self.item, self.state, self.item.policy
+        gate = self._host.gate()
+        if gate is not None:
+            await gate
+        state.poll_count += 1
+        request = PollRequest(
+            destination=item.destination,
+            item_id=self.item_id,
+            operation_url=state.operation_url or "",
+            projection=self._context(),
+        )
+        seq_before = state.last_event_seq
+        try:
+            result = await self._execute(
+                DeliveryActivities.poll_operation,
+                request,
+                policy.poll_task_queue,
+                policy.poll_timeout_s,
+                f"poll operation #{state.poll_count}",
+            )
+        except ActivityError as err:
+            error_type, message, details = _classify(err)
+            # A gone endpoint (the destination is paused now) is polled again, after the resume.
+            if error_type is ItemErrorType.PERMANENT:
+                raise _Failed(
+                    f"poll failed: {message}", ItemErrorType.PERMANENT, details.error_code
+                ) from None
+            state.last_error = f"poll failed: {message}"
+            transitions.schedule_next_poll(item, state, workflow.now(), details.retry_after_s)
+            self._record(ItemEventType.POLLED, ItemStatus.SENDING, state.last_error)
+            await self._project()
+            return None
+        at = result.projected_at or workflow.now()
+        if transitions.apply_poll_result(item, state, result, at):
+            self._after_transition(
+                state.status.is_final, result.projected_at, seq_before, early_applied=False
+            )
+            if not state.status.is_final:
+                await self._project()
+        return result
+
+    async def _finish(self, status: ItemStatus, event: ItemEventType, detail: str | None) -> None:
+        if transitions.finish(self.state, status, event, workflow.now(), detail):
+            self._host.status_changed(status)
+        self._show_details(f"{status.value.capitalize()}: {detail}.")
+        await self._project()
+
+    def _record(
+        self,
+        event: ItemEventType,
+        status: ItemStatus,
+        detail: str | None,
+        at: datetime | None = None,
+    ) -> None:
+        """Apply a transition at `at` (default: now): state and event history."""
+        if transitions.record(self.state, event, status, at or workflow.now(), detail):
+            self._host.status_changed(status)
+
+    async def _project(self) -> None:
+        """Write the transitions not yet in the read model."""
+        state = self.state
+        if not state.events:
+            return
+        projection = transitions.projection(self.item_id, self.item, state)
+        await self._host.project(projection)
+        # Projected events live on in the read model; dropping them keeps the state carried
+        # across continue-as-new small however long an operation is polled. Only the ones sent:
+        # a signal handler may have recorded more (and projected them) meanwhile.
+        projected = {event.seq for event in projection.events}
+        state.events[:] = [event for event in state.events if event.seq not in projected]
+
+    def _show_details(self, line: str) -> None:
+        state, policy = self.state, self.item.policy
+        lines = [
+            f"**{state.status.value}** — {self.item.destination}, outbox `{self.item.outbox}`",
+            line,
+            f"Attempts: {state.attempts}/{policy.max_attempts}; polls: {state.poll_count}.",
+        ]
+        if state.last_error:
+            lines.append(f"Last error: {state.last_error}")
+        if state.operation_url:
+            lines.append(f"Operation: {state.operation_url}")
+        if state.recipients:
+            counts: dict[str, int] = {}
+            for recipient in state.recipients:
+                counts[recipient.status.value] = counts.get(recipient.status.value, 0) + 1
+            summary = ", ".join(f"{count} {status}" for status, count in counts.items())
+            lines.append(f"Recipients: {summary}.")
+        self._host.show_details(lines)
+
+
+def _classify(err: ActivityError) -> tuple[ItemErrorType, str, DeliveryErrorDetails]:
+    """(error type, message, the provider's details) of a failed activity."""
+    cause = err.cause
+    if isinstance(cause, ApplicationError):
+        details = DeliveryErrorDetails.from_details(cause.details)
+        raw_type = cause.type or ItemErrorType.TRANSIENT
+        if raw_type in (
+            ItemErrorType.TRANSIENT,
+            ItemErrorType.PERMANENT,
+            ItemErrorType.DESTINATION_GONE,
+        ):
+            error_type = ItemErrorType(raw_type)
+        else:
+            # An unexpected exception survived the infrastructure retries: worth another go.
+            error_type = ItemErrorType.PERMANENT if cause.non_retryable else ItemErrorType.TRANSIENT
+        return error_type, cause.message, details
+    if isinstance(cause, ActivityTimeoutError):
+        kind = cause.type.name.lower() if cause.type else "unknown"
+        return ItemErrorType.TRANSIENT, f"activity timed out ({kind})", DeliveryErrorDetails()
+    return ItemErrorType.TRANSIENT, str(cause or err), DeliveryErrorDetails()
