@@ -91,8 +91,13 @@ class DeliveryHost(Protocol):
         """A resting point while polling: the item workflow may continue as new here."""
 
     def gate(self) -> Awaitable[None] | None:
-        """Before each submit attempt and each poll, with the state at rest: something to await
-        first (a host that continues as new holds new work back until it has), or None."""
+        """Before each submit attempt and each poll, with the state at rest: None when the
+        submit or poll may go now (it then holds one of the host's slots until `release`), or
+        something to await before asking again (a host bounds what it has out at once, and
+        holds new work back while it continues as new)."""
+
+    def release(self) -> None:
+        """A submit or poll let through by `gate` has been answered."""
 
 
 class DeliveryFailed(Exception):
@@ -333,6 +338,7 @@ class Delivery:
         finally:
             self._projecting_activity_out = False
             self.activity_out = False
+            self._host.release()
 
     def _context(self) -> ProjectionContext | None:
         """The state an activity projects its transition from, if this item lets it."""
@@ -474,8 +480,7 @@ class Delivery:
     async def _poll_once(self) -> PollResult | None:
         """One poll; a transient poll failure is logged and the next poll is scheduled."""
         item, state, policy = self.item, self.state, self.item.policy
-        gate = self._host.gate()
-        if gate is not None:
+        while (gate := self._host.gate()) is not None:
             await gate
         state.poll_count += 1
         request = PollRequest(

@@ -122,6 +122,9 @@ class OutboxItemWorkflow:
         """Nothing holds an item's own work back."""
         return None
 
+    def release(self) -> None:
+        """No slots to give back."""
+
     async def checkpoint(self, delivery: Delivery) -> None:
         """Continue as new when the history has grown long (an operation polled for hours)."""
         if workflow.info().is_continue_as_new_suggested():

@@ -63,8 +63,10 @@ async def api_factory(stack_factory, fake_provider) -> AsyncIterator[Callable[..
     """Build an Api with given settings (token, size limit, engine) over a fresh stack."""
     opened: list[Any] = []
 
-    async def build(**settings_overrides: Any) -> Api:
-        email = email_destination(fake_provider)
+    async def build(
+        email_overrides: dict[str, Any] | None = None, **settings_overrides: Any
+    ) -> Api:
+        email = email_destination(fake_provider, **(email_overrides or {}))
         webhook = webhook_destination(fake_provider)
         stack = await stack_factory(email, webhook)
         engine = settings_overrides.pop("engine", stack.engine)
