@@ -8,6 +8,7 @@ prints a table and writes `.bench/latest.json`.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import platform
@@ -18,7 +19,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -131,7 +132,8 @@ async def timed(
     """Run `work` (returns items done); report items/s and CPU ms per item per process."""
     before = {name: cpu_seconds(pid) for name, pid in pids.items()}
     started = time.perf_counter()
-    done = await work()
+    with flame_graph(label, pids.get("worker")):
+        done = await work()
     elapsed = time.perf_counter() - started
     result = {"items": done, "seconds": round(elapsed, 2), "items_per_s": round(done / elapsed, 2)}
     for name, pid in pids.items():
@@ -140,6 +142,39 @@ async def timed(
         )
     print(f"  {label}: {result}", flush=True)
     return result
+
+
+@contextlib.contextmanager
+def flame_graph(label: str, pid: int | None) -> Iterator[None]:
+    """With BENCH_PROFILE=1, a py-spy flame graph of the worker process while the block runs,
+    written to `.bench/flame-{label}.svg` (the sampling itself costs the worker some CPU, so a
+    profiled run's figures are not comparable with others)."""
+    if os.environ.get("BENCH_PROFILE") != "1" or pid is None:
+        yield
+        return
+    BENCH_DIR.mkdir(exist_ok=True)
+    output = BENCH_DIR / f"flame-{label}.svg"
+    spy = subprocess.Popen(
+        [
+            str(Path(sys.executable).parent / "py-spy"),
+            "record",
+            "--pid",
+            str(pid),
+            "--rate",
+            "200",
+            "--nonblocking",
+            "--output",
+            str(output),
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        yield
+    finally:
+        spy.send_signal(signal.SIGINT)  # py-spy writes the graph when interrupted
+        spy.wait(timeout=30)
+        print(f"  flame graph of the worker: {output}", flush=True)
 
 
 async def bounded(coroutines: list[Awaitable[Any]], limit: int = 50) -> list[Any]:

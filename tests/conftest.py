@@ -32,8 +32,9 @@ from temporalio.worker import Worker
 
 from common.destinations import Destination, DestinationRegistry
 from contract import search_attributes
+from contract.bulk import shard_of, shard_workflow_id
 from contract.ids import item_workflow_id, lane_workflow_id, provider_idempotency_key
-from contract.item import OutboxItemView
+from contract.item import OutboxItemInput, OutboxItemView
 from devstack.fake_provider import FakeProvider, run_fake_provider
 from devstack.temporal_server import dev_server_extra_args, temporal_cli_path, test_server_path
 from outbox_client import EnqueueResult, OutboxClient
@@ -167,6 +168,7 @@ class TrackingOutboxClient(OutboxClient):
         super().__init__(*args, **kwargs)
         self.started: list[str] = []
         self.lanes: set[str] = set()
+        self.shards: set[str] = set()
 
     async def enqueue(self, *args: Any, **kwargs: Any) -> EnqueueResult:
         if kwargs.get("ordering_key") is not None:
@@ -174,6 +176,12 @@ class TrackingOutboxClient(OutboxClient):
         result = await super().enqueue(*args, **kwargs)
         self.started.append(result.item_id)
         return result
+
+    async def hand_to_shards(self, items: list[OutboxItemInput], shards: int) -> None:
+        await super().hand_to_shards(items, shards)
+        for item in items:
+            item_id = item_workflow_id(item.outbox, item.key)
+            self.shards.add(shard_workflow_id(item.destination, shard_of(item_id, shards)))
 
     async def redrive(self, outbox: str, key: str, *, last_event_seq: int = 0) -> EnqueueResult:
         result = await super().redrive(outbox, key, last_event_seq=last_event_seq)
@@ -319,9 +327,10 @@ async def _finish_leftovers(stack: Stack) -> None:
 
     Terminating an item while its activity is in flight leaks a lock in the time-skipping
     server (the activity's completion is refused), and time stops skipping for every later test.
-    Lanes go first (an idle lane's timer would wake with no worker), so none starts another item.
+    Lanes and bulk shards go first (an idle lane's or shard's timer would wake with no worker),
+    so none starts another item.
     """
-    for lane_id in stack.outbox.lanes:
+    for lane_id in stack.outbox.lanes | stack.outbox.shards:
         with contextlib.suppress(Exception):
             await _terminate_when_quiet(stack.client.get_workflow_handle(lane_id))
     for item_id in set(stack.outbox.started):

@@ -9,6 +9,7 @@ from typing import Any
 
 import httpx
 import pytest_asyncio
+from temporalio.testing import WorkflowEnvironment
 
 from api.main import create_app
 from common.destinations import Destination
@@ -64,11 +65,13 @@ async def api_factory(stack_factory, fake_provider) -> AsyncIterator[Callable[..
     opened: list[Any] = []
 
     async def build(
-        email_overrides: dict[str, Any] | None = None, **settings_overrides: Any
+        email_overrides: dict[str, Any] | None = None,
+        env: WorkflowEnvironment | None = None,
+        **settings_overrides: Any,
     ) -> Api:
         email = email_destination(fake_provider, **(email_overrides or {}))
         webhook = webhook_destination(fake_provider)
-        stack = await stack_factory(email, webhook)
+        stack = await stack_factory(email, webhook, env=env)
         engine = settings_overrides.pop("engine", stack.engine)
         # The stack's own operations worker runs redrive batches and scheduled fires.
         settings_overrides.setdefault(

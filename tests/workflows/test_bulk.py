@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable
+from datetime import UTC, datetime
 from typing import Any
 
 from temporalio.api.enums.v1 import EventType
@@ -15,10 +16,18 @@ from temporalio.service import RPCError
 from bench.actions import billable_actions
 from contract import transitions
 from contract.bulk import shard_workflow_id
-from contract.ids import item_workflow_id
-from contract.item import ItemStatus, OutboxItemInput, OutboxItemView
+from contract.ids import item_workflow_id, provider_idempotency_key
+from contract.item import (
+    DeliveryOutcome,
+    DeliveryReport,
+    ItemStatus,
+    OutboxItemInput,
+    OutboxItemView,
+    RecipientStatus,
+)
 from readmodel import store
 from readmodel.writer import ProjectionWriter
+from service.reports import DeliveryReportService
 from tests.conftest import email_destination, unique_name
 from tests.fakes import deliveries, script
 from tests.workflows.test_outbox_item import EMAIL
@@ -29,10 +38,16 @@ async def until_settled(
     item_ids: list[str],
     timeout_s: float = 60,
     settled: Callable[[OutboxItemView], bool] = lambda view: view.status.is_final,
+    skip_time: bool = True,
 ) -> None:
-    """Wait (letting the server skip time) until the read model has every item settled."""
+    """Wait (letting the server skip time, unless not `skip_time`) until the read model has
+    every item settled."""
     deadline = time.monotonic() + timeout_s
-    unlocked = stack.env.time_skipping_unlocked() if stack.env.supports_time_skipping else None
+    unlocked = (
+        stack.env.time_skipping_unlocked()
+        if skip_time and stack.env.supports_time_skipping
+        else None
+    )
     if unlocked is not None:
         await unlocked.__aenter__()
     try:
@@ -181,3 +196,49 @@ async def test_a_shard_continues_as_new_carrying_its_items_where_they_were(
         )
     ]
     assert len(runs) > 2, "the shard should have continued as new"
+
+
+async def test_delivery_reports_reach_a_bulk_item_through_its_shard(
+    stack_factory, fake_provider
+) -> None:
+    destination = email_destination(fake_provider, mode="bulk", shards=2, report_window_s=3600)
+    stack = await stack_factory(destination)
+    two = {
+        **EMAIL,
+        "recipients": {"to": [{"address": "ada@example.com"}], "cc": [{"address": "bob@x.org"}]},
+    }
+    key = unique_name("reported")
+    writer = ProjectionWriter(stack.engine)
+
+    async def record_queued(item_id: str, item: OutboxItemInput) -> None:
+        await writer.write(transitions.enqueued(item_id, item))
+
+    item = await stack.outbox.enqueue(
+        "tests", destination.name, two, key=key, record_queued=record_queued
+    )
+    # Real time: skipped time would run out the shard's report window (and end the shard).
+    await until_settled(
+        stack, [item.item_id], settled=lambda view: view.status is ItemStatus.SENT, skip_time=False
+    )
+    reports = DeliveryReportService(stack.outbox, stack.engine)
+    at = datetime(2026, 11, 23, tzinfo=UTC)
+    tally = await reports.receive(
+        destination.name,
+        [
+            DeliveryReport(provider_idempotency_key(item.item_id), address, status, at)
+            for address, status in (
+                ("ada@example.com", RecipientStatus.DELIVERED),
+                ("bob@x.org", RecipientStatus.BOUNCED),
+            )
+        ],
+    )
+    assert tally.applied == 2
+
+    def bounced(view: OutboxItemView) -> bool:
+        return view.delivery is DeliveryOutcome.BOUNCED and all(
+            r.status is not RecipientStatus.PENDING for r in view.recipients
+        )
+
+    await until_settled(stack, [item.item_id], settled=bounced, skip_time=False)
+    types = [event.type for event in store.item_events(stack.engine, item.item_id)]
+    assert types == ["enqueued", "accepted", "sent", "delivery-report", "delivery-report"]
