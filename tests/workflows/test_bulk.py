@@ -242,3 +242,56 @@ async def test_delivery_reports_reach_a_bulk_item_through_its_shard(
     await until_settled(stack, [item.item_id], settled=bounced, skip_time=False)
     types = [event.type for event in store.item_events(stack.engine, item.item_id)]
     assert types == ["enqueued", "accepted", "sent", "delivery-report", "delivery-report"]
+
+
+async def test_a_shard_runs_the_items_lifecycle_paths(stack_factory, fake_provider) -> None:
+    """The paths the item workflow's tests cover, each one item of one shard: the same
+    machine, so the same events and ends."""
+    destination = email_destination(
+        fake_provider,
+        mode="bulk",
+        shards=1,
+        max_attempts=3,
+        backoff_initial_s=1,
+        poll_deadline_s=30,
+    )
+    stack = await stack_factory(destination)
+    cases: dict[str, tuple[list[dict[str, Any]], str, list[str] | None]] = {
+        "two-polls": ([{"running_polls": 2}], "sent", ["accepted", "polled", "polled", "sent"]),
+        "transient": (
+            [{"status": 503}, {"status": 500}],
+            "sent",
+            ["submit_failed", "submit_failed", "accepted", "sent"],
+        ),
+        "gave-up": (
+            [{"status": 503}] * 3,
+            "failed",
+            ["submit_failed", "submit_failed", "failed"],
+        ),
+        "refused": ([{"status": 400}], "failed", ["failed"]),
+        "op-failed": (
+            [{"running_polls": 1, "operation_result": "Failed"}],
+            "failed",
+            ["accepted", "polled", "failed"],
+        ),
+        "stuck": ([{"running_polls": 10_000}], "failed", None),
+    }
+    keys = {name: unique_name(name) for name in cases}
+    for name, (steps, _, _) in cases.items():
+        await script(fake_provider, item_workflow_id("tests", keys[name]), steps)
+
+    item_ids = await enqueue_all(stack, destination, list(keys.values()))
+    await until_settled(stack, item_ids)
+
+    for name, (_, status, expected) in cases.items():
+        item_id = item_workflow_id("tests", keys[name])
+        row = store.get_item(stack.engine, item_id)
+        assert row is not None and row.view.status.value == status, (name, row)
+        types = [event.type for event in store.item_events(stack.engine, item_id)]
+        assert types[0] == "enqueued", (name, types)
+        if expected is not None:
+            assert types[1:] == expected, (name, types)
+    stuck = store.get_item(stack.engine, item_workflow_id("tests", keys["stuck"]))
+    assert stuck is not None and "operation timed out" in (stuck.view.last_error or "")
+    gave_up = store.get_item(stack.engine, item_workflow_id("tests", keys["gave-up"]))
+    assert gave_up is not None and gave_up.view.attempts == 3
