@@ -30,6 +30,12 @@ SQLITE_PRAGMAS = ["--sqlite-pragma", "journal_mode=wal", "--sqlite-pragma", "syn
 # measured the same; the new matcher it runs on is named too, as the docs ask. docker-compose's
 # dynamic config sets the same values (a test keeps them equal).
 FAIRNESS_DYNAMIC_CONFIG = {"matching.enableFairness": True, "matching.useNewMatcher": True}
+# Dispatch latency. The history service hands new workflow and activity tasks to matching from
+# a queue it reads at most `transferProcessorMaxPollRPS` times a second (default 20): every task
+# waited up to 50 ms for the next read, and an item's enqueue-to-submit takes two such hops.
+# Measured (`make bench QUICK=1`, delivery at 20 items/s): p50 95.9 -> 22.5 ms, p99 198 -> 56 ms,
+# no extra server CPU (idle 0.1% -> 0.2%). Always on; docker-compose's dynamic config matches.
+LATENCY_DYNAMIC_CONFIG = {"history.transferProcessorMaxPollRPS": 1000}
 
 
 def find_binary(name: str) -> str:
@@ -59,7 +65,8 @@ def dev_server_extra_args(db_file: Path | None, *, fairness: bool = True) -> lis
     """Arguments for `temporal server start-dev` beyond ports: persistence, search attributes and
     (unless `fairness=False`, which only the fairness benchmark's baseline uses) fairness."""
     args = list(dev_server_flags())
-    for key, value in FAIRNESS_DYNAMIC_CONFIG.items() if fairness else ():
+    dynamic = {**LATENCY_DYNAMIC_CONFIG, **(FAIRNESS_DYNAMIC_CONFIG if fairness else {})}
+    for key, value in dynamic.items():
         args += ["--dynamic-config-value", f"{key}={str(value).lower()}"]
     if db_file is not None:
         db_file.parent.mkdir(parents=True, exist_ok=True)
