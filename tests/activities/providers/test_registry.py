@@ -107,7 +107,11 @@ async def test_build_provider_names_the_destination_and_field() -> None:
 # Each shipped file's destinations and their provider kinds.
 SHIPPED_CONFIGS = {
     "config/destinations.toml": {"fake-email": "acs-email", "fake-webhook": "webhook"},
-    "bench/destinations.toml": {"bench-email": "acs-email", "bench-wait": "acs-email"},
+    "bench/destinations.toml": {
+        "bench-email": "acs-email",
+        "bench-wait": "acs-email",
+        "bench-bulk": "acs-email",
+    },
     "bench/chaos_destinations.toml": {"chaos-email": "acs-email", "chaos-webhook": "webhook"},
 }
 # The env vars those files reference, set to sample values.
