@@ -13,9 +13,10 @@ import argparse
 import asyncio
 import logging
 import signal
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from contextlib import AsyncExitStack
 from datetime import timedelta
+from typing import Any
 
 import httpx
 from sqlalchemy import Engine
@@ -163,16 +164,22 @@ def build_workers(
     )
     for destination in destinations:
         # The rate is per task queue and enforced by the server, across all worker processes.
-        for task_queue, activity, rate in (
-            (destination.submit_task_queue, delivery.submit_item, destination.submit_rate),
-            (destination.poll_task_queue, delivery.poll_operation, destination.poll_rate),
-        ):
+        # A bulk destination's batched polls count one activity per batch (`poll_queue_rate`).
+        queues: list[tuple[str, list[Callable[..., Any]], float]] = [
+            (destination.submit_task_queue, [delivery.submit_item], destination.submit_rate),
+            (
+                destination.poll_task_queue,
+                [delivery.poll_operation, delivery.poll_operations],
+                destination.poll_queue_rate,
+            ),
+        ]
+        for task_queue, activities, rate in queues:
             workers.append(
                 Worker(
                     client,
                     interceptors=interceptors,
                     task_queue=task_queue,
-                    activities=[activity],
+                    activities=activities,
                     max_task_queue_activities_per_second=rate,
                 )
             )

@@ -9,6 +9,7 @@ sent there until an operator resumes it.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import time
 from collections.abc import AsyncIterator, Mapping
@@ -29,9 +30,11 @@ from contract import transitions
 from contract.ids import poll_task_queue, submit_task_queue
 from contract.item import (
     POLL_ACTIVITY,
+    POLL_BATCH_ACTIVITY,
     SUBMIT_ACTIVITY,
     DeliveryErrorDetails,
     ItemErrorType,
+    PollOutcome,
     PollRequest,
     PollResult,
     ProjectionContext,
@@ -82,6 +85,30 @@ class DeliveryActivities:
             if applied and await self._project(request.item_id, context, None):
                 result.projected_at = at
         return result
+
+    @activity.defn(name=POLL_BATCH_ACTIVITY)
+    async def poll_operations(self, requests: list[PollRequest]) -> list[PollOutcome]:
+        """Several items' polls at once (a bulk shard's `poll_batch`): each outcome is what
+        `poll_operation` would have returned or failed with for that item alone."""
+        return list(await asyncio.gather(*(self._poll_outcome(r) for r in requests)))
+
+    async def _poll_outcome(self, request: PollRequest) -> PollOutcome:
+        try:
+            return PollOutcome(result=await self.poll_operation(request))
+        except ApplicationError as err:
+            first = err.details[0] if err.details else None
+            details = (
+                first
+                if isinstance(first, DeliveryErrorDetails)
+                else DeliveryErrorDetails.from_details(err.details)
+            )
+            return PollOutcome(error_type=err.type, message=err.message, details=details)
+        except Exception as err:
+            # What a single poll would have failed with, retried by Temporal: here a
+            # transient failure of this item's poll only, the others' results stand.
+            return PollOutcome(
+                error_type=ItemErrorType.TRANSIENT, message=f"{type(err).__name__}: {err}"
+            )
 
     async def _project(
         self, item_id: str, context: ProjectionContext, payload: dict[str, Any] | None

@@ -566,6 +566,10 @@ def main() -> int:
             "DEST_CHAOS_WEBHOOK_MODE": MODE,
         }
     )
+    if MODE == "bulk":
+        # Polls share activities of up to 5: the rate check then tests that a batching
+        # destination's provider still sees no more than its `poll_rate`.
+        env["DEST_CHAOS_EMAIL_POLL_BATCH"] = "5"
     children = [child for child in build_children(env) if child.name != "fake"]
     info = {
         **machine(),

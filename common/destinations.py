@@ -37,7 +37,7 @@ from pydantic import (
     model_validator,
 )
 
-from contract.bulk import DEFAULT_SHARDS, MAX_SHARDS
+from contract.bulk import DEFAULT_SHARDS, MAX_POLL_BATCH, MAX_SHARDS
 from contract.ids import poll_task_queue, submit_task_queue
 from contract.item import POLICY_SETTINGS, DeliveryPolicy
 from contract.lane import LanePolicy
@@ -73,6 +73,22 @@ class Destination(BaseModel):
     # `shards` long-lived shard workflows (volume, cost; see the README's "Bulk mode").
     mode: Literal["item", "bulk"] = "item"
     shards: int = Field(default=DEFAULT_SHARDS, ge=1, le=MAX_SHARDS)
+    # Bulk mode: polls falling due together share one poll activity of up to this many. The
+    # poll queue then runs `poll_rate / poll_batch` activities a second, so the provider still
+    # sees at most `poll_rate` polls a second (and a lone poll waits its batch's turn).
+    poll_batch: int = Field(default=1, ge=1, le=MAX_POLL_BATCH)
+
+    @model_validator(mode="after")
+    def _poll_batch_is_bulk(self) -> Destination:
+        if self.poll_batch > 1 and self.mode != "bulk":
+            raise ValueError("poll_batch: only a destination in bulk mode batches its polls")
+        return self
+
+    @property
+    def poll_queue_rate(self) -> float:
+        """The poll queue's rate in activities a second (see `poll_batch`)."""
+        return self.poll_rate / self.poll_batch
+
     # Configured as flat fields (`max_attempts = 8`) and gathered here by `_gather_policy`, so
     # DeliveryPolicy's own defaults and bounds apply without being repeated.
     delivery: DeliveryPolicy

@@ -29,6 +29,7 @@ PROJECT_ITEMS_ACTIVITY = "project_items"
 RECENT_KEPT = 5000
 DEFAULT_SHARDS = 4
 MAX_SHARDS = 64
+MAX_POLL_BATCH = 100
 
 
 def shard_workflow_id(destination: str, shard: int) -> str:
@@ -48,6 +49,8 @@ class ShardInput:
 
     destination: str
     shard: int
+    # Polls one poll activity carries at most (the destination's `poll_batch`).
+    poll_batch: int = 1
     # The items it holds, each with its state (`OutboxItemInput.state`) when it had begun.
     items: list[OutboxItemInput] = field(default_factory=list)
     recent: list[str] = field(default_factory=list)

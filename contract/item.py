@@ -35,6 +35,8 @@ DELIVERY_REPORT_SIGNAL = "delivery_report"
 
 SUBMIT_ACTIVITY = "submit_item"
 POLL_ACTIVITY = "poll_operation"
+# Several items' polls in one activity (bulk mode's `poll_batch`).
+POLL_BATCH_ACTIVITY = "poll_operations"
 PROJECT_ACTIVITY = "project_item"
 
 
@@ -472,6 +474,17 @@ class DeliveryErrorDetails:
             status_code=int(status_code) if status_code is not None else None,
             error_code=str(error_code) if error_code is not None else None,
         )
+
+
+@dataclass
+class PollOutcome:
+    """One poll of a batch: its result, or the error a single poll activity would have failed
+    with (its `ApplicationError` type, message and details)."""
+
+    result: PollResult | None = None
+    error_type: str | None = None
+    message: str | None = None
+    details: DeliveryErrorDetails | None = None
 
 
 @dataclass

@@ -278,10 +278,12 @@ class OutboxClient:
         client = await self.temporal()
         for shard, held in sorted(by_shard.items()):
             destination = held[0].destination
+            target = self.destinations.get(destination)
+            poll_batch = target.poll_batch if target is not None else 1
             await lanes.signal_with_start(
                 client,
                 SHARD_WORKFLOW_TYPE,
-                ShardInput(destination=destination, shard=shard),
+                ShardInput(destination=destination, shard=shard, poll_batch=poll_batch),
                 id=shard_workflow_id(destination, shard),
                 task_queue=self.task_queue,
                 start_signal=ENQUEUE_SIGNAL,

@@ -7,6 +7,7 @@ what was measured), so the server is the one source of truth for rates and pause
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from dataclasses import dataclass
 
 from common.destinations import Destination, DestinationRegistry
@@ -59,7 +60,10 @@ class DestinationControls:
             read_queue_rate(client, destination.submit_task_queue),
             read_queue_rate(client, destination.poll_task_queue),
         )
-        return DestinationState(destination=destination, submit=submit, poll=poll)
+        # Shown in polls a second: a batching destination's queue counts batches.
+        return DestinationState(
+            destination=destination, submit=submit, poll=_per_batch(poll, destination.poll_batch)
+        )
 
     async def states(self) -> list[DestinationState]:
         return list(await asyncio.gather(*map(self.state, self._destinations.names)))
@@ -79,9 +83,14 @@ class DestinationControls:
         current = await self.state(name)
         client = await self._outbox.temporal()
         destination = current.destination
+        batch = destination.poll_batch
         for queue, now, new_rate in (
             (destination.submit_task_queue, current.submit, submit_rate),
-            (destination.poll_task_queue, current.poll, poll_rate),
+            (
+                destination.poll_task_queue,
+                _per_batch(current.poll, 1 / batch),
+                None if poll_rate is None else poll_rate / batch,
+            ),
         ):
             pause = now.paused if paused is None else paused
             if pause:
@@ -99,3 +108,15 @@ class DestinationControls:
                     client, queue, new_rate, reason or "rate set by request", identity=_IDENTITY
                 )
         return await self.state(name)
+
+
+def _per_batch(rate: QueueRate, batch: float) -> QueueRate:
+    """A poll queue's rate in polls a second from its rate in activities (`batch` polls each),
+    or back with `1 / batch`."""
+    if batch == 1:
+        return rate
+    return dataclasses.replace(
+        rate,
+        rate=rate.rate * batch,
+        resume_rate=None if rate.resume_rate is None else rate.resume_rate * batch,
+    )

@@ -29,8 +29,10 @@ from datetime import UTC, datetime, timedelta
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
+from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
+    from activities.delivery import DeliveryActivities
     from activities.projection import ProjectionActivities
     from contract.bulk import (
         CANCEL_ITEM_SIGNAL,
@@ -46,8 +48,16 @@ with workflow.unsafe.imports_passed_through():
         ShardView,
     )
     from contract.ids import item_workflow_id
-    from contract.item import ItemProjection, ItemStatus, OutboxItemInput
-    from workflows.delivery import Delivery, DeliveryFailed
+    from contract.item import (
+        DeliveryPolicy,
+        ItemErrorType,
+        ItemProjection,
+        ItemStatus,
+        OutboxItemInput,
+        PollOutcome,
+        PollRequest,
+    )
+    from workflows.delivery import POLL_RETRIES, Delivery, DeliveryFailed
 
 # Waits are rounded up to this, so the items waiting in one tick share one timer.
 TICK = timedelta(milliseconds=100)
@@ -88,6 +98,9 @@ class BulkShardWorkflow:
         # Submits and polls out (at most MAX_OUT), and the deliveries waiting for a turn.
         self._out = 0
         self._waiting: collections.deque[asyncio.Future[None]] = collections.deque()
+        # Polls asked for and not yet sent, with the futures their deliveries wait on.
+        self._to_poll: list[tuple[PollRequest, DeliveryPolicy, asyncio.Future[PollOutcome]]] = []
+        self._polls_gathering = False
 
     @workflow.run
     async def run(self, start: ShardInput) -> None:
@@ -231,6 +244,48 @@ class BulkShardWorkflow:
         turn: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._waiting.append(turn)
         return turn
+
+    def poll_batched(self) -> bool:
+        return self._start.poll_batch > 1
+
+    async def poll(self, request: PollRequest, policy: DeliveryPolicy) -> PollOutcome:
+        """Join the polls asked for in this step; one activity per `poll_batch` of them."""
+        outcome: asyncio.Future[PollOutcome] = asyncio.get_running_loop().create_future()
+        self._to_poll.append((request, policy, outcome))
+        if not self._polls_gathering:
+            # Started after every delivery already woken in this step has asked for its poll
+            # (they run first), so the polls that fell due together go out together.
+            self._polls_gathering = True
+            asyncio.create_task(self._send_polls())
+        return await outcome
+
+    async def _send_polls(self) -> None:
+        batch, self._to_poll = self._to_poll, []
+        self._polls_gathering = False
+        size = self._start.poll_batch
+        await asyncio.gather(
+            *(self._poll_batch(batch[at : at + size]) for at in range(0, len(batch), size))
+        )
+
+    async def _poll_batch(
+        self, batch: list[tuple[PollRequest, DeliveryPolicy, asyncio.Future[PollOutcome]]]
+    ) -> None:
+        policy = batch[0][1]
+        try:
+            outcomes = await workflow.execute_activity_method(
+                DeliveryActivities.poll_operations,
+                [request for request, _, _ in batch],
+                task_queue=policy.poll_task_queue,
+                start_to_close_timeout=timedelta(seconds=policy.poll_timeout_s),
+                retry_policy=POLL_RETRIES,
+                summary=f"poll {len(batch)} operations",
+            )
+        except ActivityError as err:
+            # The whole activity failed (after its retries): each item counts a failed poll.
+            failed = PollOutcome(error_type=ItemErrorType.TRANSIENT, message=str(err.cause or err))
+            outcomes = [failed] * len(batch)
+        for (_, _, outcome), answered in zip(batch, outcomes, strict=True):
+            outcome.set_result(answered)
 
     def release(self) -> None:
         self._out -= 1

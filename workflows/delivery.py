@@ -39,6 +39,7 @@ with workflow.unsafe.imports_passed_through():
     from contract.item import (
         CancelRequest,
         DeliveryErrorDetails,
+        DeliveryPolicy,
         DeliveryReport,
         ItemErrorType,
         ItemEventType,
@@ -48,6 +49,7 @@ with workflow.unsafe.imports_passed_through():
         OutboxItemInput,
         OutboxItemState,
         OutboxItemView,
+        PollOutcome,
         PollRequest,
         PollResult,
         ProjectionContext,
@@ -63,6 +65,8 @@ _INFRASTRUCTURE_RETRIES = RetryPolicy(
     maximum_attempts=3,
     non_retryable_error_types=[ItemErrorType.TRANSIENT, ItemErrorType.PERMANENT],
 )
+# A shared poll activity is retried like one item's; its items' own outcomes are inside it.
+POLL_RETRIES = _INFRASTRUCTURE_RETRIES
 Request = TypeVar("Request", SubmitRequest, PollRequest)
 Result = TypeVar("Result", SubmitResult, PollResult)
 # Reports for a message the item has not yet recorded as accepted (the provider can be faster
@@ -99,6 +103,12 @@ class DeliveryHost(Protocol):
     def release(self) -> None:
         """A submit or poll let through by `gate` has been answered."""
 
+    def poll_batched(self) -> bool:
+        """Whether polls go through `poll` (shared activities) rather than one activity each."""
+
+    async def poll(self, request: PollRequest, policy: DeliveryPolicy) -> PollOutcome:
+        """The outcome of one poll, run in an activity shared with other items' polls."""
+
 
 class DeliveryFailed(Exception):
     """The item ended failed: raised out of `Delivery.run` once the failure is recorded."""
@@ -118,6 +128,24 @@ class _Failed(Exception):
         super().__init__(message)
         self.error_type = error_type
         self.error_code = error_code
+
+
+class _PollFailed(Exception):
+    """A shared poll's failure for this item: as its own activity's would have been."""
+
+    def __init__(self, outcome: PollOutcome) -> None:
+        super().__init__(outcome.message)
+        raw_type = outcome.error_type or ItemErrorType.TRANSIENT
+        known = raw_type in (
+            ItemErrorType.TRANSIENT,
+            ItemErrorType.PERMANENT,
+            ItemErrorType.DESTINATION_GONE,
+        )
+        self.classified = (
+            ItemErrorType(raw_type) if known else ItemErrorType.TRANSIENT,
+            outcome.message or "poll failed",
+            outcome.details or DeliveryErrorDetails(),
+        )
 
 
 class Delivery:
@@ -340,6 +368,20 @@ class Delivery:
             self.activity_out = False
             self._host.release()
 
+    async def _shared_poll(self, request: PollRequest) -> PollResult:
+        """A poll in an activity the host shares between items; its slot as `_execute`'s."""
+        self._projecting_activity_out = request.projection is not None
+        self.activity_out = True
+        try:
+            outcome = await self._host.poll(request, self.item.policy)
+        finally:
+            self._projecting_activity_out = False
+            self.activity_out = False
+            self._host.release()
+        if outcome.result is not None:
+            return outcome.result
+        raise _PollFailed(outcome)
+
     def _context(self) -> ProjectionContext | None:
         """The state an activity projects its transition from, if this item lets it."""
         if not self.item.activities_project:
@@ -491,15 +533,20 @@ class Delivery:
         )
         seq_before = state.last_event_seq
         try:
-            result = await self._execute(
-                DeliveryActivities.poll_operation,
-                request,
-                policy.poll_task_queue,
-                policy.poll_timeout_s,
-                f"poll operation #{state.poll_count}",
+            if self._host.poll_batched():
+                result = await self._shared_poll(request)
+            else:
+                result = await self._execute(
+                    DeliveryActivities.poll_operation,
+                    request,
+                    policy.poll_task_queue,
+                    policy.poll_timeout_s,
+                    f"poll operation #{state.poll_count}",
+                )
+        except (ActivityError, _PollFailed) as err:
+            error_type, message, details = (
+                _classify(err) if isinstance(err, ActivityError) else err.classified
             )
-        except ActivityError as err:
-            error_type, message, details = _classify(err)
             # A gone endpoint (the destination is paused now) is polled again, after the resume.
             if error_type is ItemErrorType.PERMANENT:
                 raise _Failed(

@@ -29,11 +29,14 @@ with workflow.unsafe.imports_passed_through():
         STATUS_QUERY,
         WORKFLOW_TYPE,
         CancelRequest,
+        DeliveryPolicy,
         DeliveryReport,
         ItemProjection,
         ItemStatus,
         OutboxItemInput,
         OutboxItemView,
+        PollOutcome,
+        PollRequest,
     )
     from workflows.delivery import Delivery, DeliveryFailed
 
@@ -124,6 +127,13 @@ class OutboxItemWorkflow:
 
     def release(self) -> None:
         """No slots to give back."""
+
+    def poll_batched(self) -> bool:
+        """An item's polls are its own activities."""
+        return False
+
+    async def poll(self, request: PollRequest, policy: DeliveryPolicy) -> PollOutcome:
+        raise NotImplementedError("an item workflow's polls are its own activities")
 
     async def checkpoint(self, delivery: Delivery) -> None:
         """Continue as new when the history has grown long (an operation polled for hours)."""

@@ -295,3 +295,33 @@ async def test_a_shard_runs_the_items_lifecycle_paths(stack_factory, fake_provid
     assert stuck is not None and "operation timed out" in (stuck.view.last_error or "")
     gave_up = store.get_item(stack.engine, item_workflow_id("tests", keys["gave-up"]))
     assert gave_up is not None and gave_up.view.attempts == 3
+
+
+async def test_polls_falling_due_together_share_an_activity(stack_factory, fake_provider) -> None:
+    destination = email_destination(
+        fake_provider, mode="bulk", shards=1, poll_batch=10, poll_rate=100
+    )
+    stack = await stack_factory(destination)
+    keys = [unique_name("batched") for _ in range(20)]
+    for key in keys:
+        await script(fake_provider, item_workflow_id("tests", key), [{"running_polls": 2}])
+
+    item_ids = await enqueue_all(stack, destination, keys)
+    await until_settled(stack, item_ids)
+
+    for item_id in item_ids:
+        row = store.get_item(stack.engine, item_id)
+        assert row is not None and row.view.status is ItemStatus.SENT, row
+        assert row.view.poll_count >= 3
+        types = [event.type for event in store.item_events(stack.engine, item_id)]
+        assert types[:2] == ["enqueued", "accepted"] and types[-1] == "sent", types
+    events = await shard_history(stack.client, destination.name, 0)
+    scheduled = [
+        event.activity_task_scheduled_event_attributes.activity_type.name
+        for event in events
+        if event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
+    ]
+    polls = scheduled.count("poll_operations")
+    # 20 items polled three times each: 60 polls, in far fewer activities, none alone.
+    assert "poll_operation" not in scheduled
+    assert 0 < polls <= 30, polls
