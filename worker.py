@@ -215,7 +215,9 @@ async def run_worker(
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
     async with AsyncExitStack() as stack:
-        http_client = await stack.enter_async_context(httpx.AsyncClient())
+        connections = settings.provider_max_connections
+        limits = httpx.Limits(max_connections=connections, max_keepalive_connections=connections)
+        http_client = await stack.enter_async_context(httpx.AsyncClient(limits=limits))
         workers = build_workers(
             client,
             destinations=destinations,

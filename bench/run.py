@@ -505,6 +505,9 @@ def main() -> int:
     env.update(os.environ)
     env.update(PORTS)
     env.update({"DEV_DATA_DIR": str(data_dir), "OUTBOX_CONFIG": str(CONFIG), "API_TOKEN": ""})
+    # The fake answers in under a millisecond: 10 connections carry any rate here, and a smaller
+    # pool costs the worker less CPU per request (see PROVIDER_MAX_CONNECTIONS in the README).
+    env.setdefault("PROVIDER_MAX_CONNECTIONS", "10")
     env["DEST_BENCH_WAIT_POLL_INTERVAL_S"] = str(REST_POLL_INTERVAL_S)
     # The bench's destinations take no delivery reports: none should load the API.
     env["DEV_FAKE_REPORTS"] = "0"
