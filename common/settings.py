@@ -43,8 +43,9 @@ class Settings(BaseSettings):
     sticky_queue_timeout_s: float = Field(default=3.0, gt=0)
     # Connections the worker keeps to providers (all destinations share them). httpx's pool looks
     # at every connection on each request, so a pool larger than the concurrency a provider
-    # needs costs CPU: measured against the bench's sub-millisecond fake, 10 instead of 100 took
-    # 2.5-3 ms of worker CPU off each bulk item. Size it to rate x provider latency, with room.
+    # needs costs CPU: measured against the bench's sub-millisecond fake, 10 instead of 100 gave
+    # 7.4-8.6 ms of worker CPU per bulk item against 10.3-11.2. Size it to rate x provider
+    # latency, with room.
     provider_max_connections: int = Field(default=100, ge=1, le=10_000)
     # Where the worker serves Temporal SDK metrics for Prometheus (host:port); empty disables.
     worker_metrics_address: str = "127.0.0.1:9464"
