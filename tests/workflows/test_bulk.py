@@ -10,6 +10,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from temporalio.api.enums.v1 import EventType
+from temporalio.api.sdk.v1 import WorkflowMetadata
 from temporalio.client import Client
 from temporalio.service import RPCError
 
@@ -196,6 +197,11 @@ async def test_a_shard_continues_as_new_carrying_its_items_where_they_were(
         )
     ]
     assert len(runs) > 2, "the shard should have continued as new"
+    # The Web UI's current details of the (lingering) shard: its counts.
+    metadata = await stack.client.get_workflow_handle(shard_workflow_id(destination.name, 0)).query(
+        "__temporal_workflow_metadata", result_type=WorkflowMetadata
+    )
+    assert metadata.current_details.startswith(f"Bulk shard 0 of **{destination.name}**")
 
 
 async def test_delivery_reports_reach_a_bulk_item_through_its_shard(
