@@ -18,7 +18,7 @@ from sqlalchemy.exc import DBAPIError
 from temporalio.client import Client
 
 from activities.providers import load_destinations
-from api.auth import require_token
+from api.auth import load_tokens, require_token
 from api.deps import Resources
 from api.errors import install_error_handlers
 from api.limits import BodySizeLimit
@@ -38,6 +38,7 @@ from api.routes import (
     schedules,
 )
 from api.routes import destinations as destination_routes
+from api.routes import token as token_route
 from common.destinations import DestinationRegistry
 from common.settings import Settings, get_settings
 from outbox_client import OutboxClient, TemporalConnection
@@ -106,8 +107,8 @@ def create_app(
             ),
             controls=DestinationControls(outbox, registry),
         )
-        if settings.api_tokens:
-            log.info("API requires a bearer token (%d configured)", len(settings.api_tokens))
+        if app.state.tokens:
+            log.info("API requires a bearer token (%d configured)", len(app.state.tokens))
         else:
             log.warning("API running OPEN: no API_TOKEN set; anyone who can reach it can use it")
         app.state.live = LiveHub(db)
@@ -127,7 +128,9 @@ def create_app(
         description=(
             "Errors are RFC 9457 `application/problem+json`. Request bodies are limited to"
             f" {settings.max_request_bytes} bytes (`MAX_REQUEST_BYTES`; 413 above). With"
-            " `API_TOKEN` set, `/v1` needs `Authorization: Bearer <token>`."
+            " `API_TOKEN` or `API_TOKENS_FILE` set, `/v1` needs `Authorization: Bearer <token>`"
+            " with the route's scope (`read`, `enqueue` or `operate`); `GET /v1/token` tells a"
+            " token what it may do."
         ),
         lifespan=lifespan,
     )
@@ -136,7 +139,10 @@ def create_app(
         backlog_timeout_s=settings.backlog_metrics_timeout_s,
     )
     install_error_handlers(app)
+    # Read once at start: a malformed API_TOKENS_FILE stops the API here, naming the problem.
+    app.state.tokens = load_tokens(settings)
     authenticated = [Depends(require_token)]
+    app.include_router(token_route.router, dependencies=authenticated)
     app.include_router(items.router, dependencies=authenticated)
     app.include_router(outboxes.router, dependencies=authenticated)
     app.include_router(lanes.router, dependencies=authenticated)

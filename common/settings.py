@@ -31,6 +31,9 @@ class Settings(BaseSettings):
 
     # Bearer tokens the API accepts (comma-separated); empty means the API runs open.
     api_token: str = ""
+    # A TOML file of scoped tokens (their SHA-256, scopes and outboxes; see api/auth.py and the
+    # README); empty: none.
+    api_tokens_file: str = ""
     # How long a cancel waits for a worker before it is recorded as a signal (202) instead.
     cancel_wait_s: float = 5.0
     # Largest accepted request body, in bytes (413 above it).

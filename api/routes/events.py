@@ -14,7 +14,7 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, Header, Query, Request, Response
 from pydantic import BaseModel
 
-from api.auth import token_is_valid
+from api.auth import secret_is_valid
 from api.deps import DestinationsDep, MetricsDep, ReportServiceDep
 from api.errors import ApiProblem
 from api.eventgrid import read_delivery
@@ -62,7 +62,7 @@ def reporting_destination(
             f"destination {destination!r} takes no delivery reports (set its events_secret)",
         )
     offered = x_events_secret or secret or ""
-    if not offered or not token_is_valid(offered, [target.events_secret.get_secret_value()]):
+    if not offered or not secret_is_valid(offered, target.events_secret.get_secret_value()):
         raise ApiProblem(
             401,
             "bad-events-secret",

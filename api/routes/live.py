@@ -11,7 +11,7 @@ from typing import Any
 from fastapi import APIRouter, WebSocket, WebSocketDisconnect, status
 from pydantic import TypeAdapter
 
-from api.auth import websocket_token_is_valid
+from api.auth import websocket_token_allows
 from api.live import LiveHub, SubscriberTooSlow
 from contract.aggregate import RecordedEvent
 from contract.ids import parse_item_workflow_id
@@ -36,7 +36,7 @@ def event_message(event: EventRecord) -> dict[str, Any]:
 @router.websocket("/v1/outboxes/{outbox}/live")
 async def live(websocket: WebSocket, outbox: str, since: int | None = None) -> None:
     """Every event after `since` (none without it), in order, then each new one as it happens."""
-    if not websocket_token_is_valid(websocket):
+    if not websocket_token_allows(websocket, outbox):
         await websocket.close(
             code=status.WS_1008_POLICY_VIOLATION, reason="invalid or missing token"
         )
@@ -112,7 +112,7 @@ async def aggregate_live(
 ) -> None:
     """The aggregate's events with seq > `since` (from its current version without it), in
     order, then each new one as the event store receives it; reconnect with the last seq."""
-    if not websocket_token_is_valid(websocket):
+    if not websocket_token_allows(websocket, None):
         await websocket.close(
             code=status.WS_1008_POLICY_VIOLATION, reason="invalid or missing token"
         )

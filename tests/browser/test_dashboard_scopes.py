@@ -1,0 +1,30 @@
+"""The dashboard offers only what the token may do: a `read` token sees items but no enqueue
+form and no operator buttons; an all-scopes token sees them all."""
+
+from __future__ import annotations
+
+import hashlib
+
+from playwright.async_api import Browser, expect
+
+
+async def test_a_read_only_token_sees_no_actions(
+    served_api_factory, browser: Browser, tmp_path
+) -> None:
+    digest = hashlib.sha256(b"reader-token").hexdigest()
+    tokens = tmp_path / "tokens.toml"
+    tokens.write_text(f'[tokens.reader]\nsha256 = "{digest}"\nscopes = ["read"]\n')
+    api = await served_api_factory(api_token="root-token", api_tokens_file=str(tokens))
+    page = await browser.new_page()
+    await page.goto(api.url + "/")
+
+    await page.fill("#token", "reader-token")
+    await page.dispatch_event("#token", "change")
+    await expect(page.locator("#enqueue-form")).to_be_hidden(timeout=10_000)
+    await expect(page.locator("#purge-button")).to_be_hidden()
+    await expect(page.locator("#redrive-all")).to_be_hidden()
+
+    await page.fill("#token", "root-token")
+    await page.dispatch_event("#token", "change")
+    await expect(page.locator("#enqueue-form")).to_be_visible(timeout=10_000)
+    await expect(page.locator("#purge-button")).to_be_visible()
