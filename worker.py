@@ -19,6 +19,7 @@ from datetime import timedelta
 from typing import Any
 
 import httpx
+from opentelemetry.instrumentation.httpx import HTTPXClientInstrumentor
 from sqlalchemy import Engine
 from temporalio.client import Client
 from temporalio.runtime import PrometheusConfig, Runtime, TelemetryConfig
@@ -32,6 +33,7 @@ from activities.projectors import ProjectorActivities
 from activities.providers import build_provider, load_destinations
 from common.destinations import Destination, DestinationRegistry
 from common.settings import Settings, get_settings
+from common.tracing import configure_tracing
 from outbox_client import OutboxClient, connect
 from outbox_client.aggregates import AggregateClient
 from readmodel.db import create_schema, make_engine
@@ -209,6 +211,7 @@ async def run_worker(
         # Temporal SDK metrics (task latencies, slots, polls) for Prometheus at /metrics.
         metrics = PrometheusConfig(bind_address=settings.worker_metrics_address)
         runtime = Runtime(telemetry=TelemetryConfig(metrics=metrics))
+    tracing = configure_tracing("durable-outbox-worker")
     client = await connect(runtime=runtime)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -218,6 +221,9 @@ async def run_worker(
         connections = settings.provider_max_connections
         limits = httpx.Limits(max_connections=connections, max_keepalive_connections=connections)
         http_client = await stack.enter_async_context(httpx.AsyncClient(limits=limits))
+        if tracing:
+            # Provider requests as spans under their activity, with `traceparent` sent on.
+            HTTPXClientInstrumentor.instrument_client(http_client)
         workers = build_workers(
             client,
             destinations=destinations,

@@ -13,6 +13,7 @@ from contextlib import asynccontextmanager
 from datetime import timedelta
 
 from fastapi import Depends, FastAPI
+from opentelemetry.instrumentation.fastapi import FastAPIInstrumentor
 from sqlalchemy import Engine
 from sqlalchemy.exc import DBAPIError
 from temporalio.client import Client
@@ -41,6 +42,7 @@ from api.routes import destinations as destination_routes
 from api.routes import token as token_route
 from common.destinations import DestinationRegistry
 from common.settings import Settings, get_settings
+from common.tracing import configure_tracing
 from outbox_client import OutboxClient, TemporalConnection
 from outbox_client.aggregates import AggregateClient
 from readmodel.db import create_schema, make_engine
@@ -139,6 +141,9 @@ def create_app(
         backlog_timeout_s=settings.backlog_metrics_timeout_s,
     )
     install_error_handlers(app)
+    if configure_tracing("durable-outbox-api"):
+        # Each request a span; the Temporal client's start joins it (its interceptor).
+        FastAPIInstrumentor.instrument_app(app, excluded_urls="healthz,readyz,metrics")
     # Read once at start: a malformed API_TOKENS_FILE stops the API here, naming the problem.
     app.state.tokens = load_tokens(settings)
     authenticated = [Depends(require_token)]

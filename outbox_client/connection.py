@@ -19,6 +19,7 @@ from temporalio.client import Client
 from temporalio.envconfig import ClientConfig, ClientConnectConfig
 from temporalio.runtime import Runtime
 
+from common.tracing import temporal_interceptors
 from outbox_client.errors import TemporalUnavailable
 
 DEFAULT_ADDRESS = "localhost:7233"
@@ -75,6 +76,8 @@ async def connect(
     `Client.connect` as they are (a data converter, interceptors).
     """
     config = load_connect_config(environ, profile=profile, config_file=config_file)
+    # Traced when OTEL_* asks for it; the worker's workers take the interceptor from the client.
+    client_options.setdefault("interceptors", temporal_interceptors())
     try:
         return await Client.connect(**config, runtime=runtime, **client_options)
     except Exception as err:
