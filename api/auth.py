@@ -138,6 +138,8 @@ def required_scope(method: str, route_path: str) -> Scope | None:
     """The scope a route needs (None: any valid token)."""
     if route_path == TOKEN_ROUTE:
         return None
+    if route_path == "/codec/decode":
+        return Scope.READ
     if method in ("GET", "HEAD"):
         return Scope.READ
     if method == "POST" and (

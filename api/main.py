@@ -13,6 +13,7 @@ from contextlib import asynccontextmanager
 from datetime import timedelta
 
 from fastapi import Depends, FastAPI
+from fastapi.middleware.cors import CORSMiddleware
 from opentelemetry.instrumentation.fastapi import FastAPIInstrumentor
 from sqlalchemy import Engine
 from sqlalchemy.exc import DBAPIError
@@ -38,8 +39,10 @@ from api.routes import (
     projectors,
     schedules,
 )
+from api.routes import codec as codec_route
 from api.routes import destinations as destination_routes
 from api.routes import token as token_route
+from common.codec import codec_from_environment
 from common.destinations import DestinationRegistry
 from common.settings import Settings, get_settings
 from common.tracing import configure_tracing
@@ -146,8 +149,11 @@ def create_app(
         FastAPIInstrumentor.instrument_app(app, excluded_urls="healthz,readyz,metrics")
     # Read once at start: a malformed API_TOKENS_FILE stops the API here, naming the problem.
     app.state.tokens = load_tokens(settings)
+    # The Web UI's codec server decrypts with the same keys the clients encrypt with.
+    app.state.codec = codec_from_environment()
     authenticated = [Depends(require_token)]
     app.include_router(token_route.router, dependencies=authenticated)
+    app.include_router(codec_route.router, dependencies=authenticated)
     app.include_router(items.router, dependencies=authenticated)
     app.include_router(outboxes.router, dependencies=authenticated)
     app.include_router(lanes.router, dependencies=authenticated)
@@ -163,4 +169,12 @@ def create_app(
     # The middleware added last runs first: metrics wrap the size limit and count its 413s.
     app.add_middleware(BodySizeLimit, max_bytes=settings.max_request_bytes)
     app.add_middleware(MetricsMiddleware, metrics=app.state.metrics)
+    # The Web UI calls the codec server from the browser, from its own origin.
+    app.add_middleware(
+        CORSMiddleware,
+        allow_origins=settings.codec_cors_origins_list,
+        allow_methods=["POST", "OPTIONS"],
+        allow_headers=["content-type", "authorization", "x-namespace", "caller-type"],
+        allow_credentials=True,
+    )
     return app

@@ -562,6 +562,8 @@ def main() -> int:
             "DATABASE_URL": f"sqlite:///{data_dir / 'readmodel.db'}",
             "OUTBOX_CONFIG": str(CONFIG),
             "API_TOKEN": "",
+            # Plain payloads: the run reads items' results with a plain client.
+            "PAYLOAD_KEYS": "",
             "DEST_CHAOS_EMAIL_MODE": MODE,
             "DEST_CHAOS_WEBHOOK_MODE": MODE,
         }

@@ -508,6 +508,8 @@ def main() -> int:
     # The fake answers in under a millisecond: 10 connections carry any rate here, and a smaller
     # pool costs the worker less CPU per request (see PROVIDER_MAX_CONNECTIONS in the README).
     env.setdefault("PROVIDER_MAX_CONNECTIONS", "10")
+    # Payloads in plain text, like the naive baseline's (make dev encrypts them; see Security).
+    env["PAYLOAD_KEYS"] = ""
     env["DEST_BENCH_WAIT_POLL_INTERVAL_S"] = str(REST_POLL_INTERVAL_S)
     # The bench's destinations take no delivery reports: none should load the API.
     env["DEV_FAKE_REPORTS"] = "0"

@@ -34,6 +34,13 @@ class Settings(BaseSettings):
     # A TOML file of scoped tokens (their SHA-256, scopes and outboxes; see api/auth.py and the
     # README); empty: none.
     api_tokens_file: str = ""
+    # Payload encryption keys, `key-id:base64,...`, the first one current (see common/codec.py,
+    # which every Temporal client reads them with, `outbox_client.connect` included); empty:
+    # payloads in plain text.
+    payload_keys: str = ""
+    # Browser origins allowed to call the API (the Web UI calling the codec server), comma-
+    # separated; the dev Web UI's by default.
+    codec_cors_origins: str = "http://127.0.0.1:8233,http://localhost:8233"
     # How long a cancel waits for a worker before it is recorded as a signal (202) instead.
     cancel_wait_s: float = 5.0
     # Largest accepted request body, in bytes (413 above it).
@@ -57,6 +64,10 @@ class Settings(BaseSettings):
     backlog_metrics_cache_s: float = Field(default=5.0, ge=0)
     # How long a scrape waits for that reading; past it, `outbox_backlog_scrape_ok` is 0.
     backlog_metrics_timeout_s: float = Field(default=5.0, gt=0)
+
+    @property
+    def codec_cors_origins_list(self) -> list[str]:
+        return [o.strip() for o in self.codec_cors_origins.split(",") if o.strip()]
 
     @property
     def api_tokens(self) -> list[str]:

@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
+from common.codec import new_key_setting
 from common.settings import PROJECT_ROOT
 from devstack.temporal_server import (
     STOP_GRACE_S,
@@ -177,6 +178,9 @@ def build_children(env: dict[str, str]) -> list[Child]:
     env["TEMPORAL_NAMESPACE"] = "default"
     env["FAKE_PROVIDER_URL"] = f"http://127.0.0.1:{fake_port}"
     env.setdefault("DATABASE_URL", f"sqlite:///{data_dir / 'readmodel.db'}")
+    # Payloads encrypted from the first run, as production should run: a development key made
+    # once under the data directory (PAYLOAD_KEYS set by the user wins).
+    env.setdefault("PAYLOAD_KEYS", dev_payload_keys(data_dir))
     # The fake's Event Grid reports to the API with the secret `fake-email` is configured with.
     events_secret = env.setdefault("FAKE_EMAIL_EVENTS_SECRET", DEV_EVENTS_SECRET)
     report_url = (
@@ -194,7 +198,11 @@ def build_children(env: dict[str, str]) -> list[Child]:
     return [
         Child(
             "temporal",
-            dev_server_command(data_dir / "temporal.db", port=temporal_port, ui_port=ui_port),
+            [
+                *dev_server_command(data_dir / "temporal.db", port=temporal_port, ui_port=ui_port),
+                # The Web UI decrypts through the API's codec server, for whoever may read.
+                *["--ui-codec-endpoint", f"http://127.0.0.1:{api_port}/codec"],
+            ],
             temporal_serving(temporal_port),
             ports=(temporal_port, ui_port),
             stop_grace_s=STOP_GRACE_S,
@@ -219,6 +227,17 @@ def build_children(env: dict[str, str]) -> list[Child]:
             ports=(api_port,),
         ),
     ]
+
+
+def dev_payload_keys(data_dir: Path) -> str:
+    """The development `PAYLOAD_KEYS`: generated once into `payload-keys` under `data_dir`
+    (readable by its owner only) and read from there after."""
+    path = data_dir / "payload-keys"
+    if not path.exists():
+        data_dir.mkdir(parents=True, exist_ok=True)
+        path.touch(mode=0o600)
+        path.write_text(new_key_setting("dev-1") + "\n")
+    return path.read_text().strip()
 
 
 def api_requires_token(api_url: str) -> bool:

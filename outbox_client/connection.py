@@ -19,6 +19,7 @@ from temporalio.client import Client
 from temporalio.envconfig import ClientConfig, ClientConnectConfig
 from temporalio.runtime import Runtime
 
+from common.codec import codec_from_environment, data_converter
 from common.tracing import temporal_interceptors
 from outbox_client.errors import TemporalUnavailable
 
@@ -78,6 +79,8 @@ async def connect(
     config = load_connect_config(environ, profile=profile, config_file=config_file)
     # Traced when OTEL_* asks for it; the worker's workers take the interceptor from the client.
     client_options.setdefault("interceptors", temporal_interceptors())
+    # Payloads encrypted when PAYLOAD_KEYS is set (the workers use the client's converter too).
+    client_options.setdefault("data_converter", data_converter(codec_from_environment(environ)))
     try:
         return await Client.connect(**config, runtime=runtime, **client_options)
     except Exception as err:

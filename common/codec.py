@@ -1,0 +1,115 @@
+"""Payload encryption: a Temporal payload codec (AES-256-GCM) on every client and worker.
+
+Everything the SDK sends through its data converter — workflow inputs and results, signal,
+update and query arguments and answers, memos, activity inputs and results, failure details —
+is encrypted before it leaves the process, so histories in the server's database and in the
+Web UI hold ciphertext only. The Web UI reads them through the codec server the API serves
+(`POST /codec/decode`), to those allowed to.
+
+Keys: `PAYLOAD_KEYS`, a comma-separated list of `key-id:base64-key` (32 bytes each); the first
+encrypts, all decrypt. Rotating is prepending a new key: new payloads use it, histories written
+under the old ones still decode as long as those stay in the list. Each payload records its key
+id in its metadata. A payload without the encrypted encoding (written before encryption was on)
+passes through unchanged, so turning it on never breaks a running workflow.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import dataclasses
+import os
+from collections.abc import Mapping, Sequence
+
+from cryptography.exceptions import InvalidTag
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+from temporalio.api.common.v1 import Payload
+from temporalio.converter import DataConverter, PayloadCodec
+
+ENCODING = b"binary/encrypted"
+KEY_ID = "encryption-key-id"
+_NONCE_BYTES = 12
+
+
+class CodecKeyError(ValueError):
+    """The configured keys are unusable, or a payload names a key that is not configured."""
+
+
+class EncryptionCodec(PayloadCodec):
+    """AES-256-GCM over each whole serialized payload (its metadata too)."""
+
+    def __init__(self, keys: Mapping[str, bytes], current: str) -> None:
+        if current not in keys:
+            raise CodecKeyError(f"the current key {current!r} is not among the keys")
+        for key_id, key in keys.items():
+            if len(key) != 32:
+                raise CodecKeyError(f"key {key_id!r} is {len(key)} bytes; AES-256 needs 32")
+        self._ciphers = {key_id: AESGCM(key) for key_id, key in keys.items()}
+        self.current = current
+
+    @classmethod
+    def from_setting(cls, setting: str) -> EncryptionCodec:
+        """From `PAYLOAD_KEYS` (`id:base64,id:base64`, the first one current)."""
+        keys: dict[str, bytes] = {}
+        for entry in (part.strip() for part in setting.split(",")):
+            if not entry:
+                continue
+            key_id, sep, encoded = entry.partition(":")
+            if not sep or not key_id:
+                raise CodecKeyError("PAYLOAD_KEYS entries are key-id:base64-key")
+            try:
+                keys[key_id] = base64.b64decode(encoded, validate=True)
+            except binascii.Error as err:
+                raise CodecKeyError(f"PAYLOAD_KEYS key {key_id!r} is not base64") from err
+        if not keys:
+            raise CodecKeyError("PAYLOAD_KEYS names no key")
+        return cls(keys, next(iter(keys)))
+
+    async def encode(self, payloads: Sequence[Payload]) -> list[Payload]:
+        cipher = self._ciphers[self.current]
+        encoded = []
+        for payload in payloads:
+            nonce = os.urandom(_NONCE_BYTES)
+            sealed = cipher.encrypt(nonce, payload.SerializeToString(), self.current.encode())
+            encoded.append(
+                Payload(
+                    metadata={"encoding": ENCODING, KEY_ID: self.current.encode()},
+                    data=nonce + sealed,
+                )
+            )
+        return encoded
+
+    async def decode(self, payloads: Sequence[Payload]) -> list[Payload]:
+        return [self._decode_one(payload) for payload in payloads]
+
+    def _decode_one(self, payload: Payload) -> Payload:
+        if payload.metadata.get("encoding") != ENCODING:
+            return payload  # written before encryption was on
+        key_id = payload.metadata.get(KEY_ID, b"").decode()
+        cipher = self._ciphers.get(key_id)
+        if cipher is None:
+            raise CodecKeyError(f"payload encrypted with key {key_id!r}, which is not configured")
+        nonce, sealed = payload.data[:_NONCE_BYTES], payload.data[_NONCE_BYTES:]
+        try:
+            plain = cipher.decrypt(nonce, sealed, key_id.encode())
+        except InvalidTag as err:
+            raise CodecKeyError(f"payload under key {key_id!r} does not authenticate") from err
+        return Payload.FromString(plain)
+
+
+def codec_from_environment(environ: Mapping[str, str] | None = None) -> EncryptionCodec | None:
+    """The codec `PAYLOAD_KEYS` describes; None when it is unset (payloads in plain text)."""
+    setting = (os.environ if environ is None else environ).get("PAYLOAD_KEYS", "")
+    return EncryptionCodec.from_setting(setting) if setting.strip() else None
+
+
+def data_converter(codec: PayloadCodec | None) -> DataConverter:
+    """The default converter, with `codec` when there is one."""
+    if codec is None:
+        return DataConverter.default
+    return dataclasses.replace(DataConverter.default, payload_codec=codec)
+
+
+def new_key_setting(key_id: str) -> str:
+    """A fresh `PAYLOAD_KEYS` entry (what `make dev` generates once under `.data/`)."""
+    return f"{key_id}:{base64.b64encode(AESGCM.generate_key(bit_length=256)).decode()}"
