@@ -31,12 +31,14 @@ from activities.delivery import DeliveryActivities
 from activities.projection import ProjectionActivities
 from activities.projectors import ProjectorActivities
 from activities.providers import build_provider, load_destinations
+from common.codec import codec_from_environment, data_converter
 from common.destinations import Destination, DestinationRegistry
 from common.settings import Settings, get_settings
 from common.tracing import configure_tracing
 from outbox_client import OutboxClient, connect
 from outbox_client.aggregates import AggregateClient
 from readmodel.db import create_schema, make_engine
+from readmodel.payload_store import claim_checks
 from readmodel.writer import ProjectionWriter
 from service.dead_letters import DeadLetterActivities
 from service.effects import EffectActivities
@@ -212,7 +214,15 @@ async def run_worker(
         metrics = PrometheusConfig(bind_address=settings.worker_metrics_address)
         runtime = Runtime(telemetry=TelemetryConfig(metrics=metrics))
     tracing = configure_tracing("durable-outbox-worker")
-    client = await connect(runtime=runtime)
+    # Claim checks read and write the database every process shares (DATABASE_URL): an
+    # activities-only worker needs it too, to read a large payload its submit carries.
+    storage_engine = engine
+    if storage_engine is None and settings.claim_check_bytes > 0:
+        storage_engine = make_engine(settings.database_url)
+    converter = data_converter(
+        codec_from_environment(), claim_checks(storage_engine, settings.claim_check_bytes)
+    )
+    client = await connect(runtime=runtime, data_converter=converter)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -253,8 +263,8 @@ async def run_worker(
         )
         await stop.wait()
         log.info("shutting down: finishing in-flight tasks")
-    if engine is not None:
-        engine.dispose()
+    if storage_engine is not None:
+        storage_engine.dispose()
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -42,13 +42,14 @@ from api.routes import (
 from api.routes import codec as codec_route
 from api.routes import destinations as destination_routes
 from api.routes import token as token_route
-from common.codec import codec_from_environment
+from common.codec import codec_from_environment, data_converter
 from common.destinations import DestinationRegistry
 from common.settings import Settings, get_settings
 from common.tracing import configure_tracing
 from outbox_client import OutboxClient, TemporalConnection
 from outbox_client.aggregates import AggregateClient
 from readmodel.db import create_schema, make_engine
+from readmodel.payload_store import claim_checks
 from service.aggregates import AggregateService
 from service.destinations import DestinationControls
 from service.items import ItemService
@@ -91,7 +92,10 @@ def create_app(
         if outbox_client is None:
             # Connects on first use: the API starts (and /readyz says why it is not ready) while
             # Temporal is down.
-            client = temporal_client or TemporalConnection()
+            converter = data_converter(
+                codec_from_environment(), claim_checks(db, settings.claim_check_bytes)
+            )
+            client = temporal_client or TemporalConnection(data_converter=converter)
             outbox = OutboxClient(client, registry, settings.workflow_task_queue)
         else:
             outbox = outbox_client

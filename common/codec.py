@@ -24,7 +24,7 @@ from collections.abc import Mapping, Sequence
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from temporalio.api.common.v1 import Payload
-from temporalio.converter import DataConverter, PayloadCodec
+from temporalio.converter import DataConverter, ExternalStorage, PayloadCodec
 
 ENCODING = b"binary/encrypted"
 KEY_ID = "encryption-key-id"
@@ -103,11 +103,13 @@ def codec_from_environment(environ: Mapping[str, str] | None = None) -> Encrypti
     return EncryptionCodec.from_setting(setting) if setting.strip() else None
 
 
-def data_converter(codec: PayloadCodec | None) -> DataConverter:
-    """The default converter, with `codec` when there is one."""
-    if codec is None:
-        return DataConverter.default
-    return dataclasses.replace(DataConverter.default, payload_codec=codec)
+def data_converter(
+    codec: PayloadCodec | None, external_storage: ExternalStorage | None = None
+) -> DataConverter:
+    """The default converter, with `codec` and claim checks (`external_storage`) when given."""
+    return dataclasses.replace(
+        DataConverter.default, payload_codec=codec, external_storage=external_storage
+    )
 
 
 def new_key_setting(key_id: str) -> str:

@@ -34,6 +34,10 @@ class Settings(BaseSettings):
     # A TOML file of scoped tokens (their SHA-256, scopes and outboxes; see api/auth.py and the
     # README); empty: none.
     api_tokens_file: str = ""
+    # Claim checks: a payload above this many bytes (after encryption) is stored once in the
+    # database (`payload_blobs`) and the workflow history carries a reference; 0 turns it off
+    # (payloads then stay under Temporal's own payload size limit, about 2 MB).
+    claim_check_bytes: int = Field(default=64 * 1024, ge=0)
     # Payload encryption keys, `key-id:base64,...`, the first one current (see common/codec.py,
     # which every Temporal client reads them with, `outbox_client.connect` included); empty:
     # payloads in plain text.
@@ -44,7 +48,7 @@ class Settings(BaseSettings):
     # How long a cancel waits for a worker before it is recorded as a signal (202) instead.
     cancel_wait_s: float = 5.0
     # Largest accepted request body, in bytes (413 above it).
-    max_request_bytes: int = 256 * 1024
+    max_request_bytes: int = 10 * 1024 * 1024
 
     fake_provider_url: str = "http://127.0.0.1:8025"
     # How long a workflow task waits on the worker that ran the workflow last (its cached copy)

@@ -27,6 +27,7 @@ from sqlalchemy import (
     Float,
     Index,
     Integer,
+    LargeBinary,
     MetaData,
     String,
     Table,
@@ -277,6 +278,17 @@ LABOUR_HISTORY = Table(
     Column("completed_at", UTCDateTime(), nullable=True),
     Column("last_seq", Integer(), nullable=False),
     Index("ix_labour_history_mother", "mother", "labour_id"),
+)
+
+# Claim checks: payloads above the threshold, stored once by the digest of their (encrypted)
+# bytes; the workflow history carries a reference (`readmodel/payload_store.py`).
+PAYLOAD_BLOBS = Table(
+    "payload_blobs",
+    metadata,
+    Column("digest", String(64), primary_key=True),
+    Column("data", LargeBinary(), nullable=False),
+    Column("size", Integer(), nullable=False),
+    Column("stored_at", UTCDateTime(), nullable=False),
 )
 
 
