@@ -44,6 +44,7 @@ from service.dead_letters import DeadLetterActivities
 from service.effects import EffectActivities
 from service.items import ItemService
 from service.projectors import start_projectors
+from service.relay import Relay
 from service.schedules import ScheduleActivities
 from workflows.aggregate import AggregateWorkflow
 from workflows.bulk_shard import BulkShardWorkflow
@@ -248,6 +249,17 @@ async def run_worker(
         )
         for worker in workers:
             await stack.enter_async_context(worker)
+        if run_workflows and settings.relay_enabled and engine is not None:
+            # The transactional outbox's relay runs beside the workers (several processes'
+            # relays share the rows safely on PostgreSQL).
+            relay = Relay(
+                OutboxClient(client, registry, settings.workflow_task_queue),
+                engine,
+                poll_interval_s=settings.relay_poll_interval_s,
+                retention=timedelta(seconds=settings.relay_retention_s),
+            )
+            relay_task = asyncio.create_task(relay.run())
+            stack.callback(relay_task.cancel)
         if run_workflows:
             # Every workflow worker makes sure each async projector has its one runner.
             await start_projectors(

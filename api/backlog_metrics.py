@@ -32,6 +32,7 @@ from readmodel.backlog import (
     OutboxDestination,
     read_backlog,
 )
+from service.relay import RelayStats, relay_stats
 
 log = logging.getLogger("outbox.api")
 
@@ -113,7 +114,23 @@ SCRAPE_DURATION = Family(
     (),
     "How long the latest reading of the backlog from the read model took.",
 )
+RELAY_BACKLOG = Family(
+    "outbox_relay_backlog",
+    "gauge",
+    ("status",),
+    "Rows of the transactional outbox (`outbox_pending`) not relayed: pending (waiting for the"
+    " relay) and refused (the outbox refused them for good; see their last_error).",
+)
+RELAY_LAG = Family(
+    "outbox_relay_lag_seconds",
+    "gauge",
+    (),
+    "Seconds since the oldest pending row of the transactional outbox was committed; 0 when"
+    " none is pending.",
+)
 FAMILIES = (
+    RELAY_BACKLOG,
+    RELAY_LAG,
     ITEMS,
     OLDEST_QUEUED_AGE,
     SENT,
@@ -143,6 +160,7 @@ class BacklogMetrics:
         self._backlog: Backlog | None = None
         self._read_at = -float("inf")
         self._duration_s = 0.0
+        self._relay: RelayStats | None = None
         # Every outbox/destination (and lane outbox) seen since start, so a series that empties
         # reads 0 instead of vanishing (a vanished series looks like "no data" to an alert).
         self._pairs: set[OutboxDestination] = set()
@@ -183,6 +201,7 @@ class BacklogMetrics:
         started = time.perf_counter()
         try:
             backlog = await asyncio.to_thread(read_backlog, engine, self._tally)
+            self._relay = await asyncio.to_thread(relay_stats, engine)
         except Exception as err:  # any failure: export scrape_ok 0 rather than fail /metrics
             log.warning(
                 "backlog metrics: reading the read model failed: %s: %s", type(err).__name__, err
@@ -207,6 +226,12 @@ class BacklogMetrics:
         if backlog is not None:
             yield from self._item_families(backlog, datetime.now(UTC))
             yield from self._lane_families(backlog)
+            if self._relay is not None:
+                relay, lag = RELAY_BACKLOG.family(), RELAY_LAG.family()
+                relay.add_metric(["pending"], self._relay.pending)
+                relay.add_metric(["refused"], self._relay.refused)
+                lag.add_metric([], self._relay.oldest_pending_age_s)
+                yield from (relay, lag)
 
     def _item_families(self, backlog: Backlog, now: datetime) -> Iterator[Metric]:
         counts: dict[tuple[str, str, ItemStatus], int] = {}

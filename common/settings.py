@@ -34,6 +34,12 @@ class Settings(BaseSettings):
     # A TOML file of scoped tokens (their SHA-256, scopes and outboxes; see api/auth.py and the
     # README); empty: none.
     api_tokens_file: str = ""
+    # The transactional outbox's relay (`service.relay`): run inside each worker process that
+    # runs workflows; how often it polls (PostgreSQL also wakes it on commit); how long relayed
+    # rows are kept.
+    relay_enabled: bool = True
+    relay_poll_interval_s: float = Field(default=1.0, gt=0)
+    relay_retention_s: float = Field(default=7 * 24 * 3600.0, ge=0)
     # Claim checks: a payload above this many bytes (after encryption) is stored once in the
     # database (`payload_blobs`) and the workflow history carries a reference; 0 turns it off
     # (payloads then stay under Temporal's own payload size limit, about 2 MB).

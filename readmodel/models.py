@@ -39,7 +39,12 @@ from sqlalchemy.types import TypeDecorator, TypeEngine
 from contract.aggregate import MAX_AGGREGATE_ID_LENGTH, MAX_AGGREGATE_TYPE_LENGTH, RecordedEvent
 from contract.item import MAX_LENGTH, ItemEvent, OutboxItemView
 from contract.lane import LaneView
-from contract.limits import MAX_ITEM_ID_LENGTH, MAX_OUTBOX_LENGTH
+from contract.limits import (
+    MAX_DESTINATION_LENGTH,
+    MAX_ITEM_ID_LENGTH,
+    MAX_KEY_LENGTH,
+    MAX_OUTBOX_LENGTH,
+)
 
 metadata = MetaData()
 
@@ -289,6 +294,33 @@ PAYLOAD_BLOBS = Table(
     Column("data", LargeBinary(), nullable=False),
     Column("size", Integer(), nullable=False),
     Column("stored_at", UTCDateTime(), nullable=False),
+)
+
+# The transactional outbox: rows an application inserts in its own transaction
+# (`outbox_client.transactional.enqueue_in`), relayed to Temporal by `service.relay`.
+OUTBOX_PENDING = Table(
+    "outbox_pending",
+    metadata,
+    Column(
+        "id", BigInteger().with_variant(Integer(), "sqlite"), primary_key=True, autoincrement=True
+    ),
+    Column("outbox", String(MAX_OUTBOX_LENGTH), nullable=False),
+    Column("key", String(MAX_KEY_LENGTH), nullable=False),
+    Column("destination", String(MAX_DESTINATION_LENGTH), nullable=False),
+    Column("payload", JSON(), nullable=False),
+    Column("ordering_key", String(MAX_KEY_LENGTH), nullable=True),
+    Column("not_before", UTCDateTime(), nullable=True),
+    Column("max_attempts", Integer(), nullable=True),
+    Column("created_at", UTCDateTime(), nullable=False),
+    # A relay's lease: it is enqueueing the row until then (another may take it after).
+    Column("claimed_until", UTCDateTime(), nullable=True),
+    Column("relayed_at", UTCDateTime(), nullable=True),
+    # "pending", "relayed", or "refused" (the enqueue was refused for good: last_error says why).
+    Column("status", String(16), nullable=False),
+    Column("attempts", Integer(), nullable=False),
+    Column("last_error", String(), nullable=True),
+    Index("ix_outbox_pending_status", "status", "id"),
+    Index("ix_outbox_pending_key_order", "outbox", "ordering_key", "status", "id"),
 )
 
 

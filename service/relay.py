@@ -1,0 +1,255 @@
+"""The relay of the transactional outbox: committed `outbox_pending` rows become items.
+
+Each pass claims a batch of the oldest pending rows with a short lease (on PostgreSQL with
+`FOR UPDATE SKIP LOCKED`, so several relays share the work without waiting on each other),
+enqueues each under its key through `OutboxClient` (a repeat is the same item: a relay killed
+between the enqueue and marking the row only makes the next one find the item already there),
+then marks it relayed. Rows of one ordering key go in commit order: a row is claimable only
+when no earlier row of its key is still pending, so two relays never append one key's rows out
+of order. A row the outbox refuses for good (an unknown destination, a different request under
+the same key) is marked `refused` with the reason, and its key's later rows go on.
+
+New rows wake a relay at once on PostgreSQL (LISTEN on the channel `enqueue_in` notifies on
+commit); it also polls, the only way on SQLite (where one relay runs). Relayed rows are pruned
+after the retention. `python -m service.relay` runs one alone; the worker runs one by default.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from sqlalchemy import Engine, and_, delete, exists, func, select, update
+from sqlalchemy.engine import RowMapping
+
+from outbox_client import OutboxClient, OutboxError, TemporalUnavailable
+from outbox_client.transactional import NOTIFY_CHANNEL
+from readmodel.models import OUTBOX_PENDING
+
+log = logging.getLogger("outbox.relay")
+
+LEASE = timedelta(seconds=30)
+
+
+@dataclass
+class RelayStats:
+    """The relay's backlog: rows waiting and the oldest one's age (the relay lag)."""
+
+    pending: int
+    refused: int
+    oldest_pending_age_s: float
+
+
+class Relay:
+    def __init__(
+        self,
+        outbox: OutboxClient,
+        engine: Engine,
+        *,
+        batch: int = 100,
+        poll_interval_s: float = 1.0,
+        retention: timedelta = timedelta(days=7),
+    ) -> None:
+        self._outbox = outbox
+        self._engine = engine
+        self._batch = batch
+        self._poll_interval_s = poll_interval_s
+        self._retention = retention
+        self._wake = asyncio.Event()
+        self.relayed = 0
+
+    async def run(self) -> None:
+        """Relay until cancelled: a pass whenever woken or every poll interval."""
+        listener = asyncio.create_task(self._listen()) if self._postgres else None
+        try:
+            while True:
+                try:
+                    moved = await self.relay_once()
+                    await asyncio.to_thread(self._prune)
+                except Exception as err:  # the database or Temporal is down: try again soon
+                    log.warning("relay pass failed: %s", err)
+                    moved = 0
+                if moved >= self._batch:
+                    continue  # more are waiting
+                self._wake.clear()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._wake.wait(), self._poll_interval_s)
+        finally:
+            if listener is not None:
+                listener.cancel()
+
+    async def relay_once(self) -> int:
+        """One pass: claim, enqueue and mark up to a batch of rows; how many were settled."""
+        rows = await asyncio.to_thread(self._claim)
+        settled = 0
+        for row in rows:
+            try:
+                await self._outbox.enqueue(
+                    row["outbox"],
+                    row["destination"],
+                    row["payload"],
+                    key=row["key"],
+                    ordering_key=row["ordering_key"],
+                    not_before=row["not_before"],
+                    max_attempts=row["max_attempts"],
+                )
+            except TemporalUnavailable as err:
+                # Nothing is lost: the lease runs out and the row is claimed again.
+                log.warning("relay: Temporal unavailable (%s); row %s later", err, row["id"])
+                await asyncio.to_thread(self._release, row["id"], str(err))
+                break
+            except OutboxError as err:
+                await asyncio.to_thread(self._mark, row["id"], "refused", str(err))
+                settled += 1
+                continue
+            await asyncio.to_thread(self._mark, row["id"], "relayed", None)
+            settled += 1
+            self.relayed += 1
+        return settled
+
+    def stats(self) -> RelayStats:
+        return relay_stats(self._engine)
+
+    @property
+    def _postgres(self) -> bool:
+        return self._engine.dialect.name == "postgresql"
+
+    def _claim(self) -> list[RowMapping]:
+        now = datetime.now(UTC)
+        earlier = OUTBOX_PENDING.alias("earlier")
+        # Claimable: pending, not leased by a live relay, and first of its ordering key.
+        first_of_key = ~exists().where(
+            and_(
+                earlier.c.outbox == OUTBOX_PENDING.c.outbox,
+                earlier.c.ordering_key == OUTBOX_PENDING.c.ordering_key,
+                earlier.c.status == "pending",
+                earlier.c.id < OUTBOX_PENDING.c.id,
+            )
+        )
+        query = (
+            select(OUTBOX_PENDING)
+            .where(
+                OUTBOX_PENDING.c.status == "pending",
+                (OUTBOX_PENDING.c.claimed_until.is_(None)) | (OUTBOX_PENDING.c.claimed_until < now),
+                (OUTBOX_PENDING.c.ordering_key.is_(None)) | first_of_key,
+            )
+            .order_by(OUTBOX_PENDING.c.id)
+            .limit(self._batch)
+        )
+        if self._postgres:
+            query = query.with_for_update(skip_locked=True, of=OUTBOX_PENDING)
+        with self._engine.begin() as connection:
+            rows = connection.execute(query).mappings().all()
+            if rows:
+                connection.execute(
+                    update(OUTBOX_PENDING)
+                    .where(OUTBOX_PENDING.c.id.in_([row["id"] for row in rows]))
+                    .values(claimed_until=now + LEASE, attempts=OUTBOX_PENDING.c.attempts + 1)
+                )
+        return list(rows)
+
+    def _mark(self, row_id: int, status: str, error: str | None) -> None:
+        with self._engine.begin() as connection:
+            connection.execute(
+                update(OUTBOX_PENDING)
+                .where(OUTBOX_PENDING.c.id == row_id)
+                .values(status=status, relayed_at=datetime.now(UTC), last_error=error)
+            )
+
+    def _release(self, row_id: int, error: str) -> None:
+        with self._engine.begin() as connection:
+            connection.execute(
+                update(OUTBOX_PENDING)
+                .where(OUTBOX_PENDING.c.id == row_id)
+                .values(claimed_until=None, last_error=error)
+            )
+
+    def _prune(self) -> None:
+        cutoff = datetime.now(UTC) - self._retention
+        with self._engine.begin() as connection:
+            connection.execute(
+                delete(OUTBOX_PENDING).where(
+                    OUTBOX_PENDING.c.status == "relayed", OUTBOX_PENDING.c.relayed_at < cutoff
+                )
+            )
+
+    async def _listen(self) -> None:
+        """Wake the relay on each commit of new rows (PostgreSQL's LISTEN/NOTIFY)."""
+        import psycopg
+
+        url = self._engine.url.set(drivername="postgresql").render_as_string(hide_password=False)
+        while True:
+            try:
+                async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
+                    await conn.execute(f"LISTEN {NOTIFY_CHANNEL}")
+                    async for _ in conn.notifies():
+                        self._wake.set()
+            except Exception as err:  # polling carries on meanwhile
+                log.warning("relay: LISTEN failed (%s); polling", err)
+                await asyncio.sleep(self._poll_interval_s)
+
+
+def relay_stats(engine: Engine) -> RelayStats:
+    with engine.connect() as connection:
+        counts: dict[Any, int] = dict(
+            connection.execute(
+                select(OUTBOX_PENDING.c.status, func.count()).group_by(OUTBOX_PENDING.c.status)
+            ).all()
+        )
+        oldest = connection.execute(
+            select(func.min(OUTBOX_PENDING.c.created_at)).where(
+                OUTBOX_PENDING.c.status == "pending"
+            )
+        ).scalar()
+    age = 0.0
+    if oldest is not None:
+        oldest = oldest if oldest.tzinfo else oldest.replace(tzinfo=UTC)
+        age = max((datetime.now(UTC) - oldest).total_seconds(), 0.0)
+    return RelayStats(
+        pending=counts.get("pending", 0),
+        refused=counts.get("refused", 0),
+        oldest_pending_age_s=age,
+    )
+
+
+async def run_alone() -> None:
+    """`python -m service.relay`: one relay with the worker's settings, until SIGINT/SIGTERM."""
+    import signal
+
+    from activities.providers import load_destinations
+    from common.settings import get_settings
+    from outbox_client import connect
+    from readmodel.db import create_schema, make_engine
+
+    settings = get_settings()
+    engine = make_engine(settings.database_url)
+    create_schema(engine)
+    client = await connect()
+    outbox = OutboxClient(
+        client, load_destinations(settings.outbox_config), settings.workflow_task_queue
+    )
+    relay = Relay(
+        outbox,
+        engine,
+        poll_interval_s=settings.relay_poll_interval_s,
+        retention=timedelta(seconds=settings.relay_retention_s),
+    )
+    task = asyncio.create_task(relay.run())
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, task.cancel)
+    log.info("relay running alone")
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
+    engine.dispose()
+
+
+if __name__ == "__main__":
+    logging.basicConfig(
+        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    asyncio.run(run_alone())

@@ -1,0 +1,216 @@
+"""The transactional outbox on SQLite and PostgreSQL: a rolled-back transaction enqueues
+nothing, a committed one exactly once (a relay dying between the enqueue and the mark too),
+one key's rows in commit order, and on PostgreSQL three relays share 2,000 rows with no
+duplicate and none left behind."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import httpx
+import pytest
+from prometheus_client import CollectorRegistry, generate_latest
+from sqlalchemy import Engine, select, update
+from sqlalchemy.orm import Session
+
+from api.backlog_metrics import BacklogMetrics
+from common.destinations import DestinationRegistry
+from contract.ids import item_workflow_id
+from examples.booking_app import create_booking_app
+from outbox_client import EnqueueResult, InvalidRequest, OutboxClient
+from outbox_client.transactional import enqueue_in
+from readmodel.models import OUTBOX_PENDING
+from service.relay import Relay, relay_stats
+from tests.conftest import email_destination, unique_name, webhook_destination
+from tests.fakes import deliveries
+from tests.workflows.test_lane import item_result
+
+
+def statuses(engine: Engine) -> list[str]:
+    with engine.connect() as connection:
+        return list(connection.execute(select(OUTBOX_PENDING.c.status)).scalars())
+
+
+async def test_a_rolled_back_transaction_enqueues_nothing_and_a_committed_one_once(
+    engine: Engine, stack_factory, fake_provider
+) -> None:
+    destination = webhook_destination(fake_provider)
+    stack = await stack_factory(destination)
+    relay = Relay(stack.outbox, engine)
+    kept, dropped = unique_name("kept"), unique_name("dropped")
+
+    with Session(engine) as session:
+        enqueue_in(
+            session, outbox="tests", destination=destination.name, payload={"n": 1}, key=dropped
+        )
+        session.rollback()
+    with Session(engine) as session, session.begin():
+        enqueue_in(
+            session, outbox="tests", destination=destination.name, payload={"n": 2}, key=kept
+        )
+    with pytest.raises(InvalidRequest), Session(engine) as session:
+        enqueue_in(session, outbox="tests", destination=destination.name, payload={}, key="a/b")
+
+    assert await relay.relay_once() == 1
+    assert await relay.relay_once() == 0
+    await stack.result(item_workflow_id("tests", kept))
+    assert await deliveries(fake_provider, item_workflow_id("tests", kept)) == 1
+    assert await deliveries(fake_provider, item_workflow_id("tests", dropped)) == 0
+    assert statuses(engine) == ["relayed"]
+    assert relay_stats(engine).pending == 0
+
+
+class DiesBeforeMarking(Relay):
+    """A relay whose process dies right after the enqueue, before it marks the row."""
+
+    def _mark(self, row_id: int, status: str, error: str | None) -> None:
+        raise SystemExit("killed between the enqueue and the mark")
+
+
+async def test_a_relay_dying_between_enqueue_and_mark_leaves_one_item(
+    engine: Engine, stack_factory, fake_provider
+) -> None:
+    destination = webhook_destination(fake_provider)
+    stack = await stack_factory(destination)
+    key = unique_name("once")
+    with Session(engine) as session, session.begin():
+        enqueue_in(session, outbox="tests", destination=destination.name, payload={}, key=key)
+
+    with pytest.raises(SystemExit):
+        await DiesBeforeMarking(stack.outbox, engine).relay_once()
+    assert statuses(engine) == ["pending"]
+    # Its lease runs out (30 s; here at once).
+    with engine.begin() as connection:
+        connection.execute(
+            update(OUTBOX_PENDING).values(claimed_until=datetime.now(UTC) - timedelta(seconds=1))
+        )
+    assert await Relay(stack.outbox, engine).relay_once() == 1
+
+    await stack.result(item_workflow_id("tests", key))
+    assert statuses(engine) == ["relayed"]
+    assert await deliveries(fake_provider, item_workflow_id("tests", key)) == 1
+
+
+async def test_one_keys_rows_are_relayed_in_commit_order(
+    engine: Engine, stack_factory, fake_provider
+) -> None:
+    destination = webhook_destination(fake_provider, submit_rate=50)
+    stack = await stack_factory(destination)
+    keys = [unique_name(f"seq{n}") for n in range(5)]
+    for n, key in enumerate(keys):
+        with Session(engine) as session, session.begin():
+            enqueue_in(
+                session,
+                outbox="tests",
+                destination=destination.name,
+                payload={"n": n},
+                key=key,
+                ordering_key="k1",
+            )
+    relay = Relay(stack.outbox, engine)
+    while await relay.relay_once():
+        pass
+
+    assert statuses(engine) == ["relayed"] * 5
+    for key in keys:
+        await item_result(stack, key)  # each waits in the lane until its turn
+    arrived = [
+        entry["payload"]["n"] for entry in await fake_provider.admin.deliveries(destination.name)
+    ]
+    assert arrived == [0, 1, 2, 3, 4]
+    # An unknown destination is refused with the reason, and does not hold its key up.
+    with Session(engine) as session, session.begin():
+        enqueue_in(session, outbox="tests", destination="nowhere", payload={}, key=unique_name("x"))
+    assert await relay.relay_once() == 1
+    assert relay_stats(engine).refused == 1
+
+
+class Counting(OutboxClient):
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.created: list[str] = []
+
+    async def enqueue(self, *args: Any, **kwargs: Any) -> EnqueueResult:
+        result = await super().enqueue(*args, **kwargs)
+        if result.created:
+            self.created.append(result.item_id)
+        return result
+
+
+async def test_three_relays_share_two_thousand_rows_on_postgres(
+    postgres_engine: Engine, dev_env, fake_provider
+) -> None:
+    # The dev server, and a queue no worker polls: the items only need to be started.
+    destination = webhook_destination(fake_provider)
+    outbox = Counting(
+        dev_env.client, DestinationRegistry({destination.name: destination}), unique_name("q")
+    )
+    run = unique_name("r")
+    with Session(postgres_engine) as session, session.begin():
+        for n in range(2000):
+            enqueue_in(
+                session,
+                outbox="relayed",
+                destination=destination.name,
+                payload={"n": n},
+                key=f"{run}-{n}",
+            )
+
+    relays = [Relay(outbox, postgres_engine, batch=50) for _ in range(3)]
+
+    async def drain(relay: Relay) -> None:
+        while await relay.relay_once():
+            pass
+
+    await asyncio.gather(*(drain(relay) for relay in relays))
+
+    assert len(outbox.created) == 2000 == len(set(outbox.created))
+    assert statuses(postgres_engine) == ["relayed"] * 2000
+    assert all(relay.relayed > 0 for relay in relays)  # all three took part
+
+
+async def test_the_relay_backlog_and_lag_are_exported(engine: Engine) -> None:
+    registry = CollectorRegistry()
+    metrics = BacklogMetrics(registry, cache_s=0, timeout_s=5)
+    metrics.attach(engine)
+    with Session(engine) as session, session.begin():
+        enqueue_in(session, outbox="tests", destination="fake-webhook", payload={}, key="waits")
+
+    await metrics.refresh()
+    exported = generate_latest(registry).decode()
+
+    assert 'outbox_relay_backlog{status="pending"} 1.0' in exported
+    assert "outbox_relay_lag_seconds " in exported
+    await metrics.detach()
+
+
+async def test_the_booking_example_commits_a_booking_with_its_messages_or_nothing(
+    engine: Engine, stack_factory, fake_provider
+) -> None:
+    email, webhook = (
+        email_destination(fake_provider, name="fake-email"),
+        webhook_destination(fake_provider, name="fake-webhook"),
+    )
+    stack = await stack_factory(email, webhook)
+    transport = httpx.ASGITransport(app=create_booking_app(engine))
+    booking = {
+        "id": unique_name("b"),
+        "customer": "Ada",
+        "email": "ada@example.com",
+        "phone": "+15550100",
+        "at": "2030-01-01T09:30:00Z",
+    }
+
+    async with httpx.AsyncClient(transport=transport, base_url="http://app") as client:
+        created = await client.post("/bookings", json=booking)
+        again = await client.post("/bookings", json=booking)  # exists: nothing more is sent
+    assert created.status_code == 201 and again.status_code == 409
+    assert statuses(engine) == ["pending", "pending"]
+    relay = Relay(stack.outbox, engine)
+    assert await relay.relay_once() == 2
+    for key in (created.json()["email"], created.json()["sms"]):
+        view = await stack.result(item_workflow_id("bookings", key))
+        assert view.status == "sent"
+        assert await deliveries(fake_provider, item_workflow_id("bookings", key)) == 1
