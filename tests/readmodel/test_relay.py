@@ -6,6 +6,7 @@ duplicate and none left behind."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -214,3 +215,32 @@ async def test_the_booking_example_commits_a_booking_with_its_messages_or_nothin
         view = await stack.result(item_workflow_id("bookings", key))
         assert view.status == "sent"
         assert await deliveries(fake_provider, item_workflow_id("bookings", key)) == 1
+
+
+async def test_a_commit_wakes_the_relay_on_postgres(
+    postgres_engine: Engine, stack_factory, fake_provider
+) -> None:
+    destination = webhook_destination(fake_provider)
+    stack = await stack_factory(destination)
+    # Polling every minute: only the NOTIFY of the commit can make it this quick.
+    relay = Relay(stack.outbox, postgres_engine, poll_interval_s=60)
+    running = asyncio.create_task(relay.run())
+    try:
+        await asyncio.sleep(1)  # listening, and past its first (empty) pass
+        with Session(postgres_engine) as session, session.begin():
+            enqueue_in(
+                session,
+                outbox="tests",
+                destination=destination.name,
+                payload={},
+                key=unique_name("w"),
+            )
+        for _ in range(100):
+            if statuses(postgres_engine) == ["relayed"]:
+                break
+            await asyncio.sleep(0.05)
+    finally:
+        running.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await running
+    assert statuses(postgres_engine) == ["relayed"]
