@@ -79,7 +79,7 @@ from outbox_client.errors import (
 )
 from outbox_client.validation import (
     validate_key,
-    validate_not_before,
+    validate_new_item,
     validate_ordering_key,
     validate_outbox,
 )
@@ -90,10 +90,6 @@ RPC_TIMEOUT = timedelta(seconds=10)
 log = logging.getLogger("outbox.client")
 # Writes a just-started item's `queued` row: (item id, its input).
 RecordQueued = Callable[[str, OutboxItemInput], Awaitable[None]]
-DELAYED_LANE_ITEM = (
-    "not_before and delay_seconds cannot be combined with ordering_key: a delayed item would"
-    " hold up every item behind it in its lane"
-)
 BULK_ORDERING = (
     "ordering_key is not supported for a destination in bulk mode yet: its shards do not keep"
     " an order between items"
@@ -234,19 +230,18 @@ class OutboxClient:
     ) -> OutboxItemInput:
         """A new item's input, validated (the arguments are `enqueue`'s); starts nothing."""
         key = key if key is not None else str(uuid.uuid4())
-        _validate(outbox, key)
+        now = datetime.now(UTC)
+        validate_new_item(
+            outbox,
+            key,
+            ordering_key=ordering_key,
+            not_before=not_before,
+            max_attempts=max_attempts,
+            now=now,
+        )
         target = self._destination(destination)
         if ordering_key is not None and target.mode == "bulk":
             raise InvalidRequest(BULK_ORDERING)
-        if ordering_key is not None:
-            validate_ordering_key(ordering_key)
-            if not_before is not None:
-                raise InvalidRequest(DELAYED_LANE_ITEM)
-        if max_attempts is not None and max_attempts < 1:
-            raise InvalidRequest("max_attempts must be at least 1")
-        now = datetime.now(UTC)
-        if not_before is not None:
-            validate_not_before(not_before, now)
         return OutboxItemInput(
             outbox=outbox,
             key=key,

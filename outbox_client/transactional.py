@@ -18,12 +18,7 @@ from sqlalchemy import Connection, insert, text
 from sqlalchemy.orm import Session
 
 from outbox_client.errors import InvalidRequest
-from outbox_client.validation import (
-    validate_key,
-    validate_not_before,
-    validate_ordering_key,
-    validate_outbox,
-)
+from outbox_client.validation import validate_new_item
 from readmodel.models import OUTBOX_PENDING
 
 # PostgreSQL's notification channel: a NOTIFY is delivered when (and only if) the transaction
@@ -50,17 +45,17 @@ def enqueue_in(
     is marked `refused`, with the reason).
     """
     key = key if key is not None else str(uuid.uuid4())
-    validate_outbox(outbox)
-    validate_key(key)
+    now = datetime.now(UTC)
+    validate_new_item(
+        outbox,
+        key,
+        ordering_key=ordering_key,
+        not_before=not_before,
+        max_attempts=max_attempts,
+        now=now,
+    )
     if not destination:
         raise InvalidRequest("destination is required")
-    if ordering_key is not None:
-        validate_ordering_key(ordering_key)
-    if max_attempts is not None and max_attempts < 1:
-        raise InvalidRequest("max_attempts must be at least 1")
-    now = datetime.now(UTC)
-    if not_before is not None:
-        validate_not_before(not_before, now)
     try:
         json.dumps(payload)
     except (TypeError, ValueError) as err:

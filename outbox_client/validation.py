@@ -8,6 +8,11 @@ from datetime import datetime
 from contract import limits
 from outbox_client.errors import InvalidRequest
 
+DELAYED_LANE_ITEM = (
+    "not_before and delay_seconds cannot be combined with ordering_key: a delayed item would"
+    " hold up every item behind it in its lane"
+)
+
 
 def validate_outbox(outbox: str) -> str:
     """`outbox` if it is a valid outbox name; raises `InvalidRequest` otherwise."""
@@ -39,3 +44,26 @@ def validate_not_before(not_before: datetime, now: datetime) -> datetime:
         return limits.check_not_before(not_before, now)
     except ValueError as err:
         raise InvalidRequest(str(err)) from None
+
+
+def validate_new_item(
+    outbox: str,
+    key: str,
+    *,
+    ordering_key: str | None,
+    not_before: datetime | None,
+    max_attempts: int | None,
+    now: datetime,
+) -> None:
+    """The checks every way in applies to a new item (`OutboxClient.enqueue`, `enqueue_in`),
+    except those that need the destinations (which the client checks, and the relay)."""
+    validate_outbox(outbox)
+    validate_key(key)
+    if ordering_key is not None:
+        validate_ordering_key(ordering_key)
+        if not_before is not None:
+            raise InvalidRequest(DELAYED_LANE_ITEM)
+    if max_attempts is not None and max_attempts < 1:
+        raise InvalidRequest("max_attempts must be at least 1")
+    if not_before is not None:
+        validate_not_before(not_before, now)
