@@ -238,6 +238,15 @@ class DestinationInfo(BaseModel):
     poll_rate_in_force: float | None = None
 
 
+class RelayBacklog(BaseModel):
+    """The outbox's rows in the transactional outbox not yet relayed."""
+
+    pending: int
+    refused: int
+    # Seconds since the oldest pending row was committed (0: none pending).
+    lag_s: float
+
+
 class OutboxStats(BaseModel):
     """An outbox's item counts by status, and the destinations items can go to."""
 
@@ -245,6 +254,7 @@ class OutboxStats(BaseModel):
     counts: dict[str, int]
     total: int
     destinations: list[DestinationInfo]
+    relay: RelayBacklog | None = None
 
 
 class OutboxSummary(BaseModel):

@@ -193,16 +193,20 @@ class Relay:
                 await asyncio.sleep(self._poll_interval_s)
 
 
-def relay_stats(engine: Engine) -> RelayStats:
+def relay_stats(engine: Engine, outbox: str | None = None) -> RelayStats:
+    """The relay's backlog, of one outbox or of all."""
+    where = [] if outbox is None else [OUTBOX_PENDING.c.outbox == outbox]
     with engine.connect() as connection:
         counts: dict[Any, int] = dict(
             connection.execute(
-                select(OUTBOX_PENDING.c.status, func.count()).group_by(OUTBOX_PENDING.c.status)
+                select(OUTBOX_PENDING.c.status, func.count())
+                .where(*where)
+                .group_by(OUTBOX_PENDING.c.status)
             ).all()
         )
         oldest = connection.execute(
             select(func.min(OUTBOX_PENDING.c.created_at)).where(
-                OUTBOX_PENDING.c.status == "pending"
+                OUTBOX_PENDING.c.status == "pending", *where
             )
         ).scalar()
     age = 0.0

@@ -8,9 +8,16 @@ from fastapi import APIRouter
 from temporalio.service import RPCError
 
 from api.deps import DestinationControlsDep, DestinationsDep, EngineDep
-from api.schemas import DestinationInfo, OutboxStats, OutboxSummary, problem_responses
+from api.schemas import (
+    DestinationInfo,
+    OutboxStats,
+    OutboxSummary,
+    RelayBacklog,
+    problem_responses,
+)
 from outbox_client import is_temporal_unavailable, validate_outbox
 from readmodel import store
+from service.relay import relay_stats
 
 router = APIRouter(
     prefix="/v1/outboxes", tags=["outboxes"], responses=problem_responses(401, 403, 422, 503)
@@ -57,4 +64,13 @@ async def outbox_stats(
                 poll_rate_in_force=state.poll.rate if state else None,
             )
         )
-    return OutboxStats(outbox=outbox, counts=counts, total=sum(counts.values()), destinations=infos)
+    relay = await asyncio.to_thread(relay_stats, engine, outbox)
+    return OutboxStats(
+        outbox=outbox,
+        counts=counts,
+        total=sum(counts.values()),
+        destinations=infos,
+        relay=RelayBacklog(
+            pending=relay.pending, refused=relay.refused, lag_s=relay.oldest_pending_age_s
+        ),
+    )

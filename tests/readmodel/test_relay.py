@@ -24,6 +24,7 @@ from outbox_client import EnqueueResult, InvalidRequest, OutboxClient
 from outbox_client.transactional import enqueue_in
 from readmodel.models import OUTBOX_PENDING
 from service.relay import Relay, relay_stats
+from tests.api.conftest import api_settings, open_api
 from tests.conftest import email_destination, unique_name, webhook_destination
 from tests.fakes import deliveries
 from tests.workflows.test_lane import item_result
@@ -244,3 +245,16 @@ async def test_a_commit_wakes_the_relay_on_postgres(
         with contextlib.suppress(asyncio.CancelledError):
             await running
     assert statuses(postgres_engine) == ["relayed"]
+
+
+async def test_the_outbox_stats_show_the_relay_backlog(engine: Engine, stack_factory) -> None:
+    stack = await stack_factory()
+    with Session(engine) as session, session.begin():
+        enqueue_in(session, outbox="booked", destination="fake-email", payload={}, key="k1")
+
+    async for http in open_api(stack, api_settings(workflow_task_queue=stack.task_queue)):
+        stats = (await http.get("/v1/outboxes/booked/stats")).json()
+        other = (await http.get("/v1/outboxes/elsewhere/stats")).json()
+
+    assert stats["relay"]["pending"] == 1 and stats["relay"]["lag_s"] >= 0
+    assert other["relay"] == {"pending": 0, "refused": 0, "lag_s": 0.0}
