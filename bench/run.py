@@ -31,6 +31,7 @@ from activities.providers import load_destinations
 from bench.actions import actions_per_workflow, billable_actions
 from bench.naive import TASK_QUEUE as NAIVE_TASK_QUEUE
 from bench.naive import NaiveItemWorkflow
+from bench.relay import relay_lag
 from common.settings import PROJECT_ROOT
 from contract import transitions
 from contract.bulk import SHARD_WORKFLOW_TYPE
@@ -354,6 +355,17 @@ async def scenarios(env: dict[str, str], pids: dict[str, int], figures: dict[str
             lambda: deliver_latency(api, env["FAKE_PROVIDER_URL"], 5 if QUICK else 15),
         )
         print(f"  {figures.get('deliver_p50_ms')} / {figures.get('deliver_p99_ms')} ms", flush=True)
+    if wanted("relay lag"):
+        print("relay lag, rows committed at 20/s:", flush=True)
+        await step(
+            "relay lag",
+            figures,
+            lambda: relay_lag(env["DATABASE_URL"], "bench-email", 20, 5 if QUICK else 15),
+        )
+        print(
+            f"  {figures.get('relay_lag_p50_ms')} / {figures.get('relay_lag_p99_ms')} ms",
+            flush=True,
+        )
     if wanted("scale at rest"):
         # Timeouts follow the throughput this run measured, not fixed seconds.
         throughput = float(figures.get("items_per_s") or 10)

@@ -38,7 +38,7 @@ class Settings(BaseSettings):
     # runs workflows; how often it polls (PostgreSQL also wakes it on commit); how long relayed
     # rows are kept.
     relay_enabled: bool = True
-    relay_poll_interval_s: float = Field(default=1.0, gt=0)
+    relay_poll_interval_s: float = Field(default=0.25, gt=0)
     relay_retention_s: float = Field(default=7 * 24 * 3600.0, ge=0)
     # Claim checks: a payload above this many bytes (after encryption) is stored once in the
     # database (`payload_blobs`) and the workflow history carries a reference; 0 turns it off

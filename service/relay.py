@@ -51,7 +51,7 @@ class Relay:
         engine: Engine,
         *,
         batch: int = 100,
-        poll_interval_s: float = 1.0,
+        poll_interval_s: float = 0.25,
         retention: timedelta = timedelta(days=7),
     ) -> None:
         self._outbox = outbox
@@ -83,33 +83,37 @@ class Relay:
                 listener.cancel()
 
     async def relay_once(self) -> int:
-        """One pass: claim, enqueue and mark up to a batch of rows; how many were settled."""
+        """One pass: claim, enqueue and mark up to a batch of rows; how many were settled.
+
+        A pass holds at most one row per ordering key (see `_claim`), so its rows are enqueued
+        at once: no two of one key race."""
         rows = await asyncio.to_thread(self._claim)
-        settled = 0
-        for row in rows:
-            try:
-                await self._outbox.enqueue(
-                    row["outbox"],
-                    row["destination"],
-                    row["payload"],
-                    key=row["key"],
-                    ordering_key=row["ordering_key"],
-                    not_before=row["not_before"],
-                    max_attempts=row["max_attempts"],
-                )
-            except TemporalUnavailable as err:
-                # Nothing is lost: the lease runs out and the row is claimed again.
-                log.warning("relay: Temporal unavailable (%s); row %s later", err, row["id"])
-                await asyncio.to_thread(self._release, row["id"], str(err))
-                break
-            except OutboxError as err:
-                await asyncio.to_thread(self._mark, row["id"], "refused", str(err))
-                settled += 1
-                continue
-            await asyncio.to_thread(self._mark, row["id"], "relayed", None)
-            settled += 1
-            self.relayed += 1
-        return settled
+        settled = await asyncio.gather(*(self._relay_row(row) for row in rows))
+        return sum(settled)
+
+    async def _relay_row(self, row: RowMapping) -> bool:
+        """Enqueue one claimed row and mark it; whether it is settled (relayed or refused)."""
+        try:
+            await self._outbox.enqueue(
+                row["outbox"],
+                row["destination"],
+                row["payload"],
+                key=row["key"],
+                ordering_key=row["ordering_key"],
+                not_before=row["not_before"],
+                max_attempts=row["max_attempts"],
+            )
+        except TemporalUnavailable as err:
+            # Nothing is lost: the row is claimable again at once.
+            log.warning("relay: Temporal unavailable (%s); row %s later", err, row["id"])
+            await asyncio.to_thread(self._release, row["id"], str(err))
+            return False
+        except OutboxError as err:
+            await asyncio.to_thread(self._mark, row["id"], "refused", str(err))
+            return True
+        await asyncio.to_thread(self._mark, row["id"], "relayed", None)
+        self.relayed += 1
+        return True
 
     def stats(self) -> RelayStats:
         return relay_stats(self._engine)

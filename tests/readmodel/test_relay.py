@@ -1,19 +1,18 @@
 """The transactional outbox on SQLite and PostgreSQL: a rolled-back transaction enqueues
-nothing, a committed one exactly once (a relay dying between the enqueue and the mark too),
-one key's rows in commit order, and on PostgreSQL three relays share 2,000 rows with no
-duplicate and none left behind."""
+nothing, a committed one exactly once (a relay killed between the enqueue and the mark: see
+tests/faults/test_relay_kill.py), one key's rows in commit order, and on PostgreSQL three
+relays share 2,000 rows with no duplicate and none left behind."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import httpx
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
-from sqlalchemy import Engine, select, update
+from sqlalchemy import Engine, select
 from sqlalchemy.orm import Session
 
 from api.backlog_metrics import BacklogMetrics
@@ -62,37 +61,6 @@ async def test_a_rolled_back_transaction_enqueues_nothing_and_a_committed_one_on
     assert await deliveries(fake_provider, item_workflow_id("tests", dropped)) == 0
     assert statuses(engine) == ["relayed"]
     assert relay_stats(engine).pending == 0
-
-
-class DiesBeforeMarking(Relay):
-    """A relay whose process dies right after the enqueue, before it marks the row."""
-
-    def _mark(self, row_id: int, status: str, error: str | None) -> None:
-        raise SystemExit("killed between the enqueue and the mark")
-
-
-async def test_a_relay_dying_between_enqueue_and_mark_leaves_one_item(
-    engine: Engine, stack_factory, fake_provider
-) -> None:
-    destination = webhook_destination(fake_provider)
-    stack = await stack_factory(destination)
-    key = unique_name("once")
-    with Session(engine) as session, session.begin():
-        enqueue_in(session, outbox="tests", destination=destination.name, payload={}, key=key)
-
-    with pytest.raises(SystemExit):
-        await DiesBeforeMarking(stack.outbox, engine).relay_once()
-    assert statuses(engine) == ["pending"]
-    # Its lease runs out (30 s; here at once).
-    with engine.begin() as connection:
-        connection.execute(
-            update(OUTBOX_PENDING).values(claimed_until=datetime.now(UTC) - timedelta(seconds=1))
-        )
-    assert await Relay(stack.outbox, engine).relay_once() == 1
-
-    await stack.result(item_workflow_id("tests", key))
-    assert statuses(engine) == ["relayed"]
-    assert await deliveries(fake_provider, item_workflow_id("tests", key)) == 1
 
 
 async def test_one_keys_rows_are_relayed_in_commit_order(
