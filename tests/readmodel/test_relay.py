@@ -7,12 +7,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import httpx
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
-from sqlalchemy import Engine, select
+from sqlalchemy import Engine, select, update
 from sqlalchemy.orm import Session
 
 from api.backlog_metrics import BacklogMetrics
@@ -226,3 +227,23 @@ async def test_the_outbox_stats_show_the_relay_backlog(engine: Engine, stack_fac
 
     assert stats["relay"]["pending"] == 1 and stats["relay"]["lag_s"] >= 0
     assert other["relay"] == {"pending": 0, "refused": 0, "lag_s": 0.0}
+
+
+def test_relayed_rows_are_pruned_after_the_retention(engine: Engine) -> None:
+    with Session(engine) as session, session.begin():
+        for key in ("old", "recent", "waiting"):
+            enqueue_in(session, outbox="tests", destination="fake-email", payload={}, key=key)
+    now = datetime.now(UTC)
+    with engine.begin() as connection:
+        for key, relayed_at in (("old", now - timedelta(days=8)), ("recent", now)):
+            connection.execute(
+                update(OUTBOX_PENDING)
+                .where(OUTBOX_PENDING.c.key == key)
+                .values(status="relayed", relayed_at=relayed_at)
+            )
+
+    Relay(OutboxClient(None, DestinationRegistry({})), engine)._prune()  # type: ignore[arg-type]
+
+    with engine.connect() as connection:
+        left = connection.execute(select(OUTBOX_PENDING.c.key).order_by(OUTBOX_PENDING.c.key))
+        assert list(left.scalars()) == ["recent", "waiting"]
