@@ -42,6 +42,10 @@ _bearer = HTTPBearer(auto_error=False, description="A token from `API_TOKEN` or 
 _HEX_DIGEST = re.compile(r"^[0-9a-f]{64}$")
 # The one route any valid token may call whatever its scopes: what the token itself may do.
 TOKEN_ROUTE = "/v1/token"
+# Where the Web UI's codec calls go, and the cookie they may authenticate with instead.
+CODEC_PATH = "/codec/"
+SESSION_COOKIE = "outbox_session"
+SESSION_ROUTE = "/v1/token/session"
 
 
 class Scope(StrEnum):
@@ -136,7 +140,7 @@ def matching_token(offered: str, tokens: list[ApiToken]) -> ApiToken | None:
 
 def required_scope(method: str, route_path: str) -> Scope | None:
     """The scope a route needs (None: any valid token)."""
-    if route_path == TOKEN_ROUTE:
+    if route_path in (TOKEN_ROUTE, SESSION_ROUTE):
         return None
     if route_path == "/codec/decode":
         return Scope.READ
@@ -174,6 +178,14 @@ def require_token(
     tokens: list[ApiToken] = request.app.state.tokens
     if not tokens:
         return
+    if (credentials is None or not credentials.credentials) and request.url.path.startswith(
+        CODEC_PATH
+    ):
+        # The Web UI calls the codec server from the browser with cookies only ("include
+        # cross-origin credentials"): the session cookie `POST /v1/token/session` set.
+        cookie = request.cookies.get(SESSION_COOKIE)
+        if cookie:
+            credentials = HTTPAuthorizationCredentials(scheme="Bearer", credentials=cookie)
     if credentials is None or not credentials.credentials:
         raise ApiProblem(
             401,

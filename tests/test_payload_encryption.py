@@ -146,3 +146,40 @@ async def test_the_codec_server_decrypts_for_the_web_ui(monkeypatch) -> None:
     assert decoded.headers["access-control-allow-origin"] == "http://127.0.0.1:8233"
     assert preflight.status_code == 200
     assert "access-control-allow-origin" not in foreign.headers
+
+
+async def test_the_web_ui_authenticates_to_the_codec_server_with_the_session_cookie(
+    monkeypatch,
+) -> None:
+    monkeypatch.setenv("PAYLOAD_KEYS", KEY_1)
+    [sealed] = await EncryptionCodec.from_setting(KEY_1).encode([plain("secret")])
+    wire = {
+        "payloads": [
+            {
+                "metadata": {k: base64.b64encode(v).decode() for k, v in sealed.metadata.items()},
+                "data": base64.b64encode(sealed.data).decode(),
+            }
+        ]
+    }
+    app = create_app(api_settings(api_token="operator-token"))
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://api") as dashboard:
+        # The dashboard, holding the token, starts the session...
+        started = await dashboard.post(
+            "/v1/token/session", headers={"Authorization": "Bearer operator-token"}
+        )
+        assert started.status_code == 204
+        cookie = started.cookies.get("outbox_session")
+    assert cookie == "operator-token"
+    async with httpx.AsyncClient(transport=transport, base_url="http://api") as web_ui:
+        # ...and the Web UI, sending cookies only, decodes; without the cookie it may not.
+        refused = await web_ui.post("/codec/decode", json=wire)
+        web_ui.cookies.set("outbox_session", cookie, path="/codec")
+        decoded = await web_ui.post("/codec/decode", json=wire)
+        web_ui.cookies.set("outbox_session", "forged", path="/codec")
+        forged = await web_ui.post("/codec/decode", json=wire)
+
+    assert refused.status_code == 401
+    assert decoded.status_code == 200, decoded.text
+    assert base64.b64decode(decoded.json()["payloads"][0]["data"]) == b'"secret"'
+    assert forged.status_code == 403
