@@ -169,9 +169,14 @@ def build_workers(
     )
     for destination in destinations:
         # The rate is per task queue and enforced by the server, across all worker processes.
-        # A bulk destination's batched polls count one activity per batch (`poll_queue_rate`).
+        # A bulk destination's batched submits and polls count one activity per batch
+        # (`submit_queue_rate`, `poll_queue_rate`).
         queues: list[tuple[str, list[Callable[..., Any]], float]] = [
-            (destination.submit_task_queue, [delivery.submit_item], destination.submit_rate),
+            (
+                destination.submit_task_queue,
+                [delivery.submit_item, delivery.submit_items],
+                destination.submit_queue_rate,
+            ),
             (
                 destination.poll_task_queue,
                 [delivery.poll_operation, delivery.poll_operations],

@@ -12,9 +12,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Mapping
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, TypeVar
 
 from temporalio import activity
 from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
@@ -32,16 +32,20 @@ from contract.item import (
     POLL_ACTIVITY,
     POLL_BATCH_ACTIVITY,
     SUBMIT_ACTIVITY,
+    SUBMIT_BATCH_ACTIVITY,
     DeliveryErrorDetails,
     ItemErrorType,
     PollOutcome,
     PollRequest,
     PollResult,
     ProjectionContext,
+    SubmitOutcome,
     SubmitRequest,
     SubmitResult,
 )
 from readmodel.writer import ProjectionWriter
+
+Result = TypeVar("Result", SubmitResult, PollResult)
 
 
 class DeliveryActivities:
@@ -86,29 +90,23 @@ class DeliveryActivities:
                 result.projected_at = at
         return result
 
+    @activity.defn(name=SUBMIT_BATCH_ACTIVITY)
+    async def submit_items(self, requests: list[SubmitRequest]) -> list[SubmitOutcome]:
+        """Several items' submits at once (a bulk shard's `submit_batch`): each outcome is what
+        `submit_item` would have returned or failed with for that item alone."""
+        outcomes = await asyncio.gather(
+            *(_outcome(self.submit_item(request)) for request in requests)
+        )
+        return [SubmitOutcome(result, *failure) for result, failure in outcomes]
+
     @activity.defn(name=POLL_BATCH_ACTIVITY)
     async def poll_operations(self, requests: list[PollRequest]) -> list[PollOutcome]:
         """Several items' polls at once (a bulk shard's `poll_batch`): each outcome is what
         `poll_operation` would have returned or failed with for that item alone."""
-        return list(await asyncio.gather(*(self._poll_outcome(r) for r in requests)))
-
-    async def _poll_outcome(self, request: PollRequest) -> PollOutcome:
-        try:
-            return PollOutcome(result=await self.poll_operation(request))
-        except ApplicationError as err:
-            first = err.details[0] if err.details else None
-            details = (
-                first
-                if isinstance(first, DeliveryErrorDetails)
-                else DeliveryErrorDetails.from_details(err.details)
-            )
-            return PollOutcome(error_type=err.type, message=err.message, details=details)
-        except Exception as err:
-            # What a single poll would have failed with, retried by Temporal: here a
-            # transient failure of this item's poll only, the others' results stand.
-            return PollOutcome(
-                error_type=ItemErrorType.TRANSIENT, message=f"{type(err).__name__}: {err}"
-            )
+        outcomes = await asyncio.gather(
+            *(_outcome(self.poll_operation(request)) for request in requests)
+        )
+        return [PollOutcome(result, *failure) for result, failure in outcomes]
 
     async def _project(
         self, item_id: str, context: ProjectionContext, payload: dict[str, Any] | None
@@ -138,6 +136,28 @@ class DeliveryActivities:
                 non_retryable=True,
             )
         return provider
+
+
+_Failure = tuple[str | None, str | None, DeliveryErrorDetails | None]
+
+
+async def _outcome(call: Awaitable[Result]) -> tuple[Result | None, _Failure]:
+    """One request of a batch: its result, or the (error type, message, details) its own
+    activity would have failed with. The batch's other requests stand either way."""
+    try:
+        return await call, (None, None, None)
+    except ApplicationError as err:
+        first = err.details[0] if err.details else None
+        details = (
+            first
+            if isinstance(first, DeliveryErrorDetails)
+            else DeliveryErrorDetails.from_details(err.details)
+        )
+        return None, (err.type, err.message, details)
+    except Exception as err:
+        # What a single request's activity would have failed with, retried by Temporal: here
+        # a transient failure of this item's request only.
+        return None, (ItemErrorType.TRANSIENT, f"{type(err).__name__}: {err}", None)
 
 
 def _server_now(began: float) -> datetime:

@@ -569,9 +569,11 @@ def main() -> int:
         }
     )
     if MODE == "bulk":
-        # Polls share activities of up to 5: the rate check then tests that a batching
-        # destination's provider still sees no more than its `poll_rate`.
+        # Submits and polls share activities of up to 5: the rate check then tests that a
+        # batching destination's provider still sees no more than its rates.
         env["DEST_CHAOS_EMAIL_POLL_BATCH"] = "5"
+        env["DEST_CHAOS_EMAIL_SUBMIT_BATCH"] = "5"
+        env["DEST_CHAOS_WEBHOOK_SUBMIT_BATCH"] = "5"
     children = [child for child in build_children(env) if child.name != "fake"]
     info = {
         **machine(),

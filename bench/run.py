@@ -150,11 +150,13 @@ def flame_graph(label: str, pid: int | None) -> Iterator[None]:
     """With BENCH_PROFILE=1, a py-spy flame graph of the worker process while the block runs,
     written to `.bench/flame-{label}.svg` (the sampling itself costs the worker some CPU, so a
     profiled run's figures are not comparable with others)."""
-    if os.environ.get("BENCH_PROFILE") != "1" or pid is None:
+    profile = os.environ.get("BENCH_PROFILE")
+    if profile not in ("1", "raw") or pid is None:
         yield
         return
     BENCH_DIR.mkdir(exist_ok=True)
-    output = BENCH_DIR / f"flame-{label}.svg"
+    # `BENCH_PROFILE=raw`: collapsed stacks (`.txt`) to read or diff instead of a picture.
+    output = BENCH_DIR / f"flame-{label}.{'txt' if profile == 'raw' else 'svg'}"
     spy = subprocess.Popen(
         [
             str(Path(sys.executable).parent / "py-spy"),
@@ -164,6 +166,8 @@ def flame_graph(label: str, pid: int | None) -> Iterator[None]:
             "--rate",
             "200",
             "--nonblocking",
+            "--format",
+            "raw" if profile == "raw" else "flamegraph",
             "--output",
             str(output),
         ],

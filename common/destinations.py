@@ -37,7 +37,7 @@ from pydantic import (
     model_validator,
 )
 
-from contract.bulk import DEFAULT_SHARDS, MAX_POLL_BATCH, MAX_SHARDS
+from contract.bulk import DEFAULT_SHARDS, MAX_BATCH, MAX_SHARDS
 from contract.ids import poll_task_queue, submit_task_queue
 from contract.item import POLICY_SETTINGS, DeliveryPolicy
 from contract.lane import LanePolicy
@@ -76,18 +76,38 @@ class Destination(BaseModel):
     # Bulk mode: polls falling due together share one poll activity of up to this many. The
     # poll queue then runs `poll_rate / poll_batch` activities a second, so the provider still
     # sees at most `poll_rate` polls a second (and a lone poll waits its batch's turn).
-    poll_batch: int = Field(default=1, ge=1, le=MAX_POLL_BATCH)
+    poll_batch: int = Field(default=1, ge=1, le=MAX_BATCH)
+    # Bulk mode: submits falling due together share one submit activity, likewise.
+    submit_batch: int = Field(default=1, ge=1, le=MAX_BATCH)
 
     @model_validator(mode="after")
-    def _poll_batch_is_bulk(self) -> Destination:
-        if self.poll_batch > 1 and self.mode != "bulk":
-            raise ValueError("poll_batch: only a destination in bulk mode batches its polls")
+    def _batches_are_bulk_and_fit_the_rate(self) -> Destination:
+        for kind, batch, rate in (
+            ("poll", self.poll_batch, self.poll_rate),
+            ("submit", self.submit_batch, self.submit_rate),
+        ):
+            if batch > 1 and self.mode != "bulk":
+                raise ValueError(
+                    f"{kind}_batch: only a destination in bulk mode batches its {kind}s"
+                )
+            # A batch's requests go out together: more than a second's worth would be a burst
+            # above the rate the provider was promised.
+            if batch > rate:
+                raise ValueError(
+                    f"{kind}_batch {batch} is more than {kind}_rate {rate:g}: a batch goes out"
+                    " at once, so it must fit in one second of the rate"
+                )
         return self
 
     @property
     def poll_queue_rate(self) -> float:
         """The poll queue's rate in activities a second (see `poll_batch`)."""
         return self.poll_rate / self.poll_batch
+
+    @property
+    def submit_queue_rate(self) -> float:
+        """The submit queue's rate in activities a second (see `submit_batch`)."""
+        return self.submit_rate / self.submit_batch
 
     # Configured as flat fields (`max_attempts = 8`) and gathered here by `_gather_policy`, so
     # DeliveryPolicy's own defaults and bounds apply without being repeated.

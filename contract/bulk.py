@@ -29,7 +29,8 @@ PROJECT_ITEMS_ACTIVITY = "project_items"
 RECENT_KEPT = 5000
 DEFAULT_SHARDS = 4
 MAX_SHARDS = 64
-MAX_POLL_BATCH = 100
+# Submits or polls one batch activity carries at most.
+MAX_BATCH = 100
 
 
 def shard_workflow_id(destination: str, shard: int) -> str:
@@ -49,8 +50,10 @@ class ShardInput:
 
     destination: str
     shard: int
-    # Polls one poll activity carries at most (the destination's `poll_batch`).
+    # Polls and submits one activity carries at most (the destination's `poll_batch` and
+    # `submit_batch`), carried across continue-as-new; each enqueue brings the configured ones.
     poll_batch: int = 1
+    submit_batch: int = 1
     # The items it holds, each with its state (`OutboxItemInput.state`) when it had begun.
     items: list[OutboxItemInput] = field(default_factory=list)
     recent: list[str] = field(default_factory=list)
@@ -58,9 +61,12 @@ class ShardInput:
 
 @dataclass
 class ShardEnqueue:
-    """Input of `enqueue_items`."""
+    """Input of `enqueue_items`: the items, and the destination's batch sizes as configured now
+    (None: keep the shard's)."""
 
     items: list[OutboxItemInput]
+    poll_batch: int | None = None
+    submit_batch: int | None = None
 
 
 @dataclass

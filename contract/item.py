@@ -37,6 +37,8 @@ SUBMIT_ACTIVITY = "submit_item"
 POLL_ACTIVITY = "poll_operation"
 # Several items' polls in one activity (bulk mode's `poll_batch`).
 POLL_BATCH_ACTIVITY = "poll_operations"
+# Several items' submits in one activity (bulk mode's `submit_batch`).
+SUBMIT_BATCH_ACTIVITY = "submit_items"
 PROJECT_ACTIVITY = "project_item"
 
 
@@ -482,6 +484,16 @@ class PollOutcome:
     with (its `ApplicationError` type, message and details)."""
 
     result: PollResult | None = None
+    error_type: str | None = None
+    message: str | None = None
+    details: DeliveryErrorDetails | None = None
+
+
+@dataclass
+class SubmitOutcome:
+    """One submit of a batch, as `PollOutcome` is one poll's."""
+
+    result: SubmitResult | None = None
     error_type: str | None = None
     message: str | None = None
     details: DeliveryErrorDetails | None = None

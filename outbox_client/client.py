@@ -275,14 +275,22 @@ class OutboxClient:
             destination = held[0].destination
             target = self.destinations.get(destination)
             poll_batch = target.poll_batch if target is not None else 1
+            submit_batch = target.submit_batch if target is not None else 1
             await lanes.signal_with_start(
                 client,
                 SHARD_WORKFLOW_TYPE,
-                ShardInput(destination=destination, shard=shard, poll_batch=poll_batch),
+                ShardInput(
+                    destination=destination,
+                    shard=shard,
+                    poll_batch=poll_batch,
+                    submit_batch=submit_batch,
+                ),
                 id=shard_workflow_id(destination, shard),
                 task_queue=self.task_queue,
                 start_signal=ENQUEUE_SIGNAL,
-                start_signal_args=[ShardEnqueue(items=held)],
+                start_signal_args=[
+                    ShardEnqueue(items=held, poll_batch=poll_batch, submit_batch=submit_batch)
+                ],
                 static_summary=f"Bulk shard {shard} of {destination}",
                 rpc_timeout=RPC_TIMEOUT,
             )

@@ -60,9 +60,11 @@ class DestinationControls:
             read_queue_rate(client, destination.submit_task_queue),
             read_queue_rate(client, destination.poll_task_queue),
         )
-        # Shown in polls a second: a batching destination's queue counts batches.
+        # Shown in requests a second: a batching destination's queues count batches.
         return DestinationState(
-            destination=destination, submit=submit, poll=_per_batch(poll, destination.poll_batch)
+            destination=destination,
+            submit=_per_batch(submit, destination.submit_batch),
+            poll=_per_batch(poll, destination.poll_batch),
         )
 
     async def states(self) -> list[DestinationState]:
@@ -83,13 +85,26 @@ class DestinationControls:
         current = await self.state(name)
         client = await self._outbox.temporal()
         destination = current.destination
-        batch = destination.poll_batch
+        for kind, rate, batch in (
+            ("submit", submit_rate, destination.submit_batch),
+            ("poll", poll_rate, destination.poll_batch),
+        ):
+            if rate is not None and rate < batch:
+                raise InvalidRequest(
+                    f"{kind}_rate {rate:g} is below the destination's {kind}_batch {batch}: a"
+                    " batch goes out at once, so the rate must be at least one batch a second"
+                )
+        # The queues count activities; a batching destination's activities carry `batch` each.
         for queue, now, new_rate in (
-            (destination.submit_task_queue, current.submit, submit_rate),
+            (
+                destination.submit_task_queue,
+                _per_batch(current.submit, 1 / destination.submit_batch),
+                None if submit_rate is None else submit_rate / destination.submit_batch,
+            ),
             (
                 destination.poll_task_queue,
-                _per_batch(current.poll, 1 / batch),
-                None if poll_rate is None else poll_rate / batch,
+                _per_batch(current.poll, 1 / destination.poll_batch),
+                None if poll_rate is None else poll_rate / destination.poll_batch,
             ),
         ):
             pause = now.paused if paused is None else paused
@@ -111,7 +126,7 @@ class DestinationControls:
 
 
 def _per_batch(rate: QueueRate, batch: float) -> QueueRate:
-    """A poll queue's rate in polls a second from its rate in activities (`batch` polls each),
+    """A queue's rate in requests a second from its rate in activities (`batch` requests each),
     or back with `1 / batch`."""
     if batch == 1:
         return rate

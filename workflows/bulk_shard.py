@@ -10,6 +10,8 @@ of the item workflow. What a shard does differently is what makes it cheap:
 - their transitions are written by the submit and poll activities, like an item's, and the rest
   in batches: one local activity per batch of items instead of one per transition;
 - items arrive in batches (one signal per shard for a batch enqueue);
+- with `submit_batch`/`poll_batch`, submits and polls that fall due together share an activity
+  (the destination's queues then count batches: see `common.destinations`);
 - no per-item search attributes: the Web UI shows the shard and its counts; each item's story is
   in the read model.
 
@@ -25,7 +27,9 @@ import contextlib
 import dataclasses
 import math
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from typing import Generic, TypeVar
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
@@ -56,8 +60,10 @@ with workflow.unsafe.imports_passed_through():
         OutboxItemInput,
         PollOutcome,
         PollRequest,
+        SubmitOutcome,
+        SubmitRequest,
     )
-    from workflows.delivery import POLL_RETRIES, Delivery, DeliveryFailed
+    from workflows.delivery import BATCH_RETRIES, Delivery, DeliveryFailed
 
 # Waits are rounded up to this, so the items waiting in one tick share one timer.
 TICK = timedelta(milliseconds=100)
@@ -74,6 +80,62 @@ _PROJECTION_RETRIES = RetryPolicy(
     initial_interval=timedelta(milliseconds=200), maximum_interval=timedelta(seconds=30)
 )
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+Request = TypeVar("Request", SubmitRequest, PollRequest)
+Outcome = TypeVar("Outcome", SubmitOutcome, PollOutcome)
+
+
+@dataclass
+class _Batcher(Generic[Request, Outcome]):
+    """Submits (or polls) asked for in one workflow step, sent in activities of up to `size`."""
+
+    activity: Callable[[DeliveryActivities, list[Request]], Awaitable[list[Outcome]]]
+    task_queue: Callable[[DeliveryPolicy], str]
+    timeout_s: Callable[[DeliveryPolicy], float]
+    failed: Callable[[str], Outcome]
+    noun: str
+    size: int = 1
+    _asked: list[tuple[Request, DeliveryPolicy, asyncio.Future[Outcome]]] = field(
+        default_factory=list
+    )
+    _gathering: bool = False
+
+    async def ask(self, request: Request, policy: DeliveryPolicy) -> Outcome:
+        outcome: asyncio.Future[Outcome] = asyncio.get_running_loop().create_future()
+        self._asked.append((request, policy, outcome))
+        if not self._gathering:
+            # Started after every delivery already woken in this step has asked (they run
+            # first), so the requests that fell due together go out together.
+            self._gathering = True
+            asyncio.create_task(self._send())
+        return await outcome
+
+    async def _send(self) -> None:
+        asked, self._asked = self._asked, []
+        self._gathering = False
+        size = self.size
+        await asyncio.gather(
+            *(self._send_batch(asked[at : at + size]) for at in range(0, len(asked), size))
+        )
+
+    async def _send_batch(
+        self, batch: list[tuple[Request, DeliveryPolicy, asyncio.Future[Outcome]]]
+    ) -> None:
+        policy = batch[0][1]
+        try:
+            outcomes = await workflow.execute_activity_method(
+                self.activity,
+                [request for request, _, _ in batch],
+                task_queue=self.task_queue(policy),
+                start_to_close_timeout=timedelta(seconds=self.timeout_s(policy)),
+                retry_policy=BATCH_RETRIES,
+                summary=f"{self.noun} {len(batch)} items",
+            )
+        except ActivityError as err:
+            # The whole activity failed (after its retries): each item counts a failed request.
+            outcomes = [self.failed(str(err.cause or err))] * len(batch)
+        for (_, _, outcome), answered in zip(batch, outcomes, strict=True):
+            outcome.set_result(answered)
 
 
 @workflow.defn(name=SHARD_WORKFLOW_TYPE)
@@ -98,9 +160,23 @@ class BulkShardWorkflow:
         # Submits and polls out (at most MAX_OUT), and the deliveries waiting for a turn.
         self._out = 0
         self._waiting: collections.deque[asyncio.Future[None]] = collections.deque()
-        # Polls asked for and not yet sent, with the futures their deliveries wait on.
-        self._to_poll: list[tuple[PollRequest, DeliveryPolicy, asyncio.Future[PollOutcome]]] = []
-        self._polls_gathering = False
+        # Submits and polls asked for in this step and not yet sent.
+        self._submits: _Batcher[SubmitRequest, SubmitOutcome] = _Batcher(
+            DeliveryActivities.submit_items,
+            lambda policy: policy.submit_task_queue,
+            lambda policy: policy.submit_timeout_s,
+            lambda message: SubmitOutcome(error_type=ItemErrorType.TRANSIENT, message=message),
+            "submit",
+            start.submit_batch,
+        )
+        self._polls: _Batcher[PollRequest, PollOutcome] = _Batcher(
+            DeliveryActivities.poll_operations,
+            lambda policy: policy.poll_task_queue,
+            lambda policy: policy.poll_timeout_s,
+            lambda message: PollOutcome(error_type=ItemErrorType.TRANSIENT, message=message),
+            "poll",
+            start.poll_batch,
+        )
 
     @workflow.run
     async def run(self, start: ShardInput) -> None:
@@ -134,6 +210,12 @@ class BulkShardWorkflow:
 
     @workflow.signal(name=ENQUEUE_SIGNAL)
     def enqueue_items(self, batch: ShardEnqueue) -> None:
+        # The destination's batch sizes as configured now: a changed config applies from the
+        # next enqueue, like the worker's queue rates from its next start.
+        if batch.submit_batch is not None:
+            self._submits.size = batch.submit_batch
+        if batch.poll_batch is not None:
+            self._polls.size = batch.poll_batch
         for item in batch.items:
             self._admit(item)
 
@@ -245,47 +327,19 @@ class BulkShardWorkflow:
         self._waiting.append(turn)
         return turn
 
+    def submit_batched(self) -> bool:
+        return self._submits.size > 1
+
+    async def submit(self, request: SubmitRequest, policy: DeliveryPolicy) -> SubmitOutcome:
+        """Join the submits asked for in this step; one activity per `submit_batch` of them."""
+        return await self._submits.ask(request, policy)
+
     def poll_batched(self) -> bool:
-        return self._start.poll_batch > 1
+        return self._polls.size > 1
 
     async def poll(self, request: PollRequest, policy: DeliveryPolicy) -> PollOutcome:
         """Join the polls asked for in this step; one activity per `poll_batch` of them."""
-        outcome: asyncio.Future[PollOutcome] = asyncio.get_running_loop().create_future()
-        self._to_poll.append((request, policy, outcome))
-        if not self._polls_gathering:
-            # Started after every delivery already woken in this step has asked for its poll
-            # (they run first), so the polls that fell due together go out together.
-            self._polls_gathering = True
-            asyncio.create_task(self._send_polls())
-        return await outcome
-
-    async def _send_polls(self) -> None:
-        batch, self._to_poll = self._to_poll, []
-        self._polls_gathering = False
-        size = self._start.poll_batch
-        await asyncio.gather(
-            *(self._poll_batch(batch[at : at + size]) for at in range(0, len(batch), size))
-        )
-
-    async def _poll_batch(
-        self, batch: list[tuple[PollRequest, DeliveryPolicy, asyncio.Future[PollOutcome]]]
-    ) -> None:
-        policy = batch[0][1]
-        try:
-            outcomes = await workflow.execute_activity_method(
-                DeliveryActivities.poll_operations,
-                [request for request, _, _ in batch],
-                task_queue=policy.poll_task_queue,
-                start_to_close_timeout=timedelta(seconds=policy.poll_timeout_s),
-                retry_policy=POLL_RETRIES,
-                summary=f"poll {len(batch)} operations",
-            )
-        except ActivityError as err:
-            # The whole activity failed (after its retries): each item counts a failed poll.
-            failed = PollOutcome(error_type=ItemErrorType.TRANSIENT, message=str(err.cause or err))
-            outcomes = [failed] * len(batch)
-        for (_, _, outcome), answered in zip(batch, outcomes, strict=True):
-            outcome.set_result(answered)
+        return await self._polls.ask(request, policy)
 
     def release(self) -> None:
         self._out -= 1
@@ -332,6 +386,8 @@ class BulkShardWorkflow:
             ShardInput(
                 destination=self._start.destination,
                 shard=self._start.shard,
+                poll_batch=self._polls.size,
+                submit_batch=self._submits.size,
                 items=items,
                 recent=list(self._recent),
             )

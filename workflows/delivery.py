@@ -25,7 +25,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable
 from datetime import datetime, timedelta
-from typing import Protocol, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from temporalio import workflow
 from temporalio.common import Priority, RetryPolicy
@@ -53,6 +53,7 @@ with workflow.unsafe.imports_passed_through():
         PollRequest,
         PollResult,
         ProjectionContext,
+        SubmitOutcome,
         SubmitRequest,
         SubmitResult,
         apply_delivery_report,
@@ -65,10 +66,12 @@ _INFRASTRUCTURE_RETRIES = RetryPolicy(
     maximum_attempts=3,
     non_retryable_error_types=[ItemErrorType.TRANSIENT, ItemErrorType.PERMANENT],
 )
-# A shared poll activity is retried like one item's; its items' own outcomes are inside it.
-POLL_RETRIES = _INFRASTRUCTURE_RETRIES
+# A shared submit or poll activity is retried like one item's; its items' own outcomes are
+# inside it.
+BATCH_RETRIES = _INFRASTRUCTURE_RETRIES
 Request = TypeVar("Request", SubmitRequest, PollRequest)
 Result = TypeVar("Result", SubmitResult, PollResult)
+Outcome = TypeVar("Outcome", SubmitOutcome, PollOutcome)
 # Reports for a message the item has not yet recorded as accepted (the provider can be faster
 # than the submit activity's answer), kept until it has; bounded against a flood of strays.
 _MAX_EARLY_REPORTS = 100
@@ -103,6 +106,13 @@ class DeliveryHost(Protocol):
     def release(self) -> None:
         """A submit or poll let through by `gate` has been answered."""
 
+    def submit_batched(self) -> bool:
+        """Whether submits go through `submit` (shared activities) rather than one activity
+        each."""
+
+    async def submit(self, request: SubmitRequest, policy: DeliveryPolicy) -> SubmitOutcome:
+        """The outcome of one submit, run in an activity shared with other items' submits."""
+
     def poll_batched(self) -> bool:
         """Whether polls go through `poll` (shared activities) rather than one activity each."""
 
@@ -130,10 +140,11 @@ class _Failed(Exception):
         self.error_code = error_code
 
 
-class _PollFailed(Exception):
-    """A shared poll's failure for this item: as its own activity's would have been."""
+class _SharedFailed(Exception):
+    """A shared submit's or poll's failure for this item: as its own activity's would have
+    been."""
 
-    def __init__(self, outcome: PollOutcome) -> None:
+    def __init__(self, outcome: SubmitOutcome | PollOutcome) -> None:
         super().__init__(outcome.message)
         raw_type = outcome.error_type or ItemErrorType.TRANSIENT
         known = raw_type in (
@@ -143,7 +154,7 @@ class _PollFailed(Exception):
         )
         self.classified = (
             ItemErrorType(raw_type) if known else ItemErrorType.TRANSIENT,
-            outcome.message or "poll failed",
+            outcome.message or "request failed",
             outcome.details or DeliveryErrorDetails(),
         )
 
@@ -309,16 +320,20 @@ class Delivery:
                 projection=self._context(),
             )
             seq_before = state.last_event_seq
+            result: SubmitResult
             try:
-                result = await self._execute(
-                    DeliveryActivities.submit_item,
-                    request,
-                    policy.submit_task_queue,
-                    policy.submit_timeout_s,
-                    f"submit to {item.destination}, attempt {state.attempts}",
-                )
-            except ActivityError as err:
-                error_type, message, details = _classify(err)
+                if self._host.submit_batched():
+                    result = await self._shared(request, self._host.submit(request, policy))
+                else:
+                    result = await self._execute(
+                        DeliveryActivities.submit_item,
+                        request,
+                        policy.submit_task_queue,
+                        policy.submit_timeout_s,
+                        f"submit to {item.destination}, attempt {state.attempts}",
+                    )
+            except (ActivityError, _SharedFailed) as err:
+                error_type, message, details = _failure(err)
                 if error_type is ItemErrorType.DESTINATION_GONE:
                     await self._wait_for_resume(message)
                     continue
@@ -368,19 +383,20 @@ class Delivery:
             self.activity_out = False
             self._host.release()
 
-    async def _shared_poll(self, request: PollRequest) -> PollResult:
-        """A poll in an activity the host shares between items; its slot as `_execute`'s."""
+    async def _shared(self, request: SubmitRequest | PollRequest, call: Awaitable[Outcome]) -> Any:
+        """A submit or poll in an activity the host shares between items; its slot and its
+        reports' wait as `_execute`'s. The outcome's result, or `_SharedFailed`."""
         self._projecting_activity_out = request.projection is not None
         self.activity_out = True
         try:
-            outcome = await self._host.poll(request, self.item.policy)
+            outcome = await call
         finally:
             self._projecting_activity_out = False
             self.activity_out = False
             self._host.release()
         if outcome.result is not None:
             return outcome.result
-        raise _PollFailed(outcome)
+        raise _SharedFailed(outcome)
 
     def _context(self) -> ProjectionContext | None:
         """The state an activity projects its transition from, if this item lets it."""
@@ -532,9 +548,10 @@ class Delivery:
             projection=self._context(),
         )
         seq_before = state.last_event_seq
+        result: PollResult
         try:
             if self._host.poll_batched():
-                result = await self._shared_poll(request)
+                result = await self._shared(request, self._host.poll(request, policy))
             else:
                 result = await self._execute(
                     DeliveryActivities.poll_operation,
@@ -543,10 +560,8 @@ class Delivery:
                     policy.poll_timeout_s,
                     f"poll operation #{state.poll_count}",
                 )
-        except (ActivityError, _PollFailed) as err:
-            error_type, message, details = (
-                _classify(err) if isinstance(err, ActivityError) else err.classified
-            )
+        except (ActivityError, _SharedFailed) as err:
+            error_type, message, details = _failure(err)
             # A gone endpoint (the destination is paused now) is polled again, after the resume.
             if error_type is ItemErrorType.PERMANENT:
                 raise _Failed(
@@ -614,6 +629,14 @@ class Delivery:
             summary = ", ".join(f"{count} {status}" for status, count in counts.items())
             lines.append(f"Recipients: {summary}.")
         self._host.show_details(lines)
+
+
+def _failure(
+    err: ActivityError | _SharedFailed,
+) -> tuple[ItemErrorType, str, DeliveryErrorDetails]:
+    """(error type, message, the provider's details) of a failed submit or poll, whether its
+    own activity failed or its share of a batch did."""
+    return _classify(err) if isinstance(err, ActivityError) else err.classified
 
 
 def _classify(err: ActivityError) -> tuple[ItemErrorType, str, DeliveryErrorDetails]:

@@ -37,6 +37,8 @@ with workflow.unsafe.imports_passed_through():
         OutboxItemView,
         PollOutcome,
         PollRequest,
+        SubmitOutcome,
+        SubmitRequest,
     )
     from workflows.delivery import Delivery, DeliveryFailed
 
@@ -127,6 +129,13 @@ class OutboxItemWorkflow:
 
     def release(self) -> None:
         """No slots to give back."""
+
+    def submit_batched(self) -> bool:
+        """An item's submits are its own activities."""
+        return False
+
+    async def submit(self, request: SubmitRequest, policy: DeliveryPolicy) -> SubmitOutcome:
+        raise NotImplementedError("an item workflow's submits are its own activities")
 
     def poll_batched(self) -> bool:
         """An item's polls are its own activities."""

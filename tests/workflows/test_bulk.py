@@ -9,6 +9,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
+import pytest
 from temporalio.api.enums.v1 import EventType
 from temporalio.api.sdk.v1 import WorkflowMetadata
 from temporalio.client import Client
@@ -86,12 +87,34 @@ async def enqueue_all(stack: Any, destination: Any, keys: list[str]) -> list[str
     return [result.item_id for result in results]
 
 
+async def enqueue_in_one_signal(stack: Any, destination: Any, keys: list[str]) -> list[str]:
+    """As a batch enqueue does: the items reach their shard together, in one signal."""
+    writer = ProjectionWriter(stack.engine)
+    items = [stack.outbox.new_item("tests", destination.name, EMAIL, key=key) for key in keys]
+    for item in items:
+        item.enqueue_projected = True
+    await stack.outbox.hand_to_shards(items, destination.shards)
+    item_ids = [item_workflow_id(item.outbox, item.key) for item in items]
+    for item_id, item in zip(item_ids, items, strict=True):
+        await writer.write(transitions.enqueued(item_id, item))
+    return item_ids
+
+
 async def no_item_workflow(client: Client, item_id: str) -> bool:
     try:
         await client.get_workflow_handle(item_id).describe()
     except RPCError:
         return True
     return False
+
+
+async def scheduled_activities(client: Client, destination: str, shard: int = 0) -> list[str]:
+    """The activity types the shard's latest run scheduled, in order."""
+    return [
+        event.activity_task_scheduled_event_attributes.activity_type.name
+        for event in await shard_history(client, destination, shard)
+        if event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
+    ]
 
 
 async def shard_history(client: Client, destination: str, shard: int) -> list[Any]:
@@ -164,7 +187,10 @@ async def test_a_shard_continues_as_new_carrying_its_items_where_they_were(
 ) -> None:
     # The dev server suggests continue-as-new after 40 events: a shard of 25 items, each
     # polled three times, runs through several.
-    destination = email_destination(fake_provider, mode="bulk", shards=1, poll_interval_s=0.5)
+    # Batching submits and polls, which the next runs must go on doing.
+    destination = email_destination(
+        fake_provider, mode="bulk", shards=1, poll_interval_s=0.5, submit_batch=5, poll_batch=5
+    )
     stack = await stack_factory(destination, env=dev_env)
     keys = [unique_name("long") for _ in range(25)]
     for key in keys:
@@ -197,6 +223,14 @@ async def test_a_shard_continues_as_new_carrying_its_items_where_they_were(
         )
     ]
     assert len(runs) > 2, "the shard should have continued as new"
+    for run in runs:
+        history = stack.client.get_workflow_handle(run.id, run_id=run.run_id)
+        scheduled = {
+            event.activity_task_scheduled_event_attributes.activity_type.name
+            async for event in history.fetch_history_events()
+            if event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
+        }
+        assert {"submit_item", "poll_operation"}.isdisjoint(scheduled), (run.run_id, scheduled)
     # The Web UI's current details of the (lingering) shard: its counts.
     metadata = await stack.client.get_workflow_handle(shard_workflow_id(destination.name, 0)).query(
         "__temporal_workflow_metadata", result_type=WorkflowMetadata
@@ -250,9 +284,12 @@ async def test_delivery_reports_reach_a_bulk_item_through_its_shard(
     assert types == ["enqueued", "accepted", "sent", "delivery-report", "delivery-report"]
 
 
-async def test_a_shard_runs_the_items_lifecycle_paths(stack_factory, fake_provider) -> None:
+@pytest.mark.parametrize("batch", [1, 5], ids=["own-activities", "batched"])
+async def test_a_shard_runs_the_items_lifecycle_paths(stack_factory, fake_provider, batch) -> None:
     """The paths the item workflow's tests cover, each one item of one shard: the same
-    machine, so the same events and ends."""
+    machine, so the same events and ends, whether each submit and poll is its own activity or
+    shares one with the others (a retry, a refusal or a failed operation of one item leaves
+    the others' outcomes alone)."""
     destination = email_destination(
         fake_provider,
         mode="bulk",
@@ -260,6 +297,8 @@ async def test_a_shard_runs_the_items_lifecycle_paths(stack_factory, fake_provid
         max_attempts=3,
         backoff_initial_s=1,
         poll_deadline_s=30,
+        submit_batch=batch,
+        poll_batch=batch,
     )
     stack = await stack_factory(destination)
     cases: dict[str, tuple[list[dict[str, Any]], str, list[str] | None]] = {
@@ -286,7 +325,7 @@ async def test_a_shard_runs_the_items_lifecycle_paths(stack_factory, fake_provid
     for name, (steps, _, _) in cases.items():
         await script(fake_provider, item_workflow_id("tests", keys[name]), steps)
 
-    item_ids = await enqueue_all(stack, destination, list(keys.values()))
+    item_ids = await enqueue_in_one_signal(stack, destination, list(keys.values()))
     await until_settled(stack, item_ids)
 
     for name, (_, status, expected) in cases.items():
@@ -301,6 +340,16 @@ async def test_a_shard_runs_the_items_lifecycle_paths(stack_factory, fake_provid
     assert stuck is not None and "operation timed out" in (stuck.view.last_error or "")
     gave_up = store.get_item(stack.engine, item_workflow_id("tests", keys["gave-up"]))
     assert gave_up is not None and gave_up.view.attempts == 3
+    await stack.record_history(shard_workflow_id(destination.name, 0), "_shard")
+    scheduled = await scheduled_activities(stack.client, destination.name)
+    if batch > 1:
+        # Six items submitted in the same step go out in two activities (5 + 1); then at most
+        # the two retried items' four retries (backoff jitter may part them).
+        assert {"submit_item", "poll_operation"}.isdisjoint(scheduled), scheduled
+        assert scheduled[:2] == ["submit_items"] * 2, scheduled
+        assert scheduled.count("submit_items") <= 6, scheduled
+    else:
+        assert {"submit_items", "poll_operations"}.isdisjoint(scheduled), scheduled
 
 
 async def test_polls_falling_due_together_share_an_activity(stack_factory, fake_provider) -> None:
@@ -321,12 +370,7 @@ async def test_polls_falling_due_together_share_an_activity(stack_factory, fake_
         assert row.view.poll_count >= 3
         types = [event.type for event in store.item_events(stack.engine, item_id)]
         assert types[:2] == ["enqueued", "accepted"] and types[-1] == "sent", types
-    events = await shard_history(stack.client, destination.name, 0)
-    scheduled = [
-        event.activity_task_scheduled_event_attributes.activity_type.name
-        for event in events
-        if event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
-    ]
+    scheduled = await scheduled_activities(stack.client, destination.name)
     polls = scheduled.count("poll_operations")
     # 20 items polled three times each: 60 polls, in far fewer activities, none alone.
     assert "poll_operation" not in scheduled
