@@ -10,7 +10,7 @@ import asyncio
 import dataclasses
 from dataclasses import dataclass
 
-from common.destinations import Destination, DestinationRegistry
+from common.destinations import BATCH_RULE, Destination, DestinationRegistry, max_batch
 from common.queue_rates import (
     MAX_REASON,
     QueueRate,
@@ -89,10 +89,10 @@ class DestinationControls:
             ("submit", submit_rate, destination.submit_batch),
             ("poll", poll_rate, destination.poll_batch),
         ):
-            if rate is not None and rate < batch:
+            if rate is not None and batch > max_batch(rate):
                 raise InvalidRequest(
-                    f"{kind}_rate {rate:g} is below the destination's {kind}_batch {batch}: a"
-                    " batch goes out at once, so the rate must be at least one batch a second"
+                    f"{kind}_rate {rate:g} is too low for the destination's {kind}_batch"
+                    f" {batch}: {BATCH_RULE}"
                 )
         # The queues count activities; a batching destination's activities carry `batch` each.
         for queue, now, new_rate in (
