@@ -29,6 +29,7 @@ from temporalio.client import Client
 
 from activities.providers import load_destinations
 from bench.actions import actions_per_workflow, billable_actions
+from bench.codec_cost import codec_ms_per_item
 from bench.naive import TASK_QUEUE as NAIVE_TASK_QUEUE
 from bench.naive import NaiveItemWorkflow
 from bench.relay import relay_lag
@@ -452,6 +453,8 @@ async def end_to_end(client: Client, pids: dict[str, int]) -> dict[str, Any]:
         naive["cpu_ms_per_item_server"] + naive["cpu_ms_per_item_worker"], 2
     )
     figures["actions_per_item"] = await actions_per_workflow(client, item_ids[:ACTION_SAMPLE])
+    # What PAYLOAD_KEYS (on in `make dev`) would add: the codec over these items' payloads.
+    figures.update(await codec_ms_per_item(client, item_ids[:ACTION_SAMPLE]))
     figures["naive_actions_per_item"] = await actions_per_workflow(
         client, [f"naive/{run_id}/{n}" for n in range(min(count, ACTION_SAMPLE))]
     )
