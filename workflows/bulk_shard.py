@@ -74,6 +74,9 @@ LINGER = timedelta(seconds=30)
 # thousands out would make every step cost thousands (measured: one shard of 1,000 items cost the
 # server 3x the CPU per item of four shards). The rest wait their turn in the shard, for free.
 MAX_OUT = 100
+# Submit (and, apart, poll) activities of a batching shard out at once; the requests asked for
+# meanwhile wait and fill the next batches (see `_Batcher`).
+BATCHES_OUT = 4
 # Projections one local activity writes at most.
 PROJECTION_BATCH = 200
 _PROJECTION_RETRIES = RetryPolicy(
@@ -87,7 +90,14 @@ Outcome = TypeVar("Outcome", SubmitOutcome, PollOutcome)
 
 @dataclass
 class _Batcher(Generic[Request, Outcome]):
-    """Submits (or polls) asked for in one workflow step, sent in activities of up to `size`."""
+    """Submits (or polls) asked for by the shard's deliveries, sent in activities of up to
+    `size`, at most `BATCHES_OUT` at once.
+
+    Each activity spends one of the queue's tokens however few items it carries, so a lone
+    request would cost a whole batch's share of the rate. While `BATCHES_OUT` activities are out
+    (waiting for the server to dispatch them, at the queue's rate, or running), new requests
+    wait here and go out together when one comes back: the slower the queue, the fuller the
+    batches."""
 
     activity: Callable[[DeliveryActivities, list[Request]], Awaitable[list[Outcome]]]
     task_queue: Callable[[DeliveryPolicy], str]
@@ -99,24 +109,27 @@ class _Batcher(Generic[Request, Outcome]):
         default_factory=list
     )
     _gathering: bool = False
+    _out: int = 0
 
     async def ask(self, request: Request, policy: DeliveryPolicy) -> Outcome:
         outcome: asyncio.Future[Outcome] = asyncio.get_running_loop().create_future()
         self._asked.append((request, policy, outcome))
-        if not self._gathering:
-            # Started after every delivery already woken in this step has asked (they run
-            # first), so the requests that fell due together go out together.
-            self._gathering = True
-            asyncio.create_task(self._send())
+        self._send_soon()
         return await outcome
 
+    def _send_soon(self) -> None:
+        if not self._gathering:
+            # Sent after every delivery already woken in this step has asked (they run first),
+            # so the requests that fell due together go out together.
+            self._gathering = True
+            asyncio.create_task(self._send())
+
     async def _send(self) -> None:
-        asked, self._asked = self._asked, []
         self._gathering = False
-        size = self.size
-        await asyncio.gather(
-            *(self._send_batch(asked[at : at + size]) for at in range(0, len(asked), size))
-        )
+        while self._asked and self._out < BATCHES_OUT:
+            batch, self._asked = self._asked[: self.size], self._asked[self.size :]
+            self._out += 1
+            asyncio.create_task(self._send_batch(batch))
 
     async def _send_batch(
         self, batch: list[tuple[Request, DeliveryPolicy, asyncio.Future[Outcome]]]
@@ -134,8 +147,12 @@ class _Batcher(Generic[Request, Outcome]):
         except ActivityError as err:
             # The whole activity failed (after its retries): each item counts a failed request.
             outcomes = [self.failed(str(err.cause or err))] * len(batch)
+        finally:
+            self._out -= 1
         for (_, _, outcome), answered in zip(batch, outcomes, strict=True):
             outcome.set_result(answered)
+        if self._asked:
+            self._send_soon()
 
 
 @workflow.defn(name=SHARD_WORKFLOW_TYPE)
