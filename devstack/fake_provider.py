@@ -12,7 +12,8 @@ per-request headers (`X-Fake-Status`, `X-Fake-Retry-After`, `X-Fake-Latency-Ms`,
 (`PUT /_admin/endpoints/{endpoint}` with a step such as `{"status": 410}`, `DELETE` to clear; the
 endpoint is a webhook's path after `/webhook/`, or `emails`), and the global fault config
 (`PUT /_admin/faults`, or at start-up one flag per FaultConfig field). `GET /_admin/deliveries
-?endpoint=` lists first deliveries in arrival order, each with a global sequence number. Run it with
+?endpoint=` lists first deliveries in arrival order, each with a global sequence number and the
+request's `traceparent` header. Run it with
 `python -m devstack.fake_provider --port 8025 [--error-rate 0.1 ...]` (`--help` lists the flags).
 """
 
@@ -253,8 +254,10 @@ class FakeProviderState:
             stats.polls += 1
         return stats
 
-    def log_delivery(self, key: str, endpoint: str, body: bytes) -> None:
-        """Count a key's first delivery and give it the next global sequence number."""
+    def log_delivery(self, key: str, endpoint: str, request: Request, body: bytes) -> None:
+        """Count a key's first delivery and give it the next global sequence number.
+
+        The W3C `traceparent` header is kept so tracing tests can tie the request to its trace."""
         self.keys[key].deliveries += 1
         try:
             payload = json.loads(body)
@@ -267,6 +270,7 @@ class FakeProviderState:
                 "endpoint": endpoint,
                 "at": time.time(),
                 "payload": payload,
+                "traceparent": request.headers.get("traceparent"),
             }
         )
 
@@ -372,7 +376,7 @@ def create_app(state: FakeProviderState) -> Starlette:
             )
             state.operations[operation_id] = operation
             state.operation_by_key[key] = operation_id
-            state.log_delivery(key, "emails", body)
+            state.log_delivery(key, "emails", request, body)
             if state.faults.report_before_success:
                 state.report_on(operation)
         base = str(request.base_url).rstrip("/")
@@ -420,7 +424,7 @@ def create_app(state: FakeProviderState) -> Starlette:
             return fault
         if key not in state.delivered_keys:
             state.delivered_keys.add(key)
-            state.log_delivery(key, endpoint, body)
+            state.log_delivery(key, endpoint, request, body)
         log.info("webhook %s %s -> 204", request.url.path, key)
         return Response(status_code=204)
 

@@ -79,6 +79,15 @@ async def test_one_trace_runs_from_the_enqueue_request_to_the_provider(
     trace_id = delivered[0].context.trace_id
     in_trace = {span.name for span in spans if span.context.trace_id == trace_id}
     assert "RunWorkflow:OutboxItem" in in_trace, in_trace
+    # The provider saw the trace too: the httpx span's context went out as `traceparent`
+    # (version-traceid-spanid-flags), so its own logs join the same trace.
+    [arrived] = await fake_provider.admin.deliveries(destination.name)
+    version, sent_trace, sent_span, _flags = arrived["traceparent"].split("-")
+    assert (version, sent_trace, sent_span) == (
+        "00",
+        f"{trace_id:032x}",
+        f"{delivered[0].context.span_id:016x}",
+    ), arrived
 
 
 def test_tracing_is_off_unless_otel_variables_ask_for_it() -> None:
