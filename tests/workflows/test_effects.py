@@ -296,8 +296,14 @@ async def test_the_ledger_survives_continue_as_new(stack_factory, dev_env, monke
             "assign_seat",
             {"seat": seats[0], "passenger_id": passengers[0]},
         )
-    later = [run async for run in stack.client.list_workflows(f"WorkflowId = '{workflow_id}'")]
-    assert len(later) > len(runs)
+
+    async def another_run() -> bool:
+        # Visibility is eventually consistent: the new run may be listed a moment later
+        # (a CI run once listed the same count right after the commands).
+        query = f"WorkflowId = '{workflow_id}'"
+        return len([run async for run in stack.client.list_workflows(query)]) > len(runs)
+
+    await eventually(another_run)
     failed = effects[1]
     await client.command("flight", f"mirror-{passengers[1]}", "open", {"seats": seats})
     await client.retry_effect(MirroredFlight.type_name, source, failed.key)
