@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 import os
 import platform
@@ -28,6 +29,7 @@ import httpx
 from temporalio.client import Client
 
 from activities.providers import load_destinations
+from bench import server_metrics
 from bench.actions import actions_per_workflow, billable_actions
 from bench.codec_cost import codec_ms_per_item
 from bench.naive import TASK_QUEUE as NAIVE_TASK_QUEUE
@@ -57,7 +59,9 @@ PORTS = {
     "DEV_FAKE_PORT": "8035",
     "DEV_API_PORT": "8010",
     "WORKER_METRICS_ADDRESS": "127.0.0.1:9474",
+    "DEV_TEMPORAL_METRICS_PORT": "9475",
 }
+SERVER_METRICS_URL = f"http://127.0.0.1:{PORTS['DEV_TEMPORAL_METRICS_PORT']}/metrics"
 EMAIL = {
     "senderAddress": "bench@example.com",
     "recipients": {"to": [{"address": "load@example.com"}]},
@@ -128,22 +132,60 @@ async def open_loop(http: httpx.AsyncClient, rate: float, duration_s: float) -> 
     }
 
 
+class Measured:
+    """One kind of item's tally over the rounds it ran in: items, seconds, each process's CPU
+    seconds and the server's work (`bench.server_metrics`)."""
+
+    def __init__(self, label: str) -> None:
+        self.label = label
+        self.items = 0
+        self.seconds = 0.0
+        self.cpu_s: dict[str, float] = {}
+        self.server: dict[str, float] = {}
+        self.round_rates: list[float] = []
+
+    def figures(self) -> dict[str, Any]:
+        """items/s over all its rounds, CPU ms per item per process, server work per item."""
+        result: dict[str, Any] = {
+            "items": self.items,
+            "seconds": round(self.seconds, 2),
+            "items_per_s": round(self.items / self.seconds, 2),
+        }
+        for name, seconds in self.cpu_s.items():
+            result[f"cpu_ms_per_item_{name}"] = round(seconds * 1000 / self.items, 2)
+        result["server"] = {
+            figure: round(total / self.items, 2) for figure, total in self.server.items()
+        }
+        return result
+
+
 async def timed(
-    label: str, pids: dict[str, int], work: Callable[[], Awaitable[int]]
-) -> dict[str, float]:
-    """Run `work` (returns items done); report items/s and CPU ms per item per process."""
+    measured: Measured,
+    pids: dict[str, int],
+    work: Callable[[], Awaitable[int]],
+    profile: bool = True,
+) -> None:
+    """Run `work` (returns items done) and add its time, CPU per process and server work to
+    `measured`."""
+    server_before = await server_metrics.scrape(SERVER_METRICS_URL)
+    # CPU is read inside the scrapes: parsing them costs this process more than an item does.
     before = {name: cpu_seconds(pid) for name, pid in pids.items()}
     started = time.perf_counter()
-    with flame_graph(label, pids.get("worker")):
+    with flame_graph(measured.label, pids.get("worker") if profile else None):
         done = await work()
     elapsed = time.perf_counter() - started
-    result = {"items": done, "seconds": round(elapsed, 2), "items_per_s": round(done / elapsed, 2)}
-    for name, pid in pids.items():
-        result[f"cpu_ms_per_item_{name}"] = round(
-            (cpu_seconds(pid) - before[name]) * 1000 / done, 2
-        )
-    print(f"  {label}: {result}", flush=True)
-    return result
+    after = {name: cpu_seconds(pid) for name, pid in pids.items()}
+    server_after = await server_metrics.scrape(SERVER_METRICS_URL)
+    measured.items += done
+    measured.seconds += elapsed
+    measured.round_rates.append(round(done / elapsed, 2))
+    for name in pids:
+        measured.cpu_s[name] = measured.cpu_s.get(name, 0.0) + after[name] - before[name]
+    for figure, total in server_metrics.per_item(server_before, server_after, 1).items():
+        measured.server[figure] = measured.server.get(figure, 0.0) + total
+    print(
+        f"  {measured.label}: {done} items in {elapsed:.2f} s ({done / elapsed:.1f}/s)", flush=True
+    )
 
 
 @contextlib.contextmanager
@@ -267,7 +309,8 @@ async def bulk_actions_per_item(client: Client, count: int) -> float:
     return round(actions / count, 2)
 
 
-async def naive_items(client: Client, count: int, run_id: str) -> int:
+async def naive_items(client: Client, count: int, run_id: str, workflow_ids: list[str]) -> int:
+    workflow_ids.extend(f"naive/{run_id}/{n}" for n in range(count))
     handles = await bounded(
         [
             client.start_workflow(
@@ -412,51 +455,76 @@ async def enqueue_latency(api: str) -> dict[str, Any]:
 
 
 async def end_to_end(client: Client, pids: dict[str, int]) -> dict[str, Any]:
+    """The product's item path against the naive baseline in alternating rounds (the machine's
+    load drifts within a run; alternating puts both under the same drift), then bulk mode."""
     figures: dict[str, Any] = {}
-    count = 300 if QUICK else 2000
-    run_id = uuid.uuid4().hex[:8]
-    print(f"end to end, {count} items (submit + one poll):", flush=True)
+    rounds, per_round = (3, 150) if QUICK else (4, 500)
+    print(f"end to end, {rounds} rounds of {per_round} items each (submit + one poll):", flush=True)
     item_ids: list[str] = []
-    product = await timed(
-        "product",
-        {"server": pids["temporal"], "worker": pids["worker"]},
-        lambda: product_items(client, count, "bench-email", run_id, item_ids),
-    )
-    naive = await timed(
-        "naive",
-        {"server": pids["temporal"], "worker": pids["naive"]},
-        lambda: naive_items(client, count, run_id),
-    )
+    naive_ids: list[str] = []
+    product, naive = Measured("product"), Measured("naive")
+    # The bench process enqueues (as the API would) and waits for results: its CPU counts too.
+    processes = {"server": pids["temporal"], "client": os.getpid(), "fake": pids["fake"]}
+    for round_number in range(rounds):
+        run_id = uuid.uuid4().hex[:8]
+        first = round_number == 0
+        await timed(
+            product,
+            {**processes, "worker": pids["worker"]},
+            functools.partial(product_items, client, per_round, "bench-email", run_id, item_ids),
+            profile=first,
+        )
+        await timed(
+            naive,
+            {**processes, "worker": pids["naive"]},
+            functools.partial(naive_items, client, per_round, run_id, naive_ids),
+            profile=first,
+        )
+    product_figures, naive_figures = product.figures(), naive.figures()
+    print(f"  product: {product_figures}\n  naive: {naive_figures}", flush=True)
     bulk_count = 1000 if QUICK else 5000
     print(f"bulk mode, {bulk_count} items in batches of {BULK_BATCH}:", flush=True)
-    bulk = await timed(
-        "bulk",
-        {"server": pids["temporal"], "worker": pids["worker"]},
+    bulk_measured = Measured("bulk")
+    run_id = uuid.uuid4().hex[:8]
+    await timed(
+        bulk_measured,
+        {**processes, "worker": pids["worker"]},
         lambda: bulk_items(client, bulk_count, run_id),
     )
+    bulk = bulk_measured.figures()
+    print(f"  bulk: {bulk}", flush=True)
     figures["bulk_items_per_s"] = bulk["items_per_s"]
-    figures["bulk_ratio_vs_naive"] = round(bulk["items_per_s"] / naive["items_per_s"], 3)
+    figures["bulk_ratio_vs_naive"] = round(bulk["items_per_s"] / naive_figures["items_per_s"], 3)
     figures["bulk_cpu_ms_per_item"] = round(
         bulk["cpu_ms_per_item_server"] + bulk["cpu_ms_per_item_worker"], 2
     )
+    figures["bulk_server_per_item"] = bulk["server"]
     figures["bulk_actions_per_item"] = await bulk_actions_per_item(client, bulk_count)
     print(f"  billable actions per bulk item: {figures['bulk_actions_per_item']}", flush=True)
-    figures["items_per_s"] = product["items_per_s"]
-    figures["naive_items_per_s"] = naive["items_per_s"]
-    figures["ratio_vs_naive"] = round(product["items_per_s"] / naive["items_per_s"], 3)
+    figures["items_per_s"] = product_figures["items_per_s"]
+    figures["naive_items_per_s"] = naive_figures["items_per_s"]
+    figures["ratio_vs_naive"] = round(
+        product_figures["items_per_s"] / naive_figures["items_per_s"], 3
+    )
+    figures["ratio_vs_naive_by_round"] = [
+        round(p / n, 3) for p, n in zip(product.round_rates, naive.round_rates, strict=True)
+    ]
     figures["cpu_ms_per_item"] = round(
-        product["cpu_ms_per_item_server"] + product["cpu_ms_per_item_worker"], 2
+        product_figures["cpu_ms_per_item_server"] + product_figures["cpu_ms_per_item_worker"], 2
     )
-    figures["cpu_ms_per_item_server"] = product["cpu_ms_per_item_server"]
-    figures["cpu_ms_per_item_worker"] = product["cpu_ms_per_item_worker"]
     figures["naive_cpu_ms_per_item"] = round(
-        naive["cpu_ms_per_item_server"] + naive["cpu_ms_per_item_worker"], 2
+        naive_figures["cpu_ms_per_item_server"] + naive_figures["cpu_ms_per_item_worker"], 2
     )
+    for name in ("server", "worker", "client", "fake"):
+        figures[f"cpu_ms_per_item_{name}"] = product_figures[f"cpu_ms_per_item_{name}"]
+        figures[f"naive_cpu_ms_per_item_{name}"] = naive_figures[f"cpu_ms_per_item_{name}"]
+    figures["server_per_item"] = product_figures["server"]
+    figures["naive_server_per_item"] = naive_figures["server"]
     figures["actions_per_item"] = await actions_per_workflow(client, item_ids[:ACTION_SAMPLE])
     # What PAYLOAD_KEYS (on in `make dev`) would add: the codec over these items' payloads.
     figures.update(await codec_ms_per_item(client, item_ids[:ACTION_SAMPLE]))
     figures["naive_actions_per_item"] = await actions_per_workflow(
-        client, [f"naive/{run_id}/{n}" for n in range(min(count, ACTION_SAMPLE))]
+        client, naive_ids[:ACTION_SAMPLE]
     )
     print(
         f"  billable actions per item: product {figures['actions_per_item']},"

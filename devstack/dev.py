@@ -10,7 +10,8 @@ directory across restarts.
 Environment (defaults): DEV_TEMPORAL_PORT (7233), DEV_UI_PORT (8233), DEV_FAKE_PORT (8025),
 DEV_API_PORT (8000), DEV_DATA_DIR (.data), DEV_FAKE_REPORTS (1; 0: the fake sends no delivery
 reports), DEV_FAKE_ARGS (none: extra fake provider flags such as
-`--bounce-rate 0.2 --duplicate-reports`, which win over the stack's own). The children get the
+`--bounce-rate 0.2 --duplicate-reports`, which win over the stack's own),
+DEV_TEMPORAL_METRICS_PORT (random: the dev server's Prometheus `/metrics`). The children get the
 matching TEMPORAL_ADDRESS and FAKE_PROVIDER_URL, and DATABASE_URL (SQLite in the data directory)
 unless it is set.
 
@@ -170,6 +171,7 @@ def build_children(env: dict[str, str]) -> list[Child]:
     data_dir = Path(env.get("DEV_DATA_DIR", str(PROJECT_ROOT / ".data"))).resolve()
     temporal_port = int(env.get("DEV_TEMPORAL_PORT", "7233"))
     ui_port = int(env.get("DEV_UI_PORT", "8233"))
+    metrics_port = env.get("DEV_TEMPORAL_METRICS_PORT")
     fake_port = int(env.get("DEV_FAKE_PORT", "8025"))
     api_port = int(env.get("DEV_API_PORT", "8000"))
     python = sys.executable
@@ -199,7 +201,12 @@ def build_children(env: dict[str, str]) -> list[Child]:
         Child(
             "temporal",
             [
-                *dev_server_command(data_dir / "temporal.db", port=temporal_port, ui_port=ui_port),
+                *dev_server_command(
+                    data_dir / "temporal.db",
+                    port=temporal_port,
+                    ui_port=ui_port,
+                    metrics_port=int(metrics_port) if metrics_port else None,
+                ),
                 # The Web UI decrypts through the API's codec server, for whoever may read.
                 *["--ui-codec-endpoint", f"http://127.0.0.1:{api_port}/codec"],
             ],

@@ -75,9 +75,15 @@ def dev_server_extra_args(db_file: Path | None, *, fairness: bool = True) -> lis
 
 
 def dev_server_command(
-    db_file: Path | None, *, port: int = 7233, ui_port: int = 8233, ip: str = "127.0.0.1"
+    db_file: Path | None,
+    *,
+    port: int = 7233,
+    ui_port: int = 8233,
+    ip: str = "127.0.0.1",
+    metrics_port: int | None = None,
 ) -> list[str]:
-    """`temporal server start-dev` with persistence, the search attributes and the Web UI."""
+    """`temporal server start-dev` with persistence, the search attributes and the Web UI; its
+    Prometheus metrics on `metrics_port` (default: a random port)."""
     return [
         temporal_cli_path(),
         "server",
@@ -93,6 +99,7 @@ def dev_server_command(
         "--log-level",
         "warn",
         *dev_server_extra_args(db_file),
+        *(["--metrics-port", str(metrics_port)] if metrics_port is not None else []),
     ]
 
 
