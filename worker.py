@@ -28,6 +28,7 @@ from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 
 from activities.aggregate_store import AggregateStoreActivities
 from activities.delivery import DeliveryActivities
+from activities.pacing import RequestPacer, paced_queues, server_rate_reader
 from activities.projection import ProjectionActivities
 from activities.projectors import ProjectorActivities
 from activities.providers import build_provider, load_destinations
@@ -166,6 +167,7 @@ def build_workers(
             for destination in destinations
         },
         writer,
+        RequestPacer(paced_queues(list(destinations)), server_rate_reader(client)),
     )
     for destination in destinations:
         # The rate is per task queue and enforced by the server, across all worker processes.

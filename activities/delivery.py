@@ -19,6 +19,7 @@ from typing import Any, TypeVar
 from temporalio import activity
 from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
 
+from activities.pacing import RequestPacer
 from activities.providers.base import (
     EndpointGoneError,
     PermanentProviderError,
@@ -57,16 +58,21 @@ class DeliveryActivities:
     or when the write fails, the workflow projects the transition itself."""
 
     def __init__(
-        self, providers: Mapping[str, Provider], writer: ProjectionWriter | None = None
+        self,
+        providers: Mapping[str, Provider],
+        writer: ProjectionWriter | None = None,
+        pacer: RequestPacer | None = None,
     ) -> None:
         self._providers = dict(providers)
         self._writer = writer
+        self._pacer = pacer
 
     @activity.defn(name=SUBMIT_ACTIVITY)
     async def submit_item(self, request: SubmitRequest) -> SubmitResult:
         """Hand the item to its provider; raises typed errors the workflow retries or fails on."""
         began = time.monotonic()
         provider = self._provider(request.destination)
+        await self._pace(submit_task_queue(request.destination))
         async with _typed_errors(request.destination):
             result = await provider.submit(request)
         if request.projection is not None:
@@ -81,6 +87,7 @@ class DeliveryActivities:
         """Observe the provider's long-running operation once."""
         began = time.monotonic()
         provider = self._provider(request.destination)
+        await self._pace(poll_task_queue(request.destination))
         async with _typed_errors(request.destination):
             result = await provider.poll(request)
         if request.projection is not None:
@@ -124,6 +131,11 @@ class DeliveryActivities:
             activity.logger.warning("projection of %s left to the workflow: %s", item_id, err)
             return False
         return True
+
+    async def _pace(self, task_queue: str) -> None:
+        """Space this process's requests to the queue's destination (`activities.pacing`)."""
+        if self._pacer is not None:
+            await self._pacer.acquire(task_queue)
 
     def _provider(self, destination: str) -> Provider:
         provider = self._providers.get(destination)

@@ -1,0 +1,138 @@
+"""Spacing of one worker process's provider requests, under the server's rate limit.
+
+The Temporal server enforces each destination queue's rate on *dispatches*, across all workers,
+with a token bucket that lets one second's worth through at once after an idle spell (a worker
+restart, a resume). What the provider counts is *arrivals*: a request leaves a busy worker a
+varying moment after its dispatch, so a full bucket's burst plus the steady rate plus that
+jitter put `make chaos` 5-10% above two seconds' worth in single seconds. Each process therefore
+also spaces its own requests to a queue at the rate the server holds that queue to, with a
+burst of a quarter second's worth: one process alone stays within `rate x (window + 0.25 s)`,
+and several together are still held to the rate by the server. The rate is read back from the
+server (`common.queue_rates`) every `refresh_s`, so a rate changed at run time holds here too.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+from temporalio.client import Client
+
+from common.destinations import Destination
+from common.queue_rates import read_queue_rate
+
+# A quarter second's worth at once: a batch (at most a quarter of its rate, see `BATCH_RULE`)
+# goes out whole.
+BURST_S = 0.25
+
+
+@dataclass(frozen=True)
+class PacedQueue:
+    """A destination queue as its requests are paced: its task queue, the configured rate in
+    requests a second, and how many requests one of its activities carries (`*_batch`)."""
+
+    task_queue: str
+    configured_rate: float
+    batch: int = 1
+
+
+# The rate (activities a second) the server enforces on a task queue now, or None to use the
+# configured one; 0 while paused.
+QueueRateReader = Callable[[str], Awaitable[float | None]]
+
+
+@dataclass
+class _Bucket:
+    rate: float
+    checked_at: float
+    # When the next request would go at the steady rate (GCRA's theoretical arrival time).
+    next_at: float = 0.0
+
+
+class RequestPacer:
+    """Waits, per queue, until one more request keeps this process within the queue's rate."""
+
+    def __init__(
+        self,
+        queues: dict[str, PacedQueue],
+        read_rate: QueueRateReader | None = None,
+        *,
+        refresh_s: float = 5.0,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], Awaitable[object]] = asyncio.sleep,
+    ) -> None:
+        self._queues = queues
+        self._read_rate = read_rate
+        self._refresh_s = refresh_s
+        self._clock = clock
+        self._sleep = sleep
+        self._buckets: dict[str, _Bucket] = {}
+
+    async def acquire(self, task_queue: str) -> None:
+        """Return when one request to `task_queue` may go; a queue not paced goes at once."""
+        queue = self._queues.get(task_queue)
+        if queue is None:
+            return
+        bucket = await self._bucket(queue)
+        now = self._clock()
+        interval = 1 / bucket.rate
+        tolerance = max(1.0, bucket.rate * BURST_S) * interval
+        # Reserve the slot before waiting, so concurrent requests queue behind each other.
+        start = max(bucket.next_at, now)
+        bucket.next_at = start + interval
+        wait = start - tolerance + interval - now
+        if wait > 0:
+            await self._sleep(wait)
+
+    async def _bucket(self, queue: PacedQueue) -> _Bucket:
+        bucket = self._buckets.get(queue.task_queue)
+        now = self._clock()
+        if bucket is None:
+            bucket = _Bucket(rate=queue.configured_rate, checked_at=now - self._refresh_s)
+            self._buckets[queue.task_queue] = bucket
+        if self._read_rate is not None and now - bucket.checked_at >= self._refresh_s:
+            bucket.checked_at = now
+            bucket.rate = await self._rate_in_force(queue, bucket.rate)
+        return bucket
+
+    async def _rate_in_force(self, queue: PacedQueue, current: float) -> float:
+        """Requests a second the server holds the queue to; the current rate when it cannot say
+        or holds it at 0 (a paused queue dispatches nothing new; what it already dispatched
+        goes at the rate it was dispatched at)."""
+        assert self._read_rate is not None
+        try:
+            activities_per_s = await self._read_rate(queue.task_queue)
+        except Exception:
+            return current
+        if activities_per_s is None:
+            return queue.configured_rate
+        if activities_per_s <= 0:
+            return current
+        return activities_per_s * queue.batch
+
+
+def paced_queues(destinations: list[Destination]) -> dict[str, PacedQueue]:
+    """The submit and poll queues of `destinations`, by task queue name."""
+    queues = {}
+    for destination in destinations:
+        for queue in (
+            PacedQueue(
+                destination.submit_task_queue, destination.submit_rate, destination.submit_batch
+            ),
+            PacedQueue(destination.poll_task_queue, destination.poll_rate, destination.poll_batch),
+        ):
+            queues[queue.task_queue] = queue
+    return queues
+
+
+def server_rate_reader(client: Client) -> QueueRateReader:
+    """Reads a queue's rate from the server: the run-time one (`PATCH /v1/destinations`) if an
+    operator set one, else None (the configured rate, which the workers ask for)."""
+
+    async def read(task_queue: str) -> float | None:
+        rate = await read_queue_rate(client, task_queue)
+        return rate.rate if rate.source == "api" else None
+
+    return read

@@ -1,0 +1,100 @@
+"""One process's provider requests spaced at its queue's rate (activities/pacing.py)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+
+from activities.pacing import PacedQueue, RequestPacer
+
+
+class FakeClock:
+    """A clock that only moves when the pacer sleeps (or the test says so)."""
+
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+    async def sleep(self, seconds: float) -> None:
+        self.now += seconds
+
+
+def busiest_second(times: list[float]) -> int:
+    return max(sum(1 for t in times if start <= t < start + 1) for start in times)
+
+
+async def send(pacer: RequestPacer, clock: FakeClock, queue: str, count: int) -> list[float]:
+    times = []
+    for _ in range(count):
+        await pacer.acquire(queue)
+        times.append(clock.now)
+    return times
+
+
+async def test_a_quarter_seconds_burst_then_the_steady_rate() -> None:
+    clock = FakeClock()
+    pacer = RequestPacer({"q": PacedQueue("q", 20.0)}, clock=clock, sleep=clock.sleep)
+    times = await send(pacer, clock, "q", 45)
+    assert times[:5] == [100.0] * 5  # 20/s x 0.25 s at once
+    gaps = [round(b - a, 6) for a, b in zip(times[5:], times[6:], strict=False)]
+    assert set(gaps) == {0.05}
+    # What the provider sees from this process in any second: the burst plus the rate.
+    assert busiest_second(times) == 25
+
+
+async def test_a_slow_queue_sends_one_at_a_time() -> None:
+    clock = FakeClock()
+    pacer = RequestPacer({"q": PacedQueue("q", 2.0)}, clock=clock, sleep=clock.sleep)
+    assert await send(pacer, clock, "q", 3) == [100.0, 100.5, 101.0]
+
+
+async def test_an_idle_queue_gets_its_burst_back_and_other_queues_are_not_paced() -> None:
+    clock = FakeClock()
+    pacer = RequestPacer({"q": PacedQueue("q", 4.0)}, clock=clock, sleep=clock.sleep)
+    await send(pacer, clock, "q", 5)
+    clock.now += 10
+    rested = clock.now
+    assert await send(pacer, clock, "q", 2) == [rested, rested + 0.25]
+    before = clock.now
+    await send(pacer, clock, "unpaced", 100)
+    assert clock.now == before
+
+
+async def test_concurrent_requests_queue_behind_each_other() -> None:
+    pacer = RequestPacer({"q": PacedQueue("q", 200.0)})
+    started = time.monotonic()
+    await asyncio.gather(*(pacer.acquire("q") for _ in range(70)))
+    # 50 go at once (a quarter second at 200/s), the other 20 at 5 ms each.
+    assert time.monotonic() - started == pytest.approx(0.1, abs=0.05)
+
+
+async def test_the_rate_follows_the_server_run_time_rate() -> None:
+    clock = FakeClock()
+    answers: list[float | None | Exception] = [2.0, 0.0, RuntimeError("unavailable"), None]
+    read: list[str] = []
+
+    async def read_rate(task_queue: str) -> float | None:
+        read.append(task_queue)
+        answer = answers.pop(0)
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+    # A batching queue: the server counts activities of 5 requests each.
+    queue = PacedQueue("q", 40.0, batch=5)
+    pacer = RequestPacer({"q": queue}, read_rate, refresh_s=5, clock=clock, sleep=clock.sleep)
+
+    async def gap_after_burst() -> float:
+        clock.now += 60  # idle: a full burst again, and time to read the rate again
+        times = await send(pacer, clock, "q", 20)
+        return round(times[-1] - times[-2], 6)
+
+    assert await gap_after_burst() == 0.1  # 2 activities/s x 5 = 10 requests/s, set at run time
+    assert await gap_after_burst() == 0.1  # paused (0): what was dispatched goes at the last rate
+    assert await gap_after_burst() == 0.1  # the server could not say: the rate in force stays
+    assert await gap_after_burst() == 0.025  # no run-time rate: the configured 40/s
+    assert read == ["q"] * 4
