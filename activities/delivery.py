@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import time
 from collections.abc import AsyncIterator, Awaitable, Mapping
 from datetime import UTC, datetime, timedelta
@@ -44,6 +45,7 @@ from contract.item import (
     SubmitRequest,
     SubmitResult,
 )
+from readmodel.store import last_event_seq
 from readmodel.writer import ProjectionWriter
 
 Result = TypeVar("Result", SubmitResult, PollResult)
@@ -77,7 +79,10 @@ class DeliveryActivities:
             result = await provider.submit(request)
         if request.projection is not None:
             context, at = request.projection, _server_now(began)
+            renumbered = await self._follow_earlier_attempt(request.item_id, context)
             transitions.apply_submit_result(context.item, context.state, result, at)
+            if renumbered:
+                result.projected_seq = context.state.last_event_seq
             if await self._project(request.item_id, context, request.payload):
                 result.projected_at = at
         return result
@@ -92,7 +97,10 @@ class DeliveryActivities:
             result = await provider.poll(request)
         if request.projection is not None:
             context, at = request.projection, _server_now(began)
+            renumbered = await self._follow_earlier_attempt(request.item_id, context)
             applied = transitions.apply_poll_result(context.item, context.state, result, at)
+            if applied and renumbered:
+                result.projected_seq = context.state.last_event_seq
             if applied and await self._project(request.item_id, context, None):
                 result.projected_at = at
         return result
@@ -114,6 +122,22 @@ class DeliveryActivities:
             *(_outcome(self.poll_operation(request)) for request in requests)
         )
         return [PollOutcome(result, *failure) for result, failure in outcomes]
+
+    async def _follow_earlier_attempt(self, item_id: str, context: ProjectionContext) -> bool:
+        """On a retry, number this attempt's events after any an earlier attempt wrote; whether
+        that moved them.
+
+        An attempt killed after it wrote its outcome's events and before it reported them leaves
+        those rows behind, and the retry's provider answer may differ (a poll that saw Running,
+        then Succeeded). Rows are idempotent by (item, seq), so a retry that reused the numbers
+        would be dropped and the read model would never see the item end."""
+        if self._writer is None or activity.info().attempt == 1:
+            return False
+        written = await self._writer.run(functools.partial(last_event_seq, item_id=item_id))
+        if written is None or written <= context.state.last_event_seq:
+            return False
+        context.state.last_event_seq = written
+        return True
 
     async def _project(
         self, item_id: str, context: ProjectionContext, payload: dict[str, Any] | None

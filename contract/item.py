@@ -429,6 +429,10 @@ class SubmitResult:
     # The time the activity applied the transition at, when it wrote its projection (None: it
     # did not, and the workflow projects it).
     projected_at: datetime | None = None
+    # The seq of this outcome's last event when an earlier attempt of the activity had written
+    # its own outcome's events first: the retry numbers its events after those, and so does the
+    # workflow. None when the events take the numbers the workflow would give them.
+    projected_seq: int | None = None
 
 
 @dataclass
@@ -450,8 +454,9 @@ class PollResult:
     retry_after_s: float | None = None
     error: str | None = None
     error_code: str | None = None
-    # As `SubmitResult.projected_at`.
+    # As `SubmitResult.projected_at` and `SubmitResult.projected_seq`.
     projected_at: datetime | None = None
+    projected_seq: int | None = None
 
 
 @dataclass

@@ -131,6 +131,14 @@ def get_item(engine: Engine, item_id: str) -> ItemRecord | None:
     return None if row is None else _item_record(row)
 
 
+def last_event_seq(engine: Engine, item_id: str) -> int | None:
+    """The newest event seq the read model holds for the item, or None if it holds none."""
+    query = select(func.max(EVENTS.c.seq)).where(EVENTS.c.item_id == item_id)
+    with engine.connect() as connection:
+        newest = connection.execute(query).scalar()
+    return None if newest is None else int(newest)
+
+
 def item_events(engine: Engine, item_id: str) -> list[EventRecord]:
     """The item's history, oldest first."""
     query = select(EVENTS).where(EVENTS.c.item_id == item_id).order_by(EVENTS.c.seq)

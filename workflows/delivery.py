@@ -349,6 +349,7 @@ class Delivery:
                 continue
             at = result.projected_at or workflow.now()
             status_changed = transitions.apply_submit_result(item, state, result, at)
+            self._follow_activity_numbering(result.projected_seq, seq_before)
             early_applied = self._apply_early_reports()
             self._after_transition(status_changed, result.projected_at, seq_before, early_applied)
             if result.delivered:
@@ -404,6 +405,20 @@ class Delivery:
             return None
         return transitions.for_activity(self.item, self.state)
 
+    def _follow_activity_numbering(self, projected_seq: int | None, seq_before: int) -> None:
+        """Number the transition's events as the activity did: after the events an earlier,
+        killed attempt of it wrote (`SubmitResult.projected_seq`), which stay in the read model
+        as what the provider answered then."""
+        if projected_seq is None:
+            return
+        offset = projected_seq - self.state.last_event_seq
+        if offset <= 0:
+            return
+        for event in self.state.events:
+            if event.seq > seq_before:
+                event.seq += offset
+        self.state.last_event_seq += offset
+
     def _after_transition(
         self,
         status_changed: bool,
@@ -415,13 +430,11 @@ class Delivery:
         activity projected (all of them, when nothing else happened meanwhile)."""
         if status_changed:
             self._host.status_changed(self.state.status)
-        # The activity numbered one event past what it was sent; a report applied since (early
-        # reports change the recipients it wrote) makes the workflow project again itself.
-        if (
-            projected_at is not None
-            and self.state.last_event_seq == seq_before + 1
-            and not early_applied
-        ):
+        # The activity numbered one event past what it was sent (or past an earlier attempt's);
+        # a report applied since (early reports change the recipients it wrote) makes the
+        # workflow project again itself.
+        pending = [event for event in self.state.events if event.seq > seq_before]
+        if projected_at is not None and len(pending) == 1 and not early_applied:
             self.state.events.clear()
 
     def _priority(self) -> Priority:
@@ -574,6 +587,7 @@ class Delivery:
             return None
         at = result.projected_at or workflow.now()
         if transitions.apply_poll_result(item, state, result, at):
+            self._follow_activity_numbering(result.projected_seq, seq_before)
             self._after_transition(
                 state.status.is_final, result.projected_at, seq_before, early_applied=False
             )

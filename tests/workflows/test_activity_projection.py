@@ -5,6 +5,7 @@ workflow, and the read model ends the same either way."""
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 from contextlib import AsyncExitStack
 from typing import Any
@@ -21,14 +22,16 @@ from contract import transitions
 from contract.ids import item_workflow_id, provider_idempotency_key
 from contract.item import (
     ItemStatus,
+    OperationStatus,
     OutboxItemInput,
     OutboxItemState,
     OutboxItemView,
+    PollRequest,
     SubmitRequest,
 )
 from outbox_client import OutboxClient
 from readmodel import store
-from readmodel.db import make_engine
+from readmodel.db import create_schema, make_engine
 from readmodel.writer import ProjectionWriter
 from tests.conftest import email_destination, unique_name, webhook_destination
 from tests.workflows.test_outbox_item import EMAIL
@@ -186,3 +189,72 @@ async def test_a_failed_write_leaves_the_transition_to_the_workflow(
 
     # Delivered all the same; the workflow writes the `sent` row with its local activity.
     assert result.delivered and result.projected_at is None
+
+
+async def test_a_retried_poll_numbers_its_outcome_after_a_killed_attempt_that_projected(
+    fake_provider, tmp_path
+) -> None:
+    """Attempt 1 of a poll saw Running and wrote it, then its worker died before reporting;
+    attempt 2 sees Succeeded. Rows are idempotent by (item, seq): had the retry reused seq 2,
+    the read model would keep `sending` for ever (seen in a full bulk `make chaos`)."""
+    destination = email_destination(fake_provider)
+    engine = make_engine(f"sqlite:///{tmp_path / 'readmodel.db'}")
+    create_schema(engine)
+    writer = ProjectionWriter(engine)
+    item = OutboxItemInput(
+        outbox="tests",
+        key=unique_name("k"),
+        destination=destination.name,
+        payload=EMAIL,
+        payload_hash="h",
+        policy=destination.policy(),
+        activities_project=True,
+    )
+    item_id = item_workflow_id(item.outbox, item.key)
+    key = provider_idempotency_key(item_id)
+    # The operation answers Running once, then Succeeded.
+    await fake_provider.admin.script(key, [{"running_polls": 1}])
+    state = OutboxItemState(started=True, attempts=1)
+    first, retry = ActivityEnvironment(), ActivityEnvironment()
+    retry.info = dataclasses.replace(retry.info, attempt=2)
+    async with httpx.AsyncClient() as http:
+        activities = DeliveryActivities(
+            {destination.name: build_provider(destination, http)}, writer
+        )
+        submitted = await first.run(
+            activities.submit_item,
+            SubmitRequest(
+                destination=destination.name,
+                item_id=item_id,
+                idempotency_key=key,
+                payload=item.payload,
+                attempt=1,
+                projection=transitions.for_activity(item, state),
+            ),
+        )
+        # As the workflow does with an answer its activity projected.
+        transitions.apply_submit_result(item, state, submitted, submitted.projected_at)
+        state.events.clear()
+        request = PollRequest(
+            destination=destination.name,
+            item_id=item_id,
+            operation_url=state.operation_url or "",
+            projection=transitions.for_activity(item, state),
+        )
+        # The server retries with the request it scheduled (the activity changes its copy).
+        same_request = copy.deepcopy(request)
+        lost = await first.run(activities.poll_operation, request)
+        assert lost.status is OperationStatus.RUNNING and lost.projected_at is not None
+        assert lost.projected_seq is None
+        retried = await retry.run(activities.poll_operation, same_request)
+
+    assert retried.status is OperationStatus.SUCCEEDED
+    assert retried.projected_at is not None and retried.projected_seq == 3
+    row = store.get_item(engine, item_id)
+    assert row is not None and row.view.status is ItemStatus.SENT
+    assert [(e.seq, e.type.value) for e in store.item_events(engine, item_id)] == [
+        (1, "accepted"),
+        (2, "polled"),
+        (3, "sent"),
+    ]
+    engine.dispose()
