@@ -72,6 +72,9 @@ class AppendOutcome(StrEnum):
     DUPLICATE = "duplicate"  # the key was already in the lane with the same request
     CONFLICT = "conflict"  # the key was already in the lane with a different request
     UNKNOWN = "unknown"  # the lane has no record of this append (not received yet)
+    # Received and queued, not yet recorded in the read model: until it is, a continue-as-new
+    # racing the append could still leave it behind, so the caller asks again.
+    PENDING = "pending"
 
 
 @dataclass

@@ -8,11 +8,18 @@ lane's history, and a lane that has ended is started again by the next append.
 
 from __future__ import annotations
 
+import asyncio
 import uuid
+from collections.abc import Awaitable, Callable
 from datetime import timedelta
 from typing import Any
 
-from temporalio.client import Client, RPCTimeoutOrCancelledError, WorkflowQueryRejectedError
+from temporalio.client import (
+    Client,
+    RPCTimeoutOrCancelledError,
+    WorkflowHandle,
+    WorkflowQueryRejectedError,
+)
 from temporalio.common import (
     QueryRejectCondition,
     SearchAttributePair,
@@ -54,6 +61,9 @@ from outbox_client.errors import LaneFull, LaneNotFound, LaneNotHalted
 APPEND_CONFIRM_WAIT = timedelta(seconds=5)
 # Signal-with-start is atomic on a real server; a racing start elsewhere is retried this often.
 _SIGNAL_WITH_START_ATTEMPTS = 3
+# How often a `pending` append is asked about again, and how often one the lane lost is resent.
+_CONFIRM_POLL_S = 0.02
+_RESENDS = 3
 
 
 async def signal_with_start(client: Client, workflow: str, arg: Any, **options: Any) -> None:
@@ -108,41 +118,68 @@ async def append(
         idle_s=settings.lane_idle_s,
         continue_after_events=settings.lane_history_events,
     )
-    await signal_with_start(
-        client,
-        LANE_WORKFLOW_TYPE,
-        state,
-        id=lane_id,
-        task_queue=task_queue,
-        start_signal=APPEND_SIGNAL,
-        start_signal_args=[LaneAppend(item=item, append_id=append_id, policy=settings.lane_policy)],
-        # A lane that ended when idle starts again; one that failed (a bug) too.
-        id_reuse_policy=WorkflowIDReusePolicy.ALLOW_DUPLICATE,
-        search_attributes=TypedSearchAttributes(
-            [
-                SearchAttributePair(search_attributes.OUTBOX_NAME, item.outbox),
-                SearchAttributePair(search_attributes.ORDERING_KEY, item.ordering_key),
-                SearchAttributePair(search_attributes.LANE_STATE, LaneStatus.RUNNING.value),
-            ]
-        ),
-        static_summary=f"Outbox {item.outbox}: ordering lane {item.ordering_key}",
-        rpc_timeout=rpc_timeout,
-    )
+    append = LaneAppend(item=item, append_id=append_id, policy=settings.lane_policy)
+
+    async def send() -> None:
+        await signal_with_start(
+            client,
+            LANE_WORKFLOW_TYPE,
+            state,
+            id=lane_id,
+            task_queue=task_queue,
+            start_signal=APPEND_SIGNAL,
+            start_signal_args=[append],
+            # A lane that ended when idle starts again; one that failed (a bug) too.
+            id_reuse_policy=WorkflowIDReusePolicy.ALLOW_DUPLICATE,
+            search_attributes=TypedSearchAttributes(
+                [
+                    SearchAttributePair(search_attributes.OUTBOX_NAME, item.outbox),
+                    SearchAttributePair(search_attributes.ORDERING_KEY, item.ordering_key),
+                    SearchAttributePair(search_attributes.LANE_STATE, LaneStatus.RUNNING.value),
+                ]
+            ),
+            static_summary=f"Outbox {item.outbox}: ordering lane {item.ordering_key}",
+            rpc_timeout=rpc_timeout,
+        )
+
+    await send()
     if not confirm:
         return AppendOutcome.UNKNOWN
-    handle = client.get_workflow_handle(lane_id)
-    try:
-        outcome: AppendOutcome = await handle.query(
-            APPEND_OUTCOME_QUERY,
-            append_id,
-            result_type=AppendOutcome,
-            rpc_timeout=APPEND_CONFIRM_WAIT,
-        )
-    except Exception as err:
-        if not _no_answer(err):
-            raise
-        return AppendOutcome.UNKNOWN
-    return outcome
+    return await _confirm(client.get_workflow_handle(lane_id), append_id, send)
+
+
+async def _confirm(
+    handle: WorkflowHandle[Any, Any], append_id: str, send: Callable[[], Awaitable[None]]
+) -> AppendOutcome:
+    """The append's outcome once the lane has recorded it: `pending` is asked again, and an
+    append the lane does not know after it was sent (left behind by a continue-as-new, see
+    the lane's `append_outcome`) is sent again; a repeat of a key the lane holds is harmless.
+    `UNKNOWN` if no worker confirms within `APPEND_CONFIRM_WAIT`."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + APPEND_CONFIRM_WAIT.total_seconds()
+    resends = 0
+    while True:
+        remaining = deadline - loop.time()
+        if remaining <= 0:
+            return AppendOutcome.UNKNOWN
+        try:
+            outcome: AppendOutcome = await handle.query(
+                APPEND_OUTCOME_QUERY,
+                append_id,
+                result_type=AppendOutcome,
+                rpc_timeout=timedelta(seconds=remaining),
+            )
+        except Exception as err:
+            if not _no_answer(err):
+                raise
+            return AppendOutcome.UNKNOWN
+        if outcome is AppendOutcome.PENDING:
+            await asyncio.sleep(_CONFIRM_POLL_S)
+        elif outcome is AppendOutcome.UNKNOWN and resends < _RESENDS:
+            resends += 1
+            await send()
+        else:
+            return outcome
 
 
 def check_capacity(lane: LaneView, size: int) -> None:

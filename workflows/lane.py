@@ -89,6 +89,9 @@ class OutboxLaneWorkflow:
         # Transitions of waiting items (enqueued, cancelled) the lane wrote itself.
         self._item_projections: list[ItemProjection] = []
         self._projected_version = -1
+        # Appends of this run the read model has not yet recorded: append id -> the version
+        # that records it. Carried appends (an earlier run's) are recorded already.
+        self._unrecorded_appends: dict[str, int] = {}
         self._projecting = False
         self._decision: RedriveHead | SkipHead | None = None
         self._status_attribute: LaneStatus | None = None
@@ -124,6 +127,8 @@ class OutboxLaneWorkflow:
         state.policy = request.policy
         outcome = self._admit(item)
         _remember(state.outcomes, request.append_id, outcome)
+        if outcome is AppendOutcome.QUEUED:
+            self._unrecorded_appends[request.append_id] = state.version
         if outcome is not AppendOutcome.QUEUED:
             workflow.logger.info("append of %s: %s", item.key, outcome.value)
 
@@ -164,8 +169,18 @@ class OutboxLaneWorkflow:
 
     @workflow.query(name=APPEND_OUTCOME_QUERY)
     def append_outcome(self, append_id: str) -> AppendOutcome:
-        """What became of one append (`unknown` if the lane has not received it)."""
-        return self._state.outcomes.get(append_id, AppendOutcome.UNKNOWN)
+        """What became of one append (`unknown` if the lane has not received it).
+
+        `queued` only once the read model has the item: a continue-as-new carries every item
+        recorded before it, but an append that reaches a run while it continues as new can be
+        handled after the run's state was handed on (the SDK replays the run after the server
+        refused that workflow task, and may run the main loop to its end before the signal's
+        handler), and is then in no run; it answers `pending`, then `unknown` from the next run,
+        and the caller sends it again."""
+        outcome = self._state.outcomes.get(append_id, AppendOutcome.UNKNOWN)
+        if self._unrecorded_appends.get(append_id, -1) > self._projected_version:
+            return AppendOutcome.PENDING
+        return outcome
 
     def view(self) -> LaneView:
         """The lane as the query, the API and the read model show it."""
@@ -438,6 +453,11 @@ class OutboxLaneWorkflow:
             )
             self._projected_version = version
             self._projecting = False
+            self._unrecorded_appends = {
+                append_id: needed
+                for append_id, needed in self._unrecorded_appends.items()
+                if needed > version
+            }
 
     def _unprojected(self) -> bool:
         return bool(self._item_projections) or self._state.version > self._projected_version
