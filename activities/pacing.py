@@ -8,7 +8,8 @@ jitter put `make chaos` 5-10% above two seconds' worth in single seconds. Each p
 also spaces its own requests to a queue at the rate the server holds that queue to, with a
 burst of a quarter second's worth: one process alone stays within `rate x (window + 0.25 s)`,
 and several together are still held to the rate by the server. The rate is read back from the
-server (`common.queue_rates`) every `refresh_s`, so a rate changed at run time holds here too.
+server (`common.queue_rates`) every `refresh_s`, in the background (a request never waits for
+that read), so a rate changed at run time holds here too.
 """
 
 from __future__ import annotations
@@ -69,13 +70,14 @@ class RequestPacer:
         self._clock = clock
         self._sleep = sleep
         self._buckets: dict[str, _Bucket] = {}
+        self._refreshes: set[asyncio.Task[None]] = set()
 
     async def acquire(self, task_queue: str) -> None:
         """Return when one request to `task_queue` may go; a queue not paced goes at once."""
         queue = self._queues.get(task_queue)
         if queue is None:
             return
-        bucket = await self._bucket(queue)
+        bucket = self._bucket(queue)
         now = self._clock()
         interval = 1 / bucket.rate
         tolerance = max(1.0, bucket.rate * BURST_S) * interval
@@ -86,7 +88,12 @@ class RequestPacer:
         if wait > 0:
             await self._sleep(wait)
 
-    async def _bucket(self, queue: PacedQueue) -> _Bucket:
+    def rate(self, task_queue: str) -> float | None:
+        """Requests a second this process paces `task_queue` at now (None: not paced yet)."""
+        bucket = self._buckets.get(task_queue)
+        return None if bucket is None else bucket.rate
+
+    def _bucket(self, queue: PacedQueue) -> _Bucket:
         bucket = self._buckets.get(queue.task_queue)
         now = self._clock()
         if bucket is None:
@@ -94,8 +101,14 @@ class RequestPacer:
             self._buckets[queue.task_queue] = bucket
         if self._read_rate is not None and now - bucket.checked_at >= self._refresh_s:
             bucket.checked_at = now
-            bucket.rate = await self._rate_in_force(queue, bucket.rate)
+            refresh = asyncio.get_running_loop().create_task(self._refresh(queue, bucket))
+            # Held until done: the loop keeps only weak references to tasks.
+            self._refreshes.add(refresh)
+            refresh.add_done_callback(self._refreshes.discard)
         return bucket
+
+    async def _refresh(self, queue: PacedQueue, bucket: _Bucket) -> None:
+        bucket.rate = await self._rate_in_force(queue, bucket.rate)
 
     async def _rate_in_force(self, queue: PacedQueue, current: float) -> float:
         """Requests a second the server holds the queue to; the current rate when it cannot say

@@ -72,13 +72,15 @@ async def test_concurrent_requests_queue_behind_each_other() -> None:
     assert time.monotonic() - started == pytest.approx(0.1, abs=0.05)
 
 
-async def test_the_rate_follows_the_server_run_time_rate() -> None:
+async def test_the_rate_follows_the_server_run_time_rate_read_in_the_background() -> None:
     clock = FakeClock()
     answers: list[float | None | Exception] = [2.0, 0.0, RuntimeError("unavailable"), None]
     read: list[str] = []
+    reading = asyncio.Event()
 
     async def read_rate(task_queue: str) -> float | None:
         read.append(task_queue)
+        await reading.wait()
         answer = answers.pop(0)
         if isinstance(answer, Exception):
             raise answer
@@ -88,13 +90,25 @@ async def test_the_rate_follows_the_server_run_time_rate() -> None:
     queue = PacedQueue("q", 40.0, batch=5)
     pacer = RequestPacer({"q": queue}, read_rate, refresh_s=5, clock=clock, sleep=clock.sleep)
 
-    async def gap_after_burst() -> float:
-        clock.now += 60  # idle: a full burst again, and time to read the rate again
-        times = await send(pacer, clock, "q", 20)
-        return round(times[-1] - times[-2], 6)
+    async def rate_after_refresh() -> float | None:
+        clock.now += 60  # the last reading is stale: the next request starts another
+        await pacer.acquire("q")
+        reading.set()
+        for _ in range(5):
+            await asyncio.sleep(0)
+        reading.clear()
+        return pacer.rate("q")
 
-    assert await gap_after_burst() == 0.1  # 2 activities/s x 5 = 10 requests/s, set at run time
-    assert await gap_after_burst() == 0.1  # paused (0): what was dispatched goes at the last rate
-    assert await gap_after_burst() == 0.1  # the server could not say: the rate in force stays
-    assert await gap_after_burst() == 0.025  # no run-time rate: the configured 40/s
+    # The first request went at the configured rate, without waiting for the server's answer.
+    clock.now += 60
+    await asyncio.wait_for(pacer.acquire("q"), timeout=1)
+    assert pacer.rate("q") == 40.0
+    reading.set()
+    for _ in range(5):
+        await asyncio.sleep(0)
+    reading.clear()
+    assert pacer.rate("q") == 10.0  # 2 activities/s x 5, set at run time
+    assert await rate_after_refresh() == 10.0  # paused (0): what was dispatched goes on at it
+    assert await rate_after_refresh() == 10.0  # the server could not say: the rate stays
+    assert await rate_after_refresh() == 40.0  # no run-time rate: the configured 40/s
     assert read == ["q"] * 4
