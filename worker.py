@@ -167,7 +167,7 @@ def build_workers(
             for destination in destinations
         },
         writer,
-        RequestPacer(paced_queues(list(destinations)), server_rate_reader(client)),
+        RequestPacer(paced_queues(destinations), server_rate_reader(client)),
     )
     for destination in destinations:
         # The rate is per task queue and enforced by the server, across all worker processes.

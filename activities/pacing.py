@@ -6,17 +6,17 @@ restart, a resume). What the provider counts is *arrivals*: a request leaves a b
 varying moment after its dispatch, so a full bucket's burst plus the steady rate plus that
 jitter put `make chaos` 5-10% above two seconds' worth in single seconds. Each process therefore
 also spaces its own requests to a queue at the rate the server holds that queue to, with a
-burst of a quarter second's worth: one process alone stays within `rate x (window + 0.25 s)`,
-and several together are still held to the rate by the server. The rate is read back from the
-server (`common.queue_rates`) every `refresh_s`, in the background (a request never waits for
-that read), so a rate changed at run time holds here too.
+burst of a quarter second's worth: one process alone starts at most `rate x (window + 0.25 s)`
+requests in any window, and several together are still held to the rate by the server. The
+rate is read back from the server (`common.queue_rates`) every `refresh_s`, in the background
+(a request never waits for that read), so a rate changed at run time holds here too.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 
 from temporalio.client import Client
@@ -126,7 +126,7 @@ class RequestPacer:
         return activities_per_s * queue.batch
 
 
-def paced_queues(destinations: list[Destination]) -> dict[str, PacedQueue]:
+def paced_queues(destinations: Iterable[Destination]) -> dict[str, PacedQueue]:
     """The submit and poll queues of `destinations`, by task queue name."""
     queues = {}
     for destination in destinations:

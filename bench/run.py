@@ -141,7 +141,7 @@ class Measured:
         self.items = 0
         self.seconds = 0.0
         self.cpu_s: dict[str, float] = {}
-        self.server: dict[str, float] = {}
+        self.server = dict.fromkeys(server_metrics.FIGURES, 0.0)
         self.round_rates: list[float] = []
 
     def figures(self) -> dict[str, Any]:
@@ -153,9 +153,7 @@ class Measured:
         }
         for name, seconds in self.cpu_s.items():
             result[f"cpu_ms_per_item_{name}"] = round(seconds * 1000 / self.items, 2)
-        result["server"] = {
-            figure: round(total / self.items, 2) for figure, total in self.server.items()
-        }
+        result["server"] = server_metrics.per_item(self.server, self.items)
         return result
 
 
@@ -181,8 +179,8 @@ async def timed(
     measured.round_rates.append(round(done / elapsed, 2))
     for name in pids:
         measured.cpu_s[name] = measured.cpu_s.get(name, 0.0) + after[name] - before[name]
-    for figure, total in server_metrics.per_item(server_before, server_after, 1).items():
-        measured.server[figure] = measured.server.get(figure, 0.0) + total
+    for figure, count in server_metrics.difference(server_before, server_after).items():
+        measured.server[figure] += count
     print(
         f"  {measured.label}: {done} items in {elapsed:.2f} s ({done / elapsed:.1f}/s)", flush=True
     )

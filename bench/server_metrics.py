@@ -70,11 +70,13 @@ async def scrape(url: str) -> dict[str, float]:
     return parse(response.text)
 
 
-def per_item(
-    before: Mapping[str, float], after: Mapping[str, float], items: int
-) -> dict[str, float]:
-    """What the server did per item between two scrapes."""
+def difference(before: Mapping[str, float], after: Mapping[str, float]) -> dict[str, float]:
+    """What the server did between two scrapes."""
+    return {figure: after[figure] - before[figure] for figure in FIGURES}
+
+
+def per_item(totals: Mapping[str, float], items: int) -> dict[str, float]:
+    """`totals` (summed differences) per item."""
     return {
-        figure: round((after[figure] - before[figure]) / items, 2) if items else float("nan")
-        for figure in FIGURES
+        figure: round(totals[figure] / items, 2) if items else float("nan") for figure in FIGURES
     }

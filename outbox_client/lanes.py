@@ -153,7 +153,8 @@ async def _confirm(
 ) -> AppendOutcome:
     """The append's outcome once the lane has recorded it: `pending` is asked again, and an
     append the lane does not know after it was sent (left behind by a continue-as-new, see
-    the lane's `append_outcome`) is sent again; a repeat of a key the lane holds is harmless.
+    the lane's `append_outcome`) is sent again; a run that had handled it keeps its first
+    outcome.
     `UNKNOWN` if no worker confirms within `APPEND_CONFIRM_WAIT`."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + APPEND_CONFIRM_WAIT.total_seconds()

@@ -11,7 +11,7 @@ import contextlib
 import os
 import socket
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Iterator, Sequence
 from contextlib import AsyncExitStack
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,7 +28,7 @@ from temporalio.exceptions import ApplicationError
 from temporalio.runtime import Runtime, TelemetryConfig
 from temporalio.service import RPCError
 from temporalio.testing import WorkflowEnvironment
-from temporalio.worker import Worker
+from temporalio.worker import Interceptor, Worker
 
 from common.destinations import Destination, DestinationRegistry
 from contract import search_attributes
@@ -273,6 +273,7 @@ async def stack_factory(
             env: WorkflowEnvironment | None = None,
             task_queue: str | None = None,
             client: Client | None = None,
+            interceptors: Sequence[Interceptor] = (),
         ) -> Stack:
             env = env or time_skipping_env
             client = client or env.client
@@ -285,6 +286,7 @@ async def stack_factory(
                 engine=engine,
                 workflow_task_queue=task_queue,
                 sandboxed=True,
+                interceptors=interceptors,
             )
             for worker in running:
                 await workers.enter_async_context(worker)

@@ -124,12 +124,16 @@ class OutboxLaneWorkflow:
     def append(self, request: LaneAppend) -> None:
         """Add one item at the tail; a key already in the lane is a duplicate or a conflict."""
         state, item = self._state, request.item
+        if request.append_id in state.outcomes:
+            # The client sent it again (`outbox_client.lanes`) after this run had handled it:
+            # the first outcome stands (it would otherwise read as a duplicate of itself).
+            return
         state.policy = request.policy
         outcome = self._admit(item)
         _remember(state.outcomes, request.append_id, outcome)
         if outcome is AppendOutcome.QUEUED:
             self._unrecorded_appends[request.append_id] = state.version
-        if outcome is not AppendOutcome.QUEUED:
+        else:
             workflow.logger.info("append of %s: %s", item.key, outcome.value)
 
     @workflow.signal(name=REDRIVE_HEAD_SIGNAL)

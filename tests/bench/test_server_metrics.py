@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from bench.server_metrics import parse, per_item
+from bench.server_metrics import difference, parse, per_item
 
 
 def line(metric: str, operation: str, service: str, value: int, namespace: str = "default") -> str:
@@ -43,11 +43,13 @@ def test_each_figure_sums_its_operations_over_labels_and_ignores_the_rest() -> N
     }
 
 
-def test_per_item_is_the_difference_over_the_items() -> None:
+def test_per_item_is_the_summed_differences_over_the_items() -> None:
     before = parse(SCRAPE)
     after = {figure: value + 3 for figure, value in before.items()}
     after["history_writes"] += 27
-    assert per_item(before, after, 3) == {
+    rounds = [difference(before, after), difference(after, after)]
+    totals = {figure: sum(r[figure] for r in rounds) for figure in before}
+    assert per_item(totals, 3) == {
         "history_writes": 10.0,
         "history_reads": 1.0,
         "matching_task_writes": 1.0,

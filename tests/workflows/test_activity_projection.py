@@ -11,9 +11,11 @@ from contextlib import AsyncExitStack
 from typing import Any
 
 import httpx
+from temporalio import activity
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 from temporalio.testing import ActivityEnvironment
+from temporalio.worker import ActivityInboundInterceptor, ExecuteActivityInput, Interceptor
 
 from activities.delivery import DeliveryActivities
 from activities.providers import build_provider
@@ -21,6 +23,7 @@ from common.destinations import DestinationRegistry
 from contract import transitions
 from contract.ids import item_workflow_id, provider_idempotency_key
 from contract.item import (
+    POLL_ACTIVITY,
     ItemStatus,
     OperationStatus,
     OutboxItemInput,
@@ -258,3 +261,48 @@ async def test_a_retried_poll_numbers_its_outcome_after_a_killed_attempt_that_pr
         (3, "sent"),
     ]
     engine.dispose()
+
+
+class _LoseFirstPollReport(Interceptor):
+    """The first attempt of each poll does its work (polls, writes its row) and then fails as a
+    worker killed before reporting would: the server retries it."""
+
+    def intercept_activity(self, next: ActivityInboundInterceptor) -> ActivityInboundInterceptor:
+        return _LoseReport(next)
+
+
+class _LoseReport(ActivityInboundInterceptor):
+    async def execute_activity(self, input: ExecuteActivityInput) -> Any:
+        result = await super().execute_activity(input)
+        info = activity.info()
+        if info.activity_type == POLL_ACTIVITY and info.attempt == 1:
+            raise RuntimeError("worker lost before it reported the poll")
+        return result
+
+
+async def test_the_workflow_numbers_a_retried_polls_outcome_as_the_activity_did(
+    stack_factory, fake_provider
+) -> None:
+    destination = email_destination(fake_provider)
+    stack = await stack_factory(destination, interceptors=[_LoseFirstPollReport()])
+    key = unique_name("k")
+    await stack.fake.admin.script(
+        provider_idempotency_key(item_workflow_id("tests", key)), [{"running_polls": 1}]
+    )
+    item = await stack.enqueue(destination, EMAIL, key=key)
+    view = await stack.result(item.item_id)
+
+    assert view.status is ItemStatus.SENT
+    events = store.item_events(stack.engine, item.item_id)
+    # The lost attempt's Running stays as what the provider answered; the retry's outcome
+    # follows it, and the workflow's view counts it too (a workflow that kept its own numbering
+    # would end one event behind its row, and number its next events over the row's).
+    assert [(event.seq, event.type) for event in events] == [
+        (1, "enqueued"),
+        (2, "accepted"),
+        (3, "polled"),
+        (4, "sent"),
+    ]
+    row = store.get_item(stack.engine, item.item_id)
+    assert row is not None
+    same_view(row.view, view)

@@ -15,9 +15,19 @@ from temporalio.service import RPCError
 from common.destinations import Destination, DestinationRegistry, OutboxSettings
 from contract.ids import item_workflow_id, lane_workflow_id, provider_idempotency_key
 from contract.item import ItemStatus
-from contract.lane import LanePolicy, LaneStatus
+from contract.lane import (
+    APPEND_OUTCOME_QUERY,
+    APPEND_SIGNAL,
+    LANE_WORKFLOW_TYPE,
+    AppendOutcome,
+    LaneAppend,
+    LanePolicy,
+    LaneState,
+    LaneStatus,
+)
 from devstack.fake_provider import FakeProvider
 from outbox_client import IdempotencyConflict
+from outbox_client.lanes import signal_with_start
 from readmodel import store
 from readmodel.lanes import get_lane
 from tests.conftest import Stack, unique_name, webhook_destination
@@ -351,3 +361,62 @@ async def test_order_holds_when_the_provider_fails_and_throttles(
     assert [view.status for view in views] == [ItemStatus.SENT] * 6
     assert [view.attempts for view in views] == [1, 3, 2, 1, 2, 1]
     assert await arrivals(fake_provider, destination) == list(range(6))
+
+
+async def test_an_append_sent_again_keeps_its_first_outcome(
+    stack_factory: Any, fake_provider: FakeProvider
+) -> None:
+    """The client sends an append again when the lane answered `unknown`; if the lane had it
+    after all, the repeat must not turn the append's own outcome into `duplicate`."""
+    destination = webhook_destination(fake_provider)
+    stack: Stack = await stack_factory(destination)
+    ordering_key, key = unique_name("again"), unique_name("k")
+    item = stack.outbox.new_item(
+        "tests", destination.name, {"n": 0}, key=key, ordering_key=ordering_key
+    )
+    settings = stack.outbox.destinations.outbox("tests")
+    lane_id = lane_workflow_id("tests", ordering_key)
+    # Started here rather than through `stack.enqueue`: the teardown must still end it.
+    stack.outbox.lanes.add(lane_id)
+    stack.outbox.started.append(item_workflow_id("tests", key))
+    state = LaneState(
+        outbox="tests",
+        ordering_key=ordering_key,
+        policy=settings.lane_policy,
+        idle_s=settings.lane_idle_s,
+        continue_after_events=settings.lane_history_events,
+    )
+
+    async def send(append_id: str) -> None:
+        await signal_with_start(
+            stack.client,
+            LANE_WORKFLOW_TYPE,
+            state,
+            id=lane_id,
+            task_queue=stack.task_queue,
+            start_signal=APPEND_SIGNAL,
+            start_signal_args=[
+                LaneAppend(item=item, append_id=append_id, policy=settings.lane_policy)
+            ],
+        )
+
+    await send("first")
+    await send("first")
+    await send("another")
+    handle = stack.client.get_workflow_handle(lane_id)
+
+    async def outcome(append_id: str) -> AppendOutcome:
+        answer: AppendOutcome = await handle.query(
+            APPEND_OUTCOME_QUERY, append_id, result_type=AppendOutcome
+        )
+        return answer
+
+    async def recorded() -> bool:
+        return await outcome("first") is not AppendOutcome.PENDING
+
+    await wait_for(recorded)
+    assert await outcome("first") is AppendOutcome.QUEUED
+    # A new append of the same key is what the repeat would have read as without the check.
+    assert await outcome("another") is AppendOutcome.DUPLICATE
+    assert (await item_result(stack, key)).status is ItemStatus.SENT
+    assert await arrivals(fake_provider, destination) == [0]
