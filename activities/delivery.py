@@ -85,14 +85,20 @@ class DeliveryActivities:
                 result.projected_seq = context.state.last_event_seq
             if await self._project(request.item_id, context, request.payload):
                 result.projected_at = at
+        if request.first_poll_after_s is not None and _poll_follows(result, request):
+            result.first_poll = await self._first_poll(request, result, began)
         return result
 
     @activity.defn(name=POLL_ACTIVITY)
     async def poll_operation(self, request: PollRequest) -> PollResult:
         """Observe the provider's long-running operation once."""
         began = time.monotonic()
-        provider = self._provider(request.destination)
         await self._pace(poll_task_queue(request.destination))
+        return await self._poll(request, began)
+
+    async def _poll(self, request: PollRequest, began: float) -> PollResult:
+        """One poll, projected; `began` is when its activity started here."""
+        provider = self._provider(request.destination)
         async with _typed_errors(request.destination):
             result = await provider.poll(request)
         if request.projection is not None:
@@ -104,6 +110,33 @@ class DeliveryActivities:
             if applied and await self._project(request.item_id, context, None):
                 result.projected_at = at
         return result
+
+    async def _first_poll(
+        self, request: SubmitRequest, accepted: SubmitResult, began: float
+    ) -> PollResult | None:
+        """The accepted operation's first poll, made here once it falls due (`poll_in_submit`).
+        None when it could not be made: the workflow then polls as usual, at the time the
+        submit set. It is not paced on the poll queue: it rides on the submit's request, whose
+        rate the poll queue's leaves room for."""
+        delay = accepted.retry_after_s or request.first_poll_after_s or 0.0
+        await asyncio.sleep(max(0.0, delay - (time.monotonic() - began)))
+        poll = PollRequest(
+            destination=request.destination,
+            item_id=request.item_id,
+            operation_url=accepted.operation_url or "",
+            projection=request.projection,
+        )
+        if poll.projection is not None:
+            # What the submit projected is written: the poll's projection carries its own.
+            poll.projection.state.events.clear()
+            poll.projection.state.poll_count += 1
+        try:
+            return await self._poll(poll, began)
+        except Exception as err:
+            activity.logger.info(
+                "first poll of %s left to a poll activity: %s", request.item_id, err
+            )
+            return None
 
     @activity.defn(name=SUBMIT_BATCH_ACTIVITY)
     async def submit_items(self, requests: list[SubmitRequest]) -> list[SubmitOutcome]:
@@ -201,6 +234,17 @@ def _server_now(began: float) -> datetime:
     the server started this attempt, plus how long it has run here. (The worker's own clock may
     differ from the server's; the time-skipping test server's differs by design.)"""
     return activity.info().started_time + timedelta(seconds=time.monotonic() - began)
+
+
+def _poll_follows(accepted: SubmitResult, request: SubmitRequest) -> bool:
+    """Whether the submit activity polls the accepted operation itself: an operation to poll,
+    its projection (if any) written, and no Retry-After asking for longer than planned."""
+    if accepted.delivered or not accepted.operation_url:
+        return False
+    if request.projection is not None and accepted.projected_at is None:
+        return False
+    planned = request.first_poll_after_s or 0.0
+    return accepted.retry_after_s is None or accepted.retry_after_s <= planned
 
 
 @contextlib.asynccontextmanager

@@ -134,7 +134,13 @@ def paced_queues(destinations: Iterable[Destination]) -> dict[str, PacedQueue]:
             PacedQueue(
                 destination.submit_task_queue, destination.submit_rate, destination.submit_batch
             ),
-            PacedQueue(destination.poll_task_queue, destination.poll_rate, destination.poll_batch),
+            # With `poll_in_submit`, the poll queue's share of the poll rate (the first polls go
+            # with the submits, paced as those).
+            PacedQueue(
+                destination.poll_task_queue,
+                destination.poll_queue_rate * destination.poll_batch,
+                destination.poll_batch,
+            ),
         ):
             queues[queue.task_queue] = queue
     return queues

@@ -568,6 +568,11 @@ def main() -> int:
             "DEST_CHAOS_WEBHOOK_MODE": MODE,
         }
     )
+    if MODE == "item":
+        # Email submits make the first polls (poll_in_submit): the rate check then tests that
+        # the provider sees no more than poll_rate polls from both queues together, and the
+        # kills land in submits that hold their first poll too.
+        env["DEST_CHAOS_EMAIL_POLL_IN_SUBMIT"] = "true"
     if MODE == "bulk":
         # Email submits and polls share activities, as large as their rates allow (a quarter
         # of the rate): the rate check then tests that a batching destination's provider

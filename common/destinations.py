@@ -39,7 +39,7 @@ from pydantic import (
 
 from contract.bulk import DEFAULT_SHARDS, MAX_BATCH, MAX_SHARDS
 from contract.ids import poll_task_queue, submit_task_queue
-from contract.item import POLICY_SETTINGS, DeliveryPolicy
+from contract.item import POLICY_SETTINGS, POLL_IN_SUBMIT_MAX_INTERVAL_S, DeliveryPolicy
 from contract.lane import LanePolicy
 from contract.limits import check_destination_name, check_outbox_name
 
@@ -65,6 +65,13 @@ BATCH_RULE = (
     f"the server's {QUEUE_PARTITIONS} partitions of a queue may each let a batch through at"
     f" once, so a batch may be at most 1/{QUEUE_PARTITIONS} of the rate"
 )
+
+
+def poll_queue_requests(poll_rate: float, submit_rate: float, poll_in_submit: bool) -> float:
+    """Polls a second the poll queue may make so that, with the first polls a `poll_in_submit`
+    destination's submits make (at most `submit_rate` a second), the provider sees at most
+    `poll_rate`."""
+    return poll_rate - submit_rate if poll_in_submit else poll_rate
 
 
 def max_batch(rate: float) -> int:
@@ -114,10 +121,41 @@ class Destination(BaseModel):
                 )
         return self
 
+    @model_validator(mode="after")
+    def _poll_in_submit_fits(self) -> Destination:
+        if not self.delivery.poll_in_submit:
+            return self
+        if self.mode != "item":
+            raise ValueError(
+                "poll_in_submit: only a destination in item mode polls in its submits (bulk"
+                " shards share their polls instead: poll_batch)"
+            )
+        if self.poll_rate <= self.submit_rate:
+            raise ValueError(
+                f"poll_in_submit needs poll_rate above submit_rate ({self.poll_rate:g} <="
+                f" {self.submit_rate:g}): each submit may make a poll too, so the poll queue"
+                " runs poll_rate - submit_rate"
+            )
+        if self.delivery.poll_interval_s > POLL_IN_SUBMIT_MAX_INTERVAL_S:
+            raise ValueError(
+                f"poll_in_submit needs poll_interval_s of at most"
+                f" {POLL_IN_SUBMIT_MAX_INTERVAL_S:g} (it is {self.delivery.poll_interval_s:g}):"
+                " the submit activity waits that long before its poll"
+            )
+        return self
+
+    @property
+    def poll_in_submit(self) -> bool:
+        """Whether the submit activity makes each operation's first poll (see `DeliveryPolicy`)."""
+        return self.delivery.poll_in_submit
+
     @property
     def poll_queue_rate(self) -> float:
-        """The poll queue's rate in activities a second (see `poll_batch`)."""
-        return self.poll_rate / self.poll_batch
+        """The poll queue's rate in activities a second (see `poll_batch`): with
+        `poll_in_submit`, what the first polls (one per submit at most) leave of `poll_rate`."""
+        return poll_queue_requests(self.poll_rate, self.submit_rate, self.poll_in_submit) / (
+            self.poll_batch
+        )
 
     @property
     def submit_queue_rate(self) -> float:

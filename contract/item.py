@@ -208,6 +208,12 @@ def delivery_outcome(recipients: Sequence[Recipient]) -> DeliveryOutcome | None:
     return DeliveryOutcome.DELIVERED
 
 
+# The longest `poll_interval_s` a `poll_in_submit` destination may have: the submit activity
+# waits that long before its poll, holding a worker's activity slot (and a worker killed meanwhile
+# delays the item by the activity's timeout).
+POLL_IN_SUBMIT_MAX_INTERVAL_S = 1.0
+
+
 @dataclass
 class DeliveryPolicy:
     """A destination's delivery settings, snapshotted into the workflow input at enqueue time.
@@ -234,6 +240,11 @@ class DeliveryPolicy:
     poll_timeout_s: Annotated[float, Gt(0)] = 30.0
     # How long a sent item keeps listening for its recipients' delivery reports (0: not at all).
     report_window_s: Annotated[float, Ge(0), Le(MAX_REPORT_WINDOW_S)] = 72 * 3600.0
+    # The submit activity makes the operation's first poll itself, `poll_interval_s` after the
+    # submit: one activity per item instead of two where operations finish fast (the README's
+    # "Destinations" says when to choose it). The first polls then come out of the submit
+    # queue's rate, and the poll queue runs `poll_rate - submit_rate` (`common.destinations`).
+    poll_in_submit: bool = False
 
 
 # The policy fields a destination configures (the rest name the destination and its queues).
@@ -404,6 +415,19 @@ class ProjectionContext:
 
 
 @dataclass
+class PollResult:
+    """One observation of a long-running operation."""
+
+    status: OperationStatus
+    retry_after_s: float | None = None
+    error: str | None = None
+    error_code: str | None = None
+    # As `SubmitResult.projected_at` and `SubmitResult.projected_seq`.
+    projected_at: datetime | None = None
+    projected_seq: int | None = None
+
+
+@dataclass
 class SubmitRequest:
     """Input of the submit activity."""
 
@@ -414,6 +438,10 @@ class SubmitRequest:
     attempt: int
     # Set when the activity projects the transition it causes (`activities_project`).
     projection: ProjectionContext | None = None
+    # When set, an accepted operation is polled once by this activity after this many seconds
+    # (`SubmitResult.first_poll`) rather than by a poll activity, unless the provider's
+    # Retry-After asks for longer.
+    first_poll_after_s: float | None = None
 
 
 @dataclass
@@ -433,6 +461,8 @@ class SubmitResult:
     # its own outcome's events first: the retry numbers its events after those, and so does the
     # workflow. None when the events take the numbers the workflow would give them.
     projected_seq: int | None = None
+    # The operation's first poll, made by the submit activity (`SubmitRequest.first_poll_after_s`).
+    first_poll: PollResult | None = None
 
 
 @dataclass
@@ -444,19 +474,6 @@ class PollRequest:
     operation_url: str
     # Set when the activity projects the transition it causes (`activities_project`).
     projection: ProjectionContext | None = None
-
-
-@dataclass
-class PollResult:
-    """One observation of a long-running operation."""
-
-    status: OperationStatus
-    retry_after_s: float | None = None
-    error: str | None = None
-    error_code: str | None = None
-    # As `SubmitResult.projected_at` and `SubmitResult.projected_seq`.
-    projected_at: datetime | None = None
-    projected_seq: int | None = None
 
 
 @dataclass

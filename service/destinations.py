@@ -10,7 +10,13 @@ import asyncio
 import dataclasses
 from dataclasses import dataclass
 
-from common.destinations import BATCH_RULE, Destination, DestinationRegistry, max_batch
+from common.destinations import (
+    BATCH_RULE,
+    Destination,
+    DestinationRegistry,
+    max_batch,
+    poll_queue_requests,
+)
 from common.queue_rates import (
     MAX_REASON,
     QueueRate,
@@ -55,17 +61,16 @@ class DestinationControls:
 
     async def state(self, name: str) -> DestinationState:
         destination = self.destination(name)
+        return _in_requests(destination, *await self._queue_rates(destination))
+
+    async def _queue_rates(self, destination: Destination) -> tuple[QueueRate, QueueRate]:
+        """The submit and poll queues' rates as the server holds them, in activities."""
         client = await self._outbox.temporal()
         submit, poll = await asyncio.gather(
             read_queue_rate(client, destination.submit_task_queue),
             read_queue_rate(client, destination.poll_task_queue),
         )
-        # Shown in requests a second: a batching destination's queues count batches.
-        return DestinationState(
-            destination=destination,
-            submit=_per_batch(submit, destination.submit_batch),
-            poll=_per_batch(poll, destination.poll_batch),
-        )
+        return submit, poll
 
     async def states(self) -> list[DestinationState]:
         return list(await asyncio.gather(*map(self.state, self._destinations.names)))
@@ -82,9 +87,9 @@ class DestinationControls:
         """Set rates and/or pause or resume; a rate set while paused applies on resume."""
         if reason is not None and len(reason) > MAX_REASON:
             raise InvalidRequest(f"reason longer than {MAX_REASON} characters")
-        current = await self.state(name)
+        destination = self.destination(name)
+        now_submit, now_poll = await self._queue_rates(destination)
         client = await self._outbox.temporal()
-        destination = current.destination
         for kind, rate, batch in (
             ("submit", submit_rate, destination.submit_batch),
             ("poll", poll_rate, destination.poll_batch),
@@ -95,17 +100,27 @@ class DestinationControls:
                     f" {batch}: {BATCH_RULE}"
                 )
         # The queues count activities; a batching destination's activities carry `batch` each.
+        new_poll_queue = None if poll_rate is None else poll_rate / destination.poll_batch
+        if destination.poll_in_submit and (submit_rate is not None or poll_rate is not None):
+            # The poll queue leaves room for the first polls the submits make: a new submit rate
+            # moves it too.
+            shown = _in_requests(destination, now_submit, now_poll)
+            submits = _running(shown.submit, destination.submit_rate, submit_rate)
+            polls = _running(shown.poll, destination.poll_rate, poll_rate)
+            if polls <= submits:
+                raise InvalidRequest(
+                    f"poll_rate {polls:g} must stay above submit_rate {submits:g}: the"
+                    " destination polls in its submits (poll_in_submit), so the poll queue runs"
+                    " poll_rate - submit_rate"
+                )
+            new_poll_queue = poll_queue_requests(polls, submits, poll_in_submit=True)
         for queue, now, new_rate in (
             (
                 destination.submit_task_queue,
-                _per_batch(current.submit, 1 / destination.submit_batch),
+                now_submit,
                 None if submit_rate is None else submit_rate / destination.submit_batch,
             ),
-            (
-                destination.poll_task_queue,
-                _per_batch(current.poll, 1 / destination.poll_batch),
-                None if poll_rate is None else poll_rate / destination.poll_batch,
-            ),
+            (destination.poll_task_queue, now_poll, new_poll_queue),
         ):
             pause = now.paused if paused is None else paused
             if pause:
@@ -125,9 +140,38 @@ class DestinationControls:
         return await self.state(name)
 
 
+def _in_requests(destination: Destination, submit: QueueRate, poll: QueueRate) -> DestinationState:
+    """The destination's state in requests a second, from its queues' rates in activities: a
+    batching destination's activities carry `batch` requests each, and a `poll_in_submit`
+    destination's submits make a poll each on top of its poll queue's."""
+    submits = _per_batch(submit, destination.submit_batch)
+    polls = _per_batch(poll, destination.poll_batch)
+    if destination.poll_in_submit:
+        resumes = (polls.resume_rate, submits.resume_rate)
+        polls = dataclasses.replace(
+            polls,
+            rate=polls.rate + submits.rate,
+            # None: a resume restores the configured rates.
+            resume_rate=None
+            if resumes == (None, None)
+            else (polls.resume_rate or destination.poll_queue_rate)
+            + (submits.resume_rate or destination.submit_rate),
+        )
+    return DestinationState(destination=destination, submit=submits, poll=polls)
+
+
+def _running(shown: QueueRate, configured: float, new: float | None) -> float:
+    """The rate in requests a second a queue is to run at: `new` if given, else the one it runs
+    at now (or resumes at, while paused)."""
+    if new is not None:
+        return new
+    if shown.paused:
+        return shown.resume_rate if shown.resume_rate is not None else configured
+    return shown.rate
+
+
 def _per_batch(rate: QueueRate, batch: float) -> QueueRate:
-    """A queue's rate in requests a second from its rate in activities (`batch` requests each),
-    or back with `1 / batch`."""
+    """A queue's rate in requests a second from its rate in activities (`batch` requests each)."""
     if batch == 1:
         return rate
     return dataclasses.replace(

@@ -318,6 +318,7 @@ class Delivery:
                 payload=item.payload,
                 attempt=state.attempts,
                 projection=self._context(),
+                first_poll_after_s=self._first_poll_after_s(),
             )
             seq_before = state.last_event_seq
             result: SubmitResult
@@ -329,7 +330,12 @@ class Delivery:
                         DeliveryActivities.submit_item,
                         request,
                         policy.submit_task_queue,
-                        policy.submit_timeout_s,
+                        policy.submit_timeout_s
+                        + (
+                            0.0
+                            if request.first_poll_after_s is None
+                            else request.first_poll_after_s + policy.poll_timeout_s
+                        ),
                         f"submit to {item.destination}, attempt {state.attempts}",
                     )
             except (ActivityError, _SharedFailed) as err:
@@ -355,7 +361,20 @@ class Delivery:
             if result.delivered:
                 self._show_details("Sent: delivered.")
             await self._project()
+            if result.first_poll is not None:
+                state.poll_count += 1
+                self._take_poll(result.first_poll, state.last_event_seq)
+                if not await self._end_if_done(result.first_poll):
+                    await self._project()
             return
+
+    def _first_poll_after_s(self) -> float | None:
+        """When the submit activity polls the operation itself (`poll_in_submit`): one
+        activity per item rather than two."""
+        policy = self.item.policy
+        if not policy.poll_in_submit or self._host.submit_batched():
+            return None
+        return policy.poll_interval_s
 
     async def _execute(
         self,
@@ -533,20 +552,24 @@ class Delivery:
             if workflow.now() >= deadline:
                 continue
             result = await self._poll_once()
-            if result is not None and result.status is OperationStatus.SUCCEEDED:
-                self._show_details("Sent: operation succeeded.")
-                await self._project()
+            if result is not None and await self._end_if_done(result):
                 return
-            if result is not None and result.status in (
-                OperationStatus.FAILED,
-                OperationStatus.CANCELED,
-            ):
-                raise _Failed(
-                    result.error or f"operation {result.status.value}",
-                    ItemErrorType.DELIVERY_FAILED,
-                    result.error_code,
-                )
             await self._host.checkpoint(self)
+
+    async def _end_if_done(self, result: PollResult) -> bool:
+        """After a poll's result is taken: whether it ended the item sent; raises `_Failed`
+        for an operation that failed or was cancelled."""
+        if result.status is OperationStatus.SUCCEEDED:
+            self._show_details("Sent: operation succeeded.")
+            await self._project()
+            return True
+        if result.status in (OperationStatus.FAILED, OperationStatus.CANCELED):
+            raise _Failed(
+                result.error or f"operation {result.status.value}",
+                ItemErrorType.DELIVERY_FAILED,
+                result.error_code,
+            )
+        return False
 
     async def _poll_once(self) -> PollResult | None:
         """One poll; a transient poll failure is logged and the next poll is scheduled."""
@@ -585,15 +608,19 @@ class Delivery:
             self._record(ItemEventType.POLLED, ItemStatus.SENDING, state.last_error)
             await self._project()
             return None
+        self._take_poll(result, seq_before)
+        if not state.status.is_final:
+            await self._project()
+        return result
+
+    def _take_poll(self, result: PollResult, seq_before: int) -> None:
+        """Apply a poll's result (a failed or cancelled operation is left to `_end_if_done`)."""
         at = result.projected_at or workflow.now()
-        if transitions.apply_poll_result(item, state, result, at):
+        if transitions.apply_poll_result(self.item, self.state, result, at):
             self._follow_activity_numbering(result.projected_seq, seq_before)
             self._after_transition(
-                state.status.is_final, result.projected_at, seq_before, early_applied=False
+                self.state.status.is_final, result.projected_at, seq_before, early_applied=False
             )
-            if not state.status.is_final:
-                await self._project()
-        return result
 
     async def _finish(self, status: ItemStatus, event: ItemEventType, detail: str | None) -> None:
         if transitions.finish(self.state, status, event, workflow.now(), detail):

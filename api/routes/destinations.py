@@ -36,6 +36,8 @@ class DestinationInfoFull(BaseModel):
     provider: str
     configured_submit_rate: float
     configured_poll_rate: float
+    # The submit activity makes each operation's first poll (its rate then counts in `poll`).
+    poll_in_submit: bool = False
     submit: QueueRateInfo
     poll: QueueRateInfo
     paused: bool
@@ -63,6 +65,7 @@ def destination_info(state: DestinationState) -> DestinationInfoFull:
         provider=destination.provider,
         configured_submit_rate=destination.submit_rate,
         configured_poll_rate=destination.poll_rate,
+        poll_in_submit=destination.poll_in_submit,
         submit=QueueRateInfo(rate=state.submit.rate, source=state.submit.source),
         poll=QueueRateInfo(rate=state.poll.rate, source=state.poll.source),
         paused=state.paused,

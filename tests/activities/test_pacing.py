@@ -7,7 +7,8 @@ import time
 
 import pytest
 
-from activities.pacing import PacedQueue, RequestPacer
+from activities.pacing import PacedQueue, RequestPacer, paced_queues
+from common.destinations import Destination
 
 
 class FakeClock:
@@ -112,3 +113,22 @@ async def test_the_rate_follows_the_server_run_time_rate_read_in_the_background(
     assert await rate_after_refresh() == 10.0  # the server could not say: the rate stays
     assert await rate_after_refresh() == 40.0  # no run-time rate: the configured 40/s
     assert read == ["q"] * 4
+
+
+def test_a_poll_in_submit_destinations_poll_queue_is_paced_at_its_share() -> None:
+    destination = Destination.model_validate(
+        {
+            "name": "mail",
+            "provider": "acs-email",
+            "poll_in_submit": True,
+            "submit_rate": 2,
+            "poll_rate": 5,
+            "poll_interval_s": 0.5,
+        }
+    )
+
+    queues = paced_queues([destination])
+
+    # The first polls go with the submits (paced as those); the poll queue paces the rest.
+    assert queues[destination.submit_task_queue].configured_rate == 2
+    assert queues[destination.poll_task_queue].configured_rate == 3

@@ -9,10 +9,12 @@ from dataclasses import dataclass
 import httpx
 import pytest_asyncio
 
+from common.queue_rates import QueueRate, read_queue_rate
 from contract.ids import provider_idempotency_key
 from tests.api.conftest import api_settings, open_api
 from tests.api.test_items import assert_problem
-from tests.conftest import Stack, webhook_destination
+from tests.conftest import Stack, email_destination, webhook_destination
+from tests.workflows.test_outbox_item import EMAIL
 
 
 @dataclass
@@ -130,3 +132,55 @@ async def test_purge_cancels_only_what_the_provider_does_not_have(dev_api: DevAp
         await dev_api.http.post("/v1/outboxes/purging/items:purge", json={"destination": "nope"}),
         404,
     )
+
+
+@pytest_asyncio.fixture(loop_scope="session")
+async def polling_api(stack_factory, fake_provider, dev_env) -> AsyncIterator[DevApi]:
+    """An email destination whose submits make the first polls (`poll_in_submit`)."""
+    email = email_destination(
+        fake_provider, poll_in_submit=True, submit_rate=4.0, poll_rate=10.0, poll_interval_s=0.2
+    )
+    stack = await stack_factory(email, env=dev_env)
+    settings = api_settings(workflow_task_queue=stack.task_queue)
+    async for http in open_api(stack, settings):
+        yield DevApi(http=http, stack=stack, webhook=email.name)
+
+
+async def poll_queue_rate(api: DevApi) -> QueueRate:
+    [destination] = api.stack.destinations
+    return await read_queue_rate(api.stack.client, destination.poll_task_queue)
+
+
+async def test_poll_in_submit_shows_and_keeps_the_poll_rate_across_both_queues(
+    polling_api: DevApi,
+) -> None:
+    url = f"/v1/destinations/{polling_api.webhook}"
+    response = await polling_api.http.post(
+        "/v1/outboxes/tests/items",
+        json={"destination": polling_api.webhook, "payload": EMAIL},
+        headers={"Idempotency-Key": "first-poll-in-submit"},
+    )
+    view = await polling_api.stack.result(response.json()["id"])
+    shown = (await polling_api.http.get(url)).json()
+    queue_as_configured = await poll_queue_rate(polling_api)
+
+    faster_submits = await polling_api.http.patch(url, json={"submit_rate": 5})
+    queue_after_submit_change = await poll_queue_rate(polling_api)
+    faster_polls = await polling_api.http.patch(url, json={"poll_rate": 20})
+    queue_after_poll_change = await poll_queue_rate(polling_api)
+    too_fast = await polling_api.http.patch(url, json={"submit_rate": 20})
+    paused = await polling_api.http.patch(url, json={"paused": True})
+    resumed = await polling_api.http.patch(url, json={"paused": False})
+
+    assert view.status == "sent" and view.poll_count == 1
+    assert shown["poll_in_submit"] is True and shown["configured_poll_rate"] == 10.0
+    # The poll queue runs 10 - 4 a second; with the submits' first polls, 10 in all.
+    assert queue_as_configured.rate == 6.0 and shown["poll"]["rate"] == 10.0
+    assert faster_submits.json()["submit"] == {"rate": 5.0, "source": "api"}
+    assert faster_submits.json()["poll"]["rate"] == 10.0
+    assert (queue_after_submit_change.rate, queue_after_submit_change.source) == (5.0, "api")
+    assert faster_polls.json()["poll"]["rate"] == 20.0 and queue_after_poll_change.rate == 15.0
+    problem = assert_problem(too_fast, 422)
+    assert "must stay above submit_rate" in problem["detail"]
+    assert paused.json()["poll"]["rate"] == 0 and paused.json()["resume_poll_rate"] == 20.0
+    assert resumed.json()["poll"] == {"rate": 20.0, "source": "api"}

@@ -24,6 +24,7 @@ OUT_OF_BOUNDS: dict[str, Any] = {
     "submit_timeout_s": 0,
     "poll_timeout_s": 0,
     "report_window_s": 366 * 24 * 3600,
+    "poll_in_submit": "sometimes",
 }
 
 
@@ -51,12 +52,56 @@ def test_every_flat_file_field_reaches_the_policy() -> None:
     configured: dict[str, Any] = {
         name: getattr(defaults, name) + (1 if name == "max_attempts" else 0.125)
         for name in POLICY_SETTINGS
+        if name != "poll_in_submit"  # a switch, with rules of its own (tested below)
     }
 
     registry = load({"mail": {"provider": "webhook", **configured}})
     policy = registry.get("mail").policy()  # type: ignore[union-attr]
 
-    assert {name: getattr(policy, name) for name in POLICY_SETTINGS} == configured
+    assert {name: getattr(policy, name) for name in configured} == configured
+
+
+def test_poll_in_submit_reaches_the_policy_and_takes_the_first_polls_out_of_the_poll_queue() -> (
+    None
+):
+    registry = load(
+        {
+            "mail": {
+                "provider": "acs-email",
+                "poll_in_submit": True,
+                "submit_rate": 2,
+                "poll_rate": 5,
+                "poll_interval_s": 0.5,
+            }
+        }
+    )
+    mail = registry.get("mail")
+
+    assert mail is not None and mail.poll_in_submit and mail.policy().poll_in_submit
+    # Each submit may make a poll: the poll queue runs what that leaves of the poll rate.
+    assert mail.poll_queue_rate == 3 and mail.submit_queue_rate == 2
+
+
+@pytest.mark.parametrize(
+    ("settings", "why"),
+    [
+        ({"poll_rate": 2}, r"poll_in_submit needs poll_rate above submit_rate \(2 <= 2\)"),
+        ({"poll_interval_s": 2}, r"poll_in_submit needs poll_interval_s of at most 1 \(it is 2\)"),
+        ({"mode": "bulk"}, r"poll_in_submit: only a destination in item mode"),
+    ],
+)
+def test_poll_in_submit_is_refused_where_it_cannot_keep_the_rates(
+    settings: dict[str, Any], why: str
+) -> None:
+    mail = {
+        "provider": "acs-email",
+        "poll_in_submit": True,
+        "submit_rate": 2,
+        "poll_rate": 5,
+        "poll_interval_s": 0.5,
+    }
+    with pytest.raises(DestinationConfigError, match=rf"destination 'mail': .*{why}"):
+        load({"mail": {**mail, **settings}})
 
 
 def test_file_fields_and_overrides_reach_the_policy(tmp_path: Path) -> None:

@@ -263,20 +263,28 @@ async def test_a_retried_poll_numbers_its_outcome_after_a_killed_attempt_that_pr
     engine.dispose()
 
 
-class _LoseFirstPollReport(Interceptor):
-    """The first attempt of each poll does its work (polls, writes its row) and then fails as a
-    worker killed before reporting would: the server retries it."""
+class LoseFirstReport(Interceptor):
+    """The first attempt of each activity of `activity_type` does its work (calls the provider,
+    writes its rows) and then fails as a worker killed before reporting would: the server
+    retries it."""
+
+    def __init__(self, activity_type: str) -> None:
+        self.activity_type = activity_type
 
     def intercept_activity(self, next: ActivityInboundInterceptor) -> ActivityInboundInterceptor:
-        return _LoseReport(next)
+        return _LoseReport(next, self.activity_type)
 
 
 class _LoseReport(ActivityInboundInterceptor):
+    def __init__(self, next: ActivityInboundInterceptor, activity_type: str) -> None:
+        super().__init__(next)
+        self.activity_type = activity_type
+
     async def execute_activity(self, input: ExecuteActivityInput) -> Any:
         result = await super().execute_activity(input)
         info = activity.info()
-        if info.activity_type == POLL_ACTIVITY and info.attempt == 1:
-            raise RuntimeError("worker lost before it reported the poll")
+        if info.activity_type == self.activity_type and info.attempt == 1:
+            raise RuntimeError(f"worker lost before it reported {self.activity_type}")
         return result
 
 
@@ -284,7 +292,7 @@ async def test_the_workflow_numbers_a_retried_polls_outcome_as_the_activity_did(
     stack_factory, fake_provider
 ) -> None:
     destination = email_destination(fake_provider)
-    stack = await stack_factory(destination, interceptors=[_LoseFirstPollReport()])
+    stack = await stack_factory(destination, interceptors=[LoseFirstReport(POLL_ACTIVITY)])
     key = unique_name("k")
     await stack.fake.admin.script(
         provider_idempotency_key(item_workflow_id("tests", key)), [{"running_polls": 1}]
