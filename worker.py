@@ -23,7 +23,12 @@ from opentelemetry.instrumentation.httpx import HTTPXClientInstrumentor
 from sqlalchemy import Engine
 from temporalio.client import Client
 from temporalio.runtime import PrometheusConfig, Runtime, TelemetryConfig
-from temporalio.worker import Interceptor, UnsandboxedWorkflowRunner, Worker
+from temporalio.worker import (
+    Interceptor,
+    PollerBehaviorAutoscaling,
+    UnsandboxedWorkflowRunner,
+    Worker,
+)
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 
 from activities.aggregate_store import AggregateStoreActivities
@@ -122,6 +127,11 @@ def build_workers(
                 # Projections are local activities; nothing remote runs on this queue, so no
                 # activity pollers wait on it.
                 no_remote_activities=True,
+                # Pollers scale with the work waiting (the SDK's default is 5 fixed). More tasks
+                # then meet a waiting poller instead of the server's backlog; measured with
+                # `make bench QUICK=1` on 2026-11-25, both poller settings together: the item
+                # path 39.0 -> 44.3-45.6 items/s, server CPU per item 27.4 -> 22.6-23.2 ms.
+                workflow_task_poller_behavior=PollerBehaviorAutoscaling(),
                 sticky_queue_schedule_to_start_timeout=timedelta(seconds=sticky_queue_timeout_s),
                 # The sandbox re-imports the workflow module for every run, which measured as
                 # the worker's largest CPU cost per item, so production runs without it. The
@@ -193,6 +203,8 @@ def build_workers(
                     task_queue=task_queue,
                     activities=activities,
                     max_task_queue_activities_per_second=rate,
+                    # As the workflow worker's pollers (above).
+                    activity_task_poller_behavior=PollerBehaviorAutoscaling(),
                 )
             )
     return workers

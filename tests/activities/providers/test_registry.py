@@ -109,6 +109,7 @@ SHIPPED_CONFIGS = {
     "config/destinations.toml": {"fake-email": "acs-email", "fake-webhook": "webhook"},
     "bench/destinations.toml": {
         "bench-email": "acs-email",
+        "bench-two-activities": "acs-email",
         "bench-wait": "acs-email",
         "bench-bulk": "acs-email",
     },
