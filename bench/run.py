@@ -519,6 +519,10 @@ async def end_to_end(client: Client, pids: dict[str, int]) -> dict[str, Any]:
         two_activity_figures["items_per_s"] / naive_figures["items_per_s"], 3
     )
     figures["two_activity_server_per_item"] = two_activity_figures["server"]
+    for name in ("server", "worker"):
+        figures[f"two_activity_cpu_ms_per_item_{name}"] = two_activity_figures[
+            f"cpu_ms_per_item_{name}"
+        ]
     bulk_count = 1000 if QUICK else 5000
     print(f"bulk mode, {bulk_count} items in batches of {BULK_BATCH}:", flush=True)
     bulk_measured = Measured("bulk")
