@@ -118,7 +118,9 @@ class DeliveryActivities:
         None when it could not be made: the workflow then polls as usual, at the time the
         submit set. It is not paced on the poll queue: it rides on the submit's request, whose
         rate the poll queue's leaves room for."""
-        delay = accepted.retry_after_s or request.first_poll_after_s or 0.0
+        # When the workflow's own timer would have fired (`transitions.apply_submit_result`).
+        planned = request.first_poll_after_s or 0.0
+        delay = planned if accepted.retry_after_s is None else accepted.retry_after_s
         await asyncio.sleep(max(0.0, delay - (time.monotonic() - began)))
         poll = PollRequest(
             destination=request.destination,
