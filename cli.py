@@ -302,17 +302,33 @@ def _json(text: str) -> Any:
         raise CliError(f"--payload is not JSON: {err}") from err
 
 
+def _add_outbox(command: argparse.ArgumentParser, help_text: str = "the outbox's name") -> None:
+    """The OUTBOX positional that most commands start with."""
+    command.add_argument("outbox", help=help_text)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="outbox", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--api", default=os.environ.get("OUTBOX_API_URL", "http://127.0.0.1:8000"))
-    parser.add_argument("--token", default=os.environ.get("API_TOKEN", "").split(",")[0] or None)
+    parser.add_argument(
+        "--api",
+        default=os.environ.get("OUTBOX_API_URL", "http://127.0.0.1:8000"),
+        help="the API's base URL (default: $OUTBOX_API_URL, else http://127.0.0.1:8000)",
+    )
+    parser.add_argument(
+        "--token",
+        default=os.environ.get("API_TOKEN", "").split(",")[0] or None,
+        help="bearer token sent to the API (default: the first of $API_TOKEN's comma-separated"
+        " tokens; none when it is unset)",
+    )
     commands = parser.add_subparsers(dest="command", required=True)
 
     command = commands.add_parser("enqueue", help="enqueue one item, or a JSONL file in batches")
-    command.add_argument("outbox")
-    command.add_argument("--destination")
+    _add_outbox(command, "the outbox's name (an outbox needs no setup: any valid name will do)")
+    command.add_argument(
+        "--destination", help="the destination to deliver to, by name (needed with --payload)"
+    )
     command.add_argument("--payload", help="the item's JSON payload")
     command.add_argument("--key", help="Idempotency-Key (generated when absent)")
     command.add_argument("--not-before", help="RFC 3339 time with zone")
@@ -330,19 +346,23 @@ def build_parser() -> argparse.ArgumentParser:
         ("cancel", cancel, "cancel a queued item"),
     ):
         command = commands.add_parser(name, help=help_text)
-        command.add_argument("outbox")
-        command.add_argument("key")
+        _add_outbox(command)
+        command.add_argument("key", help="the item's key (its Idempotency-Key)")
         command.set_defaults(run=run)
 
     command = commands.add_parser("redrive", help="redrive a failed item, or all failed ones")
-    command.add_argument("outbox")
-    command.add_argument("key", nargs="?")
-    command.add_argument("--all-failed", action="store_true")
+    _add_outbox(command)
+    command.add_argument("key", nargs="?", help="the failed item's key (or --all-failed)")
+    command.add_argument(
+        "--all-failed",
+        action="store_true",
+        help="redrive every failed item of the outbox instead of one",
+    )
     command.add_argument("--destination", help="with --all-failed: only this destination")
     command.set_defaults(run=redrive)
 
     command = commands.add_parser("purge", help="cancel every item not yet submitted")
-    command.add_argument("outbox")
+    _add_outbox(command)
     command.add_argument("--destination", help="only this destination's items")
     command.add_argument("--reason", help="recorded on each cancelled item")
     command.set_defaults(run=purge)
@@ -353,7 +373,9 @@ def build_parser() -> argparse.ArgumentParser:
     command.add_argument("name", nargs="?", help="one destination (all without it)")
     switch = command.add_mutually_exclusive_group()
     switch.add_argument("--pause", action="store_true", help="stop every new submit and poll")
-    switch.add_argument("--resume", action="store_true")
+    switch.add_argument(
+        "--resume", action="store_true", help="undo --pause: submits and polls start again"
+    )
     command.add_argument("--submit-rate", type=float, help="submits per second, at once")
     command.add_argument("--poll-rate", type=float, help="polls per second, at once")
     command.add_argument("--reason", help="why (shown while paused)")
@@ -362,7 +384,7 @@ def build_parser() -> argparse.ArgumentParser:
     command = commands.add_parser(
         "lanes", help="an outbox's ordering lanes; resume a halted one (redrive or skip its head)"
     )
-    command.add_argument("outbox")
+    _add_outbox(command)
     command.add_argument("ordering_key", nargs="?", help="one lane (all without it)")
     command.add_argument("--status", choices=["running", "idle", "halted"], help="filter the list")
     resume = command.add_mutually_exclusive_group()
@@ -375,7 +397,7 @@ def build_parser() -> argparse.ArgumentParser:
         "dead-letters",
         help="an outbox's failed items: list, discard one, or redrive all a filter selects",
     )
-    command.add_argument("outbox")
+    _add_outbox(command)
     command.add_argument("--destination", help="only this destination's")
     command.add_argument("--error-code", help="only failures with the provider's code")
     command.add_argument("--failed-from", help="failed at or after (RFC 3339, with offset)")
@@ -399,9 +421,15 @@ def build_parser() -> argparse.ArgumentParser:
     create = actions.add_parser(
         "create", help="create one (flags, or --file with the API's JSON body, or both)"
     )
-    create.add_argument("id")
+    create.add_argument(
+        "id",
+        help="the new schedule's id: letters, digits, '.', '_', '-' (its Temporal schedule is"
+        " schedule/ID)",
+    )
     create.add_argument("--file", help="JSON: the POST /v1/schedules body; flags override it")
-    create.add_argument("--outbox")
+    create.add_argument(
+        "--outbox", help="the outbox each fire enqueues into (required, here or in --file)"
+    )
     when = create.add_mutually_exclusive_group()
     when.add_argument("--cron", help="cron expression, e.g. '0 6 * * MON-FRI'")
     when.add_argument("--every", type=int, help="or: fire every this many seconds")
@@ -413,7 +441,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     create.add_argument("--paused", action="store_true", help="create it paused")
     create.add_argument("--note", help="shown with the schedule")
-    create.add_argument("--overlap", choices=["skip", "buffer_one"])
+    create.add_argument(
+        "--overlap",
+        choices=["skip", "buffer_one"],
+        help="while a fire is still enqueueing: skip the next one (the API's default), or"
+        " buffer one to fire as soon as the running one ends",
+    )
     create.add_argument("--catchup-window", type=int, help="seconds (default 300)")
     for name, help_text in (
         ("show", "one schedule: spec, template, next and recent fires"),
@@ -423,13 +456,13 @@ def build_parser() -> argparse.ArgumentParser:
         ("delete", "delete it (enqueued items stay)"),
     ):
         action = actions.add_parser(name, help=help_text)
-        action.add_argument("id")
+        action.add_argument("id", help="the schedule's id")
         if name in ("pause", "unpause"):
             action.add_argument("--note", help="why (shown with the schedule)")
     command.set_defaults(run=schedules)
 
     command = commands.add_parser("tail", help="follow an outbox's events live")
-    command.add_argument("outbox")
+    _add_outbox(command)
     command.add_argument("--since", type=int, help="replay events after this id first")
     command.add_argument("--count", type=int, help="stop after this many events")
     command.set_defaults(run=tail)

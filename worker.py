@@ -127,17 +127,16 @@ def build_workers(
                 # Projections are local activities; nothing remote runs on this queue, so no
                 # activity pollers wait on it.
                 no_remote_activities=True,
-                # Pollers scale with the work waiting (the SDK's default is 5 fixed). More tasks
-                # then meet a waiting poller instead of the server's backlog; measured with
-                # `make bench QUICK=1` on 2026-11-25, both poller settings together: the item
-                # path 39.0 -> 44.3-45.6 items/s, server CPU per item 27.4 -> 22.6-23.2 ms.
+                # Pollers scale with the work waiting (the SDK's default is 5 fixed), so more
+                # tasks meet a waiting poller instead of the server's backlog.
+                # Why: docs/decisions/autoscaling-pollers.md
                 workflow_task_poller_behavior=PollerBehaviorAutoscaling(),
                 sticky_queue_schedule_to_start_timeout=timedelta(seconds=sticky_queue_timeout_s),
-                # The sandbox re-imports the workflow module for every run, which measured as
-                # the worker's largest CPU cost per item, so production runs without it. The
-                # test suite's workers run sandboxed (`sandboxed=True`), so a non-deterministic
-                # call on any path a test takes fails there; the replay tests over recorded
-                # histories catch changes that alter a recorded history.
+                # The sandbox re-imports the workflow module for every run, the worker's largest
+                # cost per item, so production runs without it. The test suite's workers run
+                # sandboxed (`sandboxed=True`), so a non-deterministic call on any path a test
+                # takes fails there; the replay tests over recorded histories catch changes that
+                # alter a recorded history. Why: docs/decisions/unsandboxed-workflows.md
                 workflow_runner=SandboxedWorkflowRunner()
                 if sandboxed
                 else UnsandboxedWorkflowRunner(),

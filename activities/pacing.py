@@ -4,12 +4,13 @@ The Temporal server enforces each destination queue's rate on *dispatches*, acro
 with a token bucket that lets one second's worth through at once after an idle spell (a worker
 restart, a resume). What the provider counts is *arrivals*: a request leaves a busy worker a
 varying moment after its dispatch, so a full bucket's burst plus the steady rate plus that
-jitter put `make chaos` 5-10% above two seconds' worth in single seconds. Each process therefore
-also spaces its own requests to a queue at the rate the server holds that queue to, with a
-burst of a quarter second's worth: one process alone starts at most `rate x (window + 0.25 s)`
-requests in any window, and several together are still held to the rate by the server. The
-rate is read back from the server (`common.queue_rates`) every `refresh_s`, in the background
-(a request never waits for that read), so a rate changed at run time holds here too.
+jitter let more than two seconds' worth arrive in single seconds after a restart. Each process
+therefore also spaces its own requests to a queue at the rate the server holds that queue to,
+with a burst of a quarter second's worth: one process alone starts at most
+`rate x (window + 0.25 s)` requests in any window, and several together are still held to the
+rate by the server (why, and what was measured: docs/decisions/pacing.md). The rate is read
+back from the server (`common.queue_rates`) every `refresh_s`, in the background (a request
+never waits for that read), so a rate changed at run time holds here too.
 """
 
 from __future__ import annotations

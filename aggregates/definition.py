@@ -8,11 +8,11 @@ events (past tense) and its state, and gives three pure functions:
   `now` is the command's time (the workflow's deterministic clock), for leases and deadlines;
 - `evolve(state, event)` — the state after one event.
 
-Optionally: `projectors` (per-aggregate read models folded from the events, the seed's "sync
-projectors"), `timers(state)` (durable timers that become commands when they fire) and
-`policies` (per event type, pure functions `policy(event, state) -> list[Effect]`: what should
-happen outside the aggregate because of the event, seed 003's process manager). The generic
-aggregate workflow hosts any definition; tests call the functions directly.
+Optionally: `projectors` (per-aggregate read models folded from the events: sync projectors),
+`timers(state)` (durable timers that become commands when they fire) and `policies` (per event
+type, pure functions `policy(event, state) -> list[Effect]`: what should happen outside the
+aggregate because of the event: the process manager, see docs/explanation/aggregates.md). The
+generic aggregate workflow hosts any definition; tests call the functions directly.
 """
 
 from __future__ import annotations

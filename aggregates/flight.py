@@ -1,7 +1,8 @@
-"""Flight seating (seed 000): one aggregate per flight; a seat has one passenger at most.
+"""Flight seating: one aggregate per flight; a seat has one passenger at most.
 
-The seed's point survives the move to Temporal: `decide` reads the seat and the workflow appends
-the assignment with no `await` in between, so two passengers can never be given one seat.
+The Durable Object example's point (docs/explanation/seeds.md) survives the move to Temporal:
+`decide` reads the seat and the workflow appends the assignment with no `await` in between, so
+two passengers can never be given one seat.
 """
 
 from __future__ import annotations
@@ -119,7 +120,7 @@ class FlightSeating(AggregateDefinition[FlightState]):
                 self._check_free(state, seat, passenger)
                 if state.seats[seat] == passenger:
                     return []  # already there: nothing happens
-                # A passenger seated elsewhere is moved, as in the seed.
+                # A passenger seated elsewhere is moved, not seated twice.
                 return [
                     *self._unseat(state, passenger),
                     SeatAssigned(seat=seat, passenger_id=passenger),

@@ -1,4 +1,4 @@
-"""Labour tracking (seed 003): one aggregate per labour, its subscribers and what they may do.
+"""Labour tracking: one aggregate per labour, its subscribers and what they may do.
 
 Roles: the mother planned the labour and may do everything; an approved `birth_partner` may time
 contractions and post updates; an approved `observer` may only read (the API's reads need no

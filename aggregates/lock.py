@@ -1,5 +1,5 @@
-"""A lock with a TTL lease (seed 001, pattern 6): one holder at a time, until it releases the
-lock or its lease runs out on a durable timer, whichever comes first."""
+"""A lock with a TTL lease: one holder at a time, until it releases the lock or its lease runs
+out on a durable timer, whichever comes first (docs/explanation/seeds.md)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Request body size limit (`MAX_REQUEST_BYTES`, 256 KiB by default), enforced before parsing.
+"""Request body size limit (`MAX_REQUEST_BYTES`), enforced before parsing.
 
 A declared `Content-Length` over the limit is refused without reading the body; a body without
 one (chunked) is counted as it streams in and refused as soon as it passes the limit.

@@ -30,6 +30,7 @@ from api.routes import (
     aggregates,
     dashboard,
     dead_letters,
+    docs,
     events,
     health,
     items,
@@ -142,6 +143,9 @@ def create_app(
             " token what it may do."
         ),
         lifespan=lifespan,
+        # Served by `api.routes.docs` from packaged files: FastAPI's own pages load a CDN.
+        docs_url=None,
+        redoc_url=None,
     )
     app.state.metrics = ApiMetrics(
         backlog_cache_s=settings.backlog_metrics_cache_s,
@@ -170,6 +174,8 @@ def create_app(
     app.include_router(events.router)  # per-destination secrets: Event Grid sends no bearer
     app.include_router(health.router)
     app.include_router(dashboard.router)
+    app.include_router(docs.router)
+    app.mount(docs.ASSETS_PATH, docs.assets(), name="docs-assets")
     # The middleware added last runs first: metrics wrap the size limit and count its 413s.
     app.add_middleware(BodySizeLimit, max_bytes=settings.max_request_bytes)
     app.add_middleware(MetricsMiddleware, metrics=app.state.metrics)

@@ -18,8 +18,9 @@ from datetime import UTC
 
 # Statuses an item's workflow ends with; anything else at the deadline is a loss.
 FINAL_STATUSES = ("sent", "failed")
-# The server's token bucket may burst about one second's worth above the steady rate (README,
-# "Rate limits"): in a window of W seconds, up to rate * (W + BURST_S) requests are in the limit.
+# The server's token bucket may burst about one second's worth above the steady rate
+# (docs/explanation/rate-limits.md): in a window of W seconds, up to rate * (W + BURST_S)
+# requests are in the limit.
 BURST_S = 1.0
 RATE_WINDOWS_S = (1.0, 10.0)
 

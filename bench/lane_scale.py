@@ -7,10 +7,9 @@ The lane continues as new many times on the way. Then, at the fake provider: eve
 exactly once, and each client's items arrived in the order that client appended them (a client
 waits for each append before the next, so its items are ordered in the lane's history). Prints a
 table, writes `.bench/lane_scale.json`, and exits 1 on any loss, duplicate or reordering, or
-if the lane stops moving for LANE_STALL_S (120 s). A lane delivers one item at a time: measured
-here about 3 items/s (each item costs two lane workflow tasks, a child start and the child's own
-run, and every workflow task waited ~50 ms from scheduled to started on this dev server), so
-the full run takes about an hour.
+if the lane stops moving for LANE_STALL_S (120 s). A lane delivers one item at a time (each item
+costs two lane workflow tasks, a child start and the child's own run), so the full run is long;
+its latest figures are in docs/benchmarks.md.
 """
 
 from __future__ import annotations
@@ -99,8 +98,8 @@ async def run() -> tuple[dict[str, Any], list[str]]:
                 break
             if ended > done:
                 done, progressed_at = ended, time.monotonic()
-            # One lane goes at its own pace (about 3 items/s here, one item at a time): the run
-            # fails when the lane stops moving, not after a fixed time.
+            # One lane goes at its own pace (one item at a time): the run fails when the lane
+            # stops moving, not after a fixed time.
             if time.monotonic() - progressed_at > STALL_S:
                 problems.append(f"stalled {STALL_S:g}s at {done} of {expected} ended")
                 break

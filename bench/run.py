@@ -117,7 +117,7 @@ async def open_loop(http: httpx.AsyncClient, rate: float, duration_s: float) -> 
             )
         except httpx.TransportError:
             # An overloaded API may drop a connection: an error of this rate, not of the run
-            # (a full run on 2026-11-25 lost its enqueue figures to one at 150/s).
+            # (one such drop once cost a full run all its enqueue figures).
             errors += 1
             return
         latencies.append((time.perf_counter() - started) * 1000)
@@ -637,9 +637,10 @@ def main() -> int:
     env.update(PORTS)
     env.update({"DEV_DATA_DIR": str(data_dir), "OUTBOX_CONFIG": str(CONFIG), "API_TOKEN": ""})
     # The fake answers in under a millisecond: 10 connections carry any rate here, and a smaller
-    # pool costs the worker less CPU per request (see PROVIDER_MAX_CONNECTIONS in the README).
+    # pool costs the worker less CPU per request. Why: docs/decisions/provider-connection-pool.md
     env.setdefault("PROVIDER_MAX_CONNECTIONS", "10")
-    # Payloads in plain text, like the naive baseline's (make dev encrypts them; see Security).
+    # Payloads in plain text, like the naive baseline's (make dev encrypts them;
+    # docs/how-to/security.md).
     env["PAYLOAD_KEYS"] = ""
     env["DEST_BENCH_WAIT_POLL_INTERVAL_S"] = str(REST_POLL_INTERVAL_S)
     # The bench's destinations take no delivery reports: none should load the API.

@@ -1,9 +1,10 @@
 """The Temporal server's own work per item, counted from its Prometheus metrics.
 
 CPU per item on a 2-core machine shared by the server, the workers, the fake provider and the
-bench swings by 20% between identical runs; the number of persistence operations the server
-performs per item does not. So the bench reads the dev server's `/metrics` before and after each
-scenario and divides the difference by the items delivered:
+bench swings between identical runs; the number of persistence operations the server performs
+per item does not (docs/decisions/bench-alternating-rounds.md). So the bench reads the dev
+server's `/metrics` before and after each scenario and divides the difference by the items
+delivered:
 
 - `history_writes`: `persistence_requests` of `CreateWorkflowExecution` and
   `UpdateWorkflowExecution` (each a transaction on the server's database);

@@ -41,7 +41,7 @@ from contract.bulk import DEFAULT_SHARDS, MAX_BATCH, MAX_SHARDS
 from contract.ids import poll_task_queue, submit_task_queue
 from contract.item import POLICY_SETTINGS, POLL_IN_SUBMIT_MAX_INTERVAL_S, DeliveryPolicy
 from contract.lane import LanePolicy
-from contract.limits import check_destination_name, check_outbox_name
+from contract.limits import MAX_DESTINATION_LENGTH, check_destination_name, check_outbox_name
 
 _ENV_REFERENCE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 
@@ -58,8 +58,7 @@ class DestinationConfigError(ValueError):
 # The server splits a task queue's rate between the queue's partitions (4 by default), and each
 # partition lets at least one activity through at once however low its share: a queue can burst
 # that many activities. A batch's requests go out together, so four batches at once must fit in
-# the one second's burst the rate allows (measured: `make chaos` in bulk mode with 5-submit
-# batches on a 10/s destination saw 25 submits in one second).
+# the one second's burst the rate allows. Why: docs/decisions/batch-size-quarter-of-the-rate.md
 QUEUE_PARTITIONS = 4
 BATCH_RULE = (
     f"the server's {QUEUE_PARTITIONS} partitions of a queue may each let a batch through at"
@@ -84,25 +83,72 @@ class Destination(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    name: Annotated[str, AfterValidator(check_destination_name)]
-    provider: str
+    name: Annotated[
+        str,
+        AfterValidator(check_destination_name),
+        Field(
+            description="The table's name, `[destinations.<name>]`: lower-case letters, digits"
+            f" and '-', starting with a letter or digit, at most {MAX_DESTINATION_LENGTH}"
+            " characters."
+        ),
+    ]
+    provider: str = Field(description="The provider kind; it decides what `settings` holds.")
     # As configured; `settings_as` checks them against the provider's settings model.
-    settings: dict[str, Any] = Field(default_factory=dict)
-    submit_rate: float = Field(default=1.5, gt=0)
-    poll_rate: float = Field(default=2.0, gt=0)
+    settings: dict[str, Any] = Field(
+        default_factory=dict,
+        description="The provider's settings, the `[destinations.<name>.settings]` table.",
+    )
+    submit_rate: float = Field(
+        default=1.5,
+        gt=0,
+        description="Submit activities per second, enforced by the Temporal server across every"
+        " worker.",
+    )
+    poll_rate: float = Field(
+        default=2.0,
+        gt=0,
+        description="Polls per second, likewise (with `poll_in_submit`, the submits' first polls"
+        " included).",
+    )
     # The secret the provider's report deliveries carry (`?secret=` or `X-Events-Secret`) to
     # `POST /v1/destinations/{name}/events`; unset: the destination takes no reports.
-    events_secret: SecretStr | None = Field(default=None, min_length=16)
+    events_secret: SecretStr | None = Field(
+        default=None,
+        min_length=16,
+        description="The secret the provider's delivery reports carry to"
+        " `POST /v1/destinations/{name}/events`; unset: the destination takes no reports.",
+    )
     # `item`: a workflow per item (its own history in the Web UI). `bulk`: the items are held by
-    # `shards` long-lived shard workflows (volume, cost; see the README's "Bulk mode").
-    mode: Literal["item", "bulk"] = "item"
-    shards: int = Field(default=DEFAULT_SHARDS, ge=1, le=MAX_SHARDS)
+    # `shards` long-lived shard workflows (volume, cost; see docs/how-to/bulk-mode.md).
+    mode: Literal["item", "bulk"] = Field(
+        default="item",
+        description="`item`: a workflow per item; `bulk`: `shards` long-lived workflows hold the"
+        " items.",
+    )
+    shards: int = Field(
+        default=DEFAULT_SHARDS,
+        ge=1,
+        le=MAX_SHARDS,
+        description="Bulk mode: how many shard workflows hold the destination's items.",
+    )
     # Bulk mode: polls falling due together share one poll activity of up to this many. The
     # poll queue then runs `poll_rate / poll_batch` activities a second, so the provider still
     # sees at most `poll_rate` polls a second (and a lone poll waits its batch's turn).
-    poll_batch: int = Field(default=1, ge=1, le=MAX_BATCH)
+    poll_batch: int = Field(
+        default=1,
+        ge=1,
+        le=MAX_BATCH,
+        description="Bulk mode: polls falling due together share one poll activity of up to"
+        f" this many; at most 1/{QUEUE_PARTITIONS} of `poll_rate`.",
+    )
     # Bulk mode: submits falling due together share one submit activity, likewise.
-    submit_batch: int = Field(default=1, ge=1, le=MAX_BATCH)
+    submit_batch: int = Field(
+        default=1,
+        ge=1,
+        le=MAX_BATCH,
+        description="Bulk mode: submits falling due together share one submit activity of up to"
+        f" this many; at most 1/{QUEUE_PARTITIONS} of `submit_rate`.",
+    )
 
     @model_validator(mode="after")
     def _batches_are_bulk_and_fit_the_rate(self) -> Destination:
@@ -164,7 +210,9 @@ class Destination(BaseModel):
 
     # Configured as flat fields (`max_attempts = 8`) and gathered here by `_gather_policy`, so
     # DeliveryPolicy's own defaults and bounds apply without being repeated.
-    delivery: DeliveryPolicy
+    delivery: DeliveryPolicy = Field(
+        description="The delivery policy, gathered from the table's policy fields."
+    )
 
     @model_validator(mode="before")
     @classmethod
@@ -219,11 +267,27 @@ class OutboxSettings(BaseModel):
 
     # What an ordering lane does when one of its items fails permanently: stop until an
     # operator redrives or skips it (`halt`), or record it and go on (`skip`).
-    lane_policy: LanePolicy = LanePolicy.HALT
+    lane_policy: LanePolicy = Field(
+        default=LanePolicy.HALT,
+        description="What a lane does when one of its items fails permanently: stop until an"
+        " operator redrives or skips it (`halt`), or record it and go on (`skip`).",
+    )
     # A lane continues as new past this many history events (Temporal may ask sooner).
-    lane_history_events: int = Field(default=10_000, ge=100, le=40_000)
+    lane_history_events: int = Field(
+        default=10_000,
+        ge=100,
+        le=40_000,
+        description="A lane continues as new past this many history events (Temporal may ask"
+        " sooner).",
+    )
     # How long a lane with nothing to do stays open before it ends (the next append restarts it).
-    lane_idle_s: float = Field(default=300.0, gt=0, le=30 * 24 * 3600)
+    lane_idle_s: float = Field(
+        default=300.0,
+        gt=0,
+        le=30 * 24 * 3600,
+        description="How long a lane with nothing to do stays open before it ends, in seconds"
+        " (the next append restarts it).",
+    )
 
 
 class DestinationRegistry:

@@ -1,6 +1,6 @@
 """Rates and pauses of activity task queues, enforced and stored by the Temporal server.
 
-Measured on this dev server (server 1.32, SDK 1.35), see the README's "Operating":
+What the server does, as measured (docs/decisions/pause-as-zero-rate.md):
 `UpdateTaskQueueConfig` on an activity task queue sets a queue rate limit that overrides the
 rate the workers ask for (`max_task_queue_activities_per_second`), across every worker, and is
 kept in Temporal's own database, so it survives restarts of every process. A limit of 0 stops

@@ -23,57 +23,129 @@ class Settings(BaseSettings):
 
     model_config = SettingsConfigDict(env_file=".env", extra="ignore", case_sensitive=False)
 
-    workflow_task_queue: str = WORKFLOW_TASK_QUEUE
-    # Where the worker runs the operations activities (scheduled fan-out, redrive batches).
-    operations_task_queue: str = OPERATIONS_TASK_QUEUE
-    outbox_config: Path = Field(default=PROJECT_ROOT / "config" / "destinations.toml")
-    database_url: str = f"sqlite:///{PROJECT_ROOT / '.data' / 'readmodel.db'}"
+    workflow_task_queue: str = Field(
+        default=WORKFLOW_TASK_QUEUE,
+        description="Task queue of the item, lane and aggregate workflows.",
+    )
+    operations_task_queue: str = Field(
+        default=OPERATIONS_TASK_QUEUE,
+        description="Task queue of the operations worker: scheduled fan-out, redrive batches,"
+        " aggregate effects, projector runners.",
+    )
+    outbox_config: Path = Field(
+        default=PROJECT_ROOT / "config" / "destinations.toml",
+        description="The destinations file (TOML): where items go, how fast, how hard to try.",
+    )
+    database_url: str = Field(
+        default=f"sqlite:///{PROJECT_ROOT / '.data' / 'readmodel.db'}",
+        description="The read model's database: `sqlite:///path` or `postgresql://...`.",
+    )
 
-    # Bearer tokens the API accepts (comma-separated); empty means the API runs open.
-    api_token: str = ""
-    # A TOML file of scoped tokens (their SHA-256, scopes and outboxes; see api/auth.py and the
-    # README); empty: none.
-    api_tokens_file: str = ""
+    api_token: str = Field(
+        default="",
+        description="Bearer tokens with every scope, comma-separated; with neither this nor"
+        " `API_TOKENS_FILE` set, the API runs open.",
+    )
+    # A TOML file of scoped tokens (their SHA-256, scopes and outboxes; see api/auth.py and
+    # docs/how-to/security.md); empty: none.
+    api_tokens_file: str = Field(
+        default="",
+        description="TOML file of scoped tokens, each stored as its SHA-256 with its scopes and"
+        " outboxes; empty: none.",
+    )
     # The transactional outbox's relay (`service.relay`): run inside each worker process that
     # runs workflows; how often it polls (PostgreSQL also wakes it on commit); how long relayed
     # rows are kept.
-    relay_enabled: bool = True
-    relay_poll_interval_s: float = Field(default=0.25, gt=0)
-    relay_retention_s: float = Field(default=7 * 24 * 3600.0, ge=0)
+    relay_enabled: bool = Field(
+        default=True,
+        description="Run the transactional outbox's relay in each worker process that runs"
+        " workflows.",
+    )
+    relay_poll_interval_s: float = Field(
+        default=0.25,
+        gt=0,
+        description="How often the relay polls for committed rows, in seconds (PostgreSQL also"
+        " wakes it on commit).",
+    )
+    relay_retention_s: float = Field(
+        default=7 * 24 * 3600.0, ge=0, description="How long relayed rows are kept, in seconds."
+    )
     # Claim checks: a payload above this many bytes (after encryption) is stored once in the
     # database (`payload_blobs`) and the workflow history carries a reference; 0 turns it off
     # (payloads then stay under Temporal's own payload size limit, about 2 MB).
-    claim_check_bytes: int = Field(default=64 * 1024, ge=0)
+    claim_check_bytes: int = Field(
+        default=64 * 1024,
+        ge=0,
+        description="A payload above this many bytes (after encryption) is stored once in the"
+        " database and the workflow history carries a reference; 0: off.",
+    )
     # Payload encryption keys, `key-id:base64,...`, the first one current (see common/codec.py,
     # which every Temporal client reads them with, `outbox_client.connect` included); empty:
     # payloads in plain text.
-    payload_keys: str = ""
-    # Browser origins allowed to call the API (the Web UI calling the codec server), comma-
-    # separated; the dev Web UI's by default.
-    codec_cors_origins: str = "http://127.0.0.1:8233,http://localhost:8233"
-    # How long a cancel waits for a worker before it is recorded as a signal (202) instead.
-    cancel_wait_s: float = 5.0
-    # Largest accepted request body, in bytes (413 above it).
-    max_request_bytes: int = 10 * 1024 * 1024
+    payload_keys: str = Field(
+        default="",
+        description="Payload encryption keys, `key-id:base64,...`, the first one current; empty:"
+        " payloads in plain text.",
+    )
+    codec_cors_origins: str = Field(
+        default="http://127.0.0.1:8233,http://localhost:8233",
+        description="Browser origins allowed to call the API (the Web UI calling the codec"
+        " server), comma-separated.",
+    )
+    cancel_wait_s: float = Field(
+        default=5.0,
+        description="How long a cancel waits for a worker before it is recorded as a signal"
+        " (202), in seconds.",
+    )
+    max_request_bytes: int = Field(
+        default=10 * 1024 * 1024,
+        description="Largest accepted request body, in bytes (413 above it).",
+    )
 
-    fake_provider_url: str = "http://127.0.0.1:8025"
+    fake_provider_url: str = Field(
+        default="http://127.0.0.1:8025",
+        description="The fake provider (`make dev`), where the shipped destinations send.",
+    )
     # How long a workflow task waits on the worker that ran the workflow last (its cached copy)
     # before any worker may take it, replaying the history. After that worker dies, its items
-    # stall this long. 3 s, not the SDK's 10 s: measured, a healthy worker lost nothing by it.
-    sticky_queue_timeout_s: float = Field(default=3.0, gt=0)
+    # stall this long. Shorter than the SDK's default, at no cost to a healthy worker.
+    # Why: docs/decisions/sticky-queue-timeout.md
+    sticky_queue_timeout_s: float = Field(
+        default=3.0,
+        gt=0,
+        description="How long a workflow task waits for the worker that ran the workflow last"
+        " before any worker may take it, in seconds: how long a dead worker's items stall.",
+    )
     # Connections the worker keeps to providers (all destinations share them). httpx's pool looks
     # at every connection on each request, so a pool larger than the concurrency a provider
-    # needs costs CPU: measured against the bench's sub-millisecond fake, 10 instead of 100 gave
-    # 7.4-8.6 ms of worker CPU per bulk item against 10.3-11.2. Size it to rate x provider
-    # latency, with room.
-    provider_max_connections: int = Field(default=100, ge=1, le=10_000)
-    # Where the worker serves Temporal SDK metrics for Prometheus (host:port); empty disables.
-    worker_metrics_address: str = "127.0.0.1:9464"
+    # needs costs CPU. Size it to rate x provider latency, with room.
+    # Why: docs/decisions/provider-connection-pool.md
+    provider_max_connections: int = Field(
+        default=100,
+        ge=1,
+        le=10_000,
+        description="Connections the worker keeps to providers, all destinations together;"
+        " size it to rate x provider latency, with room.",
+    )
+    worker_metrics_address: str = Field(
+        default="127.0.0.1:9464",
+        description="Where the worker serves Temporal SDK metrics for Prometheus (`host:port`);"
+        " empty: off.",
+    )
     # How long the API's /metrics reuses one reading of the backlog from the read model, so
     # frequent scrapes (or several Prometheus servers) cost one set of queries per interval.
-    backlog_metrics_cache_s: float = Field(default=5.0, ge=0)
-    # How long a scrape waits for that reading; past it, `outbox_backlog_scrape_ok` is 0.
-    backlog_metrics_timeout_s: float = Field(default=5.0, gt=0)
+    backlog_metrics_cache_s: float = Field(
+        default=5.0,
+        ge=0,
+        description="How long the API's `/metrics` reuses one reading of the backlog from the"
+        " read model, in seconds.",
+    )
+    backlog_metrics_timeout_s: float = Field(
+        default=5.0,
+        gt=0,
+        description="How long a scrape waits for that reading, in seconds; past it,"
+        " `outbox_backlog_scrape_ok` is 0.",
+    )
 
     @property
     def codec_cors_origins_list(self) -> list[str]:

@@ -63,6 +63,8 @@ MAX_REPORT_WINDOW_S = 365 * 24 * 3600.0
 
 # Field metadata: the longest text a field holds (the read model sizes its column by it).
 MAX_LENGTH = "max_length"
+# Field metadata: what a field means, for the reference pages (pydantic reads this key too).
+DESCRIPTION = "description"
 
 
 class ItemStatus(StrEnum):
@@ -226,25 +228,78 @@ class DeliveryPolicy:
     destination: str
     submit_task_queue: str
     poll_task_queue: str
-    max_attempts: Annotated[int, Ge(1), Le(1000)] = 8
-    backoff_initial_s: Annotated[float, Gt(0)] = 1.0
-    backoff_multiplier: Annotated[float, Ge(1)] = 2.0
-    backoff_max_s: Annotated[float, Gt(0)] = 300.0
-    # Fraction of the backoff added at random, so retries of many items do not stampede together.
-    backoff_jitter: Annotated[float, Ge(0), Le(1)] = 0.2
-    poll_interval_s: Annotated[float, Gt(0)] = 2.0
-    poll_backoff_multiplier: Annotated[float, Ge(1)] = 1.5
-    poll_interval_max_s: Annotated[float, Gt(0)] = 60.0
-    poll_deadline_s: Annotated[float, Gt(0)] = 3600.0
-    submit_timeout_s: Annotated[float, Gt(0)] = 30.0
-    poll_timeout_s: Annotated[float, Gt(0)] = 30.0
-    # How long a sent item keeps listening for its recipients' delivery reports (0: not at all).
-    report_window_s: Annotated[float, Ge(0), Le(MAX_REPORT_WINDOW_S)] = 72 * 3600.0
-    # The submit activity makes the operation's first poll itself, `poll_interval_s` after the
-    # submit: one activity per item instead of two where operations finish fast (the README's
-    # "Destinations" says when to choose it). The first polls then come out of the submit
-    # queue's rate, and the poll queue runs `poll_rate - submit_rate` (`common.destinations`).
-    poll_in_submit: bool = False
+    max_attempts: Annotated[int, Ge(1), Le(1000)] = field(
+        default=8,
+        metadata={
+            DESCRIPTION: "Submit attempts before the item fails; an enqueue may lower it for its"
+            " item."
+        },
+    )
+    backoff_initial_s: Annotated[float, Gt(0)] = field(
+        default=1.0,
+        metadata={
+            DESCRIPTION: "Delay before the first retry, in seconds (a provider's `Retry-After`"
+            " overrides the backoff)."
+        },
+    )
+    backoff_multiplier: Annotated[float, Ge(1)] = field(
+        default=2.0,
+        metadata={DESCRIPTION: "Each retry's delay is the previous one's times this."},
+    )
+    backoff_max_s: Annotated[float, Gt(0)] = field(
+        default=300.0, metadata={DESCRIPTION: "Longest delay between retries, in seconds."}
+    )
+    backoff_jitter: Annotated[float, Ge(0), Le(1)] = field(
+        default=0.2,
+        metadata={
+            DESCRIPTION: "Fraction of the backoff added at random, so retries of many items do"
+            " not stampede together."
+        },
+    )
+    poll_interval_s: Annotated[float, Gt(0)] = field(
+        default=2.0,
+        metadata={DESCRIPTION: "Delay before an operation's first poll, in seconds."},
+    )
+    poll_backoff_multiplier: Annotated[float, Ge(1)] = field(
+        default=1.5,
+        metadata={DESCRIPTION: "Each poll's delay is the previous one's times this."},
+    )
+    poll_interval_max_s: Annotated[float, Gt(0)] = field(
+        default=60.0, metadata={DESCRIPTION: "Longest delay between polls, in seconds."}
+    )
+    poll_deadline_s: Annotated[float, Gt(0)] = field(
+        default=3600.0,
+        metadata={
+            DESCRIPTION: "An operation still running this long after it started fails the item."
+        },
+    )
+    submit_timeout_s: Annotated[float, Gt(0)] = field(
+        default=30.0,
+        metadata={DESCRIPTION: "Longest one submit activity may run, in seconds."},
+    )
+    poll_timeout_s: Annotated[float, Gt(0)] = field(
+        default=30.0,
+        metadata={DESCRIPTION: "Longest one poll activity may run, in seconds."},
+    )
+    report_window_s: Annotated[float, Ge(0), Le(MAX_REPORT_WINDOW_S)] = field(
+        default=72 * 3600.0,
+        metadata={
+            DESCRIPTION: "How long a sent item keeps listening for its recipients' delivery"
+            " reports, in seconds (0: not at all)."
+        },
+    )
+    # When to choose `poll_in_submit`: docs/how-to/configure.md. The first polls then come out of
+    # the submit queue's rate, and the poll queue runs `poll_rate - submit_rate`
+    # (`common.destinations`).
+    poll_in_submit: bool = field(
+        default=False,
+        metadata={
+            DESCRIPTION: "The submit activity makes the operation's first poll itself,"
+            " `poll_interval_s` after the submit: one activity per item instead of two where"
+            " operations finish fast. Needs item mode, `poll_rate` above `submit_rate` and"
+            f" `poll_interval_s` of at most {POLL_IN_SUBMIT_MAX_INTERVAL_S:g} s."
+        },
+    )
 
 
 # The policy fields a destination configures (the rest name the destination and its queues).

@@ -17,7 +17,7 @@ async def serve_in_background(
 ) -> AsyncIterator[str]:
     """Yield the base URL of `app` served by uvicorn until the block ends."""
     # IPPROTO_TCP explicitly: asyncio sets TCP_NODELAY only on sockets whose proto says TCP, and
-    # without it every small response waits on Nagle + delayed ACK (~40 ms on loopback).
+    # without it every small response waits on Nagle's algorithm and the peer's delayed ACK.
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind(("127.0.0.1", 0))

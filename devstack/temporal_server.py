@@ -21,20 +21,20 @@ from temporalio.service import RPCError
 
 from contract.search_attributes import ALL, dev_server_flags
 
-# WAL + synchronous=normal: measured 2.4x faster than the default journal, still crash-safe.
+# WAL + synchronous=normal: faster than the default journal, still crash-safe.
+# Why: docs/decisions/sqlite-wal.md
 SQLITE_PRAGMAS = ["--sqlite-pragma", "journal_mode=wal", "--sqlite-pragma", "synchronous=normal"]
 # Task queue fairness, off by default on the server: with it, submits and polls (whose fairness
 # key is their outbox) share a destination's rate between outboxes instead of first-come first-
-# served. Measured on this dev server, 300 items of one outbox at 10/s: another outbox's item
-# waited 29 s without fairness (behind 296 of them), 0.2-0.4 s with it. `enableFairness` alone
-# measured the same; the new matcher it runs on is named too, as the docs ask. docker-compose's
-# dynamic config sets the same values (a test keeps them equal).
+# served, so one outbox's backlog does not hold the others' items behind it. The new matcher it
+# runs on is named too, as the docs ask. docker-compose's dynamic config sets the same values (a
+# test keeps them equal). Why: docs/decisions/task-queue-fairness.md
 FAIRNESS_DYNAMIC_CONFIG = {"matching.enableFairness": True, "matching.useNewMatcher": True}
 # Dispatch latency. The history service hands new workflow and activity tasks to matching from
 # a queue it reads at most `transferProcessorMaxPollRPS` times a second (default 20): every task
-# waited up to 50 ms for the next read, and an item's enqueue-to-submit takes two such hops.
-# Measured (`make bench QUICK=1`, delivery at 20 items/s): p50 95.9 -> 22.5 ms, p99 198 -> 56 ms,
-# no extra server CPU (idle 0.1% -> 0.2%). Always on; docker-compose's dynamic config matches.
+# waits for the next read, and an item's enqueue-to-submit takes two such hops. Reading far more
+# often cuts that wait at no extra server CPU. Always on; docker-compose's dynamic config
+# matches. Why: docs/decisions/dispatch-latency.md
 LATENCY_DYNAMIC_CONFIG = {"history.transferProcessorMaxPollRPS": 1000}
 
 

@@ -1,4 +1,4 @@
-"""A booking service using the transactional outbox (seed 004's appointment example).
+"""A booking service using the transactional outbox (docs/how-to/transactional-relay.md).
 
 `POST /bookings` inserts the booking and its two confirmations — an email (`fake-email`) and an
 SMS sent through a webhook (`fake-webhook`) — in ONE transaction of the application's database.

@@ -1,7 +1,7 @@
 """The transactional outbox: enqueue in the application's own database transaction.
 
 An application that writes its own rows and then calls another system can lose the call when it
-dies in between (seed 003's "dual write problem"). `enqueue_in` inserts an `outbox_pending` row
+dies in between (the dual-write problem). `enqueue_in` inserts an `outbox_pending` row
 through the caller's SQLAlchemy session or connection instead, so the item commits or rolls back
 with the caller's business rows; a relay (`service.relay`, in the worker by default) then enqueues
 each committed row under its key, so a repeated relay is the same item, never a second one.

@@ -1,7 +1,8 @@
 """Destination controls at run time: rates and pause, enforced by the Temporal server.
 
-A pause is a zero rate limit on both of the destination's queues (see `common.queue_rates` for
-what was measured), so the server is the one source of truth for rates and pauses.
+A pause is a zero rate limit on both of the destination's queues (`common.queue_rates`; why:
+docs/decisions/pause-as-zero-rate.md), so the server is the one source of truth for rates and
+pauses.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 The read model finds the item: the projection already writes `provider_message_id` when the
 provider accepts an item, so the lookup costs no extra write on the item path (a search
-attribute would cost an upsert per item); see the README's "Delivery reports" for the figures.
+attribute would cost an upsert per item). Why: docs/decisions/report-lookup-read-model.md
 """
 
 from __future__ import annotations

@@ -1,12 +1,12 @@
 """The aggregate workflow: one event-sourced aggregate of any registered type, `agg/{type}/{id}`.
 
-Replaces the seed's Durable Object per entity. Commands arrive as updates (answered) or signals
-(recorded even while no worker runs); each runs `decide` -> append -> `evolve` synchronously,
-with no `await` in between, so commands to one aggregate serialise exactly as in the seed. The
+Replaces a Durable Object per entity (docs/explanation/seeds.md). Commands arrive as updates
+(answered) or signals (recorded even while no worker runs); each runs `decide` -> append ->
+`evolve` synchronously, with no `await` in between, so commands to one aggregate serialise. The
 main loop only waits: to write new events to the event store (a local activity), for the next
 timer a definition asked for, or to continue-as-new when the history grows long.
 
-It is also the process manager (seed 003): each appended event's policy plans effects, which
+It is also the process manager: each appended event's policy plans effects, which
 go into the effect ledger in the same step as the event, keyed by idempotency key (a key
 already in the ledger is ignored). The main loop runs pending effects as activities, with
 retries, and marks them done or failed; an operator may retry a failed one. The ledger travels

@@ -1,9 +1,9 @@
 """A bulk shard: many deliveries in one long-lived workflow (the bulk mode, `contract.bulk`).
 
-The Cloudflare Queues v2 move (seed 002): one coordinator per queue became sharded Durable
-Objects. Here a destination's items are spread over its shards by a hash of the item id, and
-each shard runs `workflows.delivery.Delivery` for every item it holds, the very state machine
-of the item workflow. What a shard does differently is what makes it cheap:
+The Cloudflare Queues v2 move (docs/explanation/seeds.md): one coordinator per queue became
+sharded Durable Objects. Here a destination's items are spread over its shards by a hash of the
+item id, and each shard runs `workflows.delivery.Delivery` for every item it holds, the very
+state machine of the item workflow. What a shard does differently is what makes it cheap:
 
 - its items share timers: each wait is rounded up to the next `TICK` and one durable timer wakes
   the shard for every wait due by then (a wait is never shorter than asked: Retry-After holds);
@@ -71,8 +71,8 @@ TICK = timedelta(milliseconds=100)
 LINGER = timedelta(seconds=30)
 # Submits and polls one shard has out at once. Temporal keeps a workflow's pending activities
 # in its mutable state, which the server rewrites at every step of that workflow: a shard with
-# thousands out would make every step cost thousands (measured: one shard of 1,000 items cost the
-# server 3x the CPU per item of four shards). The rest wait their turn in the shard, for free.
+# thousands out would make every step cost thousands. The rest wait their turn in the shard, for
+# free. Why: docs/decisions/bulk-shards.md
 MAX_OUT = 100
 # Submit (and, apart, poll) activities of a batching shard out at once; the requests asked for
 # meanwhile wait and fill the next batches (see `_Batcher`).

@@ -1,10 +1,11 @@
 """The ordering lane: the items of one `(outbox, ordering_key)`, delivered strictly in order.
 
-Replaces the seed's ordered cursor over an outbox table (Postgres `FOR UPDATE SKIP LOCKED` on the
-oldest row of a key): items arrive by signal-with-start, so appends from any number of API
-processes are serialised by the server into one history, and that history's order is the
-delivery order. The lane runs one item at a time as a child item workflow under the item's own
-id, so every item keeps its own history, its own cancel and its own status in the Web UI.
+Replaces an ordered cursor over an outbox table (Postgres `FOR UPDATE SKIP LOCKED` on the
+oldest row of a key; docs/explanation/seeds.md): items arrive by signal-with-start, so appends
+from any number of API processes are serialised by the server into one history, and that
+history's order is the delivery order. The lane runs one item at a time as a child item
+workflow under the item's own id, so every item keeps its own history, its own cancel and its
+own status in the Web UI.
 
 The lane carries the waiting items (keys and payloads, the policy once per destination) across
 continue-as-new; the client refuses appends past `LANE_MAX_WAITING_BYTES` so that carry always

@@ -1,8 +1,9 @@
 """The outbox item workflow: one item, from `queued` to `sent`, `failed` or `cancelled`.
 
-Replaces the seed's Durable Object row + alarm: the row's state machine is this workflow's state,
-`setAlarm(now + 10s)` is a durable timer, and the alarm's spacing as a rate limit is the rate the
-Temporal server enforces on the destination's submit and poll task queues.
+Replaces a Durable Object row + alarm (docs/explanation/seeds.md): the row's state machine is
+this workflow's state, `setAlarm(now + 10s)` is a durable timer, and the alarm's spacing as a
+rate limit is the rate the Temporal server enforces on the destination's submit and poll task
+queues.
 
 The state machine itself is `workflows.delivery.Delivery`; this workflow hosts one, with its own
 history, search attributes, current details and continue-as-new, and answers the item's query,

@@ -15,6 +15,7 @@ from typing import Any, ClassVar
 from urllib.parse import urlsplit
 
 import httpx
+from pydantic import Field
 
 from activities.providers.base import (
     Base64Key,
@@ -51,8 +52,14 @@ def sign_request(request: httpx.Request, access_key: str) -> None:
 class AcsEmailSettings(HttpProviderSettings):
     """An acs-email destination's `settings`: the resource endpoint and its access key."""
 
-    endpoint: HttpUrlText
-    access_key: Base64Key
+    endpoint: HttpUrlText = Field(
+        description="The ACS resource's endpoint, an http(s) URL; sends go to"
+        " `{endpoint}/emails:send`."
+    )
+    access_key: Base64Key = Field(
+        description="The resource's access key (base64), with which every request is signed"
+        " (HMAC-SHA256)."
+    )
 
 
 class AcsEmailProvider:

@@ -98,9 +98,18 @@ class HttpProviderSettings(BaseModel):
     # A misspelt setting is an error at load time rather than silently ignored.
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    # Per HTTP request; the destination's `submit_timeout_s` bounds the whole activity.
-    timeout_s: float = Field(default=10.0, gt=0)
-    headers: dict[str, str] = Field(default_factory=dict)
+    timeout_s: float = Field(
+        default=10.0,
+        gt=0,
+        description="Timeout of each HTTP request to the provider, in seconds, for each of its"
+        " phases (connect, write, read, pool); the destination's `submit_timeout_s` and"
+        " `poll_timeout_s` bound the whole activity.",
+    )
+    headers: dict[str, str] = Field(
+        default_factory=dict,
+        description="Extra HTTP headers sent with every request to the provider; the headers the"
+        " provider sets itself (content type, idempotency key, signature) take precedence.",
+    )
 
 
 TRANSIENT_STATUS_CODES = frozenset({408, 425, 429, 500, 502, 503, 504})

@@ -13,7 +13,7 @@ from typing import Annotated, ClassVar
 from urllib.parse import urlsplit, urlunsplit
 
 import httpx
-from pydantic import AfterValidator
+from pydantic import AfterValidator, Field
 from standardwebhooks import Webhook
 
 from activities.providers.base import (
@@ -40,8 +40,13 @@ def check_webhook_secret(secret: str) -> str:
 class WebhookSettings(HttpProviderSettings):
     """A webhook destination's `settings`: the receiver's URL and the shared signing secret."""
 
-    url: HttpUrlText
-    secret: Annotated[str, AfterValidator(check_webhook_secret)]
+    url: HttpUrlText = Field(
+        description="The receiver's http(s) URL; each item's payload is POSTed to it as JSON."
+    )
+    secret: Annotated[str, AfterValidator(check_webhook_secret)] = Field(
+        description="The Standard Webhooks signing secret, base64 with an optional `whsec_`"
+        " prefix; every request carries a `webhook-signature` made with it."
+    )
 
 
 class WebhookProvider:

@@ -1,5 +1,5 @@
 """Async projectors: cross-aggregate read models built from the event store, each at its own
-checkpoint (seed 003's "async projectors").
+checkpoint (docs/explanation/aggregates.md).
 
 A projector reads `aggregate_events` after its position (the events' global `id`) and applies
 them in the same transaction that moves its checkpoint forward, so a retried, repeated or

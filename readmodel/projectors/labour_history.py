@@ -1,5 +1,5 @@
-"""`labour_history`: per mother, her labours with status and counts (seed 003's example of a
-cross-aggregate read model). Reads the `labour` aggregates' events by their JSON; an event at
+"""`labour_history`: per mother, her labours with status and counts (a cross-aggregate read
+model). Reads the `labour` aggregates' events by their JSON; an event at
 or below a row's `last_seq` is skipped, so the row never goes backwards."""
 
 from __future__ import annotations

@@ -1,12 +1,19 @@
-"""The README's table of signals, updates and queries is generated, and kept current by this."""
+"""The contract page's table of signals, updates and queries is generated from the workflows'
+definitions, and the committed page is kept current by this."""
 
 from __future__ import annotations
 
-from devstack.contract_docs import BEGIN, END, README, contract_table, main, readme_with_table
+import pytest
+from temporalio.workflow import _Definition
+
+from devstack.contract_docs import _WORKFLOWS, contract_page, contract_table
+from devstack.reference_docs import COMMAND, REFERENCE_DIR
 
 
-def test_readme_table_is_current() -> None:
-    assert main(["--check"]) == 0, "run: python -m devstack.contract_docs"
+def test_the_contract_page_is_current() -> None:
+    committed = (REFERENCE_DIR / "contract.md").read_text()
+
+    assert committed == contract_page(), f"docs/reference/contract.md is stale: run {COMMAND}"
 
 
 def test_table_names_every_handler_with_its_payload_fields() -> None:
@@ -21,11 +28,18 @@ def test_table_names_every_handler_with_its_payload_fields() -> None:
     )
 
 
-def test_a_stale_table_is_replaced() -> None:
-    stale = f"intro\n{BEGIN}\n| old table |\n{END}\noutro\n"
+@pytest.mark.parametrize("workflow", _WORKFLOWS, ids=lambda workflow: workflow.cls.__name__)
+def test_every_handler_of_each_workflow_has_a_row(workflow) -> None:
+    definition = _Definition.must_from_class(workflow.cls)
+    page = contract_page()
 
-    updated = readme_with_table(stale)
+    handlers = {
+        **{str(name): "query" for name in definition.queries},
+        **{str(name): "update" for name in definition.updates},
+        **{str(name): "signal" for name in definition.signals},
+    }
 
-    assert "| old table |" not in updated and contract_table() in updated
-    assert updated.startswith("intro\n") and updated.endswith("outro\n")
-    assert README.exists()
+    assert handlers
+    assert page.startswith("# The Temporal contract\n")
+    for name, kind in handlers.items():
+        assert f"| `{name}` | {kind} |" in page

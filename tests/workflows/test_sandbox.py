@@ -1,4 +1,5 @@
-"""The suite's workers run workflows in Temporal's sandbox; production's do not (measured faster).
+"""The suite's workers run workflows in Temporal's sandbox; production's do not (why:
+docs/decisions/unsandboxed-workflows.md).
 
 A non-deterministic call (clock, randomness, I/O) on a new workflow branch then fails the test
 that takes the branch, instead of passing here and breaking replay in production.

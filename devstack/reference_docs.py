@@ -1,0 +1,717 @@
+"""The reference pages under `docs/reference/`, generated from the code so they cannot drift:
+configuration (settings, environment variables, destination fields), the REST API (from the
+app's OpenAPI schema), the Temporal contract, the CLI (from its parser) and the metrics.
+
+    python -m devstack.reference_docs          # rewrite every page
+    python -m devstack.reference_docs --check  # exit 1 if a page is stale (the tests run this)
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import dataclasses
+import enum
+import os
+import sys
+import types
+import typing
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import annotated_types
+from fastapi.routing import APIRoute, APIWebSocketRoute, iter_route_contexts
+from prometheus_client.metrics import MetricWrapperBase
+from pydantic import BaseModel, SecretStr
+from pydantic.fields import FieldInfo
+from pydantic_core import PydanticUndefined
+from starlette.routing import Mount
+
+import cli
+from activities.providers import PROVIDER_SETTINGS
+from api.backlog_metrics import FAMILIES
+from api.main import create_app
+from api.metrics import ApiMetrics
+from common.destinations import _ENV_REFERENCE, Destination, OutboxSettings
+from common.settings import PROJECT_ROOT, Settings
+from contract.item import DESCRIPTION, POLICY_SETTINGS, DeliveryPolicy
+from devstack.contract_docs import contract_page
+from outbox_client.connection import RETIRED_VARIABLES
+
+REFERENCE_DIR = PROJECT_ROOT / "docs" / "reference"
+COMMAND = "python -m devstack.reference_docs"
+SHIPPED_DESTINATIONS = PROJECT_ROOT / "config" / "destinations.toml"
+
+
+@dataclasses.dataclass(frozen=True)
+class Variable:
+    """An environment variable read outside `Settings`: its name, default and meaning."""
+
+    name: str
+    default: str
+    meaning: str
+
+
+# Read by `temporalio.envconfig` (through `outbox_client.connect`), not by our code: the names
+# are Temporal's standard, so they are listed here (a test checks that each one takes effect).
+TEMPORAL_VARIABLES = (
+    Variable("TEMPORAL_ADDRESS", "`localhost:7233`", "Temporal frontend, `host:port`"),
+    Variable("TEMPORAL_NAMESPACE", "`default`", "namespace"),
+    Variable("TEMPORAL_API_KEY", "unset", "API key (Temporal Cloud); turns TLS on"),
+    Variable("TEMPORAL_TLS", "off", "TLS with the system's roots"),
+    Variable("TEMPORAL_TLS_CLIENT_CERT_PATH", "unset", "mTLS client certificate (PEM file)"),
+    Variable("TEMPORAL_TLS_CLIENT_CERT_DATA", "unset", "or the certificate itself (PEM)"),
+    Variable("TEMPORAL_TLS_CLIENT_KEY_PATH", "unset", "mTLS client key (PEM file)"),
+    Variable("TEMPORAL_TLS_CLIENT_KEY_DATA", "unset", "or the key itself (PEM)"),
+    Variable(
+        "TEMPORAL_TLS_SERVER_CA_CERT_PATH", "unset", "CA to verify the server with (PEM file)"
+    ),
+    Variable("TEMPORAL_TLS_SERVER_CA_CERT_DATA", "unset", "or the CA itself (PEM)"),
+    Variable("TEMPORAL_TLS_SERVER_NAME", "the address's host", "server name to verify"),
+    Variable(
+        "TEMPORAL_CONFIG_FILE",
+        "`~/.config/temporalio/temporal.toml`",
+        "a TOML file of profiles holding any of the above",
+    ),
+    Variable("TEMPORAL_PROFILE", "`default`", "the profile to read from that file"),
+)
+# Read by `common/tracing.py`; the OpenTelemetry SDK reads the other standard `OTEL_*` ones.
+TRACING_VARIABLES = (
+    Variable(
+        "OTEL_EXPORTER_OTLP_ENDPOINT",
+        "unset",
+        "OTLP/HTTP collector; setting it (or the next one) turns tracing on",
+    ),
+    Variable("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "unset", "the same, for traces only"),
+    Variable(
+        "OTEL_TRACES_EXPORTER", "unset", "`otlp` or `console` turn tracing on; `none` keeps it off"
+    ),
+    Variable(
+        "OTEL_SERVICE_NAME",
+        "`durable-outbox-api`, `durable-outbox-worker`",
+        "the service name spans carry",
+    ),
+)
+CLI_VARIABLES = (
+    Variable("OUTBOX_API_URL", "`http://127.0.0.1:8000`", "the API the CLI talks to (`--api`)"),
+    Variable(
+        "API_TOKEN", "unset", "the first of its tokens is sent as the bearer token (`--token`)"
+    ),
+)
+DEV_VARIABLES = (
+    Variable("DEV_TEMPORAL_PORT", "`7233`", "the Temporal dev server's gRPC port"),
+    Variable("DEV_UI_PORT", "`8233`", "the Temporal Web UI's port"),
+    Variable(
+        "DEV_TEMPORAL_METRICS_PORT", "a free port", "the dev server's Prometheus `/metrics` port"
+    ),
+    Variable("DEV_FAKE_PORT", "`8025`", "the fake provider's port"),
+    Variable("DEV_API_PORT", "`8000`", "the API's port"),
+    Variable(
+        "DEV_DATA_DIR",
+        "`.data`",
+        "where the stack keeps its items: the dev server's database, the read model, the"
+        " development payload key",
+    ),
+    Variable("DEV_FAKE_REPORTS", "`1`", "`0`: the fake provider sends no delivery reports"),
+    Variable(
+        "DEV_FAKE_ARGS",
+        "none",
+        "extra fake provider flags (`--bounce-rate 0.2 --duplicate-reports`), which win over the"
+        " stack's own",
+    ),
+    Variable(
+        "FAKE_EMAIL_EVENTS_SECRET",
+        "`dev-events-secret`",
+        "the secret the fake's delivery reports carry to the API; every child gets it",
+    ),
+    Variable(
+        "FAKE_ACS_ACCESS_KEY",
+        "the shipped destinations' key",
+        "the access key the fake provider checks ACS request signatures with",
+    ),
+    Variable(
+        "FAKE_WEBHOOK_SECRET",
+        "the shipped destinations' secret",
+        "the secret the fake provider checks webhook signatures with",
+    ),
+    Variable("NO_COLOR", "unset", "set: the stack's output is not coloured"),
+)
+BENCH_VARIABLES = (
+    Variable("QUICK", "unset", "`1`: the short run of `make bench` and `make chaos`"),
+    Variable(
+        "BENCH_ONLY",
+        "every scenario",
+        "comma-separated scenario names `make bench` runs (`end to end,delivery latency`)",
+    ),
+    Variable(
+        "BENCH_PROFILE",
+        "unset",
+        "`1`: a py-spy flame graph of the worker per scenario (`.bench/flame-*.svg`); `raw`:"
+        " collapsed stacks",
+    ),
+    Variable("CHAOS_MODE", "`item`", "`make chaos`: `item` or `bulk` destinations"),
+    Variable("CHAOS_ITEMS", "`1000` (`200` with `QUICK=1`)", "`make chaos`: items to deliver"),
+    Variable(
+        "CHAOS_SEED", "random (printed)", "`make chaos`: the faults' and the kills' random seed"
+    ),
+    Variable(
+        "CHAOS_DEADLINE_S",
+        "`480` (`240` with `QUICK=1`)",
+        "`make chaos`: items not final this long after their enqueue count as lost",
+    ),
+    Variable(
+        "LANE_ITEMS", "`10000` (`1000` with `QUICK=1`)", "`bench.lane_scale`: items in the lane"
+    ),
+    Variable("LANE_APPENDERS", "`20`", "`bench.lane_scale`: concurrent appending clients"),
+    Variable("LANE_STALL_S", "`120`", "`bench.lane_scale`: fail when no item ends for this long"),
+    Variable("FAIRNESS_RATE", "`10`", "`bench.fairness`: the destination's submits per second"),
+    Variable(
+        "FAIRNESS_BACKLOG",
+        "`300` (`150` with `QUICK=1`)",
+        "`bench.fairness`: items the big outbox enqueues",
+    ),
+)
+
+
+def configuration_page() -> str:
+    """Every environment variable the code reads, and every field of the destinations file."""
+    relative_config = SHIPPED_DESTINATIONS.relative_to(PROJECT_ROOT)
+    lines = [
+        "# Configuration reference",
+        "",
+        _generated_from(
+            "`common/settings.py`, `common/destinations.py`, the destinations file and the lists"
+            " of other variables in `devstack/reference_docs.py`"
+        ),
+        "",
+        "## Worker and API",
+        "",
+        "`Settings` (`common/settings.py`), read once at start from the environment or a `.env`"
+        " file in the working directory; names are case-insensitive.",
+        "",
+        *_table(("Variable", "Type", "Default", "Meaning"), _settings_rows()),
+        "",
+        "## Temporal connection",
+        "",
+        "Temporal's own standard (`temporalio.envconfig`, as the `temporal` CLI and every SDK read"
+        " it), for the worker, the API and `OutboxClient` alike (`outbox_client.connect`).",
+        "",
+        *_variables_table(TEMPORAL_VARIABLES),
+        "",
+        "`TEMPORAL_GRPC_META_<NAME>` adds a gRPC header to every call. Refused at start-up, with"
+        " the name to use instead: "
+        + ", ".join(f"`{old}` (`{new}`)" for old, new in RETIRED_VARIABLES.items())
+        + ".",
+        "",
+        "## Tracing",
+        "",
+        "Off unless one of these asks for it (`common/tracing.py`); the OpenTelemetry SDK reads"
+        " the other standard `OTEL_*` variables (headers, sampling, resource attributes).",
+        "",
+        *_variables_table(TRACING_VARIABLES),
+        "",
+        "## Destination overrides",
+        "",
+        "Any scalar field of a destination (below) can be overridden by"
+        " `DEST_<NAME>_<FIELD>`, the name upper-cased with `-` as `_`"
+        " (`DEST_FAKE_EMAIL_SUBMIT_RATE=3`), and a provider setting by"
+        " `DEST_<NAME>_SETTINGS_<KEY>`. String values in the file may reference variables as"
+        " `${NAME}` or `${NAME:-default}`; the shipped"
+        f" [`{relative_config}`](../../{relative_config}) reads these:",
+        "",
+        *_table(("Variable", "Default", "Read for"), _shipped_references()),
+        "",
+        "## CLI",
+        "",
+        "`outbox` (`cli.py`; see [the CLI reference](cli.md)).",
+        "",
+        *_variables_table(CLI_VARIABLES),
+        "",
+        "## Dev stack",
+        "",
+        "`make dev` (`devstack/dev.py`) and the fake provider. The stack gives its children the"
+        " matching `TEMPORAL_ADDRESS` and `FAKE_PROVIDER_URL`, a `DATABASE_URL` in the data"
+        " directory and a development `PAYLOAD_KEYS` unless those two are set.",
+        "",
+        *_variables_table(DEV_VARIABLES),
+        "",
+        "## Benchmarks",
+        "",
+        "`make bench` (`bench/run.py`), `make chaos` (`bench/chaos.py`, `bench/lane_scale.py`)"
+        " and `python -m bench.fairness`.",
+        "",
+        *_variables_table(BENCH_VARIABLES),
+        "",
+        "## Destination fields",
+        "",
+        "One `[destinations.<name>]` table per destination in the destinations file"
+        " (`OUTBOX_CONFIG`), validated by `Destination` (`common/destinations.py`). The delivery"
+        " policy's fields sit in the same table; an item keeps the policy it was enqueued with.",
+        "",
+        *_table(("Field", "Type", "Default", "Meaning"), _destination_rows()),
+        "",
+        "### Provider settings",
+        "",
+        "The `[destinations.<name>.settings]` table, by `provider`:",
+        "",
+        *_provider_sections(),
+        "## Outbox fields",
+        "",
+        "Outboxes need no configuration; an `[outboxes.<name>]` table changes one outbox's"
+        " ordering lanes (`OutboxSettings`).",
+        "",
+        *_table(("Field", "Type", "Default", "Meaning"), _model_rows(OutboxSettings)),
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def _settings_rows() -> Iterator[tuple[str, ...]]:
+    for name, field in Settings.model_fields.items():
+        yield (
+            f"`{name.upper()}`",
+            _type_text(field.annotation, field.metadata),
+            _default_text(field),
+            _required_description(f"Settings.{name}", field.description),
+        )
+
+
+def _variables_table(variables: Iterable[Variable]) -> list[str]:
+    rows = ((f"`{v.name}`", v.default, v.meaning) for v in variables)
+    return _table(("Variable", "Default", "Meaning"), rows)
+
+
+def _shipped_references() -> Iterator[tuple[str, ...]]:
+    # The loader's own pattern, so the page reads references exactly as the loader does.
+    seen: dict[str, tuple[str, set[str]]] = {}
+    table = ""
+    for line in SHIPPED_DESTINATIONS.read_text().splitlines():
+        if line.startswith("["):
+            table = line.strip()
+        for match in _ENV_REFERENCE.finditer(line):
+            name, default = match.group(1), match.group(2)
+            where = f"`{table} {line.split('=', 1)[0].strip()}`"
+            seen.setdefault(name, (f"`{default}`" if default else "required", set()))[1].add(where)
+    for name, (default, places) in seen.items():
+        yield f"`{name}`", default, ", ".join(sorted(places))
+
+
+def _destination_rows() -> Iterator[tuple[str, ...]]:
+    for name, field in Destination.model_fields.items():
+        if name == "delivery":
+            yield from _policy_rows()
+            continue
+        yield (
+            f"`{name}`",
+            _type_text(field.annotation, field.metadata),
+            _default_text(field, toml=True),
+            _required_description(f"Destination.{name}", field.description),
+        )
+
+
+def _policy_rows() -> Iterator[tuple[str, ...]]:
+    hints = typing.get_type_hints(DeliveryPolicy, include_extras=True)
+    fields = {field.name: field for field in dataclasses.fields(DeliveryPolicy)}
+    for name in POLICY_SETTINGS:
+        hint = hints[name]
+        base, *metadata = typing.get_args(hint) if typing.get_origin(hint) else (hint,)
+        yield (
+            f"`{name}`",
+            _type_text(base, metadata),
+            _value_text(fields[name].default),
+            _required_description(f"DeliveryPolicy.{name}", fields[name].metadata.get(DESCRIPTION)),
+        )
+
+
+def _provider_sections() -> Iterator[str]:
+    for kind, model in PROVIDER_SETTINGS.items():
+        yield f"`{kind}` ({_first_line(model.__doc__)})"
+        yield ""
+        yield from _table(("Setting", "Type", "Default", "Meaning"), _model_rows(model))
+        yield ""
+
+
+def _model_rows(model: type[BaseModel]) -> Iterator[tuple[str, ...]]:
+    for name, field in model.model_fields.items():
+        yield (
+            f"`{name}`",
+            _type_text(field.annotation, field.metadata),
+            _default_text(field, toml=True),
+            _required_description(f"{model.__name__}.{name}", field.description),
+        )
+
+
+def _required_description(where: str, description: str | None) -> str:
+    if not description:
+        raise ValueError(f"{where} has no description: add one in the code, not on the page")
+    return description
+
+
+def _type_text(annotation: Any, metadata: Iterable[Any] = ()) -> str:
+    bounds = [_bound_text(item) for item in metadata]
+    text = _hint_text(annotation)
+    return ", ".join([text, *[bound for bound in bounds if bound]])
+
+
+def _hint_text(hint: Any) -> str:
+    origin = typing.get_origin(hint)
+    if origin is typing.Annotated:
+        return _hint_text(typing.get_args(hint)[0])
+    if origin in (typing.Union, types.UnionType):
+        kinds = [arg for arg in typing.get_args(hint) if arg is not type(None)]
+        return " or ".join(_hint_text(kind) for kind in kinds)
+    if origin is typing.Literal:
+        return " or ".join(f'`"{value}"`' for value in typing.get_args(hint))
+    if isinstance(hint, type) and issubclass(hint, enum.Enum):
+        return " or ".join(f'`"{member.value}"`' for member in hint)
+    if origin is dict or hint is dict:
+        return "table"
+    names = {
+        str: "string",
+        int: "integer",
+        float: "number",
+        bool: "boolean",
+        Path: "path",
+        SecretStr: "string (secret)",
+    }
+    return names.get(hint, getattr(hint, "__name__", str(hint)))
+
+
+def _bound_text(item: Any) -> str:
+    for kind, symbol in (
+        (annotated_types.Gt, ">"),
+        (annotated_types.Ge, "≥"),
+        (annotated_types.Lt, "<"),
+        (annotated_types.Le, "≤"),
+    ):
+        if isinstance(item, kind):
+            value = next(iter(dataclasses.asdict(item).values()))
+            return f"{symbol} {_number_text(value)}"
+    if isinstance(item, annotated_types.MinLen):
+        return f"at least {item.min_length} characters"
+    return ""
+
+
+def _default_text(field: FieldInfo, *, toml: bool = False) -> str:
+    if field.default_factory is not None:
+        return _value_text(field.default_factory(), toml=toml)  # type: ignore[call-arg]
+    if field.default is PydanticUndefined:
+        return "required"
+    return _value_text(field.default, toml=toml)
+
+
+def _value_text(value: Any, *, toml: bool = False) -> str:
+    """A default as it is written: in the environment, or as a TOML value (`toml`)."""
+    if value is None:
+        return "unset"
+    if isinstance(value, enum.Enum):
+        value = value.value
+    if toml and isinstance(value, str):
+        return f'`"{value}"`'
+    if isinstance(value, bool):
+        return f"`{str(value).lower()}`"
+    if isinstance(value, int | float):
+        return f"`{_number_text(value)}`"
+    if value in ("", {}):
+        return "empty"
+    text = str(value).replace(str(PROJECT_ROOT), "<project>")
+    return f"`{text}`"
+
+
+def _number_text(value: float) -> str:
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    return str(value)
+
+
+def rest_api_page() -> str:
+    """Every route of the API from its OpenAPI schema by tag, then the routes outside it."""
+    app = create_app(Settings.model_construct())
+    schema = app.openapi()
+    by_tag: dict[str, list[tuple[str, ...]]] = {}
+    for path, operations in schema["paths"].items():
+        for method, operation in operations.items():
+            codes = sorted(operation["responses"])
+            by_tag.setdefault(operation.get("tags", ["other"])[0], []).append(
+                (
+                    f"`{method.upper()}`",
+                    f"`{path}`",
+                    operation.get("summary", ""),
+                    ", ".join(code for code in codes if code.startswith("2")),
+                    _request_body(operation),
+                    ", ".join(code for code in codes if code[0] in "45"),
+                )
+            )
+    lines = [
+        "# REST API reference",
+        "",
+        _generated_from("the app's OpenAPI schema (`api.main.create_app`)"),
+        "",
+        f"{schema['info']['summary']}. {schema['info']['description']}",
+        "",
+        "The running API serves the same schema at `/openapi.json`, and shows it as pages at"
+        " `/docs` (Swagger UI) and `/redoc`.",
+        "",
+    ]
+    columns = ("Method", "Path", "Summary", "Success", "Request body", "Errors")
+    for tag, rows in by_tag.items():
+        lines += [f"## {tag.capitalize()}", "", *_table(columns, rows), ""]
+    lines += [
+        "## Outside the schema",
+        "",
+        *_table(("Path", "Kind", "What"), _unlisted_routes(app.routes, app.openapi_url)),
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def _request_body(operation: Mapping[str, Any]) -> str:
+    content = operation.get("requestBody", {}).get("content", {})
+    if not content:
+        return "—"
+    media, body = next(iter(content.items()))
+    schema = body.get("schema", {})
+    optional = ""
+    choices = schema.get("anyOf", [])
+    if {"type": "null"} in choices:
+        (schema,) = [choice for choice in choices if choice != {"type": "null"}]
+        optional = " (optional)"
+    if "$ref" in schema:
+        return f"`{_schema_name(schema)}`{optional}"
+    if "$ref" in schema.get("items", {}):
+        return f"array of `{_schema_name(schema['items'])}`{optional}"
+    return f"{schema.get('type', 'any')} (`{media}`){optional}"
+
+
+def _schema_name(schema: Mapping[str, Any]) -> str:
+    return str(schema["$ref"]).rsplit("/", 1)[-1]
+
+
+def _unlisted_routes(routes: Any, openapi_url: str | None) -> Iterator[tuple[str, ...]]:
+    for context in iter_route_contexts(routes):
+        route = context.route
+        if isinstance(route, APIRoute) and route.include_in_schema:
+            continue
+        if isinstance(route, APIWebSocketRoute):
+            kind = "WebSocket"
+        elif isinstance(route, Mount):
+            kind = "static files"
+        elif context.path == openapi_url:
+            yield f"`{context.path}`", "JSON", "this API's OpenAPI schema"
+            continue
+        else:
+            kind = "page"
+        endpoint = getattr(route, "endpoint", None)
+        what = _first_line(endpoint.__doc__) if endpoint is not None else ""
+        yield f"`{context.path}`", kind, what or str(context.name).replace("_", " ")
+
+
+def cli_page() -> str:
+    """Every command and option of `outbox`, from its argparse parser."""
+    with _unset(("OUTBOX_API_URL", "API_TOKEN")):
+        parser = cli.build_parser()
+    lines = [
+        "# CLI reference: `outbox`",
+        "",
+        _generated_from("the parser in `cli.py`"),
+        "",
+        "```text",
+        (parser.description or "").strip(),
+        "```",
+        "",
+        "## Global options",
+        "",
+        *_arguments_table(parser),
+        "",
+    ]
+    for name, command, help_text in _commands(parser):
+        lines += [f"## `outbox {name}`", "", f"{help_text[:1].upper()}{help_text[1:]}.", ""]
+        lines += ["```text", _usage(command), "```", ""]
+        if _own_arguments(command):
+            lines += [*_arguments_table(command), ""]
+    return "\n".join(lines)
+
+
+@contextlib.contextmanager
+def _unset(names: Iterable[str]) -> Iterator[None]:
+    """The defaults the parser takes from the environment, as they are with none set."""
+    saved = {name: os.environ.pop(name) for name in names if name in os.environ}
+    try:
+        yield
+    finally:
+        os.environ.update(saved)
+
+
+def _commands(
+    parser: argparse.ArgumentParser, prefix: str = ""
+) -> Iterator[tuple[str, argparse.ArgumentParser, str]]:
+    for action in parser._actions:
+        if not isinstance(action, argparse._SubParsersAction):
+            continue
+        helps = {choice.dest: choice.help or "" for choice in action._choices_actions}
+        for name, command in action.choices.items():
+            yield f"{prefix}{name}", command, helps[name]
+            yield from _commands(command, f"{prefix}{name} ")
+
+
+def _own_arguments(parser: argparse.ArgumentParser) -> list[argparse.Action]:
+    return [
+        action
+        for action in parser._actions
+        if not isinstance(action, argparse._HelpAction | argparse._SubParsersAction)
+    ]
+
+
+def _usage(parser: argparse.ArgumentParser) -> str:
+    # One line whatever the terminal's width (the formatter otherwise reads COLUMNS).
+    formatter = argparse.HelpFormatter(parser.prog, width=10_000)
+    formatter.add_usage(parser.usage, parser._actions, parser._mutually_exclusive_groups)
+    return formatter.format_help().strip().removeprefix("usage: ")
+
+
+def _arguments_table(parser: argparse.ArgumentParser) -> list[str]:
+    rows = []
+    for action in _own_arguments(parser):
+        # Our parser names no tuple metavars.
+        metavar = str(action.metavar) if action.metavar else None
+        if action.option_strings:
+            name = ", ".join(action.option_strings)
+            if action.nargs != 0:
+                name += f" {metavar or action.dest.upper()}"
+        else:
+            name = metavar or action.dest
+            if action.nargs == "?":
+                name += " (optional)"
+        meaning = _required_description(f"`{parser.prog}` argument `{name}`", action.help)
+        details = []
+        if action.choices:
+            details.append("one of " + ", ".join(f"`{choice}`" for choice in action.choices))
+        if (
+            action.nargs != 0
+            and action.default not in (None, False, argparse.SUPPRESS)
+            and str(action.default) not in meaning  # the help says it already
+        ):
+            details.append(f"default `{action.default}`")
+        if isinstance(action, argparse._AppendAction):
+            details.append("repeatable")
+        help_text = "; ".join([meaning, *details])
+        rows.append((f"`{name}`", help_text))
+    return _table(("Argument", "Meaning"), rows)
+
+
+def metrics_page() -> str:
+    """Every metric the API exports at `/metrics`, and where the worker's come from."""
+    api_metrics = ApiMetrics()
+    wrappers = [
+        value for value in vars(api_metrics).values() if isinstance(value, MetricWrapperBase)
+    ]
+    rows = []
+    for wrapper in wrappers:
+        (described,) = wrapper.describe()
+        rows.append(
+            (
+                f"`{_sample_name(described.name, described.type)}`",
+                described.type,
+                ", ".join(f"`{label}`" for label in wrapper._labelnames),
+                described.documentation,
+            )
+        )
+    for family in FAMILIES:
+        rows.append(
+            (
+                f"`{family.sample_name}`",
+                family.kind,
+                ", ".join(f"`{label}`" for label in family.labels),
+                family.documentation,
+            )
+        )
+    address = Settings.model_fields["worker_metrics_address"].default
+    lines = [
+        "# Metrics reference",
+        "",
+        _generated_from("the metric definitions in `api/metrics.py` and `api/backlog_metrics.py`"),
+        "",
+        "## API",
+        "",
+        "`GET /metrics` on the API, open to Prometheus without a token. The backlog metrics are"
+        " read from the read model at scrape time (at most once per `BACKLOG_METRICS_CACHE_S`);"
+        " when that reading fails or is late, only `outbox_backlog_scrape_ok 0` is exported of"
+        " them. A histogram's samples are `_bucket`, `_sum` and `_count`.",
+        "",
+        *_table(("Metric", "Type", "Labels", "Meaning"), rows),
+        "",
+        "## Worker",
+        "",
+        f"The worker serves the Temporal SDK's own metrics at `WORKER_METRICS_ADDRESS`"
+        f" (`{address}`, path `/metrics`; empty turns them off): task and poll latencies, slots,"
+        " sticky cache, activity and workflow outcomes, all prefixed `temporal_`. See"
+        " [Temporal's SDK metrics reference](https://docs.temporal.io/references/sdk-metrics).",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def _sample_name(name: str, kind: str) -> str:
+    return f"{name}_total" if kind == "counter" else name
+
+
+def _generated_from(sources: str) -> str:
+    return (
+        f"Generated from {sources} by `{COMMAND}`; edit those, not this page (a test fails when"
+        " it is stale)."
+    )
+
+
+def _first_line(text: str | None) -> str:
+    return (text or "").strip().split("\n\n")[0].replace("\n", " ").rstrip(".")
+
+
+def _table(columns: tuple[str, ...], rows: Iterable[tuple[str, ...]]) -> list[str]:
+    return [
+        "| " + " | ".join(columns) + " |",
+        "|" + "---|" * len(columns),
+        *("| " + " | ".join(_cell(cell) for cell in row) + " |" for row in rows),
+    ]
+
+
+def _cell(text: str) -> str:
+    return " ".join(text.split()).replace("|", "\\|") or "—"
+
+
+PAGES: dict[str, Callable[[], str]] = {
+    "configuration.md": configuration_page,
+    "rest-api.md": rest_api_page,
+    "contract.md": contract_page,
+    "cli.md": cli_page,
+    "metrics.md": metrics_page,
+}
+
+
+def stale_pages(directory: Path = REFERENCE_DIR) -> list[str]:
+    """The pages whose file differs from what the code generates now."""
+    stale = []
+    for name, generate in PAGES.items():
+        path = directory / name
+        if not path.exists() or path.read_text() != generate():
+            stale.append(name)
+    return stale
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--check", action="store_true", help="exit 1 if a page is stale")
+    args = parser.parse_args(argv)
+    if args.check:
+        stale = stale_pages()
+        for name in stale:
+            print(f"docs/reference/{name} is stale: run {COMMAND}")
+        return 1 if stale else 0
+    REFERENCE_DIR.mkdir(parents=True, exist_ok=True)
+    for name, generate in PAGES.items():
+        (REFERENCE_DIR / name).write_text(generate())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
