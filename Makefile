@@ -7,6 +7,9 @@ STAMP := $(VENV)/.installed
 QUICK ?=
 # Extra pytest arguments, e.g. `make test PYTEST_ARGS='tests/devstack -x'`.
 PYTEST_ARGS ?=
+# Test processes running at once (`PYTEST_WORKERS=0`: one process, no xdist). Most tests wait on
+# a Temporal server, not the CPU, so more processes than cores pay: docs/decisions/parallel-tests.md
+PYTEST_WORKERS ?= 3
 
 .DEFAULT_GOAL := help
 .PHONY: help venv install dev test lint bench chaos clean clean-data
@@ -39,7 +42,7 @@ dev: install
 
 # pytest exits 5 when it collected nothing: that is a failure here, never a pass.
 test: install
-	@$(BIN)/pytest $(PYTEST_ARGS); status=$$?; \
+	@$(BIN)/pytest -n $(PYTEST_WORKERS) --dist worksteal $(PYTEST_ARGS); status=$$?; \
 	if [ $$status -eq 5 ]; then echo "FAIL: pytest collected no tests"; exit 1; fi; \
 	exit $$status
 

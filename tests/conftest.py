@@ -220,12 +220,16 @@ class Stack:
             await self.fake.admin.script(provider_idempotency_key(item_id), script)
         return await self.outbox.enqueue("tests", destination.name, payload, **kwargs)
 
-    async def result(self, item_id: str) -> OutboxItemView:
-        """Wait for the item to end, letting the server skip time (plain handles do not)."""
+    async def result(self, item_id: str, *, skip_time: bool = True) -> OutboxItemView:
+        """Wait for the item to end, letting the server skip time (plain handles do not).
+
+        `skip_time=False` when the item ends at once and another workflow then waits with no
+        timer (a lane halted on it): with time unlocked, the time-skipping server would jump to
+        that workflow's run timeout (ten years by default there) and time it out."""
         handle = self.client.get_workflow_handle_for(OutboxItemWorkflow.run, item_id)
         unlocked = (
             self.env.time_skipping_unlocked()
-            if self.env.supports_time_skipping
+            if self.env.supports_time_skipping and skip_time
             else contextlib.nullcontext()
         )
         try:
@@ -244,10 +248,10 @@ class Stack:
         HISTORIES_DIR.mkdir(exist_ok=True)
         (HISTORIES_DIR / f"{test_name}{suffix}.json").write_text(history.to_json())
 
-    async def failure(self, item_id: str) -> ApplicationError:
+    async def failure(self, item_id: str, *, skip_time: bool = True) -> ApplicationError:
         """Wait for the item to fail; returns the workflow's ApplicationError."""
         with pytest.raises(WorkflowFailureError) as failure:
-            await self.result(item_id)
+            await self.result(item_id, skip_time=skip_time)
         assert isinstance(failure.value.cause, ApplicationError)
         return failure.value.cause
 

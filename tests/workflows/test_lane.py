@@ -61,9 +61,9 @@ async def wait_for(condition: Callable[[], Any], limit_s: float = 30) -> None:
 
 
 async def item_result(
-    stack: Stack, key: str, outbox: str = "tests", start_limit_s: float = 30
+    stack: Stack, key: str, outbox: str = "tests", start_limit_s: float = 30, **wait: Any
 ) -> Any:
-    """Wait until the lane has started the item, then for its end."""
+    """Wait until the lane has started the item, then for its end (`wait`: `Stack.result`'s)."""
     item_id = item_workflow_id(outbox, key)
 
     async def started() -> bool:
@@ -74,7 +74,7 @@ async def item_result(
         return True
 
     await wait_for(started, start_limit_s)
-    return await stack.result(item_id)
+    return await stack.result(item_id, **wait)
 
 
 async def test_items_of_one_key_arrive_in_enqueue_order(
@@ -175,33 +175,37 @@ async def test_halt_stops_the_lane_until_the_head_is_redriven(
 ) -> None:
     destination = webhook_destination(fake_provider, submit_rate=50)
     stack: Stack = await stack_factory(destination)
-    failing = provider_idempotency_key(item_workflow_id("tests", "halt-1"))
+    # Keys of its own: the time-skipping server and its workflow ids outlive each test.
+    run = uuid.uuid4().hex[:6]
+    lane_key, keys = f"halting-{run}", [f"halt-{run}-{n}" for n in range(3)]
+    failing = provider_idempotency_key(item_workflow_id("tests", keys[1]))
     await fake_provider.admin.script(failing, [{"status": 400, "body": "bad recipient"}])
-    for n in range(3):
-        await stack.enqueue(destination, {"n": n}, key=f"halt-{n}", ordering_key="halting")
+    for n, key in enumerate(keys):
+        await stack.enqueue(destination, {"n": n}, key=key, ordering_key=lane_key)
 
-    await item_result(stack, "halt-0")
-    await stack.failure(item_workflow_id("tests", "halt-1"))
-    await wait_for(lambda: _lane_status(stack, "halting", LaneStatus.HALTED))
-    lane = await stack.outbox.lane("tests", "halting")
+    # Without skipping time: the lane halts at once, then waits on nothing but its run timeout.
+    await item_result(stack, keys[0], skip_time=False)
+    await stack.failure(item_workflow_id("tests", keys[1]), skip_time=False)
+    await wait_for(lambda: _lane_status(stack, lane_key, LaneStatus.HALTED))
+    lane = await stack.outbox.lane("tests", lane_key)
     assert lane is not None
-    assert lane.view.head_key == "halt-1" and lane.view.length == 2
+    assert lane.view.head_key == keys[1] and lane.view.length == 2
     assert "bad recipient" in (lane.view.halted_reason or "")
     assert await arrivals(fake_provider, destination) == [0]
     # The Web UI finds it by its search attribute.
     description = await stack.client.get_workflow_handle(
-        lane_workflow_id("tests", "halting")
+        lane_workflow_id("tests", lane_key)
     ).describe()
     assert description.typed_search_attributes.get(_lane_state_key()) == "halted"
 
     # The redrive gets a new provider key (generation 1), which the fake accepts.
-    assert await stack.outbox.resume_lane("tests", "halting") == "halt-1"
-    await wait_for(lambda: _item_sent(stack, "halt-2"))
+    assert await stack.outbox.resume_lane("tests", lane_key) == keys[1]
+    await wait_for(lambda: _item_sent(stack, keys[2]))
     assert await arrivals(fake_provider, destination) == [0, 1, 2]
-    await wait_for(lambda: _projected_lane(stack, "halting", length=0))
-    row = get_lane(stack.engine, "tests", "halting")
+    await wait_for(lambda: _projected_lane(stack, lane_key, length=0))
+    row = get_lane(stack.engine, "tests", lane_key)
     assert row is not None and row.sent == 3 and row.failed == 0
-    await stack.record_history(lane_workflow_id("tests", "halting"), "_lane")
+    await stack.record_history(lane_workflow_id("tests", lane_key), "_lane")
 
 
 async def test_skip_moves_past_a_failed_item(
@@ -233,7 +237,7 @@ async def test_an_operator_skips_the_head_of_a_halted_lane(
     await fake_provider.admin.script(failing, [{"status": 400}])
     for n in range(2):
         await stack.enqueue(destination, {"n": n}, key=f"op-{n}", ordering_key="operated")
-    await stack.failure(item_workflow_id("tests", "op-0"))
+    await stack.failure(item_workflow_id("tests", "op-0"), skip_time=False)
     await wait_for(lambda: _lane_status(stack, "operated", LaneStatus.HALTED))
 
     assert await stack.outbox.resume_lane("tests", "operated", skip_reason="bad data") == "op-0"
