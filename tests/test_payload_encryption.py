@@ -22,7 +22,7 @@ from devstack.temporal_server import dev_server_extra_args, temporal_cli_path
 from outbox_client import OutboxClient
 from readmodel.db import create_schema, make_engine
 from tests.api.conftest import api_settings
-from tests.conftest import email_destination, unique_name
+from tests.conftest import SERVER_STARTUP_TIMEOUT, email_destination, unique_name
 from worker import build_workers
 
 KEY_1, KEY_2 = new_key_setting("k1"), new_key_setting("k2")
@@ -66,6 +66,7 @@ async def deliver_one(db_file: Path, codec: EncryptionCodec | None, subject: str
     """One email delivered on a dev server persisting to `db_file`, with or without `codec`."""
     env = await WorkflowEnvironment.start_local(
         dev_server_existing_path=temporal_cli_path(),
+        dev_server_startup_timeout=SERVER_STARTUP_TIMEOUT,
         dev_server_extra_args=[*dev_server_extra_args(db_file), "--log-level", "error"],
     )
     engine = make_engine(f"sqlite:///{db_file.parent / 'readmodel.db'}")

@@ -17,7 +17,7 @@ from devstack.serving import serve_in_background
 from devstack.temporal_server import dev_server_extra_args, temporal_cli_path
 from tests.api.conftest import api_settings
 from tests.browser.conftest import ARTIFACTS
-from tests.conftest import email_destination
+from tests.conftest import SERVER_STARTUP_TIMEOUT, email_destination
 
 
 def free_port() -> int:
@@ -39,6 +39,7 @@ async def test_the_web_ui_shows_a_decrypted_subject(
             dev_server_existing_path=temporal_cli_path(),
             ui=True,
             ui_port=ui_port,
+            dev_server_startup_timeout=SERVER_STARTUP_TIMEOUT,
             dev_server_extra_args=[
                 *dev_server_extra_args(None),
                 *["--log-level", "error", "--ui-codec-endpoint", f"{api_url}/codec"],
