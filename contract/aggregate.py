@@ -15,8 +15,12 @@ from contract.limits import MAX_KEY_LENGTH
 
 WORKFLOW_TYPE = "Aggregate"
 COMMAND_UPDATE = "command"
+# Many commands in one update, each with its own outcome: how a client with many callers stays
+# within Temporal's 10 updates in flight per workflow (docs/decisions/aggregate-command-batches.md).
+COMMANDS_UPDATE = "commands"
 # The same commands for services that must not wait: recorded even while no worker runs.
 COMMAND_SIGNAL = "send_command"
+COMMANDS_SIGNAL = "send_commands"
 STATE_QUERY = "state"
 REJECTED_QUERY = "rejected_commands"
 STORE_ACTIVITY = "store_aggregate_events"
@@ -35,6 +39,8 @@ DONE_EFFECTS_KEPT = 200
 MAX_AGGREGATE_ID_LENGTH = MAX_KEY_LENGTH
 MAX_AGGREGATE_TYPE_LENGTH = 64
 MAX_COMMAND_ID_LENGTH = 200
+# The most commands one `commands` update or `send_commands` signal carries.
+MAX_COMMAND_BATCH = 100
 
 
 class AggregateErrorType(StrEnum):
@@ -97,6 +103,30 @@ class CommandResult:
     events: list[RecordedEvent]
     version: int
     duplicate: bool = False
+
+
+@dataclass
+class CommandBatch:
+    """Commands run in order, each as if sent alone: its own decide, dedupe and refusal."""
+
+    commands: list[CommandRequest]
+
+
+@dataclass
+class CommandOutcome:
+    """One command's outcome in a batch: its result, or why it was refused."""
+
+    result: CommandResult | None = None
+    # An `AggregateErrorType` and the refusal's message when the command was refused.
+    error_type: str | None = None
+    message: str | None = None
+
+
+@dataclass
+class CommandBatchResult:
+    """The outcomes of a `CommandBatch`, in its order."""
+
+    outcomes: list[CommandOutcome]
 
 
 @dataclass

@@ -37,6 +37,14 @@ _USES = {
         "the same command, recorded even while no worker runs; `command_id` required (dedupe);"
         " a refused one goes to the rejected log"
     ),
+    "commands": (
+        "up to 100 commands in one update, run in order as `command` runs each, with one outcome"
+        " per command (its result, or its refusal's `error_type` and `message`); how a busy"
+        " client stays within Temporal's 10 updates in flight per workflow"
+    ),
+    "send_commands": (
+        "up to 100 signalled commands in one signal, each run as `send_command` runs it"
+    ),
     "state": "state, version and the definition's read models",
     "rejected_commands": "signalled and timer commands `decide` refused, newest last",
     "effects": (
@@ -84,6 +92,11 @@ _EXAMPLES = {
     "CommandRequest": (
         '{"name": "assign_seat", "payload": {"seat": "1A", "passenger_id": "p1"},'
         ' "command_id": "c-42"}'
+    ),
+    "CommandBatch": (
+        '{"commands": [{"name": "assign_seat", "payload": {"seat": "1A", "passenger_id": "p1"},'
+        ' "command_id": "c-42"}, {"name": "release_seat", "payload": {"seat": "2C"},'
+        ' "command_id": "c-43"}]}'
     ),
     "CancelRequest": '{"reason": "customer left"}',
     "RemoveRequest": '{"key": "invoice-8", "reason": "customer left"}',

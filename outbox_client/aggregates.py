@@ -9,16 +9,31 @@ A command is an update that creates the aggregate's workflow on first use (updat
 so it is answered with the events it appended, or refused with `CommandConflict` or
 `InvalidCommand`. `send` is the same command as a signal: recorded even while no worker runs,
 deduplicated by its `command_id`, and never answered; a refused one lands in the aggregate's
-rejected-commands log (`rejected`). `effects` reads the aggregate's effect ledger (what its
-policies asked for, and how it went) and `retry_effect` runs a failed effect again.
+rejected-commands log (`rejected`).
+
+Concurrent commands to one aggregate from one client share updates: while one is in flight,
+the next ones wait in the client's mailbox for that aggregate and go together as one `commands`
+update (signals likewise, as one `send_commands` signal), each still decided on its own, in the
+order they came. So one client sends at most one update at a time to an aggregate, and any number
+of callers stay within Temporal's 10 updates in flight per workflow.
+
+`effects` reads the aggregate's effect ledger (what its policies asked for, and how it went) and
+`retry_effect` runs a failed effect again.
 """
 
 from __future__ import annotations
 
+import asyncio
+import json
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from pydantic import ValidationError
+from temporalio.api.errordetails.v1 import (
+    MultiOperationExecutionFailure,
+    WorkflowNotReadyFailure,
+)
 from temporalio.client import (
     Client,
     WithStartWorkflowOperation,
@@ -33,10 +48,11 @@ from aggregates import REGISTRY
 from aggregates.definition import AggregateDefinition, describe_invalid
 from contract import search_attributes
 from contract.aggregate import (
-    COMMAND_SIGNAL,
-    COMMAND_UPDATE,
+    COMMANDS_SIGNAL,
+    COMMANDS_UPDATE,
     EFFECTS_QUERY,
     MAX_AGGREGATE_ID_LENGTH,
+    MAX_COMMAND_BATCH,
     MAX_COMMAND_ID_LENGTH,
     REJECTED_QUERY,
     RETRY_EFFECT_UPDATE,
@@ -45,6 +61,9 @@ from contract.aggregate import (
     AggregateErrorType,
     AggregateInput,
     AggregateView,
+    CommandBatch,
+    CommandBatchResult,
+    CommandOutcome,
     CommandRequest,
     CommandResult,
     EffectRecord,
@@ -63,6 +82,7 @@ from outbox_client.errors import (
     UnknownCommand,
     UnknownEffect,
 )
+from outbox_client.mailbox import Mailbox
 from outbox_client.validation import validate_key
 
 _REFUSALS: dict[str | None, type[Exception]] = {
@@ -74,6 +94,23 @@ _EFFECT_REFUSALS: dict[str | None, type[Exception]] = {
     AggregateErrorType.UNKNOWN_EFFECT: UnknownEffect,
     AggregateErrorType.CONFLICT: EffectNotFailed,
 }
+# How often a batch goes again when the server aborted it before the workflow took it.
+_NOT_READY_RETRIES = 5
+# A batch's commands as JSON, at most: well under Temporal's 2 MB payload limit.
+MAX_BATCH_BYTES = 512 * 1024
+
+
+@dataclass(frozen=True)
+class _Addressed:
+    """A command and the aggregate it goes to (every command in one mailbox goes to one)."""
+
+    aggregate_type: str
+    aggregate_id: str
+    request: CommandRequest
+
+
+def _command_bytes(command: _Addressed) -> int:
+    return len(json.dumps(command.request.payload, default=str))
 
 
 class AggregateClient:
@@ -94,6 +131,18 @@ class AggregateClient:
         self._client = client if isinstance(client, Client) else None
         self.task_queue = task_queue
         self.operations_task_queue = operations_task_queue
+        self._commands: Mailbox[_Addressed, CommandOutcome] = Mailbox(
+            self._send_commands,
+            max_batch=MAX_COMMAND_BATCH,
+            size=_command_bytes,
+            max_size=MAX_BATCH_BYTES,
+        )
+        self._signals: Mailbox[_Addressed, None] = Mailbox(
+            self._signal_commands,
+            max_batch=MAX_COMMAND_BATCH,
+            size=_command_bytes,
+            max_size=MAX_BATCH_BYTES,
+        )
 
     async def temporal(self) -> Client:
         if self._client is not None:
@@ -146,23 +195,14 @@ class AggregateClient:
             expected_version=expected_version,
             actor=actor,
         )
-        client = await self.temporal()
-        start: WithStartWorkflowOperation[Any, Any] = WithStartWorkflowOperation(
-            WORKFLOW_TYPE,
-            self._input(aggregate_type, aggregate_id),
-            **self._start_options(aggregate_type, aggregate_id),
+        outcome = await self._commands.call(
+            aggregate_workflow_id(aggregate_type, aggregate_id),
+            _Addressed(aggregate_type, aggregate_id, request),
         )
-        try:
-            result: CommandResult = await client.execute_update_with_start_workflow(
-                COMMAND_UPDATE,
-                request,
-                start_workflow_operation=start,
-                result_type=CommandResult,
-                rpc_timeout=RPC_TIMEOUT,
-            )
-        except WorkflowUpdateFailedError as err:
-            raise _refusal(err) from err
-        return result
+        if outcome.result is None:
+            refusal = _REFUSALS.get(outcome.error_type, InvalidCommand)
+            raise refusal(outcome.message or "refused")
+        return outcome.result
 
     async def send(
         self,
@@ -179,17 +219,56 @@ class AggregateClient:
         _check_command_id(command_id)
         if not command_id:
             raise InvalidRequest("a sent command needs a command_id")
+        request = CommandRequest(
+            name=name, payload=dict(payload), command_id=command_id, actor=actor
+        )
+        await self._signals.call(
+            aggregate_workflow_id(aggregate_type, aggregate_id),
+            _Addressed(aggregate_type, aggregate_id, request),
+        )
+
+    async def _send_commands(self, _: str, commands: list[_Addressed]) -> list[CommandOutcome]:
+        """One update carrying a mailbox's batch, starting the aggregate if it has no workflow."""
+        aggregate_type, aggregate_id = commands[0].aggregate_type, commands[0].aggregate_id
+        client = await self.temporal()
+        batch = CommandBatch(commands=[command.request for command in commands])
+        for attempt in range(_NOT_READY_RETRIES + 1):
+            start: WithStartWorkflowOperation[Any, Any] = WithStartWorkflowOperation(
+                WORKFLOW_TYPE,
+                self._input(aggregate_type, aggregate_id),
+                **self._start_options(aggregate_type, aggregate_id),
+            )
+            try:
+                result: CommandBatchResult = await client.execute_update_with_start_workflow(
+                    COMMANDS_UPDATE,
+                    batch,
+                    start_workflow_operation=start,
+                    result_type=CommandBatchResult,
+                    rpc_timeout=RPC_TIMEOUT,
+                )
+            except WorkflowUpdateFailedError as err:
+                raise _refusal(err) from err
+            except RPCError as err:
+                if not _not_ready(err) or attempt == _NOT_READY_RETRIES:
+                    raise
+                await asyncio.sleep(0.05 * 2**attempt)
+                continue
+            return result.outcomes
+        raise AssertionError("unreachable: the last attempt returns or raises")
+
+    async def _signal_commands(self, _: str, commands: list[_Addressed]) -> list[None]:
+        """One signal carrying a mailbox's batch, starting the aggregate if it has no workflow."""
+        aggregate_type, aggregate_id = commands[0].aggregate_type, commands[0].aggregate_id
         client = await self.temporal()
         await client.start_workflow(
             WORKFLOW_TYPE,
             self._input(aggregate_type, aggregate_id),
-            start_signal=COMMAND_SIGNAL,
-            start_signal_args=[
-                CommandRequest(name=name, payload=dict(payload), command_id=command_id, actor=actor)
-            ],
+            start_signal=COMMANDS_SIGNAL,
+            start_signal_args=[CommandBatch(commands=[command.request for command in commands])],
             rpc_timeout=RPC_TIMEOUT,
             **self._start_options(aggregate_type, aggregate_id),
         )
+        return [None] * len(commands)
 
     async def state(self, aggregate_type: str, aggregate_id: str) -> AggregateView:
         """The live state, version and read models; `UnknownAggregate` if it has none."""
@@ -278,6 +357,22 @@ def validate_aggregate_id(aggregate_id: str) -> None:
 def _check_command_id(command_id: str | None) -> None:
     if command_id is not None and not 0 < len(command_id) <= MAX_COMMAND_ID_LENGTH:
         raise InvalidRequest(f"command_id must be 1 to {MAX_COMMAND_ID_LENGTH} characters")
+
+
+def _not_ready(err: RPCError) -> bool:
+    """The server aborted the update before the workflow took it: the workflow task it went
+    out with failed or ended the run (a hand-over to the next run). Nothing was applied, and
+    the same update may go again."""
+    details = list(err.grpc_status.details)
+    for detail in err.grpc_status.details:
+        # Update-with-start answers for its two operations, each with its own details.
+        if detail.Is(MultiOperationExecutionFailure.DESCRIPTOR):
+            failure = MultiOperationExecutionFailure()
+            detail.Unpack(failure)
+            details += [inner for status in failure.statuses for inner in status.details]
+    return err.status == RPCStatusCode.FAILED_PRECONDITION and any(
+        detail.Is(WorkflowNotReadyFailure.DESCRIPTOR) for detail in details
+    )
 
 
 def _refusal(err: WorkflowUpdateFailedError) -> Exception:

@@ -43,10 +43,13 @@ with workflow.unsafe.imports_passed_through():
     from contract.aggregate import (
         COMMAND_SIGNAL,
         COMMAND_UPDATE,
+        COMMANDS_SIGNAL,
+        COMMANDS_UPDATE,
         DEDUPE_WINDOW,
         DONE_EFFECTS_KEPT,
         EFFECT_ACTIVITY,
         EFFECTS_QUERY,
+        MAX_COMMAND_BATCH,
         REJECTED_LOG,
         REJECTED_QUERY,
         RETRY_EFFECT_UPDATE,
@@ -56,6 +59,9 @@ with workflow.unsafe.imports_passed_through():
         AggregateErrorType,
         AggregateInput,
         AggregateView,
+        CommandBatch,
+        CommandBatchResult,
+        CommandOutcome,
         CommandRequest,
         CommandResult,
         EffectExecution,
@@ -93,6 +99,10 @@ _EFFECT_RETRIES = RetryPolicy(
 _PROVIDER_CALL_ATTEMPTS = 6
 # Effects of one aggregate running at once: an event that fans out to many stays a trickle.
 _EFFECTS_IN_FLIGHT = 20
+# Temporal refuses a run's 2,001st update and 10,001st signal: a run hands over well before,
+# leaving room for what arrives during the hand-over.
+UPDATES_PER_RUN = 1000
+SIGNALS_PER_RUN = 5000
 
 
 class _Refused(Exception):
@@ -139,6 +149,9 @@ class AggregateWorkflow:
         # must not fire again in a loop.
         self._fired: set[tuple[datetime, str]] = set()
         self._fired_version = self._version
+        # Updates and signals this run took: Temporal limits both per run.
+        self._updates = 0
+        self._signals = 0
 
     @workflow.run
     async def run(self, start: AggregateInput) -> AggregateView:
@@ -166,13 +179,7 @@ class AggregateWorkflow:
             if self._unstored:
                 await self._store()
             if self._continue_as_new_suggested():
-                # Handlers and effects in flight finish first (no new effect starts meanwhile);
-                # what they appended and the effects still pending go with the carry.
-                await workflow.wait_condition(
-                    lambda: workflow.all_handlers_finished() and not self._executing
-                )
-                if self._unstored:
-                    await self._store()
+                await self._settle_for_hand_over()
                 workflow.continue_as_new(
                     AggregateInput(
                         type=self._type,
@@ -185,10 +192,33 @@ class AggregateWorkflow:
     @workflow.update(name=COMMAND_UPDATE)
     def command(self, request: CommandRequest) -> CommandResult:
         """Run one command: decide, append, evolve, with no await in between."""
+        self._updates += 1
         try:
             return self._apply(request)
         except _Refused as refused:
             raise refused.to_application_error() from None
+        finally:
+            self._show_details()
+
+    @workflow.update(name=COMMANDS_UPDATE)
+    def commands(self, batch: CommandBatch) -> CommandBatchResult:
+        """Run a batch of commands in order, each exactly as `command` would, in one step:
+        each sees the state the one before it left, and is answered or refused on its own."""
+        self._updates += 1
+        outcomes = [self._outcome(request) for request in batch.commands]
+        self._show_details()
+        return CommandBatchResult(outcomes=outcomes)
+
+    @commands.validator
+    def _validate_commands(self, batch: CommandBatch) -> None:
+        # Each command is checked by the handler, in order: one refused command must not refuse
+        # the others, and each depends on the state the ones before it leave.
+        if not 0 < len(batch.commands) <= MAX_COMMAND_BATCH:
+            raise ApplicationError(
+                f"a batch holds 1 to {MAX_COMMAND_BATCH} commands, not {len(batch.commands)}",
+                type=AggregateErrorType.INVALID,
+                non_retryable=True,
+            )
 
     @command.validator
     def _validate_command(self, request: CommandRequest) -> None:
@@ -204,6 +234,20 @@ class AggregateWorkflow:
     @workflow.signal(name=COMMAND_SIGNAL)
     def send_command(self, request: CommandRequest) -> None:
         """The same command without an answer; a refused one goes to the rejected log."""
+        self._signals += 1
+        self._record(request)
+        self._show_details()
+
+    @workflow.signal(name=COMMANDS_SIGNAL)
+    def send_commands(self, batch: CommandBatch) -> None:
+        """Signalled commands in a batch, in order, each as `send_command` would run it."""
+        self._signals += 1
+        for request in batch.commands:
+            self._record(request)
+        self._show_details()
+
+    def _record(self, request: CommandRequest) -> None:
+        """Apply a signalled command; a refused one (or one without an id) is logged."""
         if not request.command_id:
             self._reject(
                 request,
@@ -215,9 +259,16 @@ class AggregateWorkflow:
         except _Refused as refused:
             self._reject(request, refused)
 
+    def _outcome(self, request: CommandRequest) -> CommandOutcome:
+        try:
+            return CommandOutcome(result=self._apply(request))
+        except _Refused as refused:
+            return CommandOutcome(error_type=refused.error_type, message=str(refused))
+
     @workflow.update(name=RETRY_EFFECT_UPDATE)
     def retry_effect(self, key: str) -> EffectRecord:
         """Run a failed effect again (an operator's call): pending now, executed anew."""
+        self._updates += 1
         self._validate_retry_effect(key)
         record = self._effects[key]
         record.status, record.error, record.finished_at = EffectStatus.PENDING, None, None
@@ -333,7 +384,6 @@ class AggregateWorkflow:
             self._seen[request.command_id] = self._version
             while len(self._seen) > DEDUPE_WINDOW:
                 del self._seen[next(iter(self._seen))]
-        self._show_details()
         return CommandResult(events=recorded, version=self._version)
 
     def _plan(self, seq: int, event: Event, state: Any) -> list[PlannedEffect]:
@@ -372,7 +422,6 @@ class AggregateWorkflow:
         )
         del self._rejected[:-REJECTED_LOG]
         workflow.logger.warning("command %s refused: %s", request.name, refused)
-        self._show_details()
 
     def _next_timer(self) -> Timer | None:
         definition = self._definition
@@ -399,6 +448,7 @@ class AggregateWorkflow:
             self._apply(request)
         except _Refused as refused:
             self._reject(request, refused)
+        self._show_details()
 
     async def _store(self) -> None:
         """Write the events not yet in the event store, with the state they lead to."""
@@ -421,8 +471,24 @@ class AggregateWorkflow:
         stored = {event.seq for event in batch}
         self._unstored = [event for event in self._unstored if event.seq not in stored]
 
+    async def _settle_for_hand_over(self) -> None:
+        """Handlers and effects in flight finish first (no new effect starts meanwhile), and
+        every event is stored; what is still pending goes with the carry. Commands that arrive
+        while the events are written run before the hand-over, so none is left unhandled."""
+        while True:
+            await workflow.wait_condition(
+                lambda: workflow.all_handlers_finished() and not self._executing
+            )
+            if not self._unstored:
+                return
+            await self._store()
+
     def _continue_as_new_suggested(self) -> bool:
-        return workflow.info().is_continue_as_new_suggested()
+        return (
+            workflow.info().is_continue_as_new_suggested()
+            or self._updates >= UPDATES_PER_RUN
+            or self._signals >= SIGNALS_PER_RUN
+        )
 
     def _has_work(self) -> bool:
         return (

@@ -154,17 +154,31 @@ async def test_continue_as_new_keeps_state_with_commands_in_flight(stack_factory
     # The dev server here suggests continue-as-new after 40 history events.
     stack = await stack_factory(env=dev_env)
     client = await aggregates_on(stack)
+    # Clients of their own, as API processes would be: each batches its own commands, so the
+    # aggregate takes several updates and signals at once, and some meet the hand-over.
+    processes = [await aggregates_on(stack) for _ in range(6)]
     flight = unique_name("BA")
-    seats = [f"{row}{letter}" for row in range(1, 21) for letter in "ABCDEF"]
+    seats = [f"{row}{letter}" for row in range(1, 41) for letter in "ABCDEF"]
     await client.command("flight", flight, "open", {"seats": seats})
 
     async def assign(n: int) -> Any:
         payload = {"seat": seats[n], "passenger_id": f"p{n}"}
+        sender = processes[n % len(processes)]
         if n % 3 == 0:  # a third by signal, the rest by update
-            return await client.send("flight", flight, "assign_seat", payload, command_id=f"s{n}")
-        return await client.command("flight", flight, "assign_seat", payload, command_id=f"u{n}")
+            return await sender.send("flight", flight, "assign_seat", payload, command_id=f"s{n}")
+        return await sender.command("flight", flight, "assign_seat", payload, command_id=f"u{n}")
 
-    await asyncio.gather(*(assign(n) for n in range(len(seats))))
+    # In waves, so the history grows past the suggestion while commands keep coming.
+    try:
+        for wave in range(0, len(seats), 60):
+            await asyncio.gather(*(assign(n) for n in range(wave, wave + 60)))
+    except Exception:
+        async for run in stack.client.list_workflows(f"WorkflowId = 'agg/flight/{flight}'"):
+            h = stack.client.get_workflow_handle(run.id, run_id=run.run_id)
+            async for e in h.fetch_history_events():
+                if e.event_type == 8:
+                    print("WFTFAILED", e.workflow_task_failed_event_attributes)
+        raise
     # A repeat of a command seen before the hand-over is still recognised after it.
     repeat = await client.command(
         "flight", flight, "assign_seat", {"seat": seats[1], "passenger_id": "p1"}, command_id="u1"
