@@ -32,6 +32,7 @@ from activities.providers import load_destinations
 from bench import server_metrics
 from bench.actions import actions_per_workflow, billable_actions
 from bench.codec_cost import codec_ms_per_item
+from bench.hot_aggregate import hot_aggregate
 from bench.naive import TASK_QUEUE as NAIVE_TASK_QUEUE
 from bench.naive import NaiveItemWorkflow
 from bench.relay import relay_lag
@@ -40,7 +41,7 @@ from contract import transitions
 from contract.bulk import SHARD_WORKFLOW_TYPE
 from contract.ids import WORKFLOW_TASK_QUEUE, item_workflow_id, provider_idempotency_key
 from contract.item import OutboxItemInput, SubmitRequest
-from devstack.dev import Child, build_children, start, stop
+from devstack.dev import Child, build_children, http_ok, start, stop
 from devstack.fake_provider import FakeProviderAdmin
 from devstack.temporal_server import temporal_cli_path
 from outbox_client import OutboxClient
@@ -61,6 +62,8 @@ PORTS = {
     "WORKER_METRICS_ADDRESS": "127.0.0.1:9474",
     "DEV_TEMPORAL_METRICS_PORT": "9475",
 }
+# A second API process, for commands to one aggregate through two.
+SECOND_API_PORT = 8011
 # Between one kind's items and the next's (see `timed`).
 SETTLE_S = 2.0
 SERVER_METRICS_URL = f"http://127.0.0.1:{PORTS['DEV_TEMPORAL_METRICS_PORT']}/metrics"
@@ -424,6 +427,28 @@ async def scenarios(env: dict[str, str], pids: dict[str, int], figures: dict[str
             f"  {figures.get('relay_lag_p50_ms')} / {figures.get('relay_lag_p99_ms')} ms",
             flush=True,
         )
+    if wanted("hot aggregate"):
+        print("one hot aggregate, 30 clients (product vs one update per command):", flush=True)
+        apis = [api, f"http://127.0.0.1:{SECOND_API_PORT}"]
+        await step(
+            "hot aggregate",
+            figures,
+            lambda: hot_aggregate(
+                apis,
+                client,
+                WORKFLOW_TASK_QUEUE,
+                lambda: {
+                    name: cpu_seconds(pids[child]) if child else cpu_seconds(os.getpid())
+                    for name, child in (
+                        ("server", "temporal"),
+                        ("api", "api"),
+                        ("worker", "worker"),
+                        ("bench", None),
+                    )
+                },
+                quick=QUICK,
+            ),
+        )
     if wanted("scale at rest"):
         # Timeouts follow the throughput this run measured, not fixed seconds.
         throughput = float(figures.get("items_per_s") or 10)
@@ -649,6 +674,17 @@ def main() -> int:
     info: dict[str, str] = {}
     children = build_children(env)
     children.append(Child("naive", [sys.executable, "-m", "bench.naive", "worker"], lambda: True))
+    children.append(
+        Child(
+            "api2",
+            [
+                *[sys.executable, "-m", "uvicorn", "api.main:create_app", "--factory"],
+                *["--host", "127.0.0.1", "--port", str(SECOND_API_PORT)],
+            ],
+            http_ok(f"http://127.0.0.1:{SECOND_API_PORT}/healthz"),
+            ports=(SECOND_API_PORT,),
+        )
+    )
     try:
         start(children, env, log_dir=BENCH_DIR / "logs")
         time.sleep(2)
