@@ -165,6 +165,11 @@ BENCH_VARIABLES = (
     ),
     Variable("LANE_APPENDERS", "`20`", "`bench.lane_scale`: concurrent appending clients"),
     Variable("LANE_STALL_S", "`120`", "`bench.lane_scale`: fail when no item ends for this long"),
+    Variable(
+        "AGGREGATE_COMMANDS",
+        "`100000` (`10000` with `QUICK=1`)",
+        "`bench.aggregate_scale`: commands sent to one aggregate",
+    ),
     Variable("FAIRNESS_RATE", "`10`", "`bench.fairness`: the destination's submits per second"),
     Variable(
         "FAIRNESS_BACKLOG",
