@@ -15,7 +15,6 @@ on any loss, duplicate, refusal or gap.
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import sys
 import time
@@ -27,6 +26,7 @@ from sqlalchemy import Engine
 
 from bench.run import machine
 from bench.stack import webhook_stack
+from bench.verdict import verdict
 from common.settings import PROJECT_ROOT
 from contract.aggregate import RecordedEvent
 from outbox_client.aggregates import AggregateClient
@@ -138,13 +138,7 @@ async def run() -> tuple[dict[str, Any], list[str]]:
 
 def main() -> int:
     report, problems = asyncio.run(run())
-    RESULT.parent.mkdir(parents=True, exist_ok=True)
-    RESULT.write_text(json.dumps(report, indent=2) + "\n")
-    width = max(len(name) for name in report)
-    for name, value in report.items():
-        print(f"{name:<{width}}  {value}")
-    print("AGGREGATE SCALE:", "FAIL" if problems else "PASS", f"(written to {RESULT})")
-    return 1 if problems else 0
+    return verdict("AGGREGATE SCALE", report, problems, RESULT)
 
 
 if __name__ == "__main__":

@@ -148,6 +148,20 @@ def through_api(api: str, flight: str, name: str, payload: Any, key: str) -> Sen
     return send
 
 
+def seat_takers(apis: list[str], flight: str, count: int) -> list[Send]:
+    """`count` commands, each taking its own seat for its own passenger, spread over `apis`."""
+    return [
+        through_api(
+            apis[n % len(apis)],
+            flight,
+            "assign_seat",
+            {"seat": seat, "passenger_id": f"p{n}"},
+            f"{flight}-{n}",
+        )
+        for n, seat in enumerate(seats(count))
+    ]
+
+
 def one_update_each(client: Client, task_queue: str, flight: str, payload: Any, key: str) -> Send:
     """Today's design before batching: one update-with-start per command."""
 
@@ -251,16 +265,7 @@ async def hot_aggregate(
             cpu_before = cpu_seconds()
             await burst(
                 CLIENTS,
-                [
-                    through_api(
-                        api,
-                        flight,
-                        "assign_seat",
-                        {"seat": seat, "passenger_id": f"p{n}"},
-                        f"{flight}-{n}",
-                    )
-                    for n, seat in enumerate(seats(commands))
-                ],
+                seat_takers([api], flight, commands),
                 product,
             )
             cpu_after = cpu_seconds()
@@ -302,16 +307,7 @@ async def hot_aggregate(
         await open_flight(http, api, flight, commands)
         await burst(
             60,
-            [
-                through_api(
-                    apis[n % len(apis)],
-                    flight,
-                    "assign_seat",
-                    {"seat": seat, "passenger_id": f"p{n}"},
-                    f"{flight}-{n}",
-                )
-                for n, seat in enumerate(seats(commands))
-            ],
+            seat_takers(apis, flight, commands),
             two,
         )
         agreed, version = await agrees_with_event_store(http, api, flight)
@@ -324,16 +320,7 @@ async def hot_aggregate(
         await open_flight(http, api, flight, 100)
         await burst(
             1,
-            [
-                through_api(
-                    api,
-                    flight,
-                    "assign_seat",
-                    {"seat": seat, "passenger_id": f"p{n}"},
-                    f"{flight}-{n}",
-                )
-                for n, seat in enumerate(seats(100))
-            ],
+            seat_takers([api], flight, 100),
             single,
         )
         figures["single_client_command_p50_ms"] = percentile(single.latencies_ms, 0.5)

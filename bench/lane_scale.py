@@ -15,7 +15,6 @@ its latest figures are in docs/benchmarks.md.
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import sys
 import time
@@ -26,6 +25,7 @@ from temporalio.client import Client
 
 from bench.run import machine
 from bench.stack import webhook_stack
+from bench.verdict import verdict
 from common.settings import PROJECT_ROOT
 from contract.ids import lane_workflow_id
 from devstack.fake_provider import FaultConfig
@@ -148,13 +148,7 @@ async def run() -> tuple[dict[str, Any], list[str]]:
 
 def main() -> int:
     report, problems = asyncio.run(run())
-    RESULT.parent.mkdir(parents=True, exist_ok=True)
-    RESULT.write_text(json.dumps(report, indent=2) + "\n")
-    width = max(len(name) for name in report)
-    for name, value in report.items():
-        print(f"{name:<{width}}  {value}")
-    print("LANE SCALE:", "FAIL" if problems else "PASS", f"(written to {RESULT})")
-    return 1 if problems else 0
+    return verdict("LANE SCALE", report, problems, RESULT)
 
 
 if __name__ == "__main__":
