@@ -67,8 +67,8 @@ class Run:
 
 class Connection:
     """One keep-alive HTTP/1.1 connection that POSTs JSON and reads the status: the load
-    generator shares the 2 cores with the stack, and httpx spends about 3 ms of CPU a request
-    where this spends a tenth of that."""
+    generator shares the cores with the stack, so it must cost little CPU per request, far less
+    than httpx (why: docs/decisions/aggregate-command-batches.md)."""
 
     def __init__(self, api: str) -> None:
         url = httpx.URL(api)
