@@ -43,7 +43,8 @@ class QueueRate:
 
 
 async def read_queue_rate(client: Client, task_queue: str) -> QueueRate:
-    """The rate the server enforces on an activity task queue now, and whether it is paused."""
+    """The rate the server holds an activity task queue to, and whether it is paused: a limit
+    set through the API from the moment it is set."""
     response = await client.workflow_service.describe_task_queue(
         DescribeTaskQueueRequest(
             namespace=client.namespace,
@@ -53,17 +54,18 @@ async def read_queue_rate(client: Client, task_queue: str) -> QueueRate:
         )
     )
     effective = response.effective_rate_limit
-    from_api = effective.rate_limit_source == RateLimitSource.RATE_LIMIT_SOURCE_API
     queue_limit = response.config.queue_rate_limit
-    paused = (
-        from_api
-        and queue_limit.HasField("rate_limit")
-        and (queue_limit.rate_limit.requests_per_second == 0)
-    )
-    rate = QueueRate(
-        rate=effective.requests_per_second, source="api" if from_api else "worker", paused=paused
-    )
-    if paused:
+    if queue_limit.HasField("rate_limit"):
+        # A limit set through the API is the rate in force: the server stores it at once and
+        # applies it to its queues a moment later, while the effective rate it reports still
+        # shows the workers' (an answer to a change, or a read just after one, would not show
+        # the change, and a 410 pausing its destination would not see an operator's pause).
+        configured = queue_limit.rate_limit.requests_per_second
+        rate = QueueRate(rate=configured, source="api", paused=configured == 0)
+    else:
+        from_api = effective.rate_limit_source == RateLimitSource.RATE_LIMIT_SOURCE_API
+        rate = QueueRate(rate=effective.requests_per_second, source="api" if from_api else "worker")
+    if rate.paused:
         match = _PAUSED.match(queue_limit.metadata.reason)
         if match:
             rate.pause_reason = match["reason"]

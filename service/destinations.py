@@ -11,8 +11,6 @@ import asyncio
 import dataclasses
 from dataclasses import dataclass
 
-from temporalio.client import Client
-
 from common.destinations import (
     BATCH_RULE,
     Destination,
@@ -34,8 +32,6 @@ from outbox_client.errors import InvalidRequest
 __all__ = ["MAX_REASON", "DestinationControls", "DestinationState", "QueueRate"]
 
 _IDENTITY = "durable-outbox-api"
-# How often (every 50 ms) a change is read back before it is answered anyway.
-_READ_BACK_TRIES = 40
 
 
 @dataclass
@@ -119,8 +115,6 @@ class DestinationControls:
                     " poll_rate - submit_rate"
                 )
             new_poll_queue = poll_queue_requests(polls, submits, poll_in_submit=True)
-        # What each queue written to must show: its rate in force (None: the workers').
-        written: dict[str, float | None] = {}
         for queue, now, new_rate in (
             (
                 destination.submit_task_queue,
@@ -135,36 +129,16 @@ class DestinationControls:
                 await pause_queue(
                     client, queue, now, text, identity=_IDENTITY, resume_rate=new_rate
                 )
-                written[queue] = 0.0
             elif now.paused:
                 rate = new_rate if new_rate is not None else now.resume_rate
                 await set_queue_rate(
                     client, queue, rate, f"resumed: {reason or 'by request'}", identity=_IDENTITY
                 )
-                written[queue] = rate
             elif new_rate is not None:
                 await set_queue_rate(
                     client, queue, new_rate, reason or "rate set by request", identity=_IDENTITY
                 )
-                written[queue] = new_rate
-        await _until_in_force(client, written)
         return await self.state(name)
-
-
-async def _until_in_force(client: Client, written: dict[str, float | None]) -> None:
-    """Wait (a moment at most) until the server reports each written rate as in force: it
-    applies a change to its queues a little after it accepts it, and the answer to a change
-    must show the change."""
-    for _ in range(_READ_BACK_TRIES):
-        shown = await asyncio.gather(*(read_queue_rate(client, queue) for queue in written))
-        if all(
-            (rate.source == "api" and rate.rate == wanted)
-            if wanted is not None
-            else rate.source == "worker"
-            for rate, wanted in zip(shown, written.values(), strict=True)
-        ):
-            return
-        await asyncio.sleep(0.05)
 
 
 def _in_requests(destination: Destination, submit: QueueRate, poll: QueueRate) -> DestinationState:
