@@ -100,9 +100,9 @@ _PROVIDER_CALL_ATTEMPTS = 6
 # Effects of one aggregate running at once: an event that fans out to many stays a trickle.
 _EFFECTS_IN_FLIGHT = 20
 # Temporal refuses a run's 2,001st update and 10,001st signal: a run hands over well before,
-# leaving room for what arrives during the hand-over.
+# leaving room for what arrives while the hand-over is tried again.
 UPDATES_PER_RUN = 1000
-SIGNALS_PER_RUN = 5000
+SIGNALS_PER_RUN = 2000
 
 
 class _Refused(Exception):
@@ -176,8 +176,6 @@ class AggregateWorkflow:
             if timer is not None and timer.at <= workflow.now():
                 self._fire(timer)
             self._start_effects()
-            if self._unstored:
-                await self._store()
             if self._continue_as_new_suggested():
                 await self._settle_for_hand_over()
                 workflow.continue_as_new(
@@ -188,6 +186,8 @@ class AggregateWorkflow:
                         operations_task_queue=self._operations_queue,
                     )
                 )
+            if self._unstored:
+                await self._store()
 
     @workflow.update(name=COMMAND_UPDATE)
     def command(self, request: CommandRequest) -> CommandResult:
@@ -472,16 +472,14 @@ class AggregateWorkflow:
         self._unstored = [event for event in self._unstored if event.seq not in stored]
 
     async def _settle_for_hand_over(self) -> None:
-        """Handlers and effects in flight finish first (no new effect starts meanwhile), and
-        every event is stored; what is still pending goes with the carry. Commands that arrive
-        while the events are written run before the hand-over, so none is left unhandled."""
-        while True:
-            await workflow.wait_condition(
-                lambda: workflow.all_handlers_finished() and not self._executing
-            )
-            if not self._unstored:
-                return
-            await self._store()
+        """Handlers and effects in flight finish first (no new effect starts meanwhile); the
+        events not yet stored go with the carry, and the next run writes them. Nothing is
+        awaited between the handlers' end and the hand-over, so no command comes in between,
+        and the task that hands over is short: commands arriving while it runs make the server
+        refuse it, so a steady stream would otherwise hold the hand-over off."""
+        await workflow.wait_condition(
+            lambda: workflow.all_handlers_finished() and not self._executing
+        )
 
     def _continue_as_new_suggested(self) -> bool:
         return (
