@@ -71,3 +71,17 @@ async def actions_per_workflow(client: Client, workflow_ids: list[str]) -> float
         handle = client.get_workflow_handle(workflow_id)
         counts.append(billable_actions([e async for e in handle.fetch_history_events()]))
     return round(statistics.mean(counts), 2) if counts else float("nan")
+
+
+async def run_histories(client: Client, workflow_id: str) -> list[list[HistoryEvent]]:
+    """The events of every run of a workflow, the latest first, back through each hand-over
+    (continue-as-new) to the first run."""
+    runs: list[list[HistoryEvent]] = []
+    run_id: str | None = None
+    while True:
+        handle = client.get_workflow_handle(workflow_id, run_id=run_id)
+        events = [event async for event in handle.fetch_history_events()]
+        runs.append(events)
+        run_id = events[0].workflow_execution_started_event_attributes.continued_execution_run_id
+        if not run_id:
+            return runs

@@ -25,7 +25,7 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WithStartWorkflowOperation
 from temporalio.common import WorkflowIDConflictPolicy
 
-from bench.actions import billable_actions
+from bench.actions import billable_actions, run_histories
 from contract.aggregate import COMMAND_SIGNAL, COMMAND_UPDATE, CommandRequest, CommandResult
 from outbox_client.aggregates import AggregateClient
 from outbox_client.client import RPC_TIMEOUT as CLIENT_RPC_TIMEOUT
@@ -62,6 +62,8 @@ class Run:
             f"{prefix}_p50_ms": percentile(self.latencies_ms, 0.5),
             f"{prefix}_p99_ms": percentile(self.latencies_ms, 0.99),
             f"{prefix}_refused": self.refused,
+            # Answered 4xx: a wrong answer for these commands, each of which should succeed.
+            f"{prefix}_wrong_answers": self.other,
         }
 
 
@@ -203,15 +205,8 @@ async def open_flight(http: httpx.AsyncClient, api: str, flight: str, count: int
 
 async def actions_per_command(client: Client, workflow_id: str, commands: int) -> float:
     """Billable actions of every run of one aggregate, per command it took."""
-    actions, run_id = 0, None
-    while True:
-        handle = client.get_workflow_handle(workflow_id, run_id=run_id)
-        events = [event async for event in handle.fetch_history_events()]
-        actions += billable_actions(events)
-        started = events[0].workflow_execution_started_event_attributes
-        if not started.continued_execution_run_id:
-            return round(actions / commands, 3)
-        run_id = started.continued_execution_run_id
+    runs = await run_histories(client, workflow_id)
+    return round(sum(billable_actions(events) for events in runs) / commands, 3)
 
 
 async def agrees_with_event_store(
@@ -395,25 +390,18 @@ async def signal_burst(client: Client, task_queue: str, count: int) -> dict[str,
                 break
             await asyncio.sleep(0.1)
         seconds = time.perf_counter() - began
-        signals, runs, run_id = 0, 0, None
-        while True:
-            handle = client.get_workflow_handle(f"agg/lock/{lock}", run_id=run_id)
-            events = [event async for event in handle.fetch_history_events()]
-            runs += 1
-            signals += sum(
-                event.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED
-                for event in events
-            )
-            started = events[0].workflow_execution_started_event_attributes
-            if not started.continued_execution_run_id:
-                break
-            run_id = started.continued_execution_run_id
+        runs = await run_histories(client, f"agg/lock/{lock}")
+        signals = sum(
+            event.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED
+            for events in runs
+            for event in events
+        )
         # The lease timer goes with the release: nothing is left waiting.
         await aggregates.command("lock", lock, "release", {"holder": "h"})
         figures[f"{kind}_signal_commands_per_s"] = round((version - 1) / seconds, 1)
         figures[f"{kind}_signal_refused"] = run.refused
         figures[f"{kind}_signal_applied"] = version - 1
         figures[f"{kind}_signals"] = signals
-        figures[f"{kind}_signal_runs"] = runs
+        figures[f"{kind}_signal_runs"] = len(runs)
         print(f"    {kind}: {version - 1} of {count} in {seconds:.1f} s", flush=True)
     return figures

@@ -12,6 +12,7 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WithStartWorkflowOperation
 from temporalio.common import WorkflowIDConflictPolicy
 
+from bench.actions import run_histories
 from contract.aggregate import (
     COMMANDS_UPDATE,
     CommandBatch,
@@ -53,17 +54,9 @@ async def send_batch(
 
 
 async def history_counts(client: Client, workflow_id: str) -> Counter[int]:
-    """Event types over every run of a workflow, from the latest back through its hand-overs."""
-    counts: Counter[int] = Counter()
-    run_id: str | None = None
-    while True:
-        handle = client.get_workflow_handle(workflow_id, run_id=run_id)
-        events = [event async for event in handle.fetch_history_events()]
-        counts.update(event.event_type for event in events)
-        started = events[0].workflow_execution_started_event_attributes
-        if not started.continued_execution_run_id:
-            return counts
-        run_id = started.continued_execution_run_id
+    """Event types over every run of a workflow."""
+    runs = await run_histories(client, workflow_id)
+    return Counter(event.event_type for events in runs for event in events)
 
 
 async def test_each_command_in_a_batch_is_decided_on_the_state_the_one_before_left(
