@@ -121,7 +121,7 @@ def build_workers(
                 activities=[
                     projection.project_item,
                     projection.project_items,
-                    projection.project_lane,
+                    projection.project_lanes,
                     AggregateStoreActivities(engine).store_aggregate_events,
                 ],
                 # Projections are local activities; nothing remote runs on this queue, so no

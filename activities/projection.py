@@ -11,8 +11,8 @@ from temporalio import activity
 
 from contract.bulk import PROJECT_ITEMS_ACTIVITY
 from contract.item import PROJECT_ACTIVITY, ItemProjection
-from contract.lane import PROJECT_LANE_ACTIVITY, LaneProjection
-from readmodel.lanes import apply_lane_projection
+from contract.lane import PROJECT_LANES_ACTIVITY, LaneProjection
+from readmodel.lanes import apply_lane_projections
 from readmodel.writer import MAX_BATCH, ProjectionWriter
 
 
@@ -46,9 +46,9 @@ class ProjectionActivities:
         """A bulk shard's batch of items' transitions; idempotent like `project_item`."""
         await asyncio.gather(*(self.writer.write(projection) for projection in projections))
 
-    @activity.defn(name=PROJECT_LANE_ACTIVITY)
-    async def project_lane(self, projection: LaneProjection) -> None:
-        """A lane's row and the transitions it made for its waiting items; idempotent.
+    @activity.defn(name=PROJECT_LANES_ACTIVITY)
+    async def project_lanes(self, projections: list[LaneProjection]) -> None:
+        """Lanes' rows and the transitions they made for their waiting items; idempotent.
 
         On the writer's thread, so it never runs beside an item's write of the same rows."""
-        await self.writer.run(functools.partial(apply_lane_projection, projection=projection))
+        await self.writer.run(functools.partial(apply_lane_projections, projections=projections))

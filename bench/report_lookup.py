@@ -265,7 +265,7 @@ def read_model_lookup(engine: Engine, item: Item) -> None:
 def service_lookup(engine: Engine, item: Item) -> None:
     """The query the report endpoint runs (`store.items_by_message_id`), for one report."""
     found = store.items_by_message_id(engine, DESTINATION, [item.message_id])
-    if found.get(item.message_id) != item.item_id:
+    if found.get(item.message_id, (None,))[0] != item.item_id:
         raise LookupError(item.message_id)
 
 

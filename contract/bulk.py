@@ -10,7 +10,9 @@ it holds. Plain data only, like the rest of the contract.
 import hashlib
 from dataclasses import dataclass, field
 
+from contract.ids import item_workflow_id, lane_workflow_id
 from contract.item import CancelRequest, DeliveryReport, OutboxItemInput
+from contract.lane import LanePolicy, LaneState
 
 SHARD_WORKFLOW_TYPE = "BulkShard"
 # Items to hold (one signal may carry many: a batch enqueue sends one per shard).
@@ -44,6 +46,14 @@ def shard_of(item_id: str, shards: int) -> int:
     return int.from_bytes(digest[:8], "big") % shards
 
 
+def owner_id(outbox: str, key: str, ordering_key: str | None) -> str:
+    """What places an item in a shard: its own id, or its lane's id when it has an ordering key
+    (every item of a key goes to the shard that owns the key, which keeps their order)."""
+    if ordering_key is not None:
+        return lane_workflow_id(outbox, ordering_key)
+    return item_workflow_id(outbox, key)
+
+
 @dataclass
 class ShardInput:
     """A shard's start, and what it carries across continue-as-new."""
@@ -57,6 +67,12 @@ class ShardInput:
     # The items it holds, each with its state (`OutboxItemInput.state`) when it had begun.
     items: list[OutboxItemInput] = field(default_factory=list)
     recent: list[str] = field(default_factory=list)
+    # The ordering lanes it holds: their waiting items, and their heads where they were.
+    lanes: list[LaneState] = field(default_factory=list)
+    # Seconds it stays with nothing to do before it ends (the next item starts it again).
+    linger_s: float = 30.0
+    # It continues as new past this many history events, or when Temporal suggests it (None).
+    continue_after_events: int | None = None
 
 
 @dataclass
@@ -67,6 +83,8 @@ class ShardEnqueue:
     items: list[OutboxItemInput]
     poll_batch: int | None = None
     submit_batch: int | None = None
+    # The lane policy of each outbox whose items have an ordering key (a new lane takes it).
+    lane_policies: dict[str, LanePolicy] = field(default_factory=dict)
 
 
 @dataclass
@@ -94,3 +112,6 @@ class ShardView:
     held: int
     by_status: dict[str, int]
     finished: int
+    # Ordering lanes held, and the items in them (heads included).
+    lanes: int = 0
+    in_lanes: int = 0

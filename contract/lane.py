@@ -1,9 +1,11 @@
 """The ordering lane's contract: its names, its signal, update and query payloads, its view.
 
-A lane (`lane/{outbox}/{ordering_key}`) delivers the items of one ordering key strictly one
-after another, in the order it received them. Items reach it by signal-with-start; each runs as
-a child item workflow under the item's own id, so it keeps its own history. Plain data only, so
-the workflow, the client, the API and the read model can all import it.
+A lane delivers the items of one ordering key strictly one after another, in the order it
+received them. In item mode a lane has a workflow of its own (`lane/{outbox}/{ordering_key}`);
+in bulk mode it lives in the shard of its destination that owns the key (`contract.bulk`). Either
+way its host runs each item's delivery state machine itself, and each item's story is in the read
+model. Plain data only, so the workflows, the client, the API and the read model can all import
+it.
 """
 
 # No `from __future__ import annotations`: Temporal's converter reads real annotations.
@@ -20,23 +22,32 @@ from contract.item import (
     DeliveryPolicy,
     ItemProjection,
     OutboxItemInput,
+    OutboxItemState,
     OutboxItemView,
 )
-from contract.limits import MAX_ITEM_ID_LENGTH, MAX_KEY_LENGTH, MAX_OUTBOX_LENGTH
+from contract.limits import (
+    MAX_DESTINATION_LENGTH,
+    MAX_ITEM_ID_LENGTH,
+    MAX_KEY_LENGTH,
+    MAX_OUTBOX_LENGTH,
+)
 
 LANE_WORKFLOW_TYPE = "OutboxLane"
-# Signal: append one item (the only way items enter a lane; sent with signal-with-start).
-APPEND_SIGNAL = "append"
+# Update: append a batch of items, answered with what became of each (sent with
+# update-with-start, so the first append starts the lane).
+APPEND_UPDATE = "append_items"
+# The same batch as a signal, for when no worker answers the update in time: the server records
+# it, and the lane takes it when a worker returns.
+APPEND_SIGNAL = "append_items_unconfirmed"
 # Signals an operator sends to a halted lane: run the failed head item again, or move past it.
 REDRIVE_HEAD_SIGNAL = "redrive_head"
 SKIP_HEAD_SIGNAL = "skip_head"
 # Update: take waiting items out of the lane (cancel one, or purge), answered with what it took.
 REMOVE_UPDATE = "remove"
-# Queries: the lane's view, and what became of one append.
+# Query: a lane's view (the argument names the lane; empty: the workflow's only lane).
 LANE_QUERY = "lane"
-APPEND_OUTCOME_QUERY = "append_outcome"
 
-PROJECT_LANE_ACTIVITY = "project_lane"
+PROJECT_LANES_ACTIVITY = "project_lanes"
 
 # Waiting items listed in the lane's view and current details (the rest are only counted).
 LANE_VIEW_WAITING = 20
@@ -44,8 +55,8 @@ LANE_VIEW_WAITING = 20
 # payload, which the server caps at 2 MB: past this many bytes waiting, appends are refused
 # (429) until the lane drains. The margin covers appends racing the check.
 LANE_MAX_WAITING_BYTES = 1_000_000
-# Appends and keys a lane remembers, to answer "what became of my append" and spot repeats.
-LANE_MEMORY = 1000
+# Items one append update carries at most (a client's batch is cut to this).
+MAX_APPEND_BATCH = 100
 
 
 class LanePolicy(StrEnum):
@@ -66,26 +77,31 @@ class LaneStatus(StrEnum):
 
 
 class AppendOutcome(StrEnum):
-    """What the lane did with one append (the API's 202 / 200 / 409)."""
+    """What the lane did with one append (the API's 202 / 200 / 409 / 429)."""
 
     QUEUED = "queued"  # new: waiting in the lane, or already running
-    DUPLICATE = "duplicate"  # the key was already in the lane with the same request
-    CONFLICT = "conflict"  # the key was already in the lane with a different request
-    UNKNOWN = "unknown"  # the lane has no record of this append (not received yet)
-    # Received and queued, not yet recorded in the read model: until it is, a continue-as-new
-    # racing the append could still leave it behind, so the caller asks again.
-    PENDING = "pending"
+    DUPLICATE = "duplicate"  # the key was already in the lane (or just left it) with this request
+    CONFLICT = "conflict"  # the key is in the lane with a different request
+    FULL = "full"  # the lane carries `LANE_MAX_WAITING_BYTES` already: try again once it drains
+    # Recorded by the server (the unconfirmed signal), not yet seen by a worker: no worker
+    # answered in time. The lane takes it (or finds it a duplicate) when one returns.
+    UNKNOWN = "unknown"
 
 
 @dataclass
-class LaneAppend:
-    """Input of the `append` signal: one item for the lane, and the id of this append."""
+class LaneAppends:
+    """Input of `append_items`: items for one lane, in order (each lands behind the ones before
+    it), and the outbox's lane policy at enqueue time (the newest append's is the one in force)."""
 
-    item: OutboxItemInput
-    # Unique per enqueue request, so the caller can ask what became of its own append.
-    append_id: str
-    # The outbox's lane policy at enqueue time; the newest append's policy is the one in force.
+    items: list[OutboxItemInput]
     policy: LanePolicy = LanePolicy.HALT
+
+
+@dataclass
+class LaneAppendsResult:
+    """What became of each item of an `append_items` batch, in the batch's order."""
+
+    outcomes: list[AppendOutcome]
 
 
 @dataclass
@@ -104,6 +120,10 @@ class LaneEntry:
     # The events the item's read model already holds (a redrive continues the numbering).
     last_event_seq: int = 0
     created_at: datetime | None = None
+    # Whoever enqueued it wrote its `queued` row (the service does): the lane need not.
+    enqueue_projected: bool = False
+    # The head's delivery state once it has begun, carried across continue-as-new.
+    state: OutboxItemState | None = None
 
 
 @dataclass
@@ -111,6 +131,8 @@ class RedriveHead:
     """Input of `redrive_head`: the failed head item runs again with this delivery policy."""
 
     key: str
+    # The lane's ordering key (a shard holds many lanes; a lane's own workflow ignores it).
+    ordering_key: str | None = None
     # The destination's current policy (a redrive picks up a fixed configuration).
     policy: DeliveryPolicy | None = None
     # The newest event the read model holds for the item: the new run continues after it (a
@@ -124,26 +146,36 @@ class SkipHead:
 
     key: str
     reason: Annotated[str, MaxLen(500)] = "skipped by operator"
+    # The lane's ordering key (a shard holds many lanes; a lane's own workflow ignores it).
+    ordering_key: str | None = None
 
 
 @dataclass
 class RemoveRequest:
     """Input of the `remove` update: cancel waiting items (one key, or all of a destination or
-    all); a running or halted head item is never taken, it has its own workflow."""
+    all). A head item is cancelled only when named by `key` and not yet handed to the provider
+    (it may be backing off); a purge never takes a head, the item cancel does."""
 
     __pydantic_config__: ClassVar[dict[str, Any]] = {"extra": "forbid"}
 
     key: str | None = None
     destination: str | None = None
     reason: Annotated[str, MaxLen(500)] = "cancelled by request"
+    # The lane's outbox and ordering key, in a shard (which holds many lanes); None: all of the
+    # workflow's lanes (a lane's own workflow has one).
+    outbox: str | None = None
+    ordering_key: str | None = None
 
 
 @dataclass
 class RemoveResult:
-    """Keys the `remove` update took out of the lane, and their views (each now cancelled)."""
+    """Keys the `remove` update took out of the lane, and their views (each now cancelled);
+    `head`: the view of the item named by `key` when it is at the head and the provider has it
+    (too late to cancel)."""
 
     removed: list[str] = field(default_factory=list)
     views: list[OutboxItemView] = field(default_factory=list)
+    head: OutboxItemView | None = None
 
 
 @dataclass
@@ -164,6 +196,9 @@ class LaneView:
     waiting_bytes: int = 0
     # The key of the item at the head: running, or failed and holding a halted lane.
     head_key: str | None = field(default=None, metadata={MAX_LENGTH: MAX_KEY_LENGTH})
+    # The bulk-mode destination whose shard holds the lane; None for a lane of its own (item
+    # mode), whose items may go to several destinations.
+    destination: str | None = field(default=None, metadata={MAX_LENGTH: MAX_DESTINATION_LENGTH})
     halted_reason: str | None = None
     halted_at: datetime | None = None
     # Items that left the lane, by how: sent, failed (and skipped past), cancelled.
@@ -171,7 +206,8 @@ class LaneView:
     failed: int = 0
     cancelled: int = 0
     updated_at: datetime | None = None
-    # Counts every change; the read model's row only ever moves forward in it.
+    # Counts every change, from the microseconds since the epoch when the lane (re)started: the
+    # read model's row only ever moves forward in it, across a lane's ends and new starts.
     version: int = 0
 
 
@@ -218,11 +254,5 @@ class LaneState:
     policies: dict[str, DeliveryPolicy] = field(default_factory=dict)
     # Bytes of keys and payloads waiting: a lane carries them, so their total is bounded.
     waiting_bytes: int = 0
-    # Seconds the lane stays open with nothing to do before it ends.
-    idle_s: float = 300.0
-    # The lane continues as new past this many history events (or when Temporal suggests it).
-    continue_after_events: int = 10_000
-    # Appends seen recently (append id -> outcome), so a caller can learn its own outcome.
-    outcomes: dict[str, AppendOutcome] = field(default_factory=dict)
-    # Keys recently run by this lane (key -> payload hash), to recognise a repeated append.
-    recent_keys: dict[str, str] = field(default_factory=dict)
+    # The bulk-mode destination whose shard holds the lane (None: the lane's own workflow).
+    destination: str | None = None

@@ -55,18 +55,33 @@ _USES = {
         "run a failed effect again, by its key (fails with `UnknownEffect`, or `Conflict` for one"
         " that has not failed)"
     ),
-    "append": (
-        "add an item at the lane's tail (send it with signal-with-start); a key already in the"
-        " lane is a duplicate, or a conflict if the request differs. The item carries its"
-        " destination's policy snapshot, so append through the API or `OutboxClient.enqueue`"
-        " with an `ordering_key` rather than by hand"
+    "append_items": (
+        "add up to 100 items at their lanes' tails, in order (send it with update-with-start,"
+        " id conflict policy USE_EXISTING); answers each item's outcome: `queued`, `duplicate`,"
+        " `conflict` (the key is in the lane with another request) or `full`. The items carry"
+        " their destination's policy snapshot, so append through the API or"
+        " `OutboxClient.enqueue` with an `ordering_key` rather than by hand"
     ),
-    "append_outcome": "what the lane did with one append, by its `append_id`",
-    "lane": "the lane's view, the first keys waiting behind its head, the bytes it carries",
+    "append_items_unconfirmed": (
+        "the same append as a signal, recorded even while no worker runs (what the client sends"
+        " when no worker answered the update in time)"
+    ),
+    "lane": (
+        "a lane's view (by lane id, `lane/{outbox}/{ordering_key}`), the first keys waiting"
+        " behind its head, the bytes it carries; fails for a lane the workflow does not hold"
+    ),
     "remove": (
-        "cancel waiting items (one key, a destination's, or all); never the head, which has"
-        " its own workflow"
+        "cancel waiting items (one key, a destination's, or all; `outbox` and `ordering_key`"
+        " name the lanes in a shard); a head only when named by `key` and not yet handed to"
+        " the provider"
     ),
+    "enqueue_items": (
+        "items for the shard to hold (a batch enqueue sends one signal per shard); items with"
+        " an `ordering_key` join their lane, in order. Written by `OutboxClient`; not by hand"
+    ),
+    "cancel_item": "cancel one held item (by item id) if it is still queued",
+    "item_delivery_report": "a delivery report for one held item, by item id",
+    "shard": "what the workflow holds: items by status, lanes and the items in them",
     "redrive_head": "run a halted lane's failed head item again (a new generation)",
     "skip_head": "move a halted lane past its failed head item, which stays failed",
     "delivery_report": (
@@ -85,9 +100,12 @@ _CLI = {
     ),
 }
 # Handlers whose payload no one should write by hand (see their description).
-_NO_CLI = {"append"}
+_NO_CLI = {"append_items", "append_items_unconfirmed", "enqueue_items"}
 # Examples by handler, where the payload's type alone does not say what a value looks like.
-_HANDLER_EXAMPLES = {"retry_effect": '"flight:BA117:2:mirror"'}
+_HANDLER_EXAMPLES = {
+    "retry_effect": '"flight:BA117:2:mirror"',
+    "lane": '"lane/demo/customer-7"',
+}
 _EXAMPLES = {
     "CommandRequest": (
         '{"name": "assign_seat", "payload": {"seat": "1A", "passenger_id": "p1"},'
@@ -102,6 +120,7 @@ _EXAMPLES = {
     "RemoveRequest": '{"key": "invoice-8", "reason": "customer left"}',
     "RedriveHead": '{"key": "invoice-8"}',
     "SkipHead": '{"key": "invoice-8", "reason": "bad address"}',
+    "ItemCancel": '{"item_id": "outbox/demo/invoice-8", "request": {"reason": "customer left"}}',
     "str": '"8c1d9e52-0d4a-4f0e-9d7c-5b3f7a1e2c40"',
     "DeliveryReport": (
         '{"message_id": "0b6d7c7e-8f40-5b7e-9a6c-1f2d3e4a5b6c", "recipient": "ada@example.com",'
@@ -133,10 +152,11 @@ _WORKFLOWS = (
         OutboxLaneWorkflow,
         "lane/{outbox}/{ordering_key}",
         "'lane/demo/customer-7'",
-        "LaneState",
+        "ShardInput",
         LaneView,
-        "one ordering lane; started by its first append (signal-with-start); runs its items"
-        " one at a time as child `OutboxItem` workflows, in the order it received them",
+        "one ordering lane (item mode); started by its first append (update-with-start); runs"
+        " its items one at a time, in the order it received them, with each item's own submit"
+        " and poll activities (no workflow per item: each item's story is in the read model)",
     ),
     _Workflow(
         AggregateWorkflow,

@@ -23,17 +23,12 @@ of callers stay within Temporal's 10 updates in flight per workflow.
 
 from __future__ import annotations
 
-import asyncio
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from pydantic import ValidationError
-from temporalio.api.errordetails.v1 import (
-    MultiOperationExecutionFailure,
-    WorkflowNotReadyFailure,
-)
 from temporalio.client import (
     Client,
     WithStartWorkflowOperation,
@@ -83,6 +78,7 @@ from outbox_client.errors import (
     UnknownEffect,
 )
 from outbox_client.mailbox import Mailbox
+from outbox_client.updates import update_with_start
 from outbox_client.validation import validate_key
 
 _REFUSALS: dict[str | None, type[Exception]] = {
@@ -94,8 +90,6 @@ _EFFECT_REFUSALS: dict[str | None, type[Exception]] = {
     AggregateErrorType.UNKNOWN_EFFECT: UnknownEffect,
     AggregateErrorType.CONFLICT: EffectNotFailed,
 }
-# How often a batch goes again when the server aborted it before the workflow took it.
-_NOT_READY_RETRIES = 5
 # A batch's commands as JSON, at most: well under Temporal's 2 MB payload limit.
 MAX_BATCH_BYTES = 512 * 1024
 
@@ -232,29 +226,22 @@ class AggregateClient:
         aggregate_type, aggregate_id = commands[0].aggregate_type, commands[0].aggregate_id
         client = await self.temporal()
         batch = CommandBatch(commands=[command.request for command in commands])
-        for attempt in range(_NOT_READY_RETRIES + 1):
-            start: WithStartWorkflowOperation[Any, Any] = WithStartWorkflowOperation(
-                WORKFLOW_TYPE,
-                self._input(aggregate_type, aggregate_id),
-                **self._start_options(aggregate_type, aggregate_id),
+        try:
+            result = await update_with_start(
+                client,
+                COMMANDS_UPDATE,
+                batch,
+                start=lambda: WithStartWorkflowOperation(
+                    WORKFLOW_TYPE,
+                    self._input(aggregate_type, aggregate_id),
+                    **self._start_options(aggregate_type, aggregate_id),
+                ),
+                result_type=CommandBatchResult,
+                rpc_timeout=RPC_TIMEOUT,
             )
-            try:
-                result: CommandBatchResult = await client.execute_update_with_start_workflow(
-                    COMMANDS_UPDATE,
-                    batch,
-                    start_workflow_operation=start,
-                    result_type=CommandBatchResult,
-                    rpc_timeout=RPC_TIMEOUT,
-                )
-            except WorkflowUpdateFailedError as err:
-                raise _refusal(err) from err
-            except RPCError as err:
-                if not _not_ready(err) or attempt == _NOT_READY_RETRIES:
-                    raise
-                await asyncio.sleep(0.05 * 2**attempt)
-                continue
-            return result.outcomes
-        raise AssertionError("unreachable: the last attempt returns or raises")
+        except WorkflowUpdateFailedError as err:
+            raise _refusal(err) from err
+        return result.outcomes
 
     async def _signal_commands(self, _: str, commands: list[_Addressed]) -> list[None]:
         """One signal carrying a mailbox's batch, starting the aggregate if it has no workflow."""
@@ -357,22 +344,6 @@ def validate_aggregate_id(aggregate_id: str) -> None:
 def _check_command_id(command_id: str | None) -> None:
     if command_id is not None and not 0 < len(command_id) <= MAX_COMMAND_ID_LENGTH:
         raise InvalidRequest(f"command_id must be 1 to {MAX_COMMAND_ID_LENGTH} characters")
-
-
-def _not_ready(err: RPCError) -> bool:
-    """The server aborted the update before the workflow took it: the workflow task it went
-    out with failed or ended the run (a hand-over to the next run). Nothing was applied, and
-    the same update may go again."""
-    details = list(err.grpc_status.details)
-    for detail in err.grpc_status.details:
-        # Update-with-start answers for its two operations, each with its own details.
-        if detail.Is(MultiOperationExecutionFailure.DESCRIPTOR):
-            failure = MultiOperationExecutionFailure()
-            detail.Unpack(failure)
-            details += [inner for status in failure.statuses for inner in status.details]
-    return err.status == RPCStatusCode.FAILED_PRECONDITION and any(
-        detail.Is(WorkflowNotReadyFailure.DESCRIPTOR) for detail in details
-    )
 
 
 def _refusal(err: WorkflowUpdateFailedError) -> Exception:

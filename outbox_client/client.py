@@ -43,6 +43,7 @@ from contract.bulk import (
     ItemReport,
     ShardEnqueue,
     ShardInput,
+    owner_id,
     shard_of,
     shard_workflow_id,
 )
@@ -65,18 +66,19 @@ from contract.item import (
     OutboxItemState,
     OutboxItemView,
 )
-from contract.lane import AppendOutcome, LaneDetail, RemoveRequest
+from contract.lane import AppendOutcome, LaneDetail, LanePolicy, RemoveRequest
 from outbox_client import lanes
 from outbox_client.connection import TemporalConnection
 from outbox_client.errors import (
     CannotCancel,
     IdempotencyConflict,
-    InvalidRequest,
     ItemFailedUseRedrive,
     ItemNotFound,
     NotRedrivable,
     UnknownDestination,
 )
+from outbox_client.placement import item_holder
+from outbox_client.placement import lane_holder as lanes_holder
 from outbox_client.validation import (
     validate_key,
     validate_new_item,
@@ -90,10 +92,6 @@ RPC_TIMEOUT = timedelta(seconds=10)
 log = logging.getLogger("outbox.client")
 # Writes a just-started item's `queued` row: (item id, its input).
 RecordQueued = Callable[[str, OutboxItemInput], Awaitable[None]]
-BULK_ORDERING = (
-    "ordering_key is not supported for a destination in bulk mode yet: its shards do not keep"
-    " an order between items"
-)
 # How long a cancel waits for a worker to answer before it falls back to a signal.
 CANCEL_WAIT = timedelta(seconds=5)
 # Started, task scheduled, task started, task completed: before the 4th event no code has run.
@@ -146,6 +144,7 @@ class OutboxClient:
         self._client = client
         self.destinations = destinations
         self.task_queue = task_queue
+        self._appender = lanes.LaneAppender(self.temporal, task_queue)
 
     @property
     def connection(self) -> Client | TemporalConnection:
@@ -199,10 +198,12 @@ class OutboxClient:
         )
         key, item_id = item.key, item_workflow_id(outbox, item.key)
         target = self._destination(destination)
-        if ordering_key is not None:
-            created = await self._append_to_lane(item)
-            return EnqueueResult(item_id=item_id, outbox=outbox, key=key, created=created)
         item.enqueue_projected = record_queued is not None
+        if ordering_key is not None and target.mode != "bulk":
+            created = await self._append_to_lane(item)
+            if created:
+                await self._record_queued(record_queued, item_id, item)
+            return EnqueueResult(item_id=item_id, outbox=outbox, key=key, created=created)
         if target.mode == "bulk":
             await self.hand_to_shards([item], target.shards)
             await self._record_queued(record_queued, item_id, item)
@@ -240,8 +241,6 @@ class OutboxClient:
             now=now,
         )
         target = self._destination(destination)
-        if ordering_key is not None and target.mode == "bulk":
-            raise InvalidRequest(BULK_ORDERING)
         return OutboxItemInput(
             outbox=outbox,
             key=key,
@@ -267,9 +266,13 @@ class OutboxClient:
         """Hand bulk-mode items (of one destination) to their shards: one signal-with-start per
         shard, however many of the items it gets."""
         by_shard: dict[int, list[OutboxItemInput]] = {}
+        lane_policies: dict[str, LanePolicy] = {}
         for item in items:
-            shard = shard_of(item_workflow_id(item.outbox, item.key), shards)
+            # Every item of an ordering key goes to the shard that owns the key, in order.
+            shard = shard_of(owner_id(item.outbox, item.key, item.ordering_key), shards)
             by_shard.setdefault(shard, []).append(item)
+            if item.ordering_key is not None:
+                lane_policies[item.outbox] = self.destinations.outbox(item.outbox).lane_policy
         client = await self.temporal()
         for shard, held in sorted(by_shard.items()):
             destination = held[0].destination
@@ -289,7 +292,16 @@ class OutboxClient:
                 task_queue=self.task_queue,
                 start_signal=ENQUEUE_SIGNAL,
                 start_signal_args=[
-                    ShardEnqueue(items=held, poll_batch=poll_batch, submit_batch=submit_batch)
+                    ShardEnqueue(
+                        items=held,
+                        poll_batch=poll_batch,
+                        submit_batch=submit_batch,
+                        lane_policies={
+                            item.outbox: lane_policies[item.outbox]
+                            for item in held
+                            if item.ordering_key is not None
+                        },
+                    )
                 ],
                 static_summary=f"Bulk shard {shard} of {destination}",
                 rpc_timeout=RPC_TIMEOUT,
@@ -309,23 +321,15 @@ class OutboxClient:
             log.warning("queued row of %s left to its first submit: %s", item_id, err)
 
     async def _append_to_lane(self, item: OutboxItemInput) -> bool:
-        """Append to the item's lane; whether this call added it (False: it was there)."""
-        item_id = item_workflow_id(item.outbox, item.key)
-        client = await self.temporal()
-        try:
-            # The lane has started the key's item already (or had, before it last ended).
-            await self._check_existing(item_id, item.payload_hash)
-        except RPCError as err:
-            if err.status != RPCStatusCode.NOT_FOUND:
-                raise
-        else:
-            return False
+        """Append to the item's item-mode lane; whether this call added it (False: it was
+        there). Raises `IdempotencyConflict` or `LaneFull`."""
+        assert item.ordering_key is not None
         settings = self.destinations.outbox(item.outbox)
-        outcome = await lanes.append(
-            client, self.task_queue, item, settings, rpc_timeout=RPC_TIMEOUT
-        )
+        outcome = await self._appender.append(item, settings)
         if outcome is AppendOutcome.CONFLICT:
             check_same_request(None, item.payload_hash)
+        if outcome is AppendOutcome.FULL:
+            raise lanes.lane_full(item.outbox, item.ordering_key)
         return outcome is not AppendOutcome.DUPLICATE
 
     async def status(self, outbox: str, key: str) -> OutboxItemView:
@@ -364,21 +368,10 @@ class OutboxClient:
         `CancelRequested`, not the cancelled view. An item still waiting in its ordering lane
         (pass its `ordering_key`) has no workflow yet: the lane takes it out.
         """
+        if ordering_key is not None:
+            return await self._cancel_in_lane(outbox, key, ordering_key, reason, wait)
         handle = await self._handle(outbox, key)
-        try:
-            description = await self._describe(handle)
-        except ItemNotFound:
-            if ordering_key is None:
-                raise
-            client = await self.temporal()
-            removed = await lanes.remove(
-                client, outbox, ordering_key, RemoveRequest(key=key, reason=reason), wait=wait
-            )
-            for taken in removed.views:
-                if taken.key == key:
-                    return taken
-            # Its turn came meanwhile: it has a workflow now, which answers the cancel.
-            description = await self._describe(handle)
+        description = await self._describe(handle)
         if description.status != WorkflowExecutionStatus.RUNNING:
             ended = await self.status(outbox, key)
             raise CannotCancel(f"item is {ended.status.value}; only queued items can be cancelled")
@@ -401,6 +394,35 @@ class OutboxClient:
         if view.status is not ItemStatus.CANCELLED:
             raise CannotCancel(f"too late: the item is already {view.status.value}")
         return view
+
+    async def _cancel_in_lane(
+        self, outbox: str, key: str, ordering_key: str, reason: str, wait: timedelta
+    ) -> OutboxItemView | CancelRequested:
+        """Cancel an item of an item-mode lane: the lane takes it out, or cancels its head if
+        the provider does not have it yet."""
+        _validate(outbox, key)
+        client = await self.temporal()
+        holder = lanes_holder(outbox, ordering_key, None)
+        request = RemoveRequest(key=key, reason=reason, outbox=outbox, ordering_key=ordering_key)
+        try:
+            removed = await lanes.remove(client, holder, request, wait=wait)
+        except WorkflowUpdateRPCTimeoutOrCancelledError:
+            # No worker answered: the lane acts on the signal when one returns.
+            await client.get_workflow_handle(holder).signal(
+                CANCEL_ITEM_SIGNAL,
+                ItemCancel(item_workflow_id(outbox, key), CancelRequest(reason=reason)),
+                rpc_timeout=RPC_TIMEOUT,
+            )
+            item_id = item_workflow_id(outbox, key)
+            return CancelRequested(item_id=item_id, outbox=outbox, key=key, reason=reason)
+        for taken in removed.views:
+            if taken.key == key:
+                return taken
+        if removed.head is not None:
+            raise CannotCancel(
+                f"item is {removed.head.status.value}; only queued items can be cancelled"
+            )
+        raise CannotCancel("the item is no longer waiting in its lane")
 
     async def queued_keys(self, outbox: str, destination: str | None = None) -> list[str]:
         """Keys of the outbox's running items, from Temporal's visibility: every one not yet
@@ -432,17 +454,24 @@ class OutboxClient:
         validate_outbox(outbox)
         client = await self.temporal()
         removed: list[str] = []
-        request = RemoveRequest(destination=destination, reason=reason)
+        request = RemoveRequest(destination=destination, reason=reason, outbox=outbox)
         for ordering_key in await lanes.running_lanes(client, outbox, rpc_timeout=RPC_TIMEOUT):
-            result = await lanes.remove(client, outbox, ordering_key, request, wait=CANCEL_WAIT)
+            holder = lanes_holder(outbox, ordering_key, None)
+            result = await lanes.remove(client, holder, request, wait=CANCEL_WAIT)
             removed.extend(result.removed)
         return removed
 
-    async def lane(self, outbox: str, ordering_key: str) -> LaneDetail | None:
-        """A running lane's live view and its first waiting keys; None if it is not running."""
+    async def lane(
+        self, outbox: str, ordering_key: str, destination: str | None = None
+    ) -> LaneDetail | None:
+        """A running lane's live view and its first waiting keys; None if it is not running.
+
+        `destination`: the bulk-mode destination whose shard holds the lane (None: the lane's
+        own workflow, item mode)."""
         validate_outbox(outbox)
         validate_ordering_key(ordering_key)
-        return await lanes.detail(await self.temporal(), outbox, ordering_key)
+        holder = lanes_holder(outbox, ordering_key, self._bulk(destination))
+        return await lanes.detail(await self.temporal(), holder, outbox, ordering_key)
 
     async def resume_lane(
         self,
@@ -451,19 +480,19 @@ class OutboxClient:
         *,
         skip_reason: str | None = None,
         last_event_seq: int = 0,
+        head_destination: str | None = None,
+        destination: str | None = None,
     ) -> str:
-        """Resume a halted lane by redriving its failed head item (with its destination's
-        current policy), or by skipping it when `skip_reason` is given; the head's key.
+        """Resume a halted lane by redriving its failed head item (with `head_destination`'s
+        current policy, when given), or by skipping it when `skip_reason` is given; the head's
+        key. `destination`: as for `lane`.
 
         `last_event_seq`: as for `redrive`, the newest event the caller's read model holds."""
-        current = await self.lane(outbox, ordering_key)
-        policy = None
-        if current is not None and current.view.head_key is not None and skip_reason is None:
-            record = await self._lane_head_destination(outbox, current.view.head_key)
-            target = self.destinations.get(record) if record else None
-            policy = target.policy() if target is not None else None
+        target = self.destinations.get(head_destination) if head_destination else None
+        policy = target.policy() if target is not None and skip_reason is None else None
         return await lanes.resume(
             await self.temporal(),
+            lanes_holder(outbox, ordering_key, self._bulk(destination)),
             outbox,
             ordering_key,
             redrive_policy=policy,
@@ -472,32 +501,33 @@ class OutboxClient:
             rpc_timeout=RPC_TIMEOUT,
         )
 
-    async def _lane_head_destination(self, outbox: str, key: str) -> str | None:
-        """The destination of a lane's failed head item, from its workflow's start input."""
-        try:
-            handle = await self._handle(outbox, key)
-            return (await self._original_input(handle)).destination
-        except (ItemNotFound, RPCError):
-            return None
+    def _bulk(self, destination: str | None) -> Destination | None:
+        target = self.destinations.get(destination) if destination else None
+        return target if target is not None and target.mode == "bulk" else None
 
     async def report_delivery(
-        self, item_id: str, report: DeliveryReport, destination: str | None = None
+        self,
+        item_id: str,
+        report: DeliveryReport,
+        destination: str | None = None,
+        *,
+        ordering_key: str | None = None,
     ) -> bool:
-        """Signal the provider's report on one recipient to the item (`delivery_report`).
+        """Signal the provider's report on one recipient to the workflow holding the item.
 
-        False when the item's workflow has ended (its report window is over) or does not
+        False when that workflow has ended (the item's report window is over) or does not
         exist; the signal needs no worker, so a report is never lost to a worker outage.
         """
         client = await self.temporal()
-        shard = self._shard_holding(item_id, destination)
+        outbox, key = parse_item_workflow_id(item_id)
+        target = self.destinations.get(destination) if destination else None
+        holder = item_holder(outbox, key, ordering_key, target)
         try:
-            if shard is None:
-                await client.get_workflow_handle(item_id).signal(
-                    DELIVERY_REPORT_SIGNAL, report, rpc_timeout=RPC_TIMEOUT
-                )
+            handle = client.get_workflow_handle(holder.workflow_id)
+            if holder.own:
+                await handle.signal(DELIVERY_REPORT_SIGNAL, report, rpc_timeout=RPC_TIMEOUT)
             else:
-                # A bulk item: its shard applies it while it holds the item (its window).
-                await client.get_workflow_handle(shard).signal(
+                await handle.signal(
                     ITEM_REPORT_SIGNAL, ItemReport(item_id, report), rpc_timeout=RPC_TIMEOUT
                 )
         except RPCError as err:
@@ -506,22 +536,15 @@ class OutboxClient:
             raise
         return True
 
-    def _shard_holding(self, item_id: str, destination: str | None) -> str | None:
-        """The shard workflow of a bulk-mode destination's item; None for an item workflow."""
-        target = self.destinations.get(destination) if destination else None
-        if target is None or target.mode != "bulk":
-            return None
-        return shard_workflow_id(target.name, shard_of(item_id, target.shards))
-
     async def cancel_bulk(self, item: OutboxItemView, reason: str) -> CancelRequested:
         """Cancel a bulk-mode item: its shard cancels it if it is still queued when the signal
         arrives (the read model then shows `cancelled`); no worker needs to answer first."""
         outbox, key = item.outbox, item.key
-        shard = self._shard_holding(item.id, item.destination)
-        assert shard is not None, "not a bulk-mode item"
+        holder = item_holder(outbox, key, item.ordering_key, self._bulk(item.destination))
+        assert not holder.own, "not a bulk-mode item"
         client = await self.temporal()
         try:
-            await client.get_workflow_handle(shard).signal(
+            await client.get_workflow_handle(holder.workflow_id).signal(
                 CANCEL_ITEM_SIGNAL,
                 ItemCancel(item.id, CancelRequest(reason=reason)),
                 rpc_timeout=RPC_TIMEOUT,
@@ -532,12 +555,13 @@ class OutboxClient:
             raise
         return CancelRequested(item_id=item.id, outbox=outbox, key=key, reason=reason)
 
-    async def redrive_bulk(
+    async def redrive_held(
         self, item: OutboxItemView, payload: dict[str, Any], generation: int
     ) -> EnqueueResult:
-        """Hand a failed bulk-mode item to its shard again, as generation `generation` (its own
-        provider key), with the destination's current policy; its events continue after the
-        newest one the caller's read model holds."""
+        """Hand a failed item that has no workflow of its own (bulk mode, or an item-mode lane's
+        item) to its holder again, as generation `generation` (its own provider key), with the
+        destination's current policy; its events continue after the newest one the caller's
+        read model holds. An item of a lane goes to the lane's tail."""
         target = self._destination(item.destination)
         again = OutboxItemInput(
             outbox=item.outbox,
@@ -546,13 +570,19 @@ class OutboxClient:
             payload=payload,
             payload_hash=item.payload_hash or "",
             policy=target.policy(),
+            ordering_key=item.ordering_key,
             enqueued_at=datetime.now(UTC),
             state=OutboxItemState(created_at=item.created_at, last_event_seq=item.last_event_seq),
             generation=generation,
             upsert_sending=False,
             activities_project=True,
         )
-        await self.hand_to_shards([again], target.shards)
+        if target.mode == "bulk":
+            await self.hand_to_shards([again], target.shards)
+        else:
+            created = await self._append_to_lane(again)
+            if not created:
+                raise NotRedrivable("the item is waiting in its lane already")
         return EnqueueResult(item_id=item.id, outbox=item.outbox, key=item.key, created=True)
 
     async def redrive(self, outbox: str, key: str, *, last_event_seq: int = 0) -> EnqueueResult:

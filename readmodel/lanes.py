@@ -1,13 +1,15 @@
 """Reads and idempotent writes of the ordering lanes' rows (`outbox_lanes`).
 
-A lane's row only moves forward in `version` (the lane counts every change), so a retried or
-replayed projection never takes it back.
+A lane's row only moves forward in `version` (the lane counts every change, from the moment it
+last started), so a retried or replayed projection never takes it back, and a lane that ended
+and started again moves it on.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import functools
+from collections.abc import Sequence
 
 from sqlalchemy import Engine, Executable, select
 from sqlalchemy.dialects import postgresql, sqlite
@@ -20,11 +22,15 @@ from readmodel.store import MAX_PAGE, apply_projections
 _LANE_COLUMNS = tuple(column.name for column in LANES.c if column.name != "id")
 
 
-def apply_lane_projection(engine: Engine, projection: LaneProjection) -> None:
-    """Write the lane's own item transitions, then its row if it is newer than the stored one."""
-    apply_projections(engine, projection.items)
+def apply_lane_projections(engine: Engine, projections: Sequence[LaneProjection]) -> None:
+    """Write the lanes' own item transitions, then each lane's row if it is newer than the
+    stored one."""
+    apply_projections(engine, [item for projection in projections for item in projection.items])
     with engine.begin() as connection:
-        connection.execute(_upsert_lane(engine.dialect.name), dataclasses.asdict(projection.lane))
+        for projection in projections:
+            connection.execute(
+                _upsert_lane(engine.dialect.name), dataclasses.asdict(projection.lane)
+            )
 
 
 @functools.cache

@@ -233,7 +233,12 @@ LANES = Table(
     "outbox_lanes",
     metadata,
     *dataclass_columns(
-        LaneView, overrides={"id": Column("id", String(MAX_ITEM_ID_LENGTH), primary_key=True)}
+        LaneView,
+        overrides={
+            "id": Column("id", String(MAX_ITEM_ID_LENGTH), primary_key=True),
+            # Microseconds since the epoch at the lane's (re)start, plus its changes.
+            "version": Column("version", BigInteger(), nullable=False),
+        },
     ),
     Index("ix_outbox_lanes_outbox_key", "outbox", "ordering_key"),
     Index("ix_outbox_lanes_outbox_status", "outbox", "status"),

@@ -203,16 +203,20 @@ def list_items(
 
 def items_by_message_id(
     engine: Engine, destination: str, message_ids: Sequence[str]
-) -> dict[str, str]:
-    """The item id of each provider message id the destination's items hold (absent: unknown)."""
+) -> dict[str, tuple[str, str | None]]:
+    """The item id and ordering key of each provider message id the destination's items hold
+    (absent: unknown)."""
     if not message_ids:
         return {}
-    query = select(ITEMS.c.provider_message_id, ITEMS.c.id).where(
+    query = select(ITEMS.c.provider_message_id, ITEMS.c.id, ITEMS.c.ordering_key).where(
         ITEMS.c.provider_message_id.in_(sorted(set(message_ids))),
         ITEMS.c.destination == destination,
     )
     with engine.connect() as connection:
-        return {message_id: item_id for message_id, item_id in connection.execute(query)}
+        return {
+            message_id: (item_id, ordering_key)
+            for message_id, item_id, ordering_key in connection.execute(query)
+        }
 
 
 def events_since(engine: Engine, outbox: str, since_id: int, limit: int = 500) -> list[EventRecord]:

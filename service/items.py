@@ -111,25 +111,7 @@ class ItemService:
         remembered = await self._remembered(outbox, item)
         if remembered is not None:
             return remembered
-        result = await self.client.enqueue(
-            outbox,
-            item.destination,
-            item.payload,
-            key=item.key,
-            ordering_key=item.ordering_key,
-            not_before=item.not_before,
-            max_attempts=item.max_attempts,
-            record_queued=self._record_queued,
-        )
-        if result.created:
-            return Enqueued(result, ItemStatus.QUEUED)
-        try:
-            # Live or projected: an item waiting in its lane has no workflow yet.
-            snapshot = await self.get(outbox, item.key)
-        except ItemNotFound:
-            # In its lane's history, and not yet projected: it is queued.
-            return Enqueued(result, ItemStatus.QUEUED)
-        return Enqueued(result, snapshot.view.status)
+        return await self._start_enqueue(outbox, item)
 
     async def _record_queued(self, item_id: str, item: OutboxItemInput) -> None:
         await self.writer.write(transitions.enqueued(item_id, item))
@@ -190,15 +172,17 @@ class ItemService:
         """Enqueue each item on its own (a few at a time); one failure fails only its item.
 
         Items of bulk-mode destinations go to their shards together: one signal per shard for
-        the whole batch, which is what makes a batch cheap in bulk mode."""
+        the whole batch, which is what makes a batch cheap in bulk mode. Items with an ordering
+        key keep the batch's order within their lane."""
         validate_outbox(outbox)
         outcomes: list[Enqueued | Exception | None] = [None] * len(items)
         by_destination: dict[str, list[tuple[int, OutboxItemInput]]] = {}
         singly: list[int] = []
+        laned: list[int] = []
         for index, item in enumerate(items):
             target = self.client.destinations.get(item.destination)
             if target is None or target.mode != "bulk":
-                singly.append(index)
+                (laned if item.ordering_key is not None else singly).append(index)
                 continue
             try:
                 remembered = await self._remembered(outbox, item)
@@ -213,6 +197,7 @@ class ItemService:
         single = await fan_out([functools.partial(self.enqueue, outbox, items[i]) for i in singly])
         for index, outcome in zip(singly, single, strict=True):
             outcomes[index] = outcome
+        await self._enqueue_in_order(outbox, items, laned, outcomes)
         for name, held in by_destination.items():
             target = self.client.destinations.get(name)
             assert target is not None
@@ -229,6 +214,56 @@ class ItemService:
                 result = EnqueueResult(item_id=item_id, outbox=outbox, key=built.key, created=True)
                 outcomes[index] = Enqueued(result, ItemStatus.QUEUED)
         return [outcome for outcome in outcomes if outcome is not None]
+
+    async def _enqueue_in_order(
+        self,
+        outbox: str,
+        items: Sequence[NewItem],
+        indexes: list[int],
+        outcomes: list[Enqueued | Exception | None],
+    ) -> None:
+        """Enqueue item-mode items with ordering keys so that each lane gets them in the
+        batch's order: the read model is asked about all of them first, then the appends start
+        in order (each lane's mailbox queues them as they come, and sends them together)."""
+        pending: list[int] = []
+        for index in indexes:
+            try:
+                remembered = await self._remembered(outbox, items[index])
+            except Exception as err:
+                outcomes[index] = err
+                continue
+            if remembered is not None:
+                outcomes[index] = remembered
+            else:
+                pending.append(index)
+        appended = await asyncio.gather(
+            *(self._start_enqueue(outbox, items[index]) for index in pending),
+            return_exceptions=True,
+        )
+        for index, outcome in zip(pending, appended, strict=True):
+            outcomes[index] = outcome if isinstance(outcome, (Enqueued, Exception)) else None
+
+    async def _start_enqueue(self, outbox: str, item: NewItem) -> Enqueued:
+        """Hand the item over (the read model found nothing for its key)."""
+        result = await self.client.enqueue(
+            outbox,
+            item.destination,
+            item.payload,
+            key=item.key,
+            ordering_key=item.ordering_key,
+            not_before=item.not_before,
+            max_attempts=item.max_attempts,
+            record_queued=self._record_queued,
+        )
+        if result.created:
+            return Enqueued(result, ItemStatus.QUEUED)
+        try:
+            # Live or projected: an item of a lane has no workflow of its own to ask.
+            snapshot = await self.get(outbox, item.key)
+        except ItemNotFound:
+            # In its lane, and not yet projected: it is queued.
+            return Enqueued(result, ItemStatus.QUEUED)
+        return Enqueued(result, snapshot.view.status)
 
     def _new_input(self, outbox: str, item: NewItem) -> OutboxItemInput:
         built = self.client.new_item(
@@ -397,30 +432,36 @@ class ItemService:
         """Run a failed item again under its own id, with the destination's current policy; its
         events continue after the newest one the read model holds."""
         record = await self._record(outbox, key)
-        if record is not None and self._bulk(record):
-            return await self._redrive_bulk(record)
         ordering_key = record.view.ordering_key if record is not None else None
         if record is not None and ordering_key is not None:
-            lane = await self.client.lane(outbox, ordering_key)
+            destination = record.view.destination if self._bulk(record) else None
+            lane = await self.client.lane(outbox, ordering_key, destination)
             if lane is not None and lane.view.head_key == key and lane.view.halted_reason:
                 # The head of a halted lane: the lane runs it again, then the items behind it.
                 await self.client.resume_lane(
-                    outbox, ordering_key, last_event_seq=record.view.last_event_seq
+                    outbox,
+                    ordering_key,
+                    last_event_seq=record.view.last_event_seq,
+                    head_destination=record.view.destination,
+                    destination=destination,
                 )
                 return EnqueueResult(
                     item_id=item_workflow_id(outbox, key), outbox=outbox, key=key, created=True
                 )
+        if record is not None and (ordering_key is not None or self._bulk(record)):
+            return await self._redrive_held(record)
         last_event_seq = record.view.last_event_seq if record is not None else 0
         return await self.client.redrive(outbox, key, last_event_seq=last_event_seq)
 
-    async def _redrive_bulk(self, record: ItemRecord) -> EnqueueResult:
+    async def _redrive_held(self, record: ItemRecord) -> EnqueueResult:
+        """An item with no workflow of its own goes back to its holder (a lane's to its tail)."""
         view = record.view
         if view.status is not ItemStatus.FAILED:
             raise NotRedrivable(f"item is {view.status.value}; only failed items can be redriven")
         events = await asyncio.to_thread(store.item_events, self.engine, view.id)
         # Each generation has its own provider key: the redriven ones so far, plus this one.
         generation = 1 + sum(1 for event in events if event.type == "redriven")
-        return await self.client.redrive_bulk(view, record.payload or {}, generation)
+        return await self.client.redrive_held(view, record.payload or {}, generation)
 
     async def redrive_failed(self, outbox: str, destination: str | None = None) -> RedriveSweep:
         """Redrive every failed item of the outbox (optionally of one destination)."""

@@ -10,7 +10,7 @@ from typing import Literal
 from sqlalchemy import Engine
 
 from contract.ids import item_workflow_id
-from contract.lane import LaneStatus, LaneView
+from contract.lane import LaneDetail, LaneStatus, LaneView
 from outbox_client import LaneNotFound, OutboxClient, is_temporal_unavailable, validate_outbox
 from outbox_client.validation import validate_ordering_key
 from readmodel import lanes as lane_store
@@ -50,11 +50,13 @@ class LaneService:
         )
 
     async def get(self, outbox: str, ordering_key: str) -> LaneSnapshot:
-        """Live from the lane while it runs; its last projected view once it has ended."""
+        """Live from the workflow holding the lane while it runs; its last projected view once
+        it has ended."""
         validate_outbox(outbox)
         validate_ordering_key(ordering_key)
+        view = await asyncio.to_thread(lane_store.get_lane, self.engine, outbox, ordering_key)
         try:
-            live = await self.client.lane(outbox, ordering_key)
+            live = await self._live(outbox, ordering_key, view)
         except Exception as err:
             if not is_temporal_unavailable(err):
                 raise
@@ -62,14 +64,31 @@ class LaneService:
             live = None
         if live is not None:
             return LaneSnapshot(live.view, live.waiting, "workflow")
-        view = await asyncio.to_thread(lane_store.get_lane, self.engine, outbox, ordering_key)
         if view is None:
             raise LaneNotFound(f"no lane {ordering_key!r} in outbox {outbox!r}")
         return LaneSnapshot(view, None, "read-model")
 
+    async def _live(
+        self, outbox: str, ordering_key: str, view: LaneView | None
+    ) -> LaneDetail | None:
+        """The lane's live detail from where its row says it is; a lane not yet in the read
+        model is looked for in its own workflow, then in each bulk destination's shards."""
+        if view is not None:
+            return await self.client.lane(outbox, ordering_key, view.destination)
+        live = await self.client.lane(outbox, ordering_key)
+        for destination in self.client.destinations:
+            if live is not None:
+                break
+            if destination.mode == "bulk":
+                live = await self.client.lane(outbox, ordering_key, destination.name)
+        return live
+
     async def redrive_head(self, outbox: str, ordering_key: str) -> str:
         """Run a halted lane's failed head item again; the lane goes on once it is sent."""
-        current = await self.client.lane(outbox, ordering_key)
+        holder = _holder(
+            await asyncio.to_thread(lane_store.get_lane, self.engine, outbox, ordering_key)
+        )
+        current = await self.client.lane(outbox, ordering_key, holder)
         head = current.view.head_key if current is not None else None
         record = (
             await asyncio.to_thread(store.get_item, self.engine, item_workflow_id(outbox, head))
@@ -77,9 +96,24 @@ class LaneService:
             else None
         )
         return await self.client.resume_lane(
-            outbox, ordering_key, last_event_seq=record.view.last_event_seq if record else 0
+            outbox,
+            ordering_key,
+            last_event_seq=record.view.last_event_seq if record else 0,
+            head_destination=record.view.destination if record else None,
+            destination=holder,
         )
 
     async def skip_head(self, outbox: str, ordering_key: str, reason: str) -> str:
         """Move a halted lane past its failed head item, which stays failed."""
-        return await self.client.resume_lane(outbox, ordering_key, skip_reason=reason)
+        holder = _holder(
+            await asyncio.to_thread(lane_store.get_lane, self.engine, outbox, ordering_key)
+        )
+        return await self.client.resume_lane(
+            outbox, ordering_key, skip_reason=reason, destination=holder
+        )
+
+
+def _holder(view: LaneView | None) -> str | None:
+    """The bulk destination whose shard holds the lane, as its row last said (None: its own
+    workflow)."""
+    return view.destination if view is not None else None

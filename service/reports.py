@@ -59,16 +59,25 @@ class DeliveryReportService:
             destination,
             [report.message_id for report in reports],
         )
-        routed: list[tuple[str, DeliveryReport]] = []
+        routed: list[tuple[str, str | None, DeliveryReport]] = []
         for report in reports:
-            item_id = item_ids.get(report.message_id)
-            if item_id is None:
+            found = item_ids.get(report.message_id)
+            if found is None:
                 tally.unknown += 1
                 self._log_unknown(destination, report)
             else:
-                routed.append((item_id, report))
+                routed.append((*found, report))
         outcomes = await fan_out(
-            [functools.partial(self.client.report_delivery, *pair, destination) for pair in routed]
+            [
+                functools.partial(
+                    self.client.report_delivery,
+                    item_id,
+                    report,
+                    destination,
+                    ordering_key=ordering_key,
+                )
+                for item_id, ordering_key, report in routed
+            ]
         )
         for outcome in outcomes:
             if isinstance(outcome, Exception):

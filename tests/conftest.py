@@ -33,7 +33,7 @@ from temporalio.worker import Interceptor, Worker
 
 from common.destinations import Destination, DestinationRegistry
 from contract import search_attributes
-from contract.bulk import shard_of, shard_workflow_id
+from contract.bulk import owner_id, shard_of, shard_workflow_id
 from contract.ids import item_workflow_id, lane_workflow_id, provider_idempotency_key
 from contract.item import OutboxItemInput, OutboxItemView
 from devstack.fake_provider import FakeProvider, run_fake_provider
@@ -178,7 +178,9 @@ class TrackingOutboxClient(OutboxClient):
         self.shards: set[str] = set()
 
     async def enqueue(self, *args: Any, **kwargs: Any) -> EnqueueResult:
-        if kwargs.get("ordering_key") is not None:
+        target = self.destinations.get(args[1])
+        bulk = target is not None and target.mode == "bulk"
+        if kwargs.get("ordering_key") is not None and not bulk:
             self.lanes.add(lane_workflow_id(args[0], kwargs["ordering_key"]))
         result = await super().enqueue(*args, **kwargs)
         self.started.append(result.item_id)
@@ -187,8 +189,8 @@ class TrackingOutboxClient(OutboxClient):
     async def hand_to_shards(self, items: list[OutboxItemInput], shards: int) -> None:
         await super().hand_to_shards(items, shards)
         for item in items:
-            item_id = item_workflow_id(item.outbox, item.key)
-            self.shards.add(shard_workflow_id(item.destination, shard_of(item_id, shards)))
+            owner = owner_id(item.outbox, item.key, item.ordering_key)
+            self.shards.add(shard_workflow_id(item.destination, shard_of(owner, shards)))
 
     async def redrive(self, outbox: str, key: str, *, last_event_seq: int = 0) -> EnqueueResult:
         result = await super().redrive(outbox, key, last_event_seq=last_event_seq)

@@ -181,9 +181,13 @@ class Delivery:
             and self.state.next_attempt_at is not None
         )
 
-    async def run(self) -> OutboxItemView:
+    async def run(self, *, listen: bool = True) -> OutboxItemView:
         """Deliver the item; its final view. Raises `DeliveryFailed` once a failure is recorded,
-        and `CancelledError` (after recording it) when Temporal cancels the host."""
+        and `CancelledError` (after recording it) when Temporal cancels the host.
+
+        `listen=False` returns as soon as the item is sent, before its report window: an
+        ordering lane goes on to its next item while the host keeps this one open for its
+        delivery reports (`listen`)."""
         state, item = self.state, self.item
         if not state.started:
             state.started = True
@@ -210,7 +214,7 @@ class Delivery:
                 await self._submit_until_accepted()
             if state.status is ItemStatus.SENDING:
                 await self._poll_until_done()
-            if state.status is ItemStatus.SENT:
+            if state.status is ItemStatus.SENT and listen:
                 await self._listen_for_reports()
         except _Failed as failure:
             state.last_error_code = failure.error_code
@@ -225,6 +229,10 @@ class Delivery:
                 )
             raise
         return self.view()
+
+    async def listen(self) -> None:
+        """Stay open for the sent item's delivery reports (after `run(listen=False)`)."""
+        await self._listen_for_reports()
 
     def view(self) -> OutboxItemView:
         """The item as the API, the query and the read model show it."""

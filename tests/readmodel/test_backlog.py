@@ -13,7 +13,7 @@ from contract.item import ItemEvent, ItemEventType, ItemProjection, ItemStatus
 from contract.lane import LanePolicy, LaneProjection, LaneStatus, LaneView
 from readmodel import backlog, store
 from readmodel.backlog import DeliveryTally, ItemBacklog, LaneBacklog, read_backlog
-from readmodel.lanes import apply_lane_projection
+from readmodel.lanes import apply_lane_projections
 from readmodel.models import EVENTS
 from tests.readmodel.test_store import T0, view
 
@@ -62,7 +62,7 @@ def put_lane(
         length=length,
         version=1,
     )
-    apply_lane_projection(engine, LaneProjection(lane=lane))
+    apply_lane_projections(engine, [LaneProjection(lane=lane)])
 
 
 def test_item_backlog_counts_the_items_owed_and_the_oldest_queued(engine: Engine) -> None:

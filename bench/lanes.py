@@ -1,0 +1,202 @@
+"""`make bench`'s ordered-delivery figures (or `python -m bench.lanes`): one key under load.
+
+Each mode gets a stack of its own (`bench.stack`: a dev server, the fake provider, the workers)
+with a fast webhook destination (rate 1,000/s, so the destination is never the limit):
+
+- `lane_items_per_s`: 1,000 items into ONE lane, item mode, from the first enqueue to the last
+  delivery (appended together from one process, as a busy service would);
+- `bulk_lane_items_per_s`: the same in bulk mode (batches of 100, as `items:batch` sends them);
+- `lanes_items_per_s`: many keys x 5 items in bulk mode, beside `bulk_unordered_items_per_s`,
+  the same number of items without keys on the same stack, run right before it;
+- `lane_append_p50_ms` / `lane_append_p99_ms`: 20 appenders into one item-mode lane, each
+  appending one item after another.
+
+Every run also checks at the fake provider that each key's items arrived once each and in
+order; `problems` lists any that did not.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sys
+import time
+from contextlib import AsyncExitStack
+from typing import Any
+
+from sqlalchemy import func, select
+
+from bench.hot_aggregate import percentile
+from bench.stack import BenchStack, webhook_stack
+from common.settings import PROJECT_ROOT
+from readmodel.models import ITEMS
+
+QUICK = os.environ.get("QUICK") == "1"
+LANE_ITEMS = 1_000
+KEYS = 200 if QUICK else 1_000
+PER_KEY = 5
+APPENDERS = 20
+APPENDS_EACH = 10 if QUICK else 25
+BATCH = 100
+# A run is given up when nothing is delivered for this long.
+STALL_S = 60.0
+
+
+async def delivered(stack: BenchStack, outbox: str, expected: int) -> float:
+    """Wait until the read model has `expected` of the outbox's items sent; when that was."""
+    done, progressed_at = 0, time.monotonic()
+    while True:
+        with stack.engine.connect() as connection:
+            sent = connection.execute(
+                select(func.count())
+                .select_from(ITEMS)
+                .where(ITEMS.c.outbox == outbox, ITEMS.c.status == "sent")
+            ).scalar_one()
+        if sent >= expected:
+            return time.monotonic()
+        if sent > done:
+            done, progressed_at = sent, time.monotonic()
+        if time.monotonic() - progressed_at > STALL_S:
+            raise TimeoutError(f"{outbox}: stalled at {done} of {expected} sent")
+        await asyncio.sleep(0.1)
+
+
+async def order_problems(stack: BenchStack, outbox: str, expected: int) -> list[str]:
+    """Each key's items at the fake: once each, in the order they were enqueued."""
+    arrivals = [
+        entry["payload"]
+        for entry in await stack.fake.admin.deliveries(stack.destination.name)
+        if entry["payload"].get("outbox") == outbox
+    ]
+    seen: dict[tuple[str, int], int] = {}
+    last: dict[str, int] = {}
+    out_of_order = 0
+    for payload in arrivals:
+        mark = (payload["key"], payload["n"])
+        seen[mark] = seen.get(mark, 0) + 1
+        if payload["n"] < last.get(payload["key"], -1):
+            out_of_order += 1
+        last[payload["key"]] = payload["n"]
+    problems = []
+    if len(seen) != expected:
+        problems.append(f"{outbox}: {expected - len(seen)} items lost")
+    if duplicates := sum(count - 1 for count in seen.values()):
+        problems.append(f"{outbox}: {duplicates} delivered twice")
+    if out_of_order:
+        problems.append(f"{outbox}: {out_of_order} arrived before an item enqueued earlier")
+    return problems
+
+
+async def one_lane(stack: BenchStack, outbox: str, batched: bool) -> tuple[float, list[str]]:
+    """Items per second through one lane, first enqueue to last delivery."""
+    name = stack.destination.name
+    items = [({"outbox": outbox, "key": "one", "n": n}, f"{outbox}-{n}") for n in range(LANE_ITEMS)]
+    began = time.monotonic()
+    if batched:
+        for start in range(0, LANE_ITEMS, BATCH):
+            built = [
+                stack.outbox.new_item(outbox, name, payload, key=key, ordering_key="one")
+                for payload, key in items[start : start + BATCH]
+            ]
+            await stack.outbox.hand_to_shards(built, stack.destination.shards)
+    else:
+        await asyncio.gather(
+            *(
+                stack.outbox.enqueue(outbox, name, payload, key=key, ordering_key="one")
+                for payload, key in items
+            )
+        )
+    ended = await delivered(stack, outbox, LANE_ITEMS)
+    return LANE_ITEMS / (ended - began), await order_problems(stack, outbox, LANE_ITEMS)
+
+
+async def many_keys(stack: BenchStack, outbox: str, keyed: bool) -> tuple[float, list[str]]:
+    """Items per second for KEYS x PER_KEY items in batches, with or without ordering keys."""
+    name = stack.destination.name
+    built = [
+        stack.outbox.new_item(
+            outbox,
+            name,
+            {"outbox": outbox, "key": f"k{k}", "n": n},
+            key=f"{outbox}-{k}-{n}",
+            ordering_key=f"k{k}" if keyed else None,
+        )
+        for n in range(PER_KEY)
+        for k in range(KEYS)
+    ]
+    began = time.monotonic()
+    for start in range(0, len(built), BATCH):
+        await stack.outbox.hand_to_shards(built[start : start + BATCH], stack.destination.shards)
+    ended = await delivered(stack, outbox, len(built))
+    problems = await order_problems(stack, outbox, len(built)) if keyed else []
+    return len(built) / (ended - began), problems
+
+
+async def append_latency(stack: BenchStack, outbox: str) -> tuple[list[float], list[str]]:
+    """20 appenders into one lane, each appending one item after another: each call's time."""
+    name = stack.destination.name
+    latencies: list[float] = []
+
+    async def appender(a: int) -> None:
+        for n in range(APPENDS_EACH):
+            began = time.perf_counter()
+            await stack.outbox.enqueue(
+                outbox,
+                name,
+                {"outbox": outbox, "key": f"a{a}", "n": n},
+                key=f"{outbox}-{a}-{n}",
+                ordering_key="shared",
+            )
+            latencies.append((time.perf_counter() - began) * 1000)
+
+    await asyncio.gather(*(appender(a) for a in range(APPENDERS)))
+    expected = APPENDERS * APPENDS_EACH
+    await delivered(stack, outbox, expected)
+    return latencies, await order_problems(stack, outbox, expected)
+
+
+async def lanes_figures() -> dict[str, Any]:
+    figures: dict[str, Any] = {}
+    problems: list[str] = []
+    for mode in ("item", "bulk"):
+        async with AsyncExitStack() as exits:
+            extra: dict[str, Any] = {"mode": "bulk", "shards": 4} if mode == "bulk" else {}
+            stack = await webhook_stack(
+                exits,
+                name=f"lanes-{mode}",
+                db_file=PROJECT_ROOT / ".bench" / f"lanes_{mode}.db",
+                workflow_task_queue=f"lanes-{mode}-workflows",
+                submit_rate=1000,
+                poll_rate=1000,
+                **extra,
+            )
+            if mode == "item":
+                rate, found = await one_lane(stack, "one-lane-item", batched=False)
+                figures["lane_items_per_s"] = round(rate, 1)
+                latencies, more = await append_latency(stack, "appenders")
+                figures["lane_append_p50_ms"] = round(percentile(latencies, 0.5), 1)
+                figures["lane_append_p99_ms"] = round(percentile(latencies, 0.99), 1)
+                problems += found + more
+            else:
+                rate, found = await one_lane(stack, "one-lane-bulk", batched=True)
+                figures["bulk_lane_items_per_s"] = round(rate, 1)
+                unordered, _ = await many_keys(stack, "unordered", keyed=False)
+                keyed, more = await many_keys(stack, "keyed", keyed=True)
+                figures["bulk_unordered_items_per_s"] = round(unordered, 1)
+                figures["lanes_items_per_s"] = round(keyed, 1)
+                figures["lanes_ratio_vs_unordered"] = round(keyed / unordered, 3)
+                problems += found + more
+        print(f"  {mode} mode: {json.dumps(figures)}", flush=True)
+    figures["lanes_problems"] = problems
+    return figures
+
+
+def main() -> int:
+    figures = asyncio.run(lanes_figures())
+    print(json.dumps(figures, indent=2))
+    return 1 if figures["lanes_problems"] else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,67 @@
+"""Update-with-start that goes again when the server aborted it before the workflow took it.
+
+An aggregate's command batch and a lane's append batch are both updates that start their
+workflow if it is not running. At a hand-over to the next run (continue-as-new), or when the
+workflow task the update went out with failed, the server answers FAILED_PRECONDITION with
+`WorkflowNotReadyFailure`: nothing was applied, and the same update may go again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from datetime import timedelta
+from typing import Any, TypeVar
+
+from temporalio.api.errordetails.v1 import MultiOperationExecutionFailure, WorkflowNotReadyFailure
+from temporalio.client import Client, WithStartWorkflowOperation
+from temporalio.service import RPCError, RPCStatusCode
+
+Result = TypeVar("Result")
+# How often an update goes again when the server aborted it before the workflow took it.
+NOT_READY_RETRIES = 5
+
+
+async def update_with_start(
+    client: Client,
+    update: str,
+    arg: Any,
+    *,
+    start: Callable[[], WithStartWorkflowOperation[Any, Any]],
+    result_type: type[Result],
+    rpc_timeout: timedelta,
+) -> Result:
+    """Run `update` on the workflow `start()` describes, starting it if it is not running.
+
+    `start` makes a fresh operation per attempt (an operation is used once)."""
+    for attempt in range(NOT_READY_RETRIES + 1):
+        try:
+            result: Result = await client.execute_update_with_start_workflow(
+                update,
+                arg,
+                start_workflow_operation=start(),
+                result_type=result_type,
+                rpc_timeout=rpc_timeout,
+            )
+        except RPCError as err:
+            if not not_ready(err) or attempt == NOT_READY_RETRIES:
+                raise
+            await asyncio.sleep(0.05 * 2**attempt)
+            continue
+        return result
+    raise AssertionError("unreachable: the last attempt returns or raises")
+
+
+def not_ready(err: RPCError) -> bool:
+    """The server aborted the update before the workflow took it: the workflow task it went
+    out with failed or ended the run (a hand-over to the next run)."""
+    details = list(err.grpc_status.details)
+    for detail in err.grpc_status.details:
+        # Update-with-start answers for its two operations, each with its own details.
+        if detail.Is(MultiOperationExecutionFailure.DESCRIPTOR):
+            failure = MultiOperationExecutionFailure()
+            detail.Unpack(failure)
+            details += [inner for status in failure.statuses for inner in status.details]
+    return err.status == RPCStatusCode.FAILED_PRECONDITION and any(
+        detail.Is(WorkflowNotReadyFailure.DESCRIPTOR) for detail in details
+    )

@@ -1,0 +1,676 @@
+"""A workflow that hosts many deliveries: the bulk shard, and the ordering lane of item mode.
+
+The Cloudflare Queues v2 move (docs/explanation/seeds.md): one coordinator per queue became
+sharded Durable Objects. Here a bulk destination's items are spread over its shards by a hash of
+the item id (of the lane id, for an item with an ordering key), and each shard runs
+`workflows.delivery.Delivery` for every item it holds, the very state machine of the item
+workflow. An item-mode ordering lane is the same host with one lane (`workflows.lane`). What a
+host does differently from an item workflow is what makes it cheap:
+
+- its items share timers: each wait is rounded up to the next `TICK` and one durable timer wakes
+  the host for every wait due by then (a wait is never shorter than asked: Retry-After holds);
+- their transitions are written by the submit and poll activities, like an item's, and the rest
+  in batches: one local activity per batch of items instead of one per transition;
+- items arrive in batches (one signal or update per host for a batch enqueue);
+- with `submit_batch`/`poll_batch`, submits and polls that fall due together share an activity
+  (the destination's queues then count batches: see `common.destinations`);
+- no per-item search attributes: the Web UI shows the host and its counts; each item's story is
+  in the read model.
+
+Items with an ordering key go to their lane (`workflows.ordering.Lane`), which runs them one at a
+time in arrival order beside the unordered items and the other lanes' heads.
+
+It continues as new carrying its items and lanes (each with its state) once Temporal suggests
+it: new submits and polls wait, the ones out finish, and the next run resumes every item where
+it was.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import dataclasses
+import math
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Generic, TypeVar
+
+from temporalio import workflow
+from temporalio.common import RetryPolicy
+from temporalio.exceptions import ActivityError, ApplicationError
+
+with workflow.unsafe.imports_passed_through():
+    from activities.delivery import DeliveryActivities
+    from activities.projection import ProjectionActivities
+    from contract.bulk import (
+        CANCEL_ITEM_SIGNAL,
+        ENQUEUE_SIGNAL,
+        ITEM_REPORT_SIGNAL,
+        RECENT_KEPT,
+        SHARD_QUERY,
+        ItemCancel,
+        ItemReport,
+        ShardEnqueue,
+        ShardInput,
+        ShardView,
+    )
+    from contract.ids import item_workflow_id, lane_workflow_id, parse_item_workflow_id
+    from contract.item import (
+        DeliveryPolicy,
+        ItemErrorType,
+        ItemProjection,
+        ItemStatus,
+        OutboxItemInput,
+        PollOutcome,
+        PollRequest,
+        SubmitOutcome,
+        SubmitRequest,
+    )
+    from contract.lane import (
+        APPEND_SIGNAL,
+        APPEND_UPDATE,
+        LANE_QUERY,
+        REDRIVE_HEAD_SIGNAL,
+        REMOVE_UPDATE,
+        SKIP_HEAD_SIGNAL,
+        AppendOutcome,
+        LaneAppends,
+        LaneAppendsResult,
+        LaneDetail,
+        LanePolicy,
+        LaneState,
+        RedriveHead,
+        RemoveRequest,
+        RemoveResult,
+        SkipHead,
+    )
+    from workflows.delivery import BATCH_RETRIES, Delivery, DeliveryFailed
+    from workflows.ordering import Lane
+
+# Waits are rounded up to this, so the items waiting in one tick share one timer.
+TICK = timedelta(milliseconds=100)
+# Submits and polls one shard has out at once. Temporal keeps a workflow's pending activities
+# in its mutable state, which the server rewrites at every step of that workflow: a shard with
+# thousands out would make every step cost thousands. The rest wait their turn in the shard, for
+# free. Why: docs/decisions/bulk-shards.md
+MAX_OUT = 100
+# Submit (and, apart, poll) activities of a batching shard out at once; the requests asked for
+# meanwhile wait and fill the next batches (see `_Batcher`).
+BATCHES_OUT = 4
+# Projections one local activity writes at most (item transitions; lanes with theirs).
+PROJECTION_BATCH = 200
+LANE_PROJECTION_BATCH = 50
+_PROJECTION_RETRIES = RetryPolicy(
+    initial_interval=timedelta(milliseconds=200), maximum_interval=timedelta(seconds=30)
+)
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+Request = TypeVar("Request", SubmitRequest, PollRequest)
+Outcome = TypeVar("Outcome", SubmitOutcome, PollOutcome)
+
+
+@dataclass
+class _Batcher(Generic[Request, Outcome]):
+    """Submits (or polls) asked for by the shard's deliveries, sent in activities of up to
+    `size`, at most `BATCHES_OUT` at once.
+
+    Each activity spends one of the queue's tokens however few items it carries, so a lone
+    request would cost a whole batch's share of the rate. While `BATCHES_OUT` activities are out
+    (waiting for the server to dispatch them, at the queue's rate, or running), new requests
+    wait here and go out together when one comes back: the slower the queue, the fuller the
+    batches."""
+
+    activity: Callable[[DeliveryActivities, list[Request]], Awaitable[list[Outcome]]]
+    task_queue: Callable[[DeliveryPolicy], str]
+    timeout_s: Callable[[DeliveryPolicy], float]
+    failed: Callable[[str], Outcome]
+    noun: str
+    size: int = 1
+    _asked: list[tuple[Request, DeliveryPolicy, asyncio.Future[Outcome]]] = field(
+        default_factory=list
+    )
+    _gathering: bool = False
+    _out: int = 0
+
+    async def ask(self, request: Request, policy: DeliveryPolicy) -> Outcome:
+        outcome: asyncio.Future[Outcome] = asyncio.get_running_loop().create_future()
+        self._asked.append((request, policy, outcome))
+        self._send_soon()
+        return await outcome
+
+    def _send_soon(self) -> None:
+        if not self._gathering:
+            # Sent after every delivery already woken in this step has asked (they run first),
+            # so the requests that fell due together go out together.
+            self._gathering = True
+            asyncio.create_task(self._send())
+
+    async def _send(self) -> None:
+        self._gathering = False
+        while self._asked and self._out < BATCHES_OUT:
+            batch, self._asked = self._asked[: self.size], self._asked[self.size :]
+            self._out += 1
+            asyncio.create_task(self._send_batch(batch))
+
+    async def _send_batch(
+        self, batch: list[tuple[Request, DeliveryPolicy, asyncio.Future[Outcome]]]
+    ) -> None:
+        policy = batch[0][1]
+        try:
+            outcomes = await workflow.execute_activity_method(
+                self.activity,
+                [request for request, _, _ in batch],
+                task_queue=self.task_queue(policy),
+                start_to_close_timeout=timedelta(seconds=self.timeout_s(policy)),
+                retry_policy=BATCH_RETRIES,
+                summary=f"{self.noun} {len(batch)} items",
+            )
+        except ActivityError as err:
+            # The whole activity failed (after its retries): each item counts a failed request.
+            outcomes = [self.failed(str(err.cause or err))] * len(batch)
+        finally:
+            self._out -= 1
+        for (_, _, outcome), answered in zip(batch, outcomes, strict=True):
+            outcome.set_result(answered)
+        if self._asked:
+            self._send_soon()
+
+
+class DeliveryHostWorkflow:
+    """Holds many items (unordered, and in ordering lanes) and delivers each with the shared
+    machine. Not a workflow itself: `BulkShardWorkflow` and `OutboxLaneWorkflow` are."""
+
+    @workflow.init
+    def __init__(self, start: ShardInput) -> None:
+        self._start = start
+        # Unordered items, and sent lane items staying open for their delivery reports.
+        self._deliveries: dict[str, Delivery] = {}
+        self._running: dict[str, asyncio.Task[None]] = {}
+        # Ordering lanes by lane id; the item ids they hold, to route a cancel or a report.
+        self._lanes: dict[str, Lane] = {}
+        self._lane_tasks: dict[str, asyncio.Task[None]] = {}
+        self._lane_of_item: dict[str, Lane] = {}
+        self._recent: collections.deque[str] = collections.deque(start.recent, maxlen=RECENT_KEPT)
+        self._finished = 0
+        # Batched projections, each with the future its delivery waits on.
+        self._to_project: list[tuple[ItemProjection, asyncio.Future[None]]] = []
+        self._flushing = False
+        # Lanes whose view changed since it was last projected.
+        self._lanes_changed: dict[str, Lane] = {}
+        self._lanes_flushing = False
+        # The shared timer: when it is set to fire, and whether a wait wants it earlier.
+        self._timer_at: datetime | None = None
+        self._wake_ats: list[datetime] = []
+        self._rearm = False
+        self._draining = False
+        # Submits and polls out (at most MAX_OUT), and the deliveries waiting for a turn.
+        self._out = 0
+        self._waiting: collections.deque[asyncio.Future[None]] = collections.deque()
+        # Submits and polls asked for in this step and not yet sent.
+        self._submits: _Batcher[SubmitRequest, SubmitOutcome] = _Batcher(
+            DeliveryActivities.submit_items,
+            lambda policy: policy.submit_task_queue,
+            lambda policy: policy.submit_timeout_s,
+            lambda message: SubmitOutcome(error_type=ItemErrorType.TRANSIENT, message=message),
+            "submit",
+            start.submit_batch,
+        )
+        self._polls: _Batcher[PollRequest, PollOutcome] = _Batcher(
+            DeliveryActivities.poll_operations,
+            lambda policy: policy.poll_task_queue,
+            lambda policy: policy.poll_timeout_s,
+            lambda message: PollOutcome(error_type=ItemErrorType.TRANSIENT, message=message),
+            "poll",
+            start.poll_batch,
+        )
+        # Before any handler runs: an append in the first task finds its carried lane.
+        for lane_state in start.lanes:
+            self._add_lane(lane_state)
+
+    async def _run(self) -> None:
+        """Deliver until nothing has been held for `linger_s`, continuing as new on the way."""
+        for lane in self._lanes.values():
+            self._start_lane(lane)
+        for item in self._start.items:
+            self._admit(item)
+        try:
+            await self._serve()
+        except asyncio.CancelledError:
+            # Cancelled itself (Web UI, CLI): the items waiting in lanes will never run, so each
+            # is recorded as cancelled rather than silently dropped.
+            for lane in self._lanes.values():
+                lane.remove_all("cancelled with its host workflow")
+            await workflow.wait_condition(self._all_projected)
+            raise
+
+    async def _serve(self) -> None:
+        linger = timedelta(seconds=self._start.linger_s)
+        while True:
+            self._show_details()
+            if self._should_continue_as_new():
+                await self._continue_as_new()
+            if not self._busy():
+                # Empty: linger for more items, then end (the next enqueue starts it again).
+                try:
+                    await workflow.wait_condition(
+                        self._busy, timeout=linger, timeout_summary="linger"
+                    )
+                except TimeoutError:
+                    await workflow.wait_condition(self._all_projected)
+                    if not self._busy() and workflow.all_handlers_finished():
+                        return
+                continue
+            self._rearm = False
+            due = self._next_wake_at()
+            timeout = None if due is None else max(due - workflow.now(), timedelta(0))
+            try:
+                await workflow.wait_condition(
+                    lambda: self._rearm or not self._busy() or self._should_continue_as_new(),
+                    timeout=timeout,
+                    timeout_summary="next wake-up",
+                )
+            except TimeoutError:
+                self._timer_at = None
+
+    def _busy(self) -> bool:
+        return bool(self._deliveries) or any(lane.state.entries for lane in self._lanes.values())
+
+    # -- handlers --------------------------------------------------------------------------------
+
+    @workflow.signal(name=ENQUEUE_SIGNAL)
+    def enqueue_items(self, batch: ShardEnqueue) -> None:
+        # The destination's batch sizes as configured now: a changed config applies from the
+        # next enqueue, like the worker's queue rates from its next start.
+        if batch.submit_batch is not None:
+            self._submits.size = batch.submit_batch
+        if batch.poll_batch is not None:
+            self._polls.size = batch.poll_batch
+        for item in batch.items:
+            self._admit(item, batch.lane_policies.get(item.outbox))
+
+    @workflow.update(name=APPEND_UPDATE)
+    def append_items(self, appends: LaneAppends) -> LaneAppendsResult:
+        """Append items to their lanes, in order; what became of each."""
+        return LaneAppendsResult(
+            outcomes=[self._admit(item, appends.policy) for item in appends.items]
+        )
+
+    @workflow.signal(name=APPEND_SIGNAL)
+    def append_items_unconfirmed(self, appends: LaneAppends) -> None:
+        """The same append, sent when no worker answered the update in time."""
+        for item in appends.items:
+            self._admit(item, appends.policy)
+
+    @workflow.signal(name=CANCEL_ITEM_SIGNAL)
+    def cancel_item(self, cancel: ItemCancel) -> None:
+        delivery = self._delivery(cancel.item_id)
+        if delivery is not None:
+            delivery.request_cancel(cancel.request)
+            return
+        lane = self._lane_of_item.get(cancel.item_id)
+        if lane is not None:
+            _, key = parse_item_workflow_id(cancel.item_id)
+            if lane.remove_waiting(key, cancel.request.reason):
+                del self._lane_of_item[cancel.item_id]
+
+    @workflow.signal(name=ITEM_REPORT_SIGNAL)
+    async def item_delivery_report(self, routed: ItemReport) -> None:
+        delivery = self._delivery(routed.item_id)
+        if delivery is not None:
+            await delivery.delivery_report(routed.report)
+
+    @workflow.signal(name=REDRIVE_HEAD_SIGNAL)
+    def redrive_head(self, request: RedriveHead) -> None:
+        """Run a halted lane's failed head item again; only while halted on that key."""
+        for lane in self._lanes_named(request.ordering_key):
+            if lane.redrive(request):
+                return
+
+    @workflow.signal(name=SKIP_HEAD_SIGNAL)
+    def skip_head(self, request: SkipHead) -> None:
+        """Move a halted lane past its failed head item; only while halted on that key."""
+        for lane in self._lanes_named(request.ordering_key):
+            if lane.skip(request):
+                return
+
+    @workflow.update(name=REMOVE_UPDATE)
+    async def remove(self, request: RemoveRequest) -> RemoveResult:
+        """Cancel waiting items of the lanes named (or all lanes); once projected."""
+        result = RemoveResult()
+        for lane in list(self._lanes.values()):
+            if request.outbox is not None and lane.state.outbox != request.outbox:
+                continue
+            if request.ordering_key is not None and lane.state.ordering_key != request.ordering_key:
+                continue
+            taken = await lane.remove(request)
+            result.removed += taken.removed
+            result.views += taken.views
+            result.head = result.head or taken.head
+            for view in taken.views:
+                self._lane_of_item.pop(view.id, None)
+        return result
+
+    @workflow.query(name=LANE_QUERY)
+    def lane(self, lane_id: str) -> LaneDetail:
+        """A lane's view and the first keys behind its head; fails for a lane not held here."""
+        lane = self._lanes.get(lane_id)
+        if lane is None:
+            raise ApplicationError(f"no lane {lane_id!r} here", type="LaneNotHeld")
+        return lane.detail()
+
+    @workflow.query(name=SHARD_QUERY)
+    def view(self) -> ShardView:
+        by_status: dict[str, int] = {}
+        for delivery in self._deliveries.values():
+            status = delivery.state.status.value
+            by_status[status] = by_status.get(status, 0) + 1
+        return ShardView(
+            destination=self._start.destination,
+            shard=self._start.shard,
+            held=len(self._deliveries),
+            by_status=by_status,
+            finished=self._finished,
+            lanes=len(self._lanes),
+            in_lanes=sum(len(lane.state.entries) for lane in self._lanes.values()),
+        )
+
+    # -- items -----------------------------------------------------------------------------------
+
+    def _admit(self, item: OutboxItemInput, lane_policy: LanePolicy | None = None) -> AppendOutcome:
+        item_id = item_workflow_id(item.outbox, item.key)
+        if item_id in self._deliveries or _generation_id(item) in self._recent:
+            return AppendOutcome.DUPLICATE  # a repeated enqueue (a client's retry)
+        resumed = item.state is not None and item.state.status.is_final
+        if item.ordering_key is not None and not resumed:
+            return self._append(item_id, item, lane_policy)
+        delivery = Delivery(item_id, item, self)
+        self._deliveries[item_id] = delivery
+        self._running[item_id] = asyncio.create_task(self._deliver(delivery))
+        return AppendOutcome.QUEUED
+
+    def _append(
+        self, item_id: str, item: OutboxItemInput, lane_policy: LanePolicy | None
+    ) -> AppendOutcome:
+        assert item.ordering_key is not None
+        lane_id = lane_workflow_id(item.outbox, item.ordering_key)
+        lane = self._lanes.get(lane_id)
+        if lane is None:
+            lane = self._add_lane(
+                LaneState(
+                    outbox=item.outbox,
+                    ordering_key=item.ordering_key,
+                    policy=lane_policy or LanePolicy.HALT,
+                    destination=self._start.destination or None,
+                )
+            )
+        if lane_policy is not None:
+            lane.state.policy = lane_policy
+        outcome = lane.admit(item)
+        if outcome is AppendOutcome.QUEUED:
+            self._lane_of_item[item_id] = lane
+            self._start_lane(lane)
+        return outcome
+
+    def _add_lane(self, state: LaneState) -> Lane:
+        lane = Lane(state, self)
+        self._lanes[lane.id] = lane
+        for entry in state.entries:
+            self._lane_of_item[item_workflow_id(state.outbox, entry.key)] = lane
+        return lane
+
+    def _start_lane(self, lane: Lane) -> None:
+        if lane.state.entries and lane.id not in self._lane_tasks:
+            self._lane_tasks[lane.id] = asyncio.create_task(self._run_lane(lane))
+
+    async def _run_lane(self, lane: Lane) -> None:
+        await lane.run()
+        del self._lane_tasks[lane.id]
+        if self._start.destination:
+            # A shard holds many lanes: an empty one goes once its last view is written (a new
+            # item starts it again, its row moving on from there).
+            await workflow.wait_condition(lambda: not lane.unprojected())
+            if not lane.state.entries and lane.id not in self._lane_tasks:
+                del self._lanes[lane.id]
+
+    def _lanes_named(self, ordering_key: str | None) -> list[Lane]:
+        return [
+            lane
+            for lane in self._lanes.values()
+            if ordering_key is None or lane.state.ordering_key == ordering_key
+        ]
+
+    def _delivery(self, item_id: str) -> Delivery | None:
+        """The running delivery of an item: unordered, listening, or a lane's head."""
+        delivery = self._deliveries.get(item_id)
+        if delivery is not None:
+            return delivery
+        lane = self._lane_of_item.get(item_id)
+        if lane is not None and lane.head is not None and lane.head.item_id == item_id:
+            return lane.head
+        return None
+
+    async def _deliver(self, delivery: Delivery) -> None:
+        item = delivery.item
+        if not delivery.state.started and item.not_before is not None:
+            remaining = item.not_before - workflow.now()
+            if remaining > timedelta(0):
+                await self.wait(remaining, "not before", lambda: delivery.state.cancel_requested)
+        # A failure is recorded and projected: the read model holds it as a dead letter.
+        with contextlib.suppress(DeliveryFailed):
+            await delivery.run()
+        self._done(delivery)
+
+    def _done(self, delivery: Delivery) -> None:
+        del self._deliveries[delivery.item_id]
+        del self._running[delivery.item_id]
+        self._recent.append(_generation_id(delivery.item))
+        self._finished += 1
+
+    # -- LaneHost --------------------------------------------------------------------------------
+
+    def lane_changed(self, lane: Lane) -> None:
+        self._lanes_changed[lane.id] = lane
+        if not self._lanes_flushing:
+            self._lanes_flushing = True
+            asyncio.create_task(self._flush_lanes())
+
+    def keep_listening(self, delivery: Delivery) -> None:
+        """A lane's sent head: open for its reports as an unordered item, carried as one."""
+        self._lane_of_item.pop(delivery.item_id, None)
+        self._deliveries[delivery.item_id] = delivery
+        self._running[delivery.item_id] = asyncio.create_task(self._listen(delivery))
+
+    async def _listen(self, delivery: Delivery) -> None:
+        await delivery.listen()
+        self._done(delivery)
+
+    async def _flush_lanes(self) -> None:
+        """Write the changed lanes' views and their waiting items' transitions, in batches."""
+        try:
+            while self._lanes_changed:
+                batch = list(self._lanes_changed.values())[:LANE_PROJECTION_BATCH]
+                for lane in batch:
+                    del self._lanes_changed[lane.id]
+                taken = [lane.take_projection() for lane in batch]
+                await workflow.execute_local_activity_method(
+                    ProjectionActivities.project_lanes,
+                    [projection for projection, _ in taken],
+                    start_to_close_timeout=timedelta(seconds=30),
+                    retry_policy=_PROJECTION_RETRIES,
+                    summary=f"project {len(batch)} lanes to read model",
+                )
+                for lane, (_, version) in zip(batch, taken, strict=True):
+                    lane.projected(version)
+                self._lanes_projected()
+        finally:
+            self._lanes_flushing = False
+
+    def _lanes_projected(self) -> None:
+        """A hook for a host that shows its lane (the item-mode lane's search attribute)."""
+
+    def _all_projected(self) -> bool:
+        return (
+            not self._flushing
+            and not self._to_project
+            and not self._lanes_flushing
+            and not self._lanes_changed
+        )
+
+    # -- DeliveryHost ----------------------------------------------------------------------------
+
+    async def project(self, projection: ItemProjection) -> None:
+        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._to_project.append((projection, done))
+        if not self._flushing:
+            self._flushing = True
+            asyncio.create_task(self._flush())
+        await done
+
+    async def _flush(self) -> None:
+        """Write the gathered projections, a batch per local activity, until none are left."""
+        try:
+            while self._to_project:
+                batch = self._to_project[:PROJECTION_BATCH]
+                del self._to_project[:PROJECTION_BATCH]
+                await workflow.execute_local_activity_method(
+                    ProjectionActivities.project_items,
+                    [projection for projection, _ in batch],
+                    start_to_close_timeout=timedelta(seconds=30),
+                    retry_policy=_PROJECTION_RETRIES,
+                    summary=f"project {len(batch)} items to read model",
+                )
+                for _, done in batch:
+                    done.set_result(None)
+        finally:
+            self._flushing = False
+
+    def status_changed(self, status: ItemStatus) -> None:
+        """No search attribute per item: the host's counts are in its current details."""
+
+    def show_details(self, lines: list[str]) -> None:
+        """One item's details would be lost among many: the host shows its counts instead."""
+
+    async def wait(
+        self, duration: timedelta, summary: str, until: Callable[[], bool] | None
+    ) -> None:
+        at = workflow.now() + duration
+        tick = _tick_after(at)
+        self._wake_ats.append(tick)
+        if self._timer_at is None or tick < self._timer_at:
+            self._rearm = True
+        await workflow.wait_condition(
+            lambda: workflow.now() >= at or (until is not None and until())
+        )
+
+    def gate(self) -> Awaitable[None] | None:
+        if self._draining:
+            # Held until the run continues as new (which resumes it from its state).
+            return workflow.wait_condition(lambda: False)
+        if self._out < MAX_OUT:
+            self._out += 1
+            return None
+        # First come, first served: each answered submit or poll wakes the longest waiting.
+        turn: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._waiting.append(turn)
+        return turn
+
+    def submit_batched(self) -> bool:
+        return self._submits.size > 1
+
+    async def submit(self, request: SubmitRequest, policy: DeliveryPolicy) -> SubmitOutcome:
+        """Join the submits asked for in this step; one activity per `submit_batch` of them."""
+        return await self._submits.ask(request, policy)
+
+    def poll_batched(self) -> bool:
+        return self._polls.size > 1
+
+    async def poll(self, request: PollRequest, policy: DeliveryPolicy) -> PollOutcome:
+        """Join the polls asked for in this step; one activity per `poll_batch` of them."""
+        return await self._polls.ask(request, policy)
+
+    def release(self) -> None:
+        self._out -= 1
+        while self._waiting:
+            turn = self._waiting.popleft()
+            if not turn.done():
+                turn.set_result(None)
+                break
+
+    async def checkpoint(self, delivery: Delivery) -> None:
+        """The host continues as new as a whole (see the module docstring)."""
+
+    # -- the shared timer and continue-as-new ----------------------------------------------------
+
+    def _next_wake_at(self) -> datetime | None:
+        now = workflow.now()
+        self._wake_ats = [at for at in self._wake_ats if at > now]
+        self._timer_at = min(self._wake_ats, default=None)
+        return self._timer_at
+
+    def _should_continue_as_new(self) -> bool:
+        if not self._busy():
+            return False
+        info = workflow.info()
+        limit = self._start.continue_after_events
+        return info.is_continue_as_new_suggested() or (
+            limit is not None and info.get_current_history_length() >= limit
+        )
+
+    def _deliveries_out(self) -> bool:
+        heads = (lane.head for lane in self._lanes.values() if lane.head is not None)
+        return any(d.activity_out for d in (*self._deliveries.values(), *heads))
+
+    async def _continue_as_new(self) -> None:
+        self._draining = True
+        # Submits and polls out finish (new ones wait at the gate), projections are written.
+        await workflow.wait_condition(
+            lambda: (
+                self._all_projected()
+                and not self._deliveries_out()
+                and workflow.all_handlers_finished()
+            )
+        )
+        items = [
+            dataclasses.replace(
+                delivery.item,
+                state=delivery.state,
+                # A sent item only listens for reports now: its payload need not be carried.
+                payload={} if delivery.state.status.is_final else delivery.item.payload,
+            )
+            for delivery in self._deliveries.values()
+        ]
+        workflow.continue_as_new(
+            dataclasses.replace(
+                self._start,
+                poll_batch=self._polls.size,
+                submit_batch=self._submits.size,
+                items=items,
+                recent=list(self._recent),
+                lanes=[lane.carry() for lane in self._lanes.values()],
+            )
+        )
+
+    def _show_details(self) -> None:
+        view = self.view()
+        counts = ", ".join(f"{n} {status}" for status, n in sorted(view.by_status.items()))
+        lanes = f"; {view.lanes} lanes holding {view.in_lanes} items" if view.lanes else ""
+        workflow.set_current_details(
+            f"Bulk shard {view.shard} of **{view.destination}**: {view.held} items held"
+            f" ({counts or 'none'}){lanes}; {view.finished} finished in this run."
+            " Each item's story is in the read model (`GET /v1/outboxes/{outbox}/items/{key}`)."
+        )
+
+
+def _generation_id(item: OutboxItemInput) -> str:
+    """What the shard remembers of an item it finished: its id, and its generation once
+    redriven (a redrive hands the same id over again)."""
+    item_id = item_workflow_id(item.outbox, item.key)
+    return item_id if item.generation == 0 else f"{item_id}#{item.generation}"
+
+
+def _tick_after(at: datetime) -> datetime:
+    """`at` rounded up to the next TICK boundary."""
+    ticks = math.ceil((at - _EPOCH) / TICK)
+    return _EPOCH + ticks * TICK

@@ -1,0 +1,444 @@
+"""One ordering key's items, delivered strictly one after another inside a host workflow.
+
+Replaces an ordered cursor over an outbox table (Postgres `FOR UPDATE SKIP LOCKED` on the
+oldest row of a key; docs/explanation/ordering-lanes.md): the order items reach the host in is
+its history's order, and a `Lane` runs them in that order, one at a time, with the very delivery
+state machine of every other item (`workflows.delivery.Delivery`) hosted by the workflow it lives
+in. Two workflows host lanes, with the same code:
+
+- in item mode a lane has a workflow of its own (`workflows.lane`, one lane);
+- in bulk mode the destination's shard that owns the key holds it (`workflows.bulk_shard`,
+  many lanes beside its unordered items).
+
+Either way no workflow is started per item: that start and finish per item is what held one lane
+to ten items a second (docs/decisions/lanes-in-the-host.md). Each item's story is in the read
+model, as a bulk item's is.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import Protocol
+
+from temporalio import workflow
+
+with workflow.unsafe.imports_passed_through():
+    from contract.ids import item_workflow_id, lane_workflow_id, payload_hash
+    from contract.item import (
+        CancelRequest,
+        ItemEvent,
+        ItemEventType,
+        ItemProjection,
+        ItemStatus,
+        OutboxItemInput,
+        OutboxItemState,
+        OutboxItemView,
+    )
+    from contract.lane import (
+        LANE_MAX_WAITING_BYTES,
+        LANE_VIEW_WAITING,
+        AppendOutcome,
+        LaneDetail,
+        LaneEntry,
+        LanePolicy,
+        LaneProjection,
+        LaneState,
+        LaneStatus,
+        LaneView,
+        RedriveHead,
+        RemoveRequest,
+        RemoveResult,
+        SkipHead,
+        entry_size,
+    )
+    from workflows.delivery import Delivery, DeliveryFailed, DeliveryHost
+
+
+class LaneHost(DeliveryHost, Protocol):
+    """What a lane needs from the workflow that holds it, beyond hosting deliveries."""
+
+    def lane_changed(self, lane: Lane) -> None:
+        """The lane's view changed: project it soon (and show it, where the host does)."""
+
+    def keep_listening(self, delivery: Delivery) -> None:
+        """The lane's sent head leaves the lane; keep it open for its delivery reports."""
+
+
+class Lane:
+    """The items of one `(outbox, ordering_key)` inside a host, with the head's delivery."""
+
+    def __init__(self, state: LaneState, host: LaneHost) -> None:
+        self.state = state
+        self.id = lane_workflow_id(state.outbox, state.ordering_key)
+        self._host = host
+        if state.version == 0:
+            # A lane that starts (again) moves its read-model row forward from where any earlier
+            # incarnation of it left it.
+            state.version = int(workflow.now().timestamp() * 1_000_000)
+        # Payload hashes of the keys waiting (or at the head), for each append's duplicate check.
+        self._held = {entry.key: self._entry_hash(entry) for entry in state.entries}
+        # The head item's delivery while it runs.
+        self.head: Delivery | None = None
+        self._decision: RedriveHead | SkipHead | None = None
+        # Transitions of waiting items (enqueued, cancelled) the lane made itself, to project.
+        self.item_projections: list[ItemProjection] = []
+        # A carried lane's changes were projected before the hand-over.
+        self.projected_version = state.version
+
+    # -- appends ---------------------------------------------------------------------------------
+
+    def admit(self, item: OutboxItemInput) -> AppendOutcome:
+        """Add one item at the tail; a key already in the lane is a duplicate or a conflict."""
+        state = self.state
+        held = self._held.get(item.key)
+        if held is not None:
+            return AppendOutcome.DUPLICATE if held == item.payload_hash else AppendOutcome.CONFLICT
+        size = entry_size(item.key, item.payload)
+        if state.entries and state.waiting_bytes + size > LANE_MAX_WAITING_BYTES:
+            return AppendOutcome.FULL
+        now = workflow.now()
+        state.policies[item.destination] = item.policy
+        entry = LaneEntry(
+            key=item.key,
+            destination=item.destination,
+            payload=item.payload,
+            enqueued_at=item.enqueued_at or now,
+            max_attempts=item.policy.max_attempts,
+            # A redriven item (bulk mode hands it over again) continues its events.
+            generation=item.generation,
+            last_event_seq=item.state.last_event_seq if item.state else 0,
+            created_at=item.state.created_at if item.state else None,
+            enqueue_projected=item.enqueue_projected,
+        )
+        state.entries.append(entry)
+        self._held[item.key] = item.payload_hash
+        state.waiting_bytes += size
+        if not item.enqueue_projected:
+            # `queued` in the read model from now on, long before its turn comes.
+            self._project_item(
+                self._item_input(entry),
+                ItemStatus.QUEUED,
+                ItemEventType.ENQUEUED,
+                f"to {item.destination}, lane {state.ordering_key} position {len(state.entries)}",
+            )
+        self._changed()
+        return AppendOutcome.QUEUED
+
+    def holds(self, key: str) -> bool:
+        return key in self._held
+
+    # -- the head --------------------------------------------------------------------------------
+
+    async def run(self) -> None:
+        """Deliver the items one after another until none is left; a halted lane waits here for
+        its operator's redrive or skip."""
+        while self.state.entries:
+            entry = self.state.entries[0]
+            if self.state.halted_reason is not None:
+                await workflow.wait_condition(lambda: self._decision is not None)
+                self._take_decision(entry)
+            else:
+                await self._deliver_head(entry)
+
+    async def _deliver_head(self, entry: LaneEntry) -> None:
+        state = self.state
+        state.head_started = True
+        self._changed()
+        item = self._item_input(entry)
+        delivery = Delivery(item_workflow_id(state.outbox, entry.key), item, self._host)
+        self.head = delivery
+        try:
+            view = await delivery.run(listen=False)
+        except DeliveryFailed as failure:
+            self.head = None
+            # The next generation starts afresh, its events numbered after this one's.
+            entry.state = None
+            entry.last_event_seq = failure.view.last_event_seq
+            entry.created_at = failure.view.created_at
+            self._head_failed(entry, str(failure))
+            return
+        self.head = None
+        if view.status is ItemStatus.SENT:
+            self._host.keep_listening(delivery)
+        self._leave(view.status)
+
+    def _head_failed(self, entry: LaneEntry, reason: str) -> None:
+        state = self.state
+        if state.policy is LanePolicy.SKIP:
+            self._leave(ItemStatus.FAILED)
+            return
+        state.halted_reason = f"item {entry.key} failed: {reason}"
+        state.halted_at = workflow.now()
+        self._decision = None
+        self._changed()
+
+    def redrive(self, request: RedriveHead) -> bool:
+        """Run the failed head item again (a new generation); only while halted on that key."""
+        if not self._halted_on(request.key):
+            return False
+        self._decision = request
+        return True
+
+    def skip(self, request: SkipHead) -> bool:
+        """Move past the failed head item, which stays failed; only while halted on that key."""
+        if not self._halted_on(request.key):
+            return False
+        self._decision = request
+        return True
+
+    def _take_decision(self, entry: LaneEntry) -> None:
+        state = self.state
+        decision, self._decision = self._decision, None
+        state.halted_reason = None
+        state.halted_at = None
+        if isinstance(decision, SkipHead):
+            workflow.logger.info("lane skipped %s: %s", entry.key, decision.reason)
+            self._leave(ItemStatus.FAILED)
+            return
+        assert isinstance(decision, RedriveHead)
+        if decision.policy is not None:
+            state.policies[entry.destination] = decision.policy
+            entry.max_attempts = decision.policy.max_attempts
+        entry.last_event_seq = max(entry.last_event_seq, decision.last_event_seq)
+        entry.generation += 1
+        state.head_started = False
+        self._changed()
+
+    def _halted_on(self, key: str) -> bool:
+        state = self.state
+        return (
+            state.halted_reason is not None
+            and bool(state.entries)
+            and state.entries[0].key == key
+            and self._decision is None
+        )
+
+    def _leave(self, outcome: ItemStatus) -> None:
+        """The head item is done (sent, failed and skipped past, cancelled): next one."""
+        state = self.state
+        entry = state.entries.pop(0)
+        self._forget(entry)
+        state.head_started = False
+        if outcome is ItemStatus.SENT:
+            state.sent += 1
+        elif outcome is ItemStatus.FAILED:
+            state.failed += 1
+        elif outcome is ItemStatus.CANCELLED:
+            state.cancelled += 1
+        self._changed()
+
+    def _forget(self, entry: LaneEntry) -> None:
+        self._held.pop(entry.key, None)
+        self.state.waiting_bytes -= entry_size(entry.key, entry.payload)
+
+    # -- cancel ----------------------------------------------------------------------------------
+
+    async def remove(self, request: RemoveRequest) -> RemoveResult:
+        """Cancel waiting items (one key, a destination's, or all); a head item only when named
+        by key and not yet handed to the provider. Returns once the cancels are projected."""
+
+        def matches(entry: LaneEntry) -> bool:
+            if request.key is not None and entry.key != request.key:
+                return False
+            return request.destination is None or entry.destination == request.destination
+
+        result = RemoveResult(views=self._remove(matches, request.reason))
+        head = self.head
+        if request.key is not None and head is not None and head.item.key == request.key:
+            if head.state.status is ItemStatus.QUEUED:
+                view = await head.cancel(CancelRequest(reason=request.reason))
+            else:
+                view = head.view()
+            if view.status is ItemStatus.CANCELLED:
+                result.views.append(view)
+            else:
+                result.head = view
+        elif request.key is not None and self.state.halted_reason is not None:
+            entries = self.state.entries
+            if entries and entries[0].key == request.key:
+                result.head = self._failed_head_view(entries[0])
+        result.removed = [view.key for view in result.views]
+        version = self.state.version
+        await workflow.wait_condition(lambda: self.projected_version >= version)
+        return result
+
+    def remove_waiting(self, key: str, reason: str) -> bool:
+        """Cancel one waiting item (not the head); whether the lane held it."""
+        return bool(self._remove(lambda entry: entry.key == key, reason))
+
+    def remove_all(self, reason: str) -> None:
+        """Cancel every waiting item (the host was cancelled)."""
+        self._remove(lambda _: True, reason)
+
+    def _remove(self, matches: Callable[[LaneEntry], bool], reason: str) -> list[OutboxItemView]:
+        """Take matching waiting entries out, each recorded as cancelled; their views."""
+        state = self.state
+        start = 1 if state.head_started else 0
+        kept, removed = state.entries[:start], []
+        for entry in state.entries[start:]:
+            if not matches(entry):
+                kept.append(entry)
+                continue
+            self._forget(entry)
+            state.cancelled += 1
+            removed.append(
+                self._project_item(
+                    self._item_input(entry), ItemStatus.CANCELLED, ItemEventType.CANCELLED, reason
+                )
+            )
+        if removed:
+            state.entries[:] = kept
+            self._changed()
+        return removed
+
+    def _failed_head_view(self, entry: LaneEntry) -> OutboxItemView:
+        item = self._item_input(entry)
+        progress = OutboxItemState(
+            started=True,
+            status=ItemStatus.FAILED,
+            created_at=entry.created_at or entry.enqueued_at,
+            last_event_seq=entry.last_event_seq,
+        )
+        return OutboxItemView.of(item_workflow_id(item.outbox, item.key), item, progress)
+
+    # -- views and projections -------------------------------------------------------------------
+
+    def view(self) -> LaneView:
+        """The lane as the query, the API and the read model show it."""
+        state = self.state
+        head = state.entries[0].key if state.entries and state.head_started else None
+        return LaneView(
+            id=self.id,
+            outbox=state.outbox,
+            ordering_key=state.ordering_key,
+            status=self.status(),
+            policy=state.policy,
+            length=len(state.entries),
+            waiting_bytes=state.waiting_bytes,
+            head_key=head,
+            destination=state.destination,
+            halted_reason=state.halted_reason,
+            halted_at=state.halted_at,
+            sent=state.sent,
+            failed=state.failed,
+            cancelled=state.cancelled,
+            updated_at=workflow.now(),
+            version=state.version,
+        )
+
+    def detail(self) -> LaneDetail:
+        """The view and the first keys waiting behind the head."""
+        skip = 1 if self.state.head_started else 0
+        entries = self.state.entries[skip : skip + LANE_VIEW_WAITING]
+        return LaneDetail(view=self.view(), waiting=[entry.key for entry in entries])
+
+    def status(self) -> LaneStatus:
+        if self.state.halted_reason is not None:
+            return LaneStatus.HALTED
+        return LaneStatus.RUNNING if self.state.entries else LaneStatus.IDLE
+
+    def unprojected(self) -> bool:
+        return bool(self.item_projections) or self.state.version > self.projected_version
+
+    def take_projection(self) -> tuple[LaneProjection, int]:
+        """The lane's view and its waiting items' transitions to write, and the version they
+        bring the read model to (`projected`)."""
+        items, self.item_projections = self.item_projections, []
+        return LaneProjection(lane=self.view(), items=items), self.state.version
+
+    def projected(self, version: int) -> None:
+        self.projected_version = max(self.projected_version, version)
+
+    def carry(self) -> LaneState:
+        """The state to hand to the host's next run: the head's delivery where it was."""
+        if self.head is not None and self.state.entries:
+            self.state.entries[0].state = self.head.state
+        return self.state
+
+    def details(self) -> list[str]:
+        """What the Web UI's current details say about the lane."""
+        state = self.state
+        status = self.status()
+        if status is LaneStatus.HALTED:
+            line = (
+                f"Halted: {state.halted_reason}. Redrive or skip `{state.entries[0].key}` to go on."
+            )
+        elif status is LaneStatus.IDLE:
+            line = "Idle: waiting for items."
+        else:
+            head = state.entries[0].key
+            line = f"Delivering `{head}`." if state.head_started else "Next up."
+        lines = [
+            f"**{status.value}** — lane `{state.ordering_key}` of outbox `{state.outbox}`"
+            f" ({state.policy.value} on failure)",
+            line,
+            f"{len(state.entries)} in the lane; sent {state.sent}, failed {state.failed},"
+            f" cancelled {state.cancelled}.",
+        ]
+        waiting = [entry.key for entry in state.entries[: LANE_VIEW_WAITING + 1]]
+        if waiting:
+            lines.append("Next: " + ", ".join(f"`{key}`" for key in waiting))
+        return lines
+
+    def _item_input(self, entry: LaneEntry) -> OutboxItemInput:
+        state = self.state
+        policy = state.policies[entry.destination]
+        if entry.max_attempts is not None and entry.max_attempts != policy.max_attempts:
+            policy = dataclasses.replace(policy, max_attempts=entry.max_attempts)
+        carried = entry.state
+        if carried is None and entry.generation:
+            carried = OutboxItemState(
+                created_at=entry.created_at or entry.enqueued_at,
+                last_event_seq=entry.last_event_seq,
+            )
+        return OutboxItemInput(
+            outbox=state.outbox,
+            key=entry.key,
+            destination=entry.destination,
+            payload=entry.payload,
+            payload_hash=self._entry_hash(entry),
+            policy=policy,
+            ordering_key=state.ordering_key,
+            enqueued_at=entry.enqueued_at,
+            state=carried,
+            generation=entry.generation,
+            upsert_sending=False,
+            activities_project=True,
+            # Its `queued` row was written by the enqueuer or by the lane on arrival.
+            enqueue_projected=True,
+        )
+
+    def _entry_hash(self, entry: LaneEntry) -> str:
+        # Recomputed rather than carried: 64 bytes an item adds up over thousands waiting.
+        return payload_hash(entry.destination, entry.payload, self.state.ordering_key)
+
+    def _project_item(
+        self, item: OutboxItemInput, status: ItemStatus, event: ItemEventType, detail: str
+    ) -> OutboxItemView:
+        """Queue one transition of a waiting item (one the lane makes, not its delivery); the
+        item's view after it."""
+        now = workflow.now()
+        seq = 1 if event is ItemEventType.ENQUEUED else 2
+        progress = OutboxItemState(
+            started=True,
+            status=status,
+            created_at=item.enqueued_at or now,
+            updated_at=now,
+            finished_at=now if status.is_final else None,
+            last_event_seq=seq,
+        )
+        view = OutboxItemView.of(item_workflow_id(item.outbox, item.key), item, progress)
+        self.item_projections.append(
+            ItemProjection(
+                view=view,
+                events=[ItemEvent(seq=seq, type=event, status=status, at=now, detail=detail)],
+                enqueued_at=item.enqueued_at,
+                payload=item.payload if seq == 1 else None,
+            )
+        )
+        return view
+
+    def _changed(self) -> None:
+        self.state.version += 1
+        self._host.lane_changed(self)
