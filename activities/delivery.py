@@ -143,11 +143,33 @@ class DeliveryActivities:
     @activity.defn(name=SUBMIT_BATCH_ACTIVITY)
     async def submit_items(self, requests: list[SubmitRequest]) -> list[SubmitOutcome]:
         """Several items' submits at once (a bulk shard's `submit_batch`): each outcome is what
-        `submit_item` would have returned or failed with for that item alone."""
-        outcomes = await asyncio.gather(
-            *(_outcome(self.submit_item(request)) for request in requests)
+        `submit_item` would have returned or failed with for that item alone.
+
+        The items of one `sequence` (a lane's run of items) go one after another, each once the
+        one before was delivered: the provider sees them exactly as it would one item at a
+        time. After one that was not delivered, the rest are `not_attempted`."""
+        outcomes: list[SubmitOutcome] = [SubmitOutcome(not_attempted=True)] * len(requests)
+        sequences: dict[str, list[int]] = {}
+        for index, request in enumerate(requests):
+            if request.sequence is not None:
+                sequences.setdefault(request.sequence, []).append(index)
+
+        async def alone(index: int) -> None:
+            result, failure = await _outcome(self.submit_item(requests[index]))
+            outcomes[index] = SubmitOutcome(result, *failure)
+
+        async def in_sequence(indexes: list[int]) -> None:
+            for index in indexes:
+                await alone(index)
+                result = outcomes[index].result
+                if result is None or not result.delivered:
+                    return
+
+        await asyncio.gather(
+            *(alone(i) for i, request in enumerate(requests) if request.sequence is None),
+            *(in_sequence(indexes) for indexes in sequences.values()),
         )
-        return [SubmitOutcome(result, *failure) for result, failure in outcomes]
+        return outcomes
 
     @activity.defn(name=POLL_BATCH_ACTIVITY)
     async def poll_operations(self, requests: list[PollRequest]) -> list[PollOutcome]:

@@ -161,7 +161,9 @@ async def lanes_figures() -> dict[str, Any]:
     problems: list[str] = []
     for mode in ("item", "bulk"):
         async with AsyncExitStack() as exits:
-            extra: dict[str, Any] = {"mode": "bulk", "shards": 4} if mode == "bulk" else {}
+            extra: dict[str, Any] = (
+                {"mode": "bulk", "shards": 4, "submit_batch": 100} if mode == "bulk" else {}
+            )
             stack = await webhook_stack(
                 exits,
                 name=f"lanes-{mode}",

@@ -497,6 +497,9 @@ class SubmitRequest:
     # (`SubmitResult.first_poll`) rather than by a poll activity, unless the provider's
     # Retry-After asks for longer.
     first_poll_after_s: float | None = None
+    # A lane's run of items in one batch: the activity submits them one after another, each only
+    # once the one before was delivered, and leaves the rest untried after one that was not.
+    sequence: str | None = None
 
 
 @dataclass
@@ -574,6 +577,8 @@ class SubmitOutcome:
     error_type: str | None = None
     message: str | None = None
     details: DeliveryErrorDetails | None = None
+    # Not sent: an earlier item of its sequence was not delivered (the provider never saw it).
+    not_attempted: bool = False
 
 
 @dataclass

@@ -419,6 +419,8 @@ class OutboxClient:
             if taken.key == key:
                 return taken
         if removed.head is not None:
+            if removed.head.status is ItemStatus.QUEUED:
+                raise CannotCancel("the item is being submitted now; it can no longer be cancelled")
             raise CannotCancel(
                 f"item is {removed.head.status.value}; only queued items can be cancelled"
             )

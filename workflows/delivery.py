@@ -120,6 +120,12 @@ class DeliveryHost(Protocol):
         """The outcome of one poll, run in an activity shared with other items' polls."""
 
 
+class NotAttempted(Exception):
+    """Raised out of `Delivery.run` when the item's first submit, part of a lane's run, was not
+    sent because an item before it was not delivered: nothing happened to this item, and its
+    lane runs it again in its turn."""
+
+
 class DeliveryFailed(Exception):
     """The item ended failed: raised out of `Delivery.run` once the failure is recorded."""
 
@@ -175,6 +181,8 @@ class Delivery:
         # A submit or poll is scheduled and not yet answered (a host continues as new only
         # when none is).
         self.activity_out = False
+        # Set by a lane for the item's first submit: the run of items it goes in, in order.
+        self.sequence: str | None = None
         self._resumed_in_backoff = (
             self.state.started
             and self.state.status is ItemStatus.QUEUED
@@ -327,7 +335,10 @@ class Delivery:
                 attempt=state.attempts,
                 projection=self._context(),
                 first_poll_after_s=self._first_poll_after_s(),
+                # Only a first attempt goes in its lane's run; a retry goes alone.
+                sequence=self.sequence,
             )
+            self.sequence = None
             seq_before = state.last_event_seq
             result: SubmitResult
             try:
@@ -422,6 +433,8 @@ class Delivery:
             self._projecting_activity_out = False
             self.activity_out = False
             self._host.release()
+        if isinstance(outcome, SubmitOutcome) and outcome.not_attempted:
+            raise NotAttempted(self.item_id)
         if outcome.result is not None:
             return outcome.result
         raise _SharedFailed(outcome)

@@ -120,7 +120,12 @@ class _Batcher(Generic[Request, Outcome]):
     request would cost a whole batch's share of the rate. While `BATCHES_OUT` activities are out
     (waiting for the server to dispatch them, at the queue's rate, or running), new requests
     wait here and go out together when one comes back: the slower the queue, the fuller the
-    batches."""
+    batches.
+
+    A lane's run of items (one `sequence`) goes in order within a batch, beside other runs and
+    other items, with one batch of it out at a time (the activity submits a run's items one
+    after another); once one of its items was not delivered, the run's later requests are
+    answered `untried` without being sent."""
 
     activity: Callable[[DeliveryActivities, list[Request]], Awaitable[list[Outcome]]]
     task_queue: Callable[[DeliveryPolicy], str]
@@ -128,15 +133,27 @@ class _Batcher(Generic[Request, Outcome]):
     failed: Callable[[str], Outcome]
     noun: str
     size: int = 1
+    sequence_of: Callable[[Request], str | None] = lambda _: None
+    went_through: Callable[[Outcome], bool] = lambda _: True
+    untried: Callable[[], Outcome] | None = None
     _asked: list[tuple[Request, DeliveryPolicy, asyncio.Future[Outcome]]] = field(
         default_factory=list
     )
+    _sequences: dict[str, list[tuple[Request, DeliveryPolicy, asyncio.Future[Outcome]]]] = field(
+        default_factory=dict
+    )
+    _sequences_out: set[str] = field(default_factory=set)
+    _stopped: dict[str, None] = field(default_factory=dict)
     _gathering: bool = False
     _out: int = 0
 
     async def ask(self, request: Request, policy: DeliveryPolicy) -> Outcome:
         outcome: asyncio.Future[Outcome] = asyncio.get_running_loop().create_future()
-        self._asked.append((request, policy, outcome))
+        sequence = self.sequence_of(request)
+        if sequence is None:
+            self._asked.append((request, policy, outcome))
+        else:
+            self._sequences.setdefault(sequence, []).append((request, policy, outcome))
         self._send_soon()
         return await outcome
 
@@ -149,15 +166,43 @@ class _Batcher(Generic[Request, Outcome]):
 
     async def _send(self) -> None:
         self._gathering = False
-        while self._asked and self._out < BATCHES_OUT:
-            batch, self._asked = self._asked[: self.size], self._asked[self.size :]
+        while self._out < BATCHES_OUT:
+            batch = self._next_batch()
+            if not batch:
+                return
             self._out += 1
             asyncio.create_task(self._send_batch(batch))
+
+    def _next_batch(self) -> list[tuple[Request, DeliveryPolicy, asyncio.Future[Outcome]]]:
+        """Up to `size` requests: the runs whose earlier batch is answered (each in order), then
+        the others in the order they were asked."""
+        batch: list[tuple[Request, DeliveryPolicy, asyncio.Future[Outcome]]] = []
+        for sequence in list(self._sequences):
+            if sequence in self._sequences_out:
+                continue  # the next batch of a run goes once the one before is answered
+            if sequence in self._stopped:
+                assert self.untried is not None
+                for _, _, outcome in self._sequences.pop(sequence):
+                    outcome.set_result(self.untried())
+                continue
+            room = self.size - len(batch)
+            if room <= 0:
+                break
+            queued = self._sequences.pop(sequence)
+            if queued[room:]:
+                self._sequences[sequence] = queued[room:]
+            batch += queued[:room]
+            self._sequences_out.add(sequence)
+        room = self.size - len(batch)
+        batch += self._asked[:room]
+        del self._asked[:room]
+        return batch
 
     async def _send_batch(
         self, batch: list[tuple[Request, DeliveryPolicy, asyncio.Future[Outcome]]]
     ) -> None:
         policy = batch[0][1]
+        sequences = [self.sequence_of(request) for request, _, _ in batch]
         try:
             outcomes = await workflow.execute_activity_method(
                 self.activity,
@@ -168,14 +213,34 @@ class _Batcher(Generic[Request, Outcome]):
                 summary=f"{self.noun} {len(batch)} items",
             )
         except ActivityError as err:
-            # The whole activity failed (after its retries): each item counts a failed request.
-            outcomes = [self.failed(str(err.cause or err))] * len(batch)
+            # The whole activity failed (after its retries): each item counts a failed request;
+            # in a run, only its first (the rest are sent again, under their own idempotency
+            # keys, when their turn comes again).
+            failed = self.failed(str(err.cause or err))
+            outcomes = [
+                failed
+                if sequence is None or sequences.index(sequence) == index
+                else self._untried()
+                for index, sequence in enumerate(sequences)
+            ]
         finally:
             self._out -= 1
+        for sequence, answered in zip(sequences, outcomes, strict=True):
+            if sequence is None:
+                continue
+            self._sequences_out.discard(sequence)
+            if not self.went_through(answered):
+                self._stopped[sequence] = None
+        while len(self._stopped) > RECENT_KEPT:
+            del self._stopped[next(iter(self._stopped))]
         for (_, _, outcome), answered in zip(batch, outcomes, strict=True):
             outcome.set_result(answered)
-        if self._asked:
+        if self._asked or self._sequences:
             self._send_soon()
+
+    def _untried(self) -> Outcome:
+        assert self.untried is not None
+        return self.untried()
 
 
 class DeliveryHostWorkflow:
@@ -216,6 +281,9 @@ class DeliveryHostWorkflow:
             lambda message: SubmitOutcome(error_type=ItemErrorType.TRANSIENT, message=message),
             "submit",
             start.submit_batch,
+            sequence_of=lambda request: request.sequence,
+            went_through=lambda outcome: outcome.result is not None and outcome.result.delivered,
+            untried=lambda: SubmitOutcome(not_attempted=True),
         )
         self._polls: _Batcher[PollRequest, PollOutcome] = _Batcher(
             DeliveryActivities.poll_operations,
@@ -242,6 +310,7 @@ class DeliveryHostWorkflow:
             # is recorded as cancelled rather than silently dropped.
             for lane in self._lanes.values():
                 lane.remove_all("cancelled with its host workflow")
+            self._project_lanes()
             await workflow.wait_condition(self._all_projected)
             raise
 
@@ -258,6 +327,7 @@ class DeliveryHostWorkflow:
                         self._busy, timeout=linger, timeout_summary="linger"
                     )
                 except TimeoutError:
+                    self._project_lanes()
                     await workflow.wait_condition(self._all_projected)
                     if not self._busy() and workflow.all_handlers_finished():
                         return
@@ -294,7 +364,7 @@ class DeliveryHostWorkflow:
     def append_items(self, appends: LaneAppends) -> LaneAppendsResult:
         """Append items to their lanes, in order; what became of each."""
         return LaneAppendsResult(
-            outcomes=[self._admit(item, appends.policy) for item in appends.items]
+            outcomes=[self._admit(item, appends.policy, capped=True) for item in appends.items]
         )
 
     @workflow.signal(name=APPEND_SIGNAL)
@@ -378,20 +448,22 @@ class DeliveryHostWorkflow:
 
     # -- items -----------------------------------------------------------------------------------
 
-    def _admit(self, item: OutboxItemInput, lane_policy: LanePolicy | None = None) -> AppendOutcome:
+    def _admit(
+        self, item: OutboxItemInput, lane_policy: LanePolicy | None = None, *, capped: bool = False
+    ) -> AppendOutcome:
         item_id = item_workflow_id(item.outbox, item.key)
         if item_id in self._deliveries or _generation_id(item) in self._recent:
             return AppendOutcome.DUPLICATE  # a repeated enqueue (a client's retry)
         resumed = item.state is not None and item.state.status.is_final
         if item.ordering_key is not None and not resumed:
-            return self._append(item_id, item, lane_policy)
+            return self._append(item_id, item, lane_policy, capped)
         delivery = Delivery(item_id, item, self)
         self._deliveries[item_id] = delivery
         self._running[item_id] = asyncio.create_task(self._deliver(delivery))
         return AppendOutcome.QUEUED
 
     def _append(
-        self, item_id: str, item: OutboxItemInput, lane_policy: LanePolicy | None
+        self, item_id: str, item: OutboxItemInput, lane_policy: LanePolicy | None, capped: bool
     ) -> AppendOutcome:
         assert item.ordering_key is not None
         lane_id = lane_workflow_id(item.outbox, item.ordering_key)
@@ -407,7 +479,7 @@ class DeliveryHostWorkflow:
             )
         if lane_policy is not None:
             lane.state.policy = lane_policy
-        outcome = lane.admit(item)
+        outcome = lane.admit(item, capped=capped)
         if outcome is AppendOutcome.QUEUED:
             self._lane_of_item[item_id] = lane
             self._start_lane(lane)
@@ -430,6 +502,7 @@ class DeliveryHostWorkflow:
         if self._start.destination:
             # A shard holds many lanes: an empty one goes once its last view is written (a new
             # item starts it again, its row moving on from there).
+            self._project_lanes()
             await workflow.wait_condition(lambda: not lane.unprojected())
             if not lane.state.entries and lane.id not in self._lane_tasks:
                 del self._lanes[lane.id]
@@ -472,7 +545,13 @@ class DeliveryHostWorkflow:
 
     def lane_changed(self, lane: Lane) -> None:
         self._lanes_changed[lane.id] = lane
-        if not self._lanes_flushing:
+        # While continuing as new, every change is written before the hand-over.
+        if lane.projection_due() or self._draining:
+            self._project_lanes()
+
+    def _project_lanes(self) -> None:
+        """Write every changed lane now (a lane's row trails it otherwise: see `Lane`)."""
+        if self._lanes_changed and not self._lanes_flushing:
             self._lanes_flushing = True
             asyncio.create_task(self._flush_lanes())
 
@@ -496,13 +575,13 @@ class DeliveryHostWorkflow:
                 taken = [lane.take_projection() for lane in batch]
                 await workflow.execute_local_activity_method(
                     ProjectionActivities.project_lanes,
-                    [projection for projection, _ in taken],
+                    taken,
                     start_to_close_timeout=timedelta(seconds=30),
                     retry_policy=_PROJECTION_RETRIES,
                     summary=f"project {len(batch)} lanes to read model",
                 )
-                for lane, (_, version) in zip(batch, taken, strict=True):
-                    lane.projected(version)
+                for lane, projection in zip(batch, taken, strict=True):
+                    lane.projected(projection.lane.version, projection.lane.status)
                 self._lanes_projected()
         finally:
             self._lanes_flushing = False
@@ -579,6 +658,10 @@ class DeliveryHostWorkflow:
     def submit_batched(self) -> bool:
         return self._submits.size > 1
 
+    def run_length(self) -> int:
+        """How many of a lane's items may go in one submit activity, one after another."""
+        return self._submits.size
+
     async def submit(self, request: SubmitRequest, policy: DeliveryPolicy) -> SubmitOutcome:
         """Join the submits asked for in this step; one activity per `submit_batch` of them."""
         return await self._submits.ask(request, policy)
@@ -619,11 +702,12 @@ class DeliveryHostWorkflow:
         )
 
     def _deliveries_out(self) -> bool:
-        heads = (lane.head for lane in self._lanes.values() if lane.head is not None)
-        return any(d.activity_out for d in (*self._deliveries.values(), *heads))
+        running = (delivery for lane in self._lanes.values() for delivery in lane.running)
+        return any(d.activity_out for d in (*self._deliveries.values(), *running))
 
     async def _continue_as_new(self) -> None:
         self._draining = True
+        self._project_lanes()
         # Submits and polls out finish (new ones wait at the gate), projections are written.
         await workflow.wait_condition(
             lambda: (

@@ -17,8 +17,10 @@ model, as a bulk item's is.
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 from collections.abc import Callable
+from datetime import timedelta
 from typing import Protocol
 
 from temporalio import workflow
@@ -52,7 +54,10 @@ with workflow.unsafe.imports_passed_through():
         SkipHead,
         entry_size,
     )
-    from workflows.delivery import Delivery, DeliveryFailed, DeliveryHost
+    from workflows.delivery import Delivery, DeliveryFailed, DeliveryHost, NotAttempted
+
+# A busy lane's read-model row is written at least this often (and at each change of status).
+PROJECT_EVERY = timedelta(seconds=1)
 
 
 class LaneHost(DeliveryHost, Protocol):
@@ -63,6 +68,9 @@ class LaneHost(DeliveryHost, Protocol):
 
     def keep_listening(self, delivery: Delivery) -> None:
         """The lane's sent head leaves the lane; keep it open for its delivery reports."""
+
+    def run_length(self) -> int:
+        """How many of the lane's items may go in one submit activity, one after another."""
 
 
 class Lane:
@@ -78,24 +86,34 @@ class Lane:
             state.version = int(workflow.now().timestamp() * 1_000_000)
         # Payload hashes of the keys waiting (or at the head), for each append's duplicate check.
         self._held = {entry.key: self._entry_hash(entry) for entry in state.entries}
-        # The head item's delivery while it runs.
+        # The head item's delivery while it runs, and how many items at the front are out (a
+        # run of items submitted in one activity, one after another).
         self.head: Delivery | None = None
+        self.running: list[Delivery] = []
+        self._runs = 0
         self._decision: RedriveHead | SkipHead | None = None
         # Transitions of waiting items (enqueued, cancelled) the lane made itself, to project.
         self.item_projections: list[ItemProjection] = []
         # A carried lane's changes were projected before the hand-over.
         self.projected_version = state.version
+        self._projected_status: LaneStatus | None = None
+        self._projected_at = workflow.now()
+        self._awaited = 0
 
     # -- appends ---------------------------------------------------------------------------------
 
-    def admit(self, item: OutboxItemInput) -> AppendOutcome:
-        """Add one item at the tail; a key already in the lane is a duplicate or a conflict."""
+    def admit(self, item: OutboxItemInput, *, capped: bool) -> AppendOutcome:
+        """Add one item at the tail; a key already in the lane is a duplicate or a conflict.
+
+        `capped`: refuse it (`full`) past `LANE_MAX_WAITING_BYTES`, for an append that can hear
+        the refusal (an update); a signalled one is taken whatever the lane holds, never
+        dropped."""
         state = self.state
         held = self._held.get(item.key)
         if held is not None:
             return AppendOutcome.DUPLICATE if held == item.payload_hash else AppendOutcome.CONFLICT
         size = entry_size(item.key, item.payload)
-        if state.entries and state.waiting_bytes + size > LANE_MAX_WAITING_BYTES:
+        if capped and state.entries and state.waiting_bytes + size > LANE_MAX_WAITING_BYTES:
             return AppendOutcome.FULL
         now = workflow.now()
         state.policies[item.destination] = item.policy
@@ -139,29 +157,62 @@ class Lane:
                 await workflow.wait_condition(lambda: self._decision is not None)
                 self._take_decision(entry)
             else:
-                await self._deliver_head(entry)
+                await self._deliver(self._next_run())
 
-    async def _deliver_head(self, entry: LaneEntry) -> None:
+    def _next_run(self) -> list[LaneEntry]:
+        """The head, and the fresh items behind it that may go in the same submit activity, one
+        after another (same destination; not resumed, not redriven)."""
+        entries = self.state.entries
+        head = entries[0]
+        run = [head]
+        if head.state is not None or head.generation:
+            return run
+        for entry in entries[1 : self._host.run_length()]:
+            if entry.state is not None or entry.generation or entry.destination != head.destination:
+                break
+            run.append(entry)
+        return run
+
+    async def _deliver(self, run: list[LaneEntry]) -> None:
+        """Deliver a run of items in order. Each goes on to the provider only once the one
+        before it was delivered (the submit activity sees to it): the first that was not becomes
+        the head on its own (retrying, polling), and the ones after it were not tried."""
         state = self.state
+        self._runs += 1
+        sequence = f"{self.id}#{self._runs}" if len(run) > 1 else None
+        deliveries = []
+        for entry in run:
+            delivery = Delivery(
+                item_workflow_id(state.outbox, entry.key), self._item_input(entry), self._host
+            )
+            delivery.sequence = sequence
+            deliveries.append(delivery)
+        tasks = [asyncio.create_task(_ended(delivery)) for delivery in deliveries]
+        self.running = list(deliveries)
         state.head_started = True
         self._changed()
-        item = self._item_input(entry)
-        delivery = Delivery(item_workflow_id(state.outbox, entry.key), item, self._host)
-        self.head = delivery
-        try:
-            view = await delivery.run(listen=False)
-        except DeliveryFailed as failure:
+        for entry, delivery, task in zip(run, deliveries, tasks, strict=True):
+            self.head = delivery
+            ended = await task
             self.head = None
-            # The next generation starts afresh, its events numbered after this one's.
-            entry.state = None
-            entry.last_event_seq = failure.view.last_event_seq
-            entry.created_at = failure.view.created_at
-            self._head_failed(entry, str(failure))
-            return
-        self.head = None
-        if view.status is ItemStatus.SENT:
-            self._host.keep_listening(delivery)
-        self._leave(view.status)
+            if isinstance(ended, NotAttempted):
+                break  # and so were the rest: they run again in their turn
+            self.running.remove(delivery)
+            if isinstance(ended, DeliveryFailed):
+                self.running = []
+                # The next generation starts afresh, its events numbered after this one's.
+                entry.state = None
+                entry.last_event_seq = ended.view.last_event_seq
+                entry.created_at = ended.view.created_at
+                self._head_failed(entry, str(ended))
+                return
+            if ended.status is ItemStatus.SENT:
+                self._host.keep_listening(delivery)
+            self._leave(ended.status)
+        self.running = []
+        if state.head_started:
+            state.head_started = False
+            self._changed()
 
     def _head_failed(self, entry: LaneEntry, reason: str) -> None:
         state = self.state
@@ -219,7 +270,7 @@ class Lane:
         state = self.state
         entry = state.entries.pop(0)
         self._forget(entry)
-        state.head_started = False
+        state.head_started = bool(self.running)
         if outcome is ItemStatus.SENT:
             state.sent += 1
         elif outcome is ItemStatus.FAILED:
@@ -244,9 +295,11 @@ class Lane:
             return request.destination is None or entry.destination == request.destination
 
         result = RemoveResult(views=self._remove(matches, request.reason))
-        head = self.head
-        if request.key is not None and head is not None and head.item.key == request.key:
-            if head.state.status is ItemStatus.QUEUED:
+        head = next((d for d in self.running if d.item.key == request.key), None)
+        if request.key is not None and head is not None:
+            # The head backing off is cancelled; an item behind it in the run being submitted
+            # now is not (its submit is on its way): the caller hears it is not cancellable.
+            if head is self.running[0] and head.state.status is ItemStatus.QUEUED:
                 view = await head.cancel(CancelRequest(reason=request.reason))
             else:
                 view = head.view()
@@ -260,7 +313,12 @@ class Lane:
                 result.head = self._failed_head_view(entries[0])
         result.removed = [view.key for view in result.views]
         version = self.state.version
-        await workflow.wait_condition(lambda: self.projected_version >= version)
+        self._awaited += 1
+        self._host.lane_changed(self)
+        try:
+            await workflow.wait_condition(lambda: self.projected_version >= version)
+        finally:
+            self._awaited -= 1
         return result
 
     def remove_waiting(self, key: str, reason: str) -> bool:
@@ -274,7 +332,7 @@ class Lane:
     def _remove(self, matches: Callable[[LaneEntry], bool], reason: str) -> list[OutboxItemView]:
         """Take matching waiting entries out, each recorded as cancelled; their views."""
         state = self.state
-        start = 1 if state.head_started else 0
+        start = max(len(self.running), 1 if state.head_started else 0)
         kept, removed = state.entries[:start], []
         for entry in state.entries[start:]:
             if not matches(entry):
@@ -341,14 +399,27 @@ class Lane:
     def unprojected(self) -> bool:
         return bool(self.item_projections) or self.state.version > self.projected_version
 
-    def take_projection(self) -> tuple[LaneProjection, int]:
-        """The lane's view and its waiting items' transitions to write, and the version they
-        bring the read model to (`projected`)."""
-        items, self.item_projections = self.item_projections, []
-        return LaneProjection(lane=self.view(), items=items), self.state.version
+    def projection_due(self) -> bool:
+        """Whether the read model must have the lane's changes now: a new status, waiting
+        items' transitions, someone waiting for it, or `PROJECT_EVERY` behind. Otherwise a busy
+        lane's row trails it (the live query does not): a write per delivery would put a local
+        activity in each item's critical path (docs/decisions/lanes-in-the-host.md)."""
+        return (
+            bool(self.item_projections)
+            or self._awaited > 0
+            or self.status() is not self._projected_status
+            or workflow.now() - self._projected_at >= PROJECT_EVERY
+        )
 
-    def projected(self, version: int) -> None:
+    def take_projection(self) -> LaneProjection:
+        """The lane's view and its waiting items' transitions to write (then `projected`)."""
+        items, self.item_projections = self.item_projections, []
+        return LaneProjection(lane=self.view(), items=items)
+
+    def projected(self, version: int, status: LaneStatus) -> None:
         self.projected_version = max(self.projected_version, version)
+        self._projected_status = status
+        self._projected_at = workflow.now()
 
     def carry(self) -> LaneState:
         """The state to hand to the host's next run: the head's delivery where it was."""
@@ -442,3 +513,11 @@ class Lane:
     def _changed(self) -> None:
         self.state.version += 1
         self._host.lane_changed(self)
+
+
+async def _ended(delivery: Delivery) -> OutboxItemView | DeliveryFailed | NotAttempted:
+    """How a delivery of a lane ended: its view (sent or cancelled), its failure, or untried."""
+    try:
+        return await delivery.run(listen=False)
+    except (DeliveryFailed, NotAttempted) as ended:
+        return ended

@@ -33,13 +33,17 @@ from tests.conftest import Stack, unique_name, webhook_destination
 from tests.workflows.test_bulk import until_settled
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
-MODES = ["item", "bulk"]
+# `bulk-runs`: bulk mode with `submit_batch`, so a lane's items go in runs, one activity
+# submitting several one after another.
+MODES = ["item", "bulk", "bulk-runs"]
 
 
 def lane_destination(fake: FakeProvider, mode: str, **overrides: Any) -> Destination:
     """A webhook destination in `mode`; in bulk mode with two shards, so lanes share them."""
     if mode == "bulk":
         overrides = {"mode": "bulk", "shards": 2, **overrides}
+    if mode == "bulk-runs":
+        overrides = {"mode": "bulk", "shards": 2, "submit_batch": 4, **overrides}
     return webhook_destination(fake, **overrides)
 
 
@@ -190,7 +194,7 @@ async def test_a_repeated_key_is_one_item_and_a_changed_one_is_refused(
     await wait_for(lambda: _lane_status(stack, destination, dups, LaneStatus.HALTED))
     lane = await stack.outbox.lane("tests", dups, bulk_name(destination))
     assert lane is not None and lane.view.length == 2 and lane.waiting == [waiting]
-    if mode == "bulk":
+    if mode != "item":
         return  # a bulk shard takes repeats silently; the read model answers them (service)
     again = await stack.enqueue(destination, {"n": 1}, key=waiting, ordering_key=dups)
     with pytest.raises(IdempotencyConflict):
@@ -343,7 +347,7 @@ async def test_a_lane_continues_as_new_carrying_its_queue(
     await until_settled(stack, [item_workflow_id("tests", key) for key in keys])
 
     assert await arrivals(fake_provider, destination) == list(range(30))
-    if mode == "bulk":
+    if mode != "item":
         return  # a shard continues as new when Temporal suggests it (test_bulk covers it)
     # The lane's latest run was continued from an earlier one.
     handle = stack.client.get_workflow_handle(lane_workflow_id("tests", ordering_key))
@@ -454,3 +458,47 @@ async def test_an_append_update_answers_each_item_and_the_signal_records_it_unco
     await until_settled(stack, [item_workflow_id("tests", key)])
     assert await arrivals(fake_provider, destination) == [0, 0]
     assert LANE_WORKFLOW_TYPE == "OutboxLane"
+
+
+async def test_a_run_of_items_goes_in_one_activity_and_stops_where_one_is_not_delivered(
+    stack_factory: Any, fake_provider: FakeProvider
+) -> None:
+    """In bulk mode with `submit_batch`, the items waiting in a lane go in runs: one activity
+    submits them one after another, each once the one before was delivered. A retried item
+    becomes the head on its own; one that fails halts the lane with nothing behind it sent."""
+    destination = lane_destination(fake_provider, "bulk-runs", submit_batch=5, backoff_initial_s=1)
+    stack: Stack = await stack_factory(destination)
+    lane_key = unique_name("runs")
+    keys = [unique_name(f"run-{n}") for n in range(12)]
+    faults = {3: [{"status": 503}], 7: [{"status": 429, "retry_after": "2"}], 9: [{"status": 400}]}
+    for n, steps in faults.items():
+        await fake_provider.admin.script(
+            provider_idempotency_key(item_workflow_id("tests", keys[n])), steps
+        )
+    items = [
+        stack.outbox.new_item("tests", destination.name, {"n": n}, key=key, ordering_key=lane_key)
+        for n, key in enumerate(keys)
+    ]
+    await stack.outbox.hand_to_shards(items, destination.shards)
+
+    assert (await item_result(stack, keys[9], skip_time=False)).status is ItemStatus.FAILED
+    await wait_for(lambda: _lane_status(stack, destination, lane_key, LaneStatus.HALTED))
+    # Everything before the failed item arrived in order; nothing behind it was sent.
+    assert await arrivals(fake_provider, destination) == list(range(9))
+    views = [await item_result(stack, key, skip_time=False) for key in keys[:9]]
+    assert [view.attempts for view in views] == [1, 1, 1, 2, 1, 1, 1, 2, 1]
+    await stack.outbox.resume_lane(
+        "tests", lane_key, skip_reason="test", destination=destination.name
+    )
+    await until_settled(
+        stack, [item_workflow_id("tests", key) for key in keys[10:]], skip_time=False
+    )
+    assert await arrivals(fake_provider, destination) == [*range(9), 10, 11]
+    # Runs: fewer submit activities than items (each retry goes alone).
+    shard = holder(destination, lane_key)
+    submits = [
+        event
+        async for event in stack.client.get_workflow_handle(shard).fetch_history_events()
+        if event.HasField("activity_task_scheduled_event_attributes")
+    ]
+    assert len(submits) < 12, len(submits)
