@@ -57,12 +57,14 @@ bench: install
 
 # Provider storm + three worker SIGKILLs, in item mode and then in bulk mode; exits non-zero on
 # any loss, duplicate or early retry.
-# Then 10,000 items in one ordering lane (1,000 with QUICK=1): none lost, duplicated or reordered.
+# Then 10,000 items in one ordering lane (1,000 with QUICK=1), in item mode and then in bulk mode,
+# with three worker SIGKILLs each: none lost, duplicated or reordered.
 # Then 100,000 commands to one aggregate (10,000): none lost, refused or applied twice.
 chaos: install
 	QUICK=$(QUICK) CHAOS_MODE=item $(BIN)/python -m bench.chaos
 	QUICK=$(QUICK) CHAOS_MODE=bulk $(BIN)/python -m bench.chaos
-	QUICK=$(QUICK) $(BIN)/python -m bench.lane_scale
+	QUICK=$(QUICK) LANE_MODE=item $(BIN)/python -m bench.lane_scale
+	QUICK=$(QUICK) LANE_MODE=bulk $(BIN)/python -m bench.lane_scale
 	QUICK=$(QUICK) $(BIN)/python -m bench.aggregate_scale
 
 clean:

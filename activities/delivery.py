@@ -146,8 +146,9 @@ class DeliveryActivities:
         `submit_item` would have returned or failed with for that item alone.
 
         The items of one `sequence` (a lane's run of items) go one after another, each once the
-        one before was delivered: the provider sees them exactly as it would one item at a
-        time. After one that was not delivered, the rest are `not_attempted`."""
+        one before went through (was delivered, or accepted where `accepted_goes_on`): the
+        provider sees them exactly as it would one item at a time. After one that did not, the
+        rest are `not_attempted`."""
         outcomes: list[SubmitOutcome] = [SubmitOutcome(not_attempted=True)] * len(requests)
         sequences: dict[str, list[int]] = {}
         for index, request in enumerate(requests):
@@ -161,8 +162,7 @@ class DeliveryActivities:
         async def in_sequence(indexes: list[int]) -> None:
             for index in indexes:
                 await alone(index)
-                result = outcomes[index].result
-                if result is None or not result.delivered:
+                if not went_through(requests[index], outcomes[index]):
                     return
 
         await asyncio.gather(
@@ -326,3 +326,10 @@ def _permanent(err: PermanentProviderError) -> ApplicationError:
         type=ItemErrorType.PERMANENT,
         non_retryable=True,
     )
+
+
+def went_through(request: SubmitRequest, outcome: SubmitOutcome) -> bool:
+    """Whether the next item of the request's sequence may go: this one was delivered, or was
+    accepted where the lane goes on once accepted (`order = "submit"`)."""
+    result = outcome.result
+    return result is not None and (result.delivered or request.accepted_goes_on)

@@ -33,6 +33,7 @@ from bench import server_metrics
 from bench.actions import actions_per_workflow, billable_actions
 from bench.codec_cost import codec_ms_per_item
 from bench.hot_aggregate import hot_aggregate
+from bench.lanes import lanes_figures
 from bench.naive import TASK_QUEUE as NAIVE_TASK_QUEUE
 from bench.naive import NaiveItemWorkflow
 from bench.relay import relay_lag
@@ -449,6 +450,9 @@ async def scenarios(env: dict[str, str], pids: dict[str, int], figures: dict[str
                 quick=QUICK,
             ),
         )
+    if wanted("lanes"):
+        print("ordered delivery: one lane in each mode, many keys, 20 appenders:", flush=True)
+        await step("lanes", figures, lanes_figures)
     if wanted("scale at rest"):
         # Timeouts follow the throughput this run measured, not fixed seconds.
         throughput = float(figures.get("items_per_s") or 10)

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
-from typing import Annotated, Any, ClassVar
+from typing import Annotated, Any, ClassVar, Literal
 
 from annotated_types import Ge, Gt, Le, MaxLen
 
@@ -288,6 +288,16 @@ class DeliveryPolicy:
             " reports, in seconds (0: not at all)."
         },
     )
+    # What `halt` means with `submit`: docs/explanation/ordering-lanes.md.
+    order: Literal["end", "submit"] = field(
+        default="end",
+        metadata={
+            DESCRIPTION: "Ordering lanes: `end` submits the next item of a key once the one"
+            " before has ended (sent or failed); `submit` once the one before was accepted by"
+            " the provider, its polls running alongside (an operation that then fails fails"
+            " that item only: the lane has gone on)."
+        },
+    )
     # When to choose `poll_in_submit`: docs/how-to/configure.md. The first polls then come out of
     # the submit queue's rate, and the poll queue runs `poll_rate - submit_rate`
     # (`common.destinations`).
@@ -498,8 +508,10 @@ class SubmitRequest:
     # Retry-After asks for longer.
     first_poll_after_s: float | None = None
     # A lane's run of items in one batch: the activity submits them one after another, each only
-    # once the one before was delivered, and leaves the rest untried after one that was not.
+    # once the one before went through (was delivered; or was accepted, with `accepted_goes_on`),
+    # and leaves the rest untried after one that did not.
     sequence: str | None = None
+    accepted_goes_on: bool = False
 
 
 @dataclass

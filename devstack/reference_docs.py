@@ -161,10 +161,20 @@ BENCH_VARIABLES = (
         "`make chaos`: items not final this long after their enqueue count as lost",
     ),
     Variable(
+        "LANE_MODE",
+        "both, `item` then `bulk`",
+        "`bench.lane_scale`: `item` (the lane's own workflow) or `bulk` (a 4-shard destination)",
+    ),
+    Variable(
         "LANE_ITEMS", "`10000` (`1000` with `QUICK=1`)", "`bench.lane_scale`: items in the lane"
     ),
     Variable("LANE_APPENDERS", "`20`", "`bench.lane_scale`: concurrent appending clients"),
     Variable("LANE_STALL_S", "`120`", "`bench.lane_scale`: fail when no item ends for this long"),
+    Variable(
+        "LANE_SEED",
+        "random (printed)",
+        "`bench.lane_scale`: the fake's fault draws and the worker kills' random seed",
+    ),
     Variable(
         "AGGREGATE_COMMANDS",
         "`100000` (`10000` with `QUICK=1`)",

@@ -7,6 +7,8 @@ workflow with the same id, so two concurrent enqueues of one key start one item.
 
 from __future__ import annotations
 
+import asyncio
+import json
 import logging
 import uuid
 from collections.abc import Awaitable, Callable
@@ -38,6 +40,7 @@ from contract.bulk import (
     CANCEL_ITEM_SIGNAL,
     ENQUEUE_SIGNAL,
     ITEM_REPORT_SIGNAL,
+    MAX_BATCH,
     SHARD_WORKFLOW_TYPE,
     ItemCancel,
     ItemReport,
@@ -66,7 +69,7 @@ from contract.item import (
     OutboxItemState,
     OutboxItemView,
 )
-from contract.lane import AppendOutcome, LaneDetail, LanePolicy, RemoveRequest
+from contract.lane import AppendOutcome, LaneDetail, RemoveRequest
 from outbox_client import lanes
 from outbox_client.connection import TemporalConnection
 from outbox_client.errors import (
@@ -77,6 +80,7 @@ from outbox_client.errors import (
     NotRedrivable,
     UnknownDestination,
 )
+from outbox_client.mailbox import Mailbox
 from outbox_client.placement import item_holder
 from outbox_client.placement import lane_holder as lanes_holder
 from outbox_client.validation import (
@@ -101,6 +105,18 @@ _FAILED_STATES = (
     WorkflowExecutionStatus.TERMINATED,
     WorkflowExecutionStatus.TIMED_OUT,
 )
+
+
+# A batch's items as JSON, at most: well under Temporal's 2 MB payload limit.
+MAX_SIGNAL_BYTES = 512 * 1024
+
+
+@dataclass(frozen=True)
+class _Handed:
+    """An item on its way to its shard (every item in one mailbox goes to one shard)."""
+
+    shard: int
+    item: OutboxItemInput
 
 
 @dataclass
@@ -145,6 +161,12 @@ class OutboxClient:
         self.destinations = destinations
         self.task_queue = task_queue
         self._appender = lanes.LaneAppender(self.temporal, task_queue)
+        self._shard_signals: Mailbox[_Handed, None] = Mailbox(
+            self._signal_shard,
+            max_batch=MAX_BATCH,
+            size=lambda handed: len(json.dumps(handed.item.payload, default=str)),
+            max_size=MAX_SIGNAL_BYTES,
+        )
 
     @property
     def connection(self) -> Client | TemporalConnection:
@@ -263,49 +285,58 @@ class OutboxClient:
         return target
 
     async def hand_to_shards(self, items: list[OutboxItemInput], shards: int) -> None:
-        """Hand bulk-mode items (of one destination) to their shards: one signal-with-start per
-        shard, however many of the items it gets."""
-        by_shard: dict[int, list[OutboxItemInput]] = {}
-        lane_policies: dict[str, LanePolicy] = {}
+        """Hand bulk-mode items (of one destination) to their shards, in order.
+
+        Concurrent calls share signals: each shard gets one signal-with-start at a time from
+        this process, carrying every item handed to it meanwhile in the order they came (up to
+        `MAX_BATCH` items or `MAX_SIGNAL_BYTES`), so a busy lane's thousands of enqueues reach
+        its shard as a few dozen signals, not thousands its workflow tasks must take in."""
+        calls = []
         for item in items:
             # Every item of an ordering key goes to the shard that owns the key, in order.
             shard = shard_of(owner_id(item.outbox, item.key, item.ordering_key), shards)
-            by_shard.setdefault(shard, []).append(item)
-            if item.ordering_key is not None:
-                lane_policies[item.outbox] = self.destinations.outbox(item.outbox).lane_policy
-        client = await self.temporal()
-        for shard, held in sorted(by_shard.items()):
-            destination = held[0].destination
-            target = self.destinations.get(destination)
-            poll_batch = target.poll_batch if target is not None else 1
-            submit_batch = target.submit_batch if target is not None else 1
-            await lanes.signal_with_start(
-                client,
-                SHARD_WORKFLOW_TYPE,
-                ShardInput(
-                    destination=destination,
-                    shard=shard,
+            calls.append(
+                self._shard_signals.call(
+                    shard_workflow_id(item.destination, shard), _Handed(shard, item)
+                )
+            )
+        await asyncio.gather(*calls)
+
+    async def _signal_shard(self, workflow_id: str, handed: list[_Handed]) -> list[None]:
+        """One signal-with-start carrying a mailbox's batch of items to their shard."""
+        held = [entry.item for entry in handed]
+        destination, shard = held[0].destination, handed[0].shard
+        target = self.destinations.get(destination)
+        poll_batch = target.poll_batch if target is not None else 1
+        submit_batch = target.submit_batch if target is not None else 1
+        await lanes.signal_with_start(
+            await self.temporal(),
+            SHARD_WORKFLOW_TYPE,
+            ShardInput(
+                destination=destination,
+                shard=shard,
+                poll_batch=poll_batch,
+                submit_batch=submit_batch,
+            ),
+            id=workflow_id,
+            task_queue=self.task_queue,
+            start_signal=ENQUEUE_SIGNAL,
+            start_signal_args=[
+                ShardEnqueue(
+                    items=held,
                     poll_batch=poll_batch,
                     submit_batch=submit_batch,
-                ),
-                id=shard_workflow_id(destination, shard),
-                task_queue=self.task_queue,
-                start_signal=ENQUEUE_SIGNAL,
-                start_signal_args=[
-                    ShardEnqueue(
-                        items=held,
-                        poll_batch=poll_batch,
-                        submit_batch=submit_batch,
-                        lane_policies={
-                            item.outbox: lane_policies[item.outbox]
-                            for item in held
-                            if item.ordering_key is not None
-                        },
-                    )
-                ],
-                static_summary=f"Bulk shard {shard} of {destination}",
-                rpc_timeout=RPC_TIMEOUT,
-            )
+                    lane_policies={
+                        item.outbox: self.destinations.outbox(item.outbox).lane_policy
+                        for item in held
+                        if item.ordering_key is not None
+                    },
+                )
+            ],
+            static_summary=f"Bulk shard {shard} of {destination}",
+            rpc_timeout=RPC_TIMEOUT,
+        )
+        return [None] * len(handed)
 
     @staticmethod
     async def _record_queued(

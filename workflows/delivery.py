@@ -337,6 +337,7 @@ class Delivery:
                 first_poll_after_s=self._first_poll_after_s(),
                 # Only a first attempt goes in its lane's run; a retry goes alone.
                 sequence=self.sequence,
+                accepted_goes_on=policy.order == "submit",
             )
             self.sequence = None
             seq_before = state.last_event_seq

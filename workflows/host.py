@@ -42,7 +42,7 @@ from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
-    from activities.delivery import DeliveryActivities
+    from activities.delivery import DeliveryActivities, went_through
     from activities.projection import ProjectionActivities
     from contract.bulk import (
         CANCEL_ITEM_SIGNAL,
@@ -63,6 +63,7 @@ with workflow.unsafe.imports_passed_through():
         ItemProjection,
         ItemStatus,
         OutboxItemInput,
+        OutboxItemView,
         PollOutcome,
         PollRequest,
         SubmitOutcome,
@@ -87,7 +88,7 @@ with workflow.unsafe.imports_passed_through():
         SkipHead,
     )
     from workflows.delivery import BATCH_RETRIES, Delivery, DeliveryFailed
-    from workflows.ordering import Lane
+    from workflows.ordering import PROJECT_EVERY, Ended, Lane
 
 # Waits are rounded up to this, so the items waiting in one tick share one timer.
 TICK = timedelta(milliseconds=100)
@@ -134,7 +135,7 @@ class _Batcher(Generic[Request, Outcome]):
     noun: str
     size: int = 1
     sequence_of: Callable[[Request], str | None] = lambda _: None
-    went_through: Callable[[Outcome], bool] = lambda _: True
+    went_through: Callable[[Request, Outcome], bool] = lambda _, __: True
     untried: Callable[[], Outcome] | None = None
     _asked: list[tuple[Request, DeliveryPolicy, asyncio.Future[Outcome]]] = field(
         default_factory=list
@@ -225,11 +226,11 @@ class _Batcher(Generic[Request, Outcome]):
             ]
         finally:
             self._out -= 1
-        for sequence, answered in zip(sequences, outcomes, strict=True):
+        for (request, _, _), sequence, answered in zip(batch, sequences, outcomes, strict=True):
             if sequence is None:
                 continue
             self._sequences_out.discard(sequence)
-            if not self.went_through(answered):
+            if not self.went_through(request, answered):
                 self._stopped[sequence] = None
         while len(self._stopped) > RECENT_KEPT:
             del self._stopped[next(iter(self._stopped))]
@@ -257,7 +258,9 @@ class DeliveryHostWorkflow:
         self._lanes: dict[str, Lane] = {}
         self._lane_tasks: dict[str, asyncio.Task[None]] = {}
         self._lane_of_item: dict[str, Lane] = {}
-        self._recent: collections.deque[str] = collections.deque(start.recent, maxlen=RECENT_KEPT)
+        # Ids of the items finished lately, oldest first (a dict: ordered, and a cheap lookup
+        # for each of thousands of enqueues arriving in one workflow task).
+        self._recent: dict[str, None] = dict.fromkeys(start.recent[-RECENT_KEPT:])
         self._finished = 0
         # Batched projections, each with the future its delivery waits on.
         self._to_project: list[tuple[ItemProjection, asyncio.Future[None]]] = []
@@ -265,6 +268,7 @@ class DeliveryHostWorkflow:
         # Lanes whose view changed since it was last projected.
         self._lanes_changed: dict[str, Lane] = {}
         self._lanes_flushing = False
+        self._lanes_flush_later = False
         # The shared timer: when it is set to fire, and whether a wait wants it earlier.
         self._timer_at: datetime | None = None
         self._wake_ats: list[datetime] = []
@@ -282,7 +286,7 @@ class DeliveryHostWorkflow:
             "submit",
             start.submit_batch,
             sequence_of=lambda request: request.sequence,
-            went_through=lambda outcome: outcome.result is not None and outcome.result.delivered,
+            went_through=went_through,
             untried=lambda: SubmitOutcome(not_attempted=True),
         )
         self._polls: _Batcher[PollRequest, PollOutcome] = _Batcher(
@@ -454,7 +458,8 @@ class DeliveryHostWorkflow:
         item_id = item_workflow_id(item.outbox, item.key)
         if item_id in self._deliveries or _generation_id(item) in self._recent:
             return AppendOutcome.DUPLICATE  # a repeated enqueue (a client's retry)
-        resumed = item.state is not None and item.state.status.is_final
+        # Carried as an unordered item: a lane's item that was sent, or accepted and let go.
+        resumed = item.state is not None and item.state.status is not ItemStatus.QUEUED
         if item.ordering_key is not None and not resumed:
             return self._append(item_id, item, lane_policy, capped)
         delivery = Delivery(item_id, item, self)
@@ -538,7 +543,9 @@ class DeliveryHostWorkflow:
     def _done(self, delivery: Delivery) -> None:
         del self._deliveries[delivery.item_id]
         del self._running[delivery.item_id]
-        self._recent.append(_generation_id(delivery.item))
+        self._recent[_generation_id(delivery.item)] = None
+        if len(self._recent) > RECENT_KEPT:
+            del self._recent[next(iter(self._recent))]
         self._finished += 1
 
     # -- LaneHost --------------------------------------------------------------------------------
@@ -548,6 +555,18 @@ class DeliveryHostWorkflow:
         # While continuing as new, every change is written before the hand-over.
         if lane.projection_due() or self._draining:
             self._project_lanes()
+        elif not self._lanes_flush_later:
+            # Written within `PROJECT_EVERY` even if nothing else happens (a head in a long
+            # wait, appends arriving): one shared timer, not one per change.
+            self._lanes_flush_later = True
+            asyncio.create_task(self._project_lanes_later())
+
+    async def _project_lanes_later(self) -> None:
+        try:
+            await self.wait(PROJECT_EVERY, "write the lanes' rows", lambda: not self._lanes_changed)
+        finally:
+            self._lanes_flush_later = False
+        self._project_lanes()
 
     def _project_lanes(self) -> None:
         """Write every changed lane now (a lane's row trails it otherwise: see `Lane`)."""
@@ -565,6 +584,19 @@ class DeliveryHostWorkflow:
         await delivery.listen()
         self._done(delivery)
 
+    def keep_polling(self, delivery: Delivery, ended: asyncio.Task[Ended]) -> None:
+        """A lane's accepted head (`order = "submit"`): polled to its end as an unordered item,
+        carried as one."""
+        self._lane_of_item.pop(delivery.item_id, None)
+        self._deliveries[delivery.item_id] = delivery
+        self._running[delivery.item_id] = asyncio.create_task(self._see_through(delivery, ended))
+
+    async def _see_through(self, delivery: Delivery, ended: asyncio.Task[Ended]) -> None:
+        outcome = await ended
+        if isinstance(outcome, OutboxItemView) and outcome.status is ItemStatus.SENT:
+            await delivery.listen()
+        self._done(delivery)
+
     async def _flush_lanes(self) -> None:
         """Write the changed lanes' views and their waiting items' transitions, in batches."""
         try:
@@ -572,7 +604,7 @@ class DeliveryHostWorkflow:
                 batch = list(self._lanes_changed.values())[:LANE_PROJECTION_BATCH]
                 for lane in batch:
                     del self._lanes_changed[lane.id]
-                taken = [lane.take_projection() for lane in batch]
+                taken = [lane.take_projection(PROJECTION_BATCH) for lane in batch]
                 await workflow.execute_local_activity_method(
                     ProjectionActivities.project_lanes,
                     taken,
@@ -582,6 +614,8 @@ class DeliveryHostWorkflow:
                 )
                 for lane, projection in zip(batch, taken, strict=True):
                     lane.projected(projection.lane.version, projection.lane.status)
+                    if lane.items_pending():
+                        self._lanes_changed[lane.id] = lane
                 self._lanes_projected()
         finally:
             self._lanes_flushing = False

@@ -19,8 +19,9 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 from collections.abc import Callable
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Protocol
 
 from temporalio import workflow
@@ -72,6 +73,10 @@ class LaneHost(DeliveryHost, Protocol):
     def run_length(self) -> int:
         """How many of the lane's items may go in one submit activity, one after another."""
 
+    def keep_polling(self, delivery: Delivery, ended: asyncio.Task[Ended]) -> None:
+        """The lane's head was accepted and the lane goes on (`order = "submit"`): see the
+        item to its end (`ended`) and its report window, outside the lane."""
+
 
 class Lane:
     """The items of one `(outbox, ordering_key)` inside a host, with the head's delivery."""
@@ -92,8 +97,11 @@ class Lane:
         self.running: list[Delivery] = []
         self._runs = 0
         self._decision: RedriveHead | SkipHead | None = None
-        # Transitions of waiting items (enqueued, cancelled) the lane made itself, to project.
+        # Transitions of waiting items (cancelled) the lane made itself, and the items whose
+        # `queued` row it writes (with their position), to project in batches: an admit only
+        # notes it, so thousands arriving in one workflow task cost little there.
         self.item_projections: list[ItemProjection] = []
+        self._to_enqueue: list[tuple[LaneEntry, int]] = []
         # A carried lane's changes were projected before the hand-over.
         self.projected_version = state.version
         self._projected_status: LaneStatus | None = None
@@ -133,13 +141,8 @@ class Lane:
         self._held[item.key] = item.payload_hash
         state.waiting_bytes += size
         if not item.enqueue_projected:
-            # `queued` in the read model from now on, long before its turn comes.
-            self._project_item(
-                self._item_input(entry),
-                ItemStatus.QUEUED,
-                ItemEventType.ENQUEUED,
-                f"to {item.destination}, lane {state.ordering_key} position {len(state.entries)}",
-            )
+            # `queued` in the read model from the next projection on, long before its turn.
+            self._to_enqueue.append((entry, len(state.entries)))
         self._changed()
         return AppendOutcome.QUEUED
 
@@ -193,6 +196,16 @@ class Lane:
         self._changed()
         for entry, delivery, task in zip(run, deliveries, tasks, strict=True):
             self.head = delivery
+            if delivery.item.policy.order == "submit":
+                # The next item may go once this one is accepted: from then on the host sees
+                # it to its end, outside the lane.
+                await workflow.wait_condition(functools.partial(_accepted_or_ended, delivery, task))
+                if not task.done():
+                    self.head = None
+                    self.running.remove(delivery)
+                    self._host.keep_polling(delivery, task)
+                    self._leave(ItemStatus.SENDING)
+                    continue
             ended = await task
             self.head = None
             if isinstance(ended, NotAttempted):
@@ -316,7 +329,9 @@ class Lane:
         self._awaited += 1
         self._host.lane_changed(self)
         try:
-            await workflow.wait_condition(lambda: self.projected_version >= version)
+            await workflow.wait_condition(
+                lambda: self.projected_version >= version and not self.items_pending()
+            )
         finally:
             self._awaited -= 1
         return result
@@ -397,7 +412,11 @@ class Lane:
         return LaneStatus.RUNNING if self.state.entries else LaneStatus.IDLE
 
     def unprojected(self) -> bool:
-        return bool(self.item_projections) or self.state.version > self.projected_version
+        return self.items_pending() or self.state.version > self.projected_version
+
+    def items_pending(self) -> bool:
+        """Whether waiting items' transitions are still to be written."""
+        return bool(self.item_projections) or bool(self._to_enqueue)
 
     def projection_due(self) -> bool:
         """Whether the read model must have the lane's changes now: a new status, waiting
@@ -405,16 +424,31 @@ class Lane:
         lane's row trails it (the live query does not): a write per delivery would put a local
         activity in each item's critical path (docs/decisions/lanes-in-the-host.md)."""
         return (
-            bool(self.item_projections)
+            self.items_pending()
             or self._awaited > 0
             or self.status() is not self._projected_status
             or workflow.now() - self._projected_at >= PROJECT_EVERY
         )
 
-    def take_projection(self) -> LaneProjection:
-        """The lane's view and its waiting items' transitions to write (then `projected`)."""
-        items, self.item_projections = self.item_projections, []
+    def take_projection(self, limit: int) -> LaneProjection:
+        """The lane's view and up to `limit` of its waiting items' transitions to write (then
+        `projected`; `items_pending` says whether more are left for the next one)."""
+        enqueued, self._to_enqueue = self._to_enqueue[:limit], self._to_enqueue[limit:]
+        items = [self._enqueued_projection(entry, position) for entry, position in enqueued]
+        room = max(0, limit - len(items))
+        items += self.item_projections[:room]
+        del self.item_projections[:room]
         return LaneProjection(lane=self.view(), items=items)
+
+    def _enqueued_projection(self, entry: LaneEntry, position: int) -> ItemProjection:
+        self._project_item(
+            self._item_input(entry),
+            ItemStatus.QUEUED,
+            ItemEventType.ENQUEUED,
+            f"to {entry.destination}, lane {self.state.ordering_key} position {position}",
+            at=entry.enqueued_at,
+        )
+        return self.item_projections.pop()
 
     def projected(self, version: int, status: LaneStatus) -> None:
         self.projected_version = max(self.projected_version, version)
@@ -485,11 +519,16 @@ class Lane:
         return payload_hash(entry.destination, entry.payload, self.state.ordering_key)
 
     def _project_item(
-        self, item: OutboxItemInput, status: ItemStatus, event: ItemEventType, detail: str
+        self,
+        item: OutboxItemInput,
+        status: ItemStatus,
+        event: ItemEventType,
+        detail: str,
+        at: datetime | None = None,
     ) -> OutboxItemView:
         """Queue one transition of a waiting item (one the lane makes, not its delivery); the
         item's view after it."""
-        now = workflow.now()
+        now = at or workflow.now()
         seq = 1 if event is ItemEventType.ENQUEUED else 2
         progress = OutboxItemState(
             started=True,
@@ -515,7 +554,14 @@ class Lane:
         self._host.lane_changed(self)
 
 
-async def _ended(delivery: Delivery) -> OutboxItemView | DeliveryFailed | NotAttempted:
+Ended = OutboxItemView | DeliveryFailed | NotAttempted
+
+
+def _accepted_or_ended(delivery: Delivery, ended: asyncio.Task[Ended]) -> bool:
+    return ended.done() or delivery.state.status is ItemStatus.SENDING
+
+
+async def _ended(delivery: Delivery) -> Ended:
     """How a delivery of a lane ended: its view (sent or cancelled), its failure, or untried."""
     try:
         return await delivery.run(listen=False)

@@ -178,7 +178,13 @@ async def test_a_halted_lane_shows_until_it_is_skipped(api_factory) -> None:
     def lanes(result: Scrape, name: str, status: str | None = None) -> float | None:
         return result.get(name, outbox="tests", **({"status": status} if status else {}))
 
-    halted = await scrape_until(api.http, lambda s: lanes(s, "outbox_lanes", "halted") == 1)
+    # A lane's row trails its appends by up to a second (`workflows/ordering.py`).
+    halted = await scrape_until(
+        api.http,
+        lambda s: (
+            lanes(s, "outbox_lanes", "halted") == 1 and lanes(s, "outbox_lane_items", "halted") == 3
+        ),
+    )
     per_destination = {"outbox": "tests", "destination": api.webhook.name}
     assert lanes(halted, "outbox_lanes", "running") == 0
     # The failed head and the two waiting behind it.

@@ -25,6 +25,7 @@ OUT_OF_BOUNDS: dict[str, Any] = {
     "poll_timeout_s": 0,
     "report_window_s": 366 * 24 * 3600,
     "poll_in_submit": "sometimes",
+    "order": "whenever",
 }
 
 
@@ -52,9 +53,11 @@ def test_every_flat_file_field_reaches_the_policy() -> None:
     configured: dict[str, Any] = {
         name: getattr(defaults, name) + (1 if name == "max_attempts" else 0.125)
         for name in POLICY_SETTINGS
-        if name != "poll_in_submit"  # a switch, with rules of its own (tested below)
+        # Switches: `poll_in_submit` has rules of its own (tested below), `order` two values.
+        if name not in ("poll_in_submit", "order")
     }
 
+    configured["order"] = "submit"
     registry = load({"mail": {"provider": "webhook", **configured}})
     policy = registry.get("mail").policy()  # type: ignore[union-attr]
 

@@ -29,7 +29,8 @@ from devstack.fake_provider import FakeProvider
 from outbox_client import IdempotencyConflict
 from readmodel import store
 from readmodel.lanes import get_lane
-from tests.conftest import Stack, unique_name, webhook_destination
+from tests.conftest import Stack, email_destination, unique_name, webhook_destination
+from tests.fakes import submits
 from tests.workflows.test_bulk import until_settled
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
@@ -502,3 +503,64 @@ async def test_a_run_of_items_goes_in_one_activity_and_stops_where_one_is_not_de
         if event.HasField("activity_task_scheduled_event_attributes")
     ]
     assert len(submits) < 12, len(submits)
+
+
+def _email(n: int) -> dict[str, Any]:
+    return {
+        "senderAddress": "noreply@example.com",
+        "recipients": {"to": [{"address": "ada@example.com"}]},
+        "content": {"subject": f"n{n}", "plainText": "Hi"},
+    }
+
+
+@pytest.mark.parametrize("mode", ["item", "bulk-runs"])
+async def test_order_submit_goes_on_once_accepted_and_halts_only_on_a_refused_submit(
+    stack_factory: Any, fake_provider: FakeProvider, mode: str
+) -> None:
+    """With `order = "submit"` the next item goes once the one before was accepted: a slow
+    operation does not hold the lane, an operation that fails later fails its item alone, and
+    a refused submit halts the lane as with `end`."""
+    extra: dict[str, Any] = (
+        {"mode": "bulk", "shards": 2, "submit_batch": 4} if mode != "item" else {}
+    )
+    destination = email_destination(
+        fake_provider, order="submit", poll_interval_s=1, poll_backoff_multiplier=1, **extra
+    )
+    stack: Stack = await stack_factory(destination)
+    lane_key = unique_name("accepting")
+    keys = [unique_name(f"acc-{n}") for n in range(4)]
+    scripts = [
+        [{"running_polls": 3}],
+        [{"running_polls": 1, "operation_result": "Failed"}],
+        [{"status": 400, "body": "bad address"}],
+        [],
+    ]
+    for key, steps in zip(keys, scripts, strict=True):
+        await fake_provider.admin.script(
+            provider_idempotency_key(item_workflow_id("tests", key)), steps
+        )
+    for n, key in enumerate(keys):
+        await stack.enqueue(destination, _email(n), key=key, ordering_key=lane_key)
+
+    assert (await item_result(stack, keys[2], skip_time=False)).status is ItemStatus.FAILED
+    await wait_for(lambda: _lane_status(stack, destination, lane_key, LaneStatus.HALTED))
+    first = await item_result(stack, keys[0], skip_time=False)
+    second = await item_result(stack, keys[1], skip_time=False)
+    assert (first.status, second.status) == (ItemStatus.SENT, ItemStatus.FAILED)
+    # The second was accepted before the first's operation had finished.
+    events = {
+        key: {
+            e.type.value: e.at
+            for e in store.item_events(stack.engine, item_workflow_id("tests", key))
+        }
+        for key in keys[:2]
+    }
+    assert events[keys[1]]["accepted"] < events[keys[0]]["sent"]
+    lane = await stack.outbox.lane("tests", lane_key, bulk_name(destination))
+    assert lane is not None and lane.view.head_key == keys[2]
+    # Nothing behind the refused item went.
+    assert await submits(fake_provider, item_workflow_id("tests", keys[3])) == 0
+    await stack.outbox.resume_lane(
+        "tests", lane_key, skip_reason="test", destination=bulk_name(destination)
+    )
+    assert (await item_result(stack, keys[3], skip_time=False)).status is ItemStatus.SENT
