@@ -325,7 +325,9 @@ class DeliveryHostWorkflow:
             if self._should_continue_as_new():
                 await self._continue_as_new()
             if not self._busy():
-                # Empty: linger for more items, then end (the next enqueue starts it again).
+                # Empty: write what the lanes' rows lack (nothing is in flight to delay), linger
+                # for more items, then end (the next enqueue starts it again).
+                self._project_lanes()
                 try:
                     await workflow.wait_condition(
                         self._busy, timeout=linger, timeout_summary="linger"
@@ -504,13 +506,18 @@ class DeliveryHostWorkflow:
     async def _run_lane(self, lane: Lane) -> None:
         await lane.run()
         del self._lane_tasks[lane.id]
-        if self._start.destination:
-            # A shard holds many lanes: an empty one goes once its last view is written (a new
-            # item starts it again, its row moving on from there).
-            self._project_lanes()
-            await workflow.wait_condition(lambda: not lane.unprojected())
-            if not lane.state.entries and lane.id not in self._lane_tasks:
-                del self._lanes[lane.id]
+
+    def _drop_if_done(self, lane: Lane) -> None:
+        """A shard holds many lanes: an empty one goes once its last view is written (a new
+        item starts it again, its row moving on from there)."""
+        if (
+            self._start.destination
+            and not lane.state.entries
+            and lane.id not in self._lane_tasks
+            and not lane.unprojected()
+            and self._lanes.get(lane.id) is lane
+        ):
+            del self._lanes[lane.id]
 
     def _lanes_named(self, ordering_key: str | None) -> list[Lane]:
         return [
@@ -616,6 +623,7 @@ class DeliveryHostWorkflow:
                     lane.projected(projection.lane.version, projection.lane.status)
                     if lane.items_pending():
                         self._lanes_changed[lane.id] = lane
+                    self._drop_if_done(lane)
                 self._lanes_projected()
         finally:
             self._lanes_flushing = False

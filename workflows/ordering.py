@@ -419,14 +419,21 @@ class Lane:
         return bool(self.item_projections) or bool(self._to_enqueue)
 
     def projection_due(self) -> bool:
-        """Whether the read model must have the lane's changes now: a new status, waiting
-        items' transitions, someone waiting for it, or `PROJECT_EVERY` behind. Otherwise a busy
-        lane's row trails it (the live query does not): a write per delivery would put a local
-        activity in each item's critical path (docs/decisions/lanes-in-the-host.md)."""
+        """Whether the read model must have the lane's changes now: a halt or its end, waiting
+        items' transitions, someone waiting for it, or `PROJECT_EVERY` behind. Otherwise the
+        lane's row trails it by up to `PROJECT_EVERY` (the live query does not): a write per
+        delivery would put a local activity in each item's critical path, and a shard's lanes
+        go from running to idle and back with each item of interleaved keys
+        (docs/decisions/lanes-in-the-host.md)."""
+        status = self.status()
+        halt_changed = status is not self._projected_status and LaneStatus.HALTED in (
+            status,
+            self._projected_status,
+        )
         return (
             self.items_pending()
             or self._awaited > 0
-            or self.status() is not self._projected_status
+            or halt_changed
             or workflow.now() - self._projected_at >= PROJECT_EVERY
         )
 

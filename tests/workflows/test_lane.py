@@ -356,6 +356,12 @@ async def test_a_lane_continues_as_new_carrying_its_queue(
         started = event.workflow_execution_started_event_attributes
         assert started.continued_execution_run_id
         break
+
+    async def ran_a_task() -> bool:
+        # A run recorded before its first workflow task has nothing to replay.
+        return (await handle.describe()).history_length >= 4
+
+    await wait_for(ran_a_task)
     await stack.record_history(lane_workflow_id("tests", ordering_key), "_lane")
 
 
