@@ -189,10 +189,14 @@ def lane_backlog(connection: Connection) -> list[LaneBacklog]:
 
 
 def read_backlog(engine: Engine, tally: DeliveryTally) -> Backlog:
-    """One reading: the backlog now, and `tally` advanced to now (on one connection)."""
+    """One reading: the backlog now, and `tally` advanced to now (on one connection).
+
+    The statements are not one snapshot (SQLite's driver begins no transaction for reads, and
+    PostgreSQL reads committed), so the counters are read first: an item a reading counts as
+    sent is never still queued in the same reading, only the other way round for a moment."""
     with engine.connect() as connection:
+        tally.advance(connection)
         items = item_backlog(connection)
         lanes = lane_backlog(connection)
-        tally.advance(connection)
     # Copies: the reading is handed to another thread while the tally goes on counting.
     return Backlog(items=items, lanes=lanes, sent=dict(tally.sent), failed=dict(tally.failed))
