@@ -7,7 +7,8 @@ with a fast webhook destination (rate 1,000/s, so the destination is never the l
   delivery (appended together from one process, as a busy service would);
 - `bulk_lane_items_per_s`: the same in bulk mode (batches of 100, as `items:batch` sends them);
 - `lanes_items_per_s`: many keys x 5 items in bulk mode, beside `bulk_unordered_items_per_s`,
-  the same number of items without keys on the same stack, run right before it;
+  the same number of items without keys on the same stack, in three alternating rounds
+  (medians; each round's ratio in `lanes_ratio_by_round`);
 - `lane_append_p50_ms` / `lane_append_p99_ms`: 20 appenders into one item-mode lane, each
   appending one item after another.
 
@@ -20,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import statistics
 import sys
 import time
 from contextlib import AsyncExitStack
@@ -37,6 +39,8 @@ LANE_ITEMS = 1_000
 KEYS = 200 if QUICK else 1_000
 PER_KEY = 5
 APPENDERS = 20
+# Alternating rounds of unordered and keyed items in bulk mode (each round's outboxes its own).
+ROUNDS = 3
 APPENDS_EACH = 10 if QUICK else 25
 BATCH = 100
 # A run is given up when nothing is delivered for this long.
@@ -183,12 +187,25 @@ async def lanes_figures() -> dict[str, Any]:
             else:
                 rate, found = await one_lane(stack, "one-lane-bulk", batched=True)
                 figures["bulk_lane_items_per_s"] = round(rate, 1)
-                unordered, _ = await many_keys(stack, "unordered", keyed=False)
-                keyed, more = await many_keys(stack, "keyed", keyed=True)
-                figures["bulk_unordered_items_per_s"] = round(unordered, 1)
-                figures["lanes_items_per_s"] = round(keyed, 1)
-                figures["lanes_ratio_vs_unordered"] = round(keyed / unordered, 3)
-                problems += found + more
+                problems += found
+                # Alternating rounds on the same stack: one of each gives a ratio that moves
+                # with whichever ran when the machine was busier (docs/decisions/
+                # bench-alternating-rounds.md).
+                unordered_rates, keyed_rates = [], []
+                for round_ in range(ROUNDS):
+                    unordered, _ = await many_keys(stack, f"unordered-{round_}", keyed=False)
+                    keyed, more = await many_keys(stack, f"keyed-{round_}", keyed=True)
+                    unordered_rates.append(unordered)
+                    keyed_rates.append(keyed)
+                    problems += more
+                figures["bulk_unordered_items_per_s"] = round(statistics.median(unordered_rates), 1)
+                figures["lanes_items_per_s"] = round(statistics.median(keyed_rates), 1)
+                figures["lanes_ratio_vs_unordered"] = round(
+                    figures["lanes_items_per_s"] / figures["bulk_unordered_items_per_s"], 3
+                )
+                figures["lanes_ratio_by_round"] = [
+                    round(k / u, 3) for k, u in zip(keyed_rates, unordered_rates, strict=True)
+                ]
         print(f"  {mode} mode: {json.dumps(figures)}", flush=True)
     figures["lanes_problems"] = problems
     return figures
