@@ -11,6 +11,8 @@ import asyncio
 import dataclasses
 from dataclasses import dataclass
 
+from temporalio.client import Client
+
 from common.destinations import (
     BATCH_RULE,
     Destination,
@@ -115,6 +117,7 @@ class DestinationControls:
                     " poll_rate - submit_rate"
                 )
             new_poll_queue = poll_queue_requests(polls, submits, poll_in_submit=True)
+        stored: dict[str, float | None] = {}
         for queue, now, new_rate in (
             (
                 destination.submit_task_queue,
@@ -129,15 +132,19 @@ class DestinationControls:
                 await pause_queue(
                     client, queue, now, text, identity=_IDENTITY, resume_rate=new_rate
                 )
+                stored[queue] = 0.0
             elif now.paused:
                 rate = new_rate if new_rate is not None else now.resume_rate
                 await set_queue_rate(
                     client, queue, rate, f"resumed: {reason or 'by request'}", identity=_IDENTITY
                 )
+                stored[queue] = rate
             elif new_rate is not None:
                 await set_queue_rate(
                     client, queue, new_rate, reason or "rate set by request", identity=_IDENTITY
                 )
+                stored[queue] = new_rate
+        await _until_stored(client, stored)
         return await self.state(name)
 
 
@@ -180,3 +187,25 @@ def _per_batch(rate: QueueRate, batch: float) -> QueueRate:
         rate=rate.rate * batch,
         resume_rate=None if rate.resume_rate is None else rate.resume_rate * batch,
     )
+
+
+# How long an answer waits for the server to show the limits it was just given.
+_STORED_WAIT_S = 2.0
+
+
+async def _until_stored(client: Client, stored: dict[str, float | None]) -> None:
+    """Wait (briefly) until each queue reads back the limit just set: under load, a describe
+    right after an update has been seen to return the one before it (a resume answered with its
+    queue still paused), and the answer shows what is in force."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + _STORED_WAIT_S
+    while stored and loop.time() < deadline:
+        rates = await asyncio.gather(*(read_queue_rate(client, queue) for queue in stored))
+        if all(
+            (rate.source == "worker")
+            if want is None
+            else (rate.source == "api" and rate.rate == want)
+            for rate, want in zip(rates, stored.values(), strict=True)
+        ):
+            return
+        await asyncio.sleep(0.05)
