@@ -24,17 +24,10 @@ from readmodel import store
 from readmodel.db import create_schema, make_engine
 from tests.conftest import email_destination, unique_name
 from tests.faults.test_faults import assert_exactly_once, start_worker, worker_env
+from tests.workflows.test_lane import numbered_email
 
 ITEMS = 24
 SETTLE_S = 120.0
-
-
-def _email(n: int) -> dict[str, Any]:
-    return {
-        "senderAddress": "noreply@example.com",
-        "recipients": {"to": [{"address": "ada@example.com"}]},
-        "content": {"subject": f"n{n}", "plainText": "Hi"},
-    }
 
 
 @pytest.mark.parametrize("mode", ["item", "bulk"])
@@ -84,7 +77,9 @@ order = "submit"
     worker = start_worker(env, tmp_path / "worker.log")
     try:
         for n, key in enumerate(keys):
-            await outbox.enqueue("ordered", destination.name, _email(n), key=key, ordering_key=lane)
+            await outbox.enqueue(
+                "ordered", destination.name, numbered_email(n), key=key, ordering_key=lane
+            )
         for _ in range(2):
             await asyncio.sleep(random.uniform(0.5, 1.5))
             worker.send_signal(signal.SIGKILL)

@@ -511,7 +511,8 @@ async def test_a_run_of_items_goes_in_one_activity_and_stops_where_one_is_not_de
     assert len(submits) < 12, len(submits)
 
 
-def _email(n: int) -> dict[str, Any]:
+def numbered_email(n: int) -> dict[str, Any]:
+    """An ACS email whose subject numbers it (`n{n}`), to tell items apart at the fake."""
     return {
         "senderAddress": "noreply@example.com",
         "recipients": {"to": [{"address": "ada@example.com"}]},
@@ -546,7 +547,7 @@ async def test_order_submit_goes_on_once_accepted_and_halts_only_on_a_refused_su
             provider_idempotency_key(item_workflow_id("tests", key)), steps
         )
     for n, key in enumerate(keys):
-        await stack.enqueue(destination, _email(n), key=key, ordering_key=lane_key)
+        await stack.enqueue(destination, numbered_email(n), key=key, ordering_key=lane_key)
 
     assert (await item_result(stack, keys[2], skip_time=False)).status is ItemStatus.FAILED
     await wait_for(lambda: _lane_status(stack, destination, lane_key, LaneStatus.HALTED))
