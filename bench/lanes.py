@@ -103,7 +103,7 @@ async def one_lane(stack: BenchStack, outbox: str, batched: bool) -> tuple[float
                 stack.outbox.new_item(outbox, name, payload, key=key, ordering_key="one")
                 for payload, key in items[start : start + BATCH]
             ]
-            await stack.outbox.hand_to_shards(built, stack.destination.shards)
+            await stack.outbox.hand_over(built, strict=True)
     else:
         await asyncio.gather(
             *(
@@ -131,7 +131,7 @@ async def many_keys(stack: BenchStack, outbox: str, keyed: bool) -> tuple[float,
     ]
     began = time.monotonic()
     for start in range(0, len(built), BATCH):
-        await stack.outbox.hand_to_shards(built[start : start + BATCH], stack.destination.shards)
+        await stack.outbox.hand_over(built[start : start + BATCH], strict=True)
     ended = await delivered(stack, outbox, len(built))
     problems = await order_problems(stack, outbox, len(built)) if keyed else []
     return len(built) / (ended - began), problems

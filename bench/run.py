@@ -289,12 +289,12 @@ async def bulk_items(client: Client, count: int, run_id: str) -> int:
     try:
         for start in range(0, count, BULK_BATCH):
             batch = [
-                outbox.new_item("bulk", destination.name, EMAIL, key=f"{run_id}-{n}")
+                outbox.new_item(
+                    "bulk", destination.name, EMAIL, key=f"{run_id}-{n}", projected=True
+                )
                 for n in range(start, min(start + BULK_BATCH, count))
             ]
-            for item in batch:
-                item.enqueue_projected = True
-            await outbox.hand_to_shards(batch, destination.shards)
+            await outbox.hand_over(batch, strict=True)
             await asyncio.gather(
                 *(
                     writer.write(transitions.enqueued(item_workflow_id(i.outbox, i.key), i))

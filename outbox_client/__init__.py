@@ -12,7 +12,7 @@
 """
 
 from contract.item import ItemStatus, OutboxItemView
-from outbox_client.client import CancelRequested, EnqueueResult, OutboxClient
+from outbox_client.client import OutboxClient
 from outbox_client.connection import TemporalConnection, connect, load_connect_config
 from outbox_client.errors import (
     CannotCancel,
@@ -35,6 +35,7 @@ from outbox_client.errors import (
     UnknownEffect,
     is_temporal_unavailable,
 )
+from outbox_client.placement import CancelRequested, EnqueueResult
 from outbox_client.validation import validate_key, validate_ordering_key, validate_outbox
 
 __all__ = [

@@ -91,3 +91,19 @@ class UnknownEffect(OutboxError):
 
 class EffectNotFailed(OutboxError):
     """Only a failed effect can be retried; this one is pending or done."""
+
+
+def check_same_request(existing_hash: str | None, requested_hash: str) -> None:
+    """Raise `IdempotencyConflict` unless the key's item was asked for with the same request."""
+    if existing_hash != requested_hash:
+        raise IdempotencyConflict(
+            "this Idempotency-Key is already used by an item with a different destination,"
+            " payload or ordering key"
+        )
+
+
+def failed_use_redrive() -> ItemFailedUseRedrive:
+    """The answer to re-enqueueing a key whose item failed permanently."""
+    return ItemFailedUseRedrive(
+        "the item with this Idempotency-Key failed permanently; redrive it to try again"
+    )

@@ -3,7 +3,9 @@
 An aggregate's command batch and a lane's append batch are both updates that start their
 workflow if it is not running. At a hand-over to the next run (continue-as-new), or when the
 workflow task the update went out with failed, the server answers FAILED_PRECONDITION with
-`WorkflowNotReadyFailure`: nothing was applied, and the same update may go again.
+`WorkflowNotReadyFailure`; while the run is closing (its last task completed, the next run not
+yet started), RESOURCE_EXHAUSTED with the cause `BUSY_WORKFLOW`. Either way nothing was applied,
+and the same update may go again.
 """
 
 from __future__ import annotations
@@ -13,7 +15,12 @@ from collections.abc import Callable
 from datetime import timedelta
 from typing import Any, TypeVar
 
-from temporalio.api.errordetails.v1 import MultiOperationExecutionFailure, WorkflowNotReadyFailure
+from temporalio.api.enums.v1 import ResourceExhaustedCause
+from temporalio.api.errordetails.v1 import (
+    MultiOperationExecutionFailure,
+    ResourceExhaustedFailure,
+    WorkflowNotReadyFailure,
+)
 from temporalio.client import Client, WithStartWorkflowOperation
 from temporalio.service import RPCError, RPCStatusCode
 
@@ -54,7 +61,7 @@ async def update_with_start(
 
 def not_ready(err: RPCError) -> bool:
     """The server aborted the update before the workflow took it: the workflow task it went
-    out with failed or ended the run (a hand-over to the next run)."""
+    out with failed or ended the run (a hand-over to the next run), or the run is closing."""
     details = list(err.grpc_status.details)
     for detail in err.grpc_status.details:
         # Update-with-start answers for its two operations, each with its own details.
@@ -62,6 +69,16 @@ def not_ready(err: RPCError) -> bool:
             failure = MultiOperationExecutionFailure()
             detail.Unpack(failure)
             details += [inner for status in failure.statuses for inner in status.details]
-    return err.status == RPCStatusCode.FAILED_PRECONDITION and any(
-        detail.Is(WorkflowNotReadyFailure.DESCRIPTOR) for detail in details
-    )
+    if err.status == RPCStatusCode.FAILED_PRECONDITION:
+        return any(detail.Is(WorkflowNotReadyFailure.DESCRIPTOR) for detail in details)
+    if err.status == RPCStatusCode.RESOURCE_EXHAUSTED:
+        return any(_busy_workflow(detail) for detail in details)
+    return False
+
+
+def _busy_workflow(detail: Any) -> bool:
+    if not detail.Is(ResourceExhaustedFailure.DESCRIPTOR):
+        return False
+    failure = ResourceExhaustedFailure()
+    detail.Unpack(failure)
+    return failure.cause == ResourceExhaustedCause.RESOURCE_EXHAUSTED_CAUSE_BUSY_WORKFLOW

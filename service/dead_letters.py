@@ -19,6 +19,7 @@ from temporalio import activity
 from temporalio.client import WorkflowExecutionStatus
 from temporalio.service import RPCError, RPCStatusCode
 
+from common.fan_out import fan_out
 from contract.dead_letters import (
     PROGRESS_QUERY,
     REDRIVE_BATCH_WORKFLOW_TYPE,
@@ -35,7 +36,6 @@ from outbox_client import OutboxError, TemporalUnavailable, validate_key, valida
 from outbox_client.client import RPC_TIMEOUT
 from readmodel import store
 from readmodel.dead_letters import DeadLetter, discard, list_dead_letters
-from service.fan_out import fan_out
 from service.items import ItemService
 
 # Keys a batch names in its progress as not redriven (with why); the counts cover the rest.

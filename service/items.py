@@ -12,6 +12,7 @@ from typing import Any, Literal, TypeVar
 
 from sqlalchemy import Engine
 
+from common.fan_out import fan_out
 from contract import transitions
 from contract.ids import item_workflow_id, payload_hash
 from contract.item import DeliveryOutcome, ItemStatus, OutboxItemInput, OutboxItemView
@@ -21,7 +22,6 @@ from outbox_client import (
     CannotCancel,
     EnqueueResult,
     ItemNotFound,
-    NotRedrivable,
     OutboxClient,
     OutboxError,
     is_temporal_unavailable,
@@ -34,7 +34,6 @@ from readmodel import lanes as lane_store
 from readmodel import store
 from readmodel.models import EventRecord, ItemRecord
 from readmodel.writer import ProjectionWriter
-from service.fan_out import fan_out
 
 log = logging.getLogger("outbox.service")
 
@@ -103,18 +102,15 @@ class ItemService:
         self.cancel_wait = cancel_wait
 
     async def enqueue(self, outbox: str, item: NewItem) -> Enqueued:
-        """Start the item, or find the key's existing item and its current status.
+        """Hand the item over, or find the key's existing item and its current status.
 
         The read model answers for a key whose item has settled: it remembers the item after
         Temporal's retention has deleted the workflow, when a new start would deliver it again.
         """
-        remembered = await self._remembered(outbox, item)
-        if remembered is not None:
-            return remembered
-        return await self._start_enqueue(outbox, item)
-
-    async def _record_queued(self, item_id: str, item: OutboxItemInput) -> None:
-        await self.writer.write(transitions.enqueued(item_id, item))
+        [outcome] = await self.enqueue_many(outbox, [item])
+        if isinstance(outcome, Exception):
+            raise outcome
+        return outcome
 
     async def _remembered(self, outbox: str, item: NewItem) -> Enqueued | None:
         """The item the read model holds for the key, where it can answer (None: ask Temporal).
@@ -129,8 +125,9 @@ class ItemService:
             await self._check_lane_capacity(outbox, item)
             return None
         status = record.view.status
-        # A bulk-mode item has no workflow of its own to ask: its row answers while it runs too.
-        if not status.is_final and record.view.ordering_key is None and not self._bulk(record):
+        # An item with no workflow of its own to ask (in a lane or a shard): its row answers
+        # while it runs too.
+        if not status.is_final and self._own_workflow(record):
             return None
         if status is ItemStatus.FAILED:
             # A failed item may be running again (redriven): only its workflow knows.
@@ -149,9 +146,9 @@ class ItemService:
         result = EnqueueResult(item_id=item_id, outbox=outbox, key=item.key, created=False)
         return Enqueued(result, status)
 
-    def _bulk(self, record: ItemRecord) -> bool:
-        destination = self.client.destinations.get(record.view.destination)
-        return destination is not None and destination.mode == "bulk"
+    def _own_workflow(self, record: ItemRecord) -> bool:
+        """Whether the item is a workflow of its own, which can say how it is doing live."""
+        return self.client.placement(record.view.destination, record.view.ordering_key).own
 
     async def _check_lane_capacity(self, outbox: str, item: NewItem) -> None:
         if item.ordering_key is None:
@@ -169,83 +166,38 @@ class ItemService:
     async def enqueue_many(
         self, outbox: str, items: Sequence[NewItem]
     ) -> list[Enqueued | Exception]:
-        """Enqueue each item on its own (a few at a time); one failure fails only its item.
+        """Enqueue the items; one failure fails only its item.
 
-        Items of bulk-mode destinations go to their shards together: one signal per shard for
-        the whole batch, which is what makes a batch cheap in bulk mode. Items with an ordering
-        key keep the batch's order within their lane."""
+        The read model is asked about every key first, then the new items go to the client in
+        one hand-over, which gives each its placement: bulk-mode items reach their shards
+        together (one signal per shard for the whole batch, which is what makes a batch cheap
+        in bulk mode), and items with an ordering key keep the batch's order within their lane.
+        """
         validate_outbox(outbox)
-        outcomes: list[Enqueued | Exception | None] = [None] * len(items)
-        by_destination: dict[str, list[tuple[int, OutboxItemInput]]] = {}
-        singly: list[int] = []
-        laned: list[int] = []
+        outcomes: list[Enqueued | Exception] = [Exception()] * len(items)
+        pending: list[tuple[int, OutboxItemInput]] = []
         for index, item in enumerate(items):
-            target = self.client.destinations.get(item.destination)
-            if target is None or target.mode != "bulk":
-                (laned if item.ordering_key is not None else singly).append(index)
-                continue
             try:
                 remembered = await self._remembered(outbox, item)
                 if remembered is not None:
                     outcomes[index] = remembered
                     continue
-                built = self._new_input(outbox, item)
+                pending.append((index, self._new_input(outbox, item)))
             except Exception as err:
                 outcomes[index] = err
-                continue
-            by_destination.setdefault(target.name, []).append((index, built))
-        single = await fan_out([functools.partial(self.enqueue, outbox, items[i]) for i in singly])
-        for index, outcome in zip(singly, single, strict=True):
-            outcomes[index] = outcome
-        await self._enqueue_in_order(outbox, items, laned, outcomes)
-        for name, held in by_destination.items():
-            target = self.client.destinations.get(name)
-            assert target is not None
-            shards = target.shards
-            try:
-                await self.client.hand_to_shards([built for _, built in held], shards)
-            except Exception as err:
-                for index, _ in held:
-                    outcomes[index] = err
-                continue
-            for index, built in held:
-                item_id = item_workflow_id(outbox, built.key)
-                await self._queued_row(item_id, built)
-                result = EnqueueResult(item_id=item_id, outbox=outbox, key=built.key, created=True)
-                outcomes[index] = Enqueued(result, ItemStatus.QUEUED)
-        return [outcome for outcome in outcomes if outcome is not None]
-
-    async def _enqueue_in_order(
-        self,
-        outbox: str,
-        items: Sequence[NewItem],
-        indexes: list[int],
-        outcomes: list[Enqueued | Exception | None],
-    ) -> None:
-        """Enqueue item-mode items with ordering keys so that each lane gets them in the
-        batch's order: the read model is asked about all of them first, then the appends start
-        in order (each lane's mailbox queues them as they come, and sends them together)."""
-        pending: list[int] = []
-        for index in indexes:
-            try:
-                remembered = await self._remembered(outbox, items[index])
-            except Exception as err:
-                outcomes[index] = err
-                continue
-            if remembered is not None:
-                outcomes[index] = remembered
-            else:
-                pending.append(index)
-        appended = await asyncio.gather(
-            *(self._start_enqueue(outbox, items[index]) for index in pending),
-            return_exceptions=True,
+        handed = await self.client.hand_over([built for _, built in pending])
+        settled = await asyncio.gather(
+            *(
+                self._enqueued(built, result)
+                for (_, built), result in zip(pending, handed, strict=True)
+            )
         )
-        for index, outcome in zip(pending, appended, strict=True):
-            outcomes[index] = outcome if isinstance(outcome, (Enqueued, Exception)) else None
+        for (index, _), outcome in zip(pending, settled, strict=True):
+            outcomes[index] = outcome
+        return outcomes
 
-    async def _start_enqueue(self, outbox: str, item: NewItem) -> Enqueued:
-        """Hand the item over (the read model found nothing for its key)."""
-        result = await self.client.enqueue(
+    def _new_input(self, outbox: str, item: NewItem) -> OutboxItemInput:
+        return self.client.new_item(
             outbox,
             item.destination,
             item.payload,
@@ -253,43 +205,40 @@ class ItemService:
             ordering_key=item.ordering_key,
             not_before=item.not_before,
             max_attempts=item.max_attempts,
-            record_queued=self._record_queued,
+            projected=True,
         )
+
+    async def _enqueued(
+        self, item: OutboxItemInput, result: EnqueueResult | Exception
+    ) -> Enqueued | Exception:
+        """What the caller is told of a handed-over item; a new one's `queued` row is written
+        first (group-committed with the batch's others)."""
+        if isinstance(result, Exception):
+            return result
         if result.created:
+            try:
+                await self.writer.write(transitions.enqueued(result.item_id, item))
+            except Exception as err:
+                # Handed over already; the first submit writes the row.
+                log.warning("queued row of %s left to its first submit: %s", result.item_id, err)
             return Enqueued(result, ItemStatus.QUEUED)
         try:
             # Live or projected: an item of a lane has no workflow of its own to ask.
-            snapshot = await self.get(outbox, item.key)
+            snapshot = await self.get(item.outbox, item.key)
         except ItemNotFound:
             # In its lane, and not yet projected: it is queued.
             return Enqueued(result, ItemStatus.QUEUED)
-        return Enqueued(result, snapshot.view.status)
-
-    def _new_input(self, outbox: str, item: NewItem) -> OutboxItemInput:
-        built = self.client.new_item(
-            outbox,
-            item.destination,
-            item.payload,
-            key=item.key,
-            ordering_key=item.ordering_key,
-            not_before=item.not_before,
-            max_attempts=item.max_attempts,
-        )
-        built.enqueue_projected = True
-        return built
-
-    async def _queued_row(self, item_id: str, item: OutboxItemInput) -> None:
-        try:
-            await self._record_queued(item_id, item)
         except Exception as err:
-            # Handed over already; the first submit writes the row.
-            log.warning("queued row of %s left to its first submit: %s", item_id, err)
+            return err
+        return Enqueued(result, snapshot.view.status)
 
     async def get(self, outbox: str, key: str) -> ItemSnapshot:
         """Live from the workflow while it runs; from the read model once it has ended, once
         Temporal no longer has it (retention), or while Temporal is unreachable."""
         record = await self._record(outbox, key)
-        if record is not None and record.view.status in _SETTLED:
+        if record is not None and (
+            record.view.status in _SETTLED or not self._own_workflow(record)
+        ):
             return _projected(record)
         try:
             view = await self.client.status(outbox, key)
@@ -356,18 +305,12 @@ class ItemService:
             raise CannotCancel(
                 f"item is {record.view.status.value}; only queued items can be cancelled"
             )
-        if record is not None and self._bulk(record):
-            if record.view.status is not ItemStatus.QUEUED:
-                raise CannotCancel(
-                    f"item is {record.view.status.value}; only queued items can be cancelled"
-                )
-            return await self.client.cancel_bulk(record.view, reason)
         outcome = await self.client.cancel(
             outbox,
             key,
             reason,
             wait=self.cancel_wait,
-            ordering_key=record.view.ordering_key if record is not None else None,
+            known=record.view if record is not None else None,
         )
         if isinstance(outcome, CancelRequested):
             return outcome
@@ -390,7 +333,10 @@ class ItemService:
         cancels: list[Callable[[], Awaitable[object]]] = [
             functools.partial(self.client.cancel, outbox, key, reason) for key in keys
         ]
-        cancels += [functools.partial(self.client.cancel_bulk, view, reason) for view in bulk]
+        cancels += [
+            functools.partial(self.client.cancel, outbox, view.key, reason, known=view)
+            for view in bulk
+        ]
         outcomes = await fan_out(cancels)
         keys = keys + [view.key for view in bulk]
         cancelled = list(in_lanes)
@@ -432,36 +378,20 @@ class ItemService:
         """Run a failed item again under its own id, with the destination's current policy; its
         events continue after the newest one the read model holds."""
         record = await self._record(outbox, key)
-        ordering_key = record.view.ordering_key if record is not None else None
-        if record is not None and ordering_key is not None:
-            destination = record.view.destination if self._bulk(record) else None
-            lane = await self.client.lane(outbox, ordering_key, destination)
-            if lane is not None and lane.view.head_key == key and lane.view.halted_reason:
-                # The head of a halted lane: the lane runs it again, then the items behind it.
-                await self.client.resume_lane(
-                    outbox,
-                    ordering_key,
-                    last_event_seq=record.view.last_event_seq,
-                    head_destination=record.view.destination,
-                    destination=destination,
-                )
-                return EnqueueResult(
-                    item_id=item_workflow_id(outbox, key), outbox=outbox, key=key, created=True
-                )
-        if record is not None and (ordering_key is not None or self._bulk(record)):
-            return await self._redrive_held(record)
-        last_event_seq = record.view.last_event_seq if record is not None else 0
-        return await self.client.redrive(outbox, key, last_event_seq=last_event_seq)
-
-    async def _redrive_held(self, record: ItemRecord) -> EnqueueResult:
-        """An item with no workflow of its own goes back to its holder (a lane's to its tail)."""
+        if record is None:
+            return await self.client.redrive(outbox, key)
         view = record.view
-        if view.status is not ItemStatus.FAILED:
-            raise NotRedrivable(f"item is {view.status.value}; only failed items can be redriven")
         events = await asyncio.to_thread(store.item_events, self.engine, view.id)
         # Each generation has its own provider key: the redriven ones so far, plus this one.
         generation = 1 + sum(1 for event in events if event.type == "redriven")
-        return await self.client.redrive_held(view, record.payload or {}, generation)
+        return await self.client.redrive(
+            outbox,
+            key,
+            last_event_seq=view.last_event_seq,
+            known=view,
+            payload=record.payload or {},
+            generation=generation,
+        )
 
     async def redrive_failed(self, outbox: str, destination: str | None = None) -> RedriveSweep:
         """Redrive every failed item of the outbox (optionally of one destination)."""

@@ -16,10 +16,10 @@ from dataclasses import dataclass
 
 from sqlalchemy import Engine
 
+from common.fan_out import fan_out
 from contract.item import DeliveryReport
 from outbox_client import OutboxClient
 from readmodel import store
-from service.fan_out import fan_out
 
 log = logging.getLogger("outbox.reports")
 

@@ -34,6 +34,7 @@ from temporalio.client import (
 )
 from temporalio.service import RPCError, RPCStatusCode
 
+from common.fan_out import fan_out
 from contract import limits
 from contract.ids import scheduled_batch_workflow_id, temporal_schedule_id
 from contract.schedule import (
@@ -67,7 +68,6 @@ from outbox_client import (
     UnknownDestination,
 )
 from outbox_client.client import RPC_TIMEOUT
-from service.fan_out import fan_out
 
 # The schedule's memo entry: the spec as it was asked for (Temporal keeps a cron expression only
 # compiled into calendars) and what the template enqueues.

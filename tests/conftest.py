@@ -33,12 +33,12 @@ from temporalio.worker import Interceptor, Worker
 
 from common.destinations import Destination, DestinationRegistry
 from contract import search_attributes
-from contract.bulk import owner_id, shard_of, shard_workflow_id
-from contract.ids import item_workflow_id, lane_workflow_id, provider_idempotency_key
+from contract.ids import item_workflow_id, provider_idempotency_key
 from contract.item import OutboxItemInput, OutboxItemView
 from devstack.fake_provider import FakeProvider, run_fake_provider
 from devstack.temporal_server import dev_server_extra_args, temporal_cli_path, test_server_path
 from outbox_client import EnqueueResult, OutboxClient
+from outbox_client.placement import HostedItems, ItemRef
 from readmodel.db import create_schema, make_engine
 from worker import build_workers
 from workflows.outbox_item import OutboxItemWorkflow
@@ -177,23 +177,20 @@ class TrackingOutboxClient(OutboxClient):
         self.lanes: set[str] = set()
         self.shards: set[str] = set()
 
-    async def enqueue(self, *args: Any, **kwargs: Any) -> EnqueueResult:
-        target = self.destinations.get(args[1])
-        bulk = target is not None and target.mode == "bulk"
-        if kwargs.get("ordering_key") is not None and not bulk:
-            self.lanes.add(lane_workflow_id(args[0], kwargs["ordering_key"]))
-        result = await super().enqueue(*args, **kwargs)
-        self.started.append(result.item_id)
-        return result
-
-    async def hand_to_shards(self, items: list[OutboxItemInput], shards: int) -> None:
-        await super().hand_to_shards(items, shards)
+    async def hand_over(
+        self, items: Sequence[OutboxItemInput], *, strict: bool = False
+    ) -> list[EnqueueResult | Exception]:
         for item in items:
-            owner = owner_id(item.outbox, item.key, item.ordering_key)
-            self.shards.add(shard_workflow_id(item.destination, shard_of(owner, shards)))
+            place = self.placement(item.destination, item.ordering_key)
+            if isinstance(place, HostedItems):
+                ref = ItemRef(item.outbox, item.key, item.destination, item.ordering_key)
+                (self.lanes if item.ordering_key else self.shards).add(place.holder(ref))
+        results = await super().hand_over(items, strict=strict)
+        self.started += [r.item_id for r in results if isinstance(r, EnqueueResult)]
+        return results
 
-    async def redrive(self, outbox: str, key: str, *, last_event_seq: int = 0) -> EnqueueResult:
-        result = await super().redrive(outbox, key, last_event_seq=last_event_seq)
+    async def redrive(self, outbox: str, key: str, **kwargs: Any) -> EnqueueResult:
+        result = await super().redrive(outbox, key, **kwargs)
         self.started.append(result.item_id)
         return result
 

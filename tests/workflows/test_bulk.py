@@ -90,10 +90,11 @@ async def enqueue_all(stack: Any, destination: Any, keys: list[str]) -> list[str
 async def enqueue_in_one_signal(stack: Any, destination: Any, keys: list[str]) -> list[str]:
     """As a batch enqueue does: the items reach their shard together, in one signal."""
     writer = ProjectionWriter(stack.engine)
-    items = [stack.outbox.new_item("tests", destination.name, EMAIL, key=key) for key in keys]
-    for item in items:
-        item.enqueue_projected = True
-    await stack.outbox.hand_to_shards(items, destination.shards)
+    items = [
+        stack.outbox.new_item("tests", destination.name, EMAIL, key=key, projected=True)
+        for key in keys
+    ]
+    await stack.outbox.hand_over(items, strict=True)
     item_ids = [item_workflow_id(item.outbox, item.key) for item in items]
     for item_id, item in zip(item_ids, items, strict=True):
         await writer.write(transitions.enqueued(item_id, item))

@@ -315,7 +315,7 @@ async def test_a_waiting_item_is_cancelled_in_its_lane(
     else:
         record = store.get_item(stack.engine, item_id)
         assert record is not None
-        await stack.outbox.cancel_bulk(record.view, "not wanted")
+        await stack.outbox.cancel("tests", keys[1], "not wanted", known=record.view)
     await until_settled(stack, [item_id], skip_time=False)
     record = store.get_item(stack.engine, item_id)
 
@@ -486,7 +486,7 @@ async def test_a_run_of_items_goes_in_one_activity_and_stops_where_one_is_not_de
         stack.outbox.new_item("tests", destination.name, {"n": n}, key=key, ordering_key=lane_key)
         for n, key in enumerate(keys)
     ]
-    await stack.outbox.hand_to_shards(items, destination.shards)
+    await stack.outbox.hand_over(items, strict=True)
 
     assert (await item_result(stack, keys[9], skip_time=False)).status is ItemStatus.FAILED
     await wait_for(lambda: _lane_status(stack, destination, lane_key, LaneStatus.HALTED))
