@@ -230,8 +230,10 @@ class Delivery:
             raise DeliveryFailed(str(failure), failure.error_type, self.view()) from None
         except asyncio.CancelledError:
             # Cancelled from Temporal itself (Web UI, CLI): record it, then let Temporal end the
-            # host as cancelled.
-            if not state.status.is_final:
+            # host as cancelled. Any other cancel is the worker evicting the run from its cache:
+            # nothing may be recorded then, and a task that waited to record it would never end
+            # (the worker retries such an eviction for ever, holding its slot).
+            if workflow.cancellation_reason() is not None and not state.status.is_final:
                 await self._finish(
                     ItemStatus.CANCELLED, ItemEventType.CANCELLED, "workflow cancelled"
                 )

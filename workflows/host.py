@@ -311,7 +311,10 @@ class DeliveryHostWorkflow:
             await self._serve()
         except asyncio.CancelledError:
             # Cancelled itself (Web UI, CLI): the items waiting in lanes will never run, so each
-            # is recorded as cancelled rather than silently dropped.
+            # is recorded as cancelled rather than silently dropped. (Evicted from the worker's
+            # cache instead: nothing may be recorded, see `Delivery.run`.)
+            if workflow.cancellation_reason() is None:
+                raise
             for lane in self._lanes.values():
                 lane.remove_all("cancelled with its host workflow")
             self._project_lanes()
