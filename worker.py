@@ -33,6 +33,7 @@ from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 
 from activities.aggregate_store import AggregateStoreActivities
 from activities.delivery import DeliveryActivities
+from activities.flow import apply_flow_rate
 from activities.pacing import RequestPacer, paced_queues, server_rate_reader
 from activities.projection import ProjectionActivities
 from activities.projectors import ProjectorActivities
@@ -41,6 +42,7 @@ from common.codec import codec_from_environment, data_converter
 from common.destinations import Destination, DestinationRegistry
 from common.settings import Settings, get_settings
 from common.tracing import configure_tracing
+from flowcontrol.throttle import ThrottledQueue, ThrottleGate
 from outbox_client import OutboxClient, connect
 from outbox_client.aggregates import AggregateClient
 from readmodel.db import create_schema, make_engine
@@ -54,6 +56,7 @@ from service.relay import Relay
 from service.schedules import ScheduleActivities
 from workflows.aggregate import AggregateWorkflow
 from workflows.bulk_shard import BulkShardWorkflow
+from workflows.destination_flow import DestinationFlowWorkflow
 from workflows.lane import OutboxLaneWorkflow
 from workflows.outbox_item import OutboxItemWorkflow
 from workflows.projector import ProjectorWorkflow
@@ -71,6 +74,7 @@ WORKFLOWS = [
     ScheduledBatchWorkflow,
     RedriveBatchWorkflow,
     ProjectorWorkflow,
+    DestinationFlowWorkflow,
 ]
 
 
@@ -123,6 +127,7 @@ def build_workers(
                     projection.project_items,
                     projection.project_lanes,
                     AggregateStoreActivities(engine).store_aggregate_events,
+                    apply_flow_rate,
                 ],
                 # Projections are local activities; nothing remote runs on this queue, so no
                 # activity pollers wait on it.
@@ -177,6 +182,8 @@ def build_workers(
         },
         writer,
         RequestPacer(paced_queues(destinations), server_rate_reader(client)),
+        ThrottleGate(throttled_queues(destinations)),
+        flow_task_queue=workflow_task_queue,
     )
     for destination in destinations:
         # The rate is per task queue and enforced by the server, across all worker processes.
@@ -207,6 +214,22 @@ def build_workers(
                 )
             )
     return workers
+
+
+def throttled_queues(destinations: Sequence[Destination]) -> dict[str, ThrottledQueue]:
+    """Each destination's submit queue as its throttle rule sees it (`flowcontrol.throttle`)."""
+    return {
+        d.name: ThrottledQueue(
+            destination=d.name,
+            task_queue=d.submit_task_queue,
+            configured_rate=d.submit_queue_rate,
+            pause=d.flow.throttle_pause,
+            max_pause_s=d.flow.throttle_max_pause_s,
+            ramp_step_s=d.flow.throttle_ramp_step_s,
+            storm_window_s=d.flow.throttle_storm_window_s,
+        )
+        for d in destinations
+    }
 
 
 async def run_worker(

@@ -27,8 +27,15 @@ from activities.providers.base import (
     Provider,
     TransientProviderError,
 )
-from common.queue_rates import pause_queues_not_paused
+from common.queue_rates import pause_queues_not_paused, throttle_queue
 from contract import transitions
+from contract.flow import (
+    FLOW_WORKFLOW_TYPE,
+    THROTTLED_SIGNAL,
+    FlowState,
+    Throttled,
+    flow_workflow_id,
+)
 from contract.ids import poll_task_queue, submit_task_queue
 from contract.item import (
     POLL_ACTIVITY,
@@ -45,6 +52,7 @@ from contract.item import (
     SubmitRequest,
     SubmitResult,
 )
+from flowcontrol.throttle import ThrottleGate
 from readmodel.store import last_event_seq
 from readmodel.writer import ProjectionWriter
 
@@ -64,10 +72,16 @@ class DeliveryActivities:
         providers: Mapping[str, Provider],
         writer: ProjectionWriter | None = None,
         pacer: RequestPacer | None = None,
+        throttle: ThrottleGate | None = None,
+        flow_task_queue: str | None = None,
     ) -> None:
         self._providers = dict(providers)
         self._writer = writer
         self._pacer = pacer
+        # A throttle pauses the destination (`flowcontrol.throttle`); its flow workflow runs on
+        # the workflow task queue.
+        self._throttle = throttle
+        self._flow_task_queue = flow_task_queue
 
     @activity.defn(name=SUBMIT_ACTIVITY)
     async def submit_item(self, request: SubmitRequest) -> SubmitResult:
@@ -76,7 +90,11 @@ class DeliveryActivities:
         provider = self._provider(request.destination)
         await self._pace(submit_task_queue(request.destination))
         async with _typed_errors(request.destination):
-            result = await provider.submit(request)
+            try:
+                result = await provider.submit(request)
+            except TransientProviderError as err:
+                await self._throttled(request.destination, err)
+                raise
         if request.projection is not None:
             context, at = request.projection, _server_now(began)
             renumbered = await self._follow_earlier_attempt(request.item_id, context)
@@ -214,9 +232,63 @@ class DeliveryActivities:
         return True
 
     async def _pace(self, task_queue: str) -> None:
-        """Space this process's requests to the queue's destination (`activities.pacing`)."""
+        """Hold this process's requests while it knows the queue is throttled, and space them
+        at the queue's rate (`activities.pacing`)."""
+        if self._throttle is not None:
+            await self._throttle.hold(task_queue)
         if self._pacer is not None:
             await self._pacer.acquire(task_queue)
+
+    async def _throttled(self, destination: str, err: TransientProviderError) -> None:
+        """A throttle pauses the whole destination's submit queue until its Retry-After, and
+        the destination's flow workflow resumes it (`flowcontrol.throttle`). Best effort: if
+        the server cannot be told, the item still waits its own Retry-After."""
+        if self._throttle is None or self._flow_task_queue is None:
+            return
+        found = self._throttle.throttled(destination, err.status_code, err.retry_after_s)
+        if found is None:
+            return
+        queue, until = found
+        cause = f"HTTP {err.status_code} from {destination}"
+        seen = Throttled(
+            destination=destination,
+            task_queue=queue.task_queue,
+            until=until,
+            seen_at=datetime.now(UTC),
+            status=err.status_code or 0,
+            endpoint=destination,
+            configured_rate=queue.configured_rate,
+        )
+        client = activity.client()
+        try:
+            if await throttle_queue(
+                client,
+                queue.task_queue,
+                until,
+                cause,
+                identity=f"durable-outbox-worker ({activity.info().workflow_id})",
+            ):
+                self._throttle.paused(queue.task_queue, until)
+            await client.start_workflow(
+                FLOW_WORKFLOW_TYPE,
+                FlowState(
+                    destination=destination,
+                    task_queue=queue.task_queue,
+                    configured_rate=queue.configured_rate,
+                    ramp_step_s=queue.ramp_step_s,
+                    storm_window_s=queue.storm_window_s,
+                ),
+                id=flow_workflow_id(destination),
+                task_queue=self._flow_task_queue,
+                start_signal=THROTTLED_SIGNAL,
+                start_signal_args=[seen],
+                static_summary=f"Flow control of {destination}",
+            )
+        except Exception as exc:
+            # A server without task-queue config (the time-skipping test server), or one that
+            # did not answer: the item still waits its own Retry-After.
+            self._throttle.not_paused(queue.task_queue)
+            activity.logger.warning("throttle of %s not shared: %s", destination, exc)
 
     def _provider(self, destination: str) -> Provider:
         provider = self._providers.get(destination)

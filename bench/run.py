@@ -32,6 +32,7 @@ from activities.providers import load_destinations
 from bench import server_metrics
 from bench.actions import actions_per_workflow, billable_actions
 from bench.codec_cost import codec_ms_per_item
+from bench.flow import flow_figures
 from bench.hot_aggregate import hot_aggregate
 from bench.lanes import lanes_figures
 from bench.naive import TASK_QUEUE as NAIVE_TASK_QUEUE
@@ -453,6 +454,9 @@ async def scenarios(env: dict[str, str], pids: dict[str, int], figures: dict[str
     if wanted("lanes"):
         print("ordered delivery: one lane in each mode, many keys, 20 appenders:", flush=True)
         await step("lanes", figures, lanes_figures)
+    if wanted("storm"):
+        print("flow control: a 429 storm, the throttle rule on and off:", flush=True)
+        await step("storm", figures, flow_figures)
     if wanted("scale at rest"):
         # Timeouts follow the throughput this run measured, not fixed seconds.
         throughput = float(figures.get("items_per_s") or 10)

@@ -13,6 +13,7 @@ import httpx
 from sqlalchemy import Engine
 from temporalio.testing import WorkflowEnvironment
 
+from common.codec import data_converter
 from common.destinations import Destination, DestinationRegistry
 from devstack.fake_provider import FakeProvider, FaultConfig, run_fake_provider
 from devstack.temporal_server import dev_server_extra_args, temporal_cli_path
@@ -44,6 +45,8 @@ async def webhook_stack(
     destination's settings beyond its name and URL (rates, backoff...)."""
     env = await exits.enter_async_context(
         await WorkflowEnvironment.start_local(
+            # The product's payload converter, as `worker.py` and the API use it.
+            data_converter=data_converter(None),
             dev_server_existing_path=temporal_cli_path(),
             dev_server_extra_args=[
                 *dev_server_extra_args(None, fairness=fairness),

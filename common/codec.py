@@ -26,6 +26,8 @@ from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from temporalio.api.common.v1 import Payload
 from temporalio.converter import DataConverter, ExternalStorage, PayloadCodec
 
+from common.payload_json import OutboxPayloadConverter
+
 ENCODING = b"binary/encrypted"
 KEY_ID = "encryption-key-id"
 _NONCE_BYTES = 12
@@ -106,9 +108,13 @@ def codec_from_environment(environ: Mapping[str, str] | None = None) -> Encrypti
 def data_converter(
     codec: PayloadCodec | None, external_storage: ExternalStorage | None = None
 ) -> DataConverter:
-    """The default converter, with `codec` and claim checks (`external_storage`) when given."""
+    """The product's converter (`common.payload_json`), with `codec` and claim checks
+    (`external_storage`) when given."""
     return dataclasses.replace(
-        DataConverter.default, payload_codec=codec, external_storage=external_storage
+        DataConverter.default,
+        payload_converter_class=OutboxPayloadConverter,
+        payload_codec=codec,
+        external_storage=external_storage,
     )
 
 

@@ -13,8 +13,9 @@ File format (`config/destinations.toml`)::
 
 String values may reference environment variables as `${NAME}` (or `${NAME:-default}`).
 Any scalar field can be overridden by `DEST_<NAME>_<FIELD>`, the name upper-cased with `-` as
-`_` (e.g. `DEST_FAKE_EMAIL_SUBMIT_RATE=3`), and a provider setting by
-`DEST_<NAME>_SETTINGS_<KEY>` (e.g. `DEST_FAKE_WEBHOOK_SETTINGS_SECRET=...`).
+`_` (e.g. `DEST_FAKE_EMAIL_SUBMIT_RATE=3`), a provider setting by
+`DEST_<NAME>_SETTINGS_<KEY>` (e.g. `DEST_FAKE_WEBHOOK_SETTINGS_SECRET=...`), and a flow-control
+field by `DEST_<NAME>_FLOW_<FIELD>` (e.g. `DEST_FAKE_WEBHOOK_FLOW_THROTTLE_PAUSE=false`).
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ from contract.ids import poll_task_queue, submit_task_queue
 from contract.item import POLICY_SETTINGS, POLL_IN_SUBMIT_MAX_INTERVAL_S, DeliveryPolicy
 from contract.lane import LanePolicy
 from contract.limits import MAX_DESTINATION_LENGTH, check_destination_name, check_outbox_name
+from flowcontrol.policy import FlowPolicy
 
 _ENV_REFERENCE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 
@@ -148,6 +150,11 @@ class Destination(BaseModel):
         le=MAX_BATCH,
         description="Bulk mode: submits falling due together share one submit activity of up to"
         f" this many; at most 1/{QUEUE_PARTITIONS} of `submit_rate`.",
+    )
+
+    flow: FlowPolicy = Field(
+        default_factory=FlowPolicy,
+        description="Flow-control rules, the `[destinations.<name>.flow]` table (see below).",
     )
 
     @model_validator(mode="after")
@@ -290,6 +297,11 @@ class OutboxSettings(BaseModel):
     )
 
 
+# An outbox with no `[outboxes.<name>]` table: built once (validating one costs more than the
+# lookup that asks for it, on every append).
+_DEFAULT_OUTBOX = OutboxSettings()
+
+
 class DestinationRegistry:
     """The loaded destinations, by name, and the per-outbox settings."""
 
@@ -303,7 +315,7 @@ class DestinationRegistry:
 
     def outbox(self, name: str) -> OutboxSettings:
         """The outbox's settings (the defaults unless `[outboxes.<name>]` sets them)."""
-        return self._outboxes.get(name) or OutboxSettings()
+        return self._outboxes.get(name) or _DEFAULT_OUTBOX
 
     def __contains__(self, name: object) -> bool:
         return name in self._destinations
@@ -453,13 +465,18 @@ def _apply_overrides(
     name: str, fields: dict[str, Any], environ: Mapping[str, str]
 ) -> dict[str, Any]:
     prefix = f"DEST_{name.upper().replace('-', '_')}_"
-    settings_prefix = f"{prefix}SETTINGS_"
-    settings = dict(fields.get("settings", {}))
+    tables = {"settings": dict(fields.get("settings", {})), "flow": dict(fields.get("flow", {}))}
     for env_name, env_value in environ.items():
-        if env_name.startswith(settings_prefix):
-            settings[env_name[len(settings_prefix) :].lower()] = env_value
-        elif env_name.startswith(prefix):
+        if not env_name.startswith(prefix):
+            continue
+        field = env_name[len(prefix) :].lower()
+        table, _, key = field.partition("_")
+        if table in tables and key:
+            tables[table][key] = env_value
+        else:
             # Pydantic coerces the string to the field's type and reports bad values by name.
-            fields[env_name[len(prefix) :].lower()] = env_value
-    fields["settings"] = settings
+            fields[field] = env_value
+    fields["settings"] = tables["settings"]
+    if tables["flow"]:
+        fields["flow"] = tables["flow"]
     return fields

@@ -13,8 +13,10 @@ and the submit activity (which pauses a destination whose endpoint answers 410 G
 
 from __future__ import annotations
 
+import contextlib
 import re
 from dataclasses import dataclass
+from datetime import UTC, datetime
 
 from temporalio.api.enums.v1 import RateLimitSource, TaskQueueType
 from temporalio.api.taskqueue.v1 import TaskQueue
@@ -28,6 +30,8 @@ from temporalio.client import Client
 MAX_REASON = 500
 # A paused queue's limit reason records the run-time rate to restore on resume, if there was one.
 _PAUSED = re.compile(r"^paused; resume at (?P<rate>[0-9.]+|configured)/s; (?P<reason>.*)$", re.S)
+# A pause a throttle caused (`flowcontrol.throttle`) says until when, in its reason.
+_THROTTLED = re.compile(r"^throttled until (?P<until>\S+?): ")
 
 
 @dataclass
@@ -40,6 +44,10 @@ class QueueRate:
     paused: bool = False
     pause_reason: str | None = None
     resume_rate: float | None = None
+    # Paused by a throttle until then (`flowcontrol.throttle`); None for any other pause.
+    paused_until: datetime | None = None
+    # Why a limit set through the API is what it is (a ramp after a throttle says so).
+    reason: str | None = None
 
 
 async def read_queue_rate(client: Client, task_queue: str) -> QueueRate:
@@ -61,7 +69,12 @@ async def read_queue_rate(client: Client, task_queue: str) -> QueueRate:
         # shows the workers' (an answer to a change, or a read just after one, would not show
         # the change, and a 410 pausing its destination would not see an operator's pause).
         configured = queue_limit.rate_limit.requests_per_second
-        rate = QueueRate(rate=configured, source="api", paused=configured == 0)
+        rate = QueueRate(
+            rate=configured,
+            source="api",
+            paused=configured == 0,
+            reason=queue_limit.metadata.reason or None,
+        )
     else:
         from_api = effective.rate_limit_source == RateLimitSource.RATE_LIMIT_SOURCE_API
         rate = QueueRate(rate=effective.requests_per_second, source="api" if from_api else "worker")
@@ -72,6 +85,10 @@ async def read_queue_rate(client: Client, task_queue: str) -> QueueRate:
             rate.resume_rate = None if match["rate"] == "configured" else float(match["rate"])
         else:
             rate.pause_reason = queue_limit.metadata.reason or "paused"
+        throttled = _THROTTLED.match(rate.pause_reason)
+        if throttled:
+            with contextlib.suppress(ValueError):
+                rate.paused_until = datetime.fromisoformat(throttled["until"])
     return rate
 
 
@@ -124,3 +141,16 @@ async def pause_queues_not_paused(
             await pause_queue(client, task_queue, now, reason[:MAX_REASON], identity=identity)
             paused.append(task_queue)
     return paused
+
+
+async def throttle_queue(
+    client: Client, task_queue: str, until: datetime, cause: str, *, identity: str
+) -> bool:
+    """Pause the queue until `until` for a throttle; whether it did. A queue paused by hand (or
+    by a 410) stays as it is, and so does one a throttle paused for longer."""
+    now = await read_queue_rate(client, task_queue)
+    if now.paused and (now.paused_until is None or now.paused_until >= until):
+        return False
+    reason = f"throttled until {until.astimezone(UTC).isoformat()}: {cause}"
+    await pause_queue(client, task_queue, now, reason[:MAX_REASON], identity=identity)
+    return True

@@ -15,15 +15,22 @@ from typing import Any
 from temporalio.workflow import _Definition
 
 from contract.aggregate import AggregateView
+from contract.flow import FlowState
 from contract.ids import WORKFLOW_TASK_QUEUE
 from contract.item import OutboxItemView
 from contract.lane import LaneView
 from workflows.aggregate import AggregateWorkflow
+from workflows.destination_flow import DestinationFlowWorkflow
 from workflows.lane import OutboxLaneWorkflow
 from workflows.outbox_item import OutboxItemWorkflow
 
 # Where each handler is for, and how a service in any language calls it with the CLI.
 _USES = {
+    "throttled": (
+        "a submit met a throttle and paused the submit queue until `until`; sent by the submit"
+        " activity (signal-with-start), not by hand"
+    ),
+    "flow": "the throttle rule's state: storms, the share of the rate in force, newest events",
     "status": "the live view",
     "cancel": "cancel a queued item; the validator refuses any other (answered by a worker)",
     "request_cancel": (
@@ -157,6 +164,16 @@ _WORKFLOWS = (
         "one ordering lane (item mode); started by its first append (update-with-start); runs"
         " its items one at a time, in the order it received them, with each item's own submit"
         " and poll activities (no workflow per item: each item's story is in the read model)",
+    ),
+    _Workflow(
+        DestinationFlowWorkflow,
+        "flow/{destination}",
+        "'flow/fake-webhook'",
+        "FlowState",
+        FlowState,
+        "one destination's throttle rule (`flowcontrol/throttle.py`); started by the first submit"
+        " that meets a 429 or 503 with Retry-After, resumes the submit queue on a durable timer,"
+        " ends once the rate is whole and no throttle came for five minutes",
     ),
     _Workflow(
         AggregateWorkflow,

@@ -37,6 +37,7 @@ from common.destinations import _ENV_REFERENCE, Destination, OutboxSettings
 from common.settings import PROJECT_ROOT, Settings
 from contract.item import DESCRIPTION, POLICY_SETTINGS, DeliveryPolicy
 from devstack.contract_docs import contract_page
+from flowcontrol.policy import FlowPolicy
 from outbox_client.connection import RETIRED_VARIABLES
 
 REFERENCE_DIR = PROJECT_ROOT / "docs" / "reference"
@@ -266,6 +267,13 @@ def configuration_page() -> str:
         "",
         *_table(("Field", "Type", "Default", "Meaning"), _destination_rows()),
         "",
+        "### Flow control",
+        "",
+        "The `[destinations.<name>.flow]` table (`FlowPolicy`, `flowcontrol/policy.py`); every"
+        " field has a default, so the table is optional.",
+        "",
+        *_table(("Field", "Type", "Default", "Meaning"), _model_rows(FlowPolicy)),
+        "",
         "### Provider settings",
         "",
         "The `[destinations.<name>.settings]` table, by `provider`:",
@@ -317,6 +325,8 @@ def _destination_rows() -> Iterator[tuple[str, ...]]:
         if name == "delivery":
             yield from _policy_rows()
             continue
+        if name == "flow":
+            continue  # a table of its own, below
         yield (
             f"`{name}`",
             _type_text(field.annotation, field.metadata),

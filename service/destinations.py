@@ -10,8 +10,11 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 from dataclasses import dataclass
+from datetime import timedelta
 
-from temporalio.client import Client
+from temporalio.client import Client, RPCTimeoutOrCancelledError, WorkflowQueryRejectedError
+from temporalio.common import QueryRejectCondition
+from temporalio.service import RPCError, RPCStatusCode
 
 from common.destinations import (
     BATCH_RULE,
@@ -27,6 +30,7 @@ from common.queue_rates import (
     read_queue_rate,
     set_queue_rate,
 )
+from contract.flow import FLOW_QUERY, FlowState, flow_workflow_id
 from outbox_client import OutboxClient, UnknownDestination
 from outbox_client.errors import InvalidRequest
 
@@ -34,6 +38,8 @@ from outbox_client.errors import InvalidRequest
 __all__ = ["MAX_REASON", "DestinationControls", "DestinationState", "QueueRate"]
 
 _IDENTITY = "durable-outbox-api"
+# A flow's query is answered by a worker; without one in this long the answer leaves it out.
+_FLOW_QUERY_WAIT = timedelta(seconds=2)
 
 
 @dataclass
@@ -43,6 +49,8 @@ class DestinationState:
     destination: Destination
     submit: QueueRate
     poll: QueueRate
+    # The throttle rule at work (`flowcontrol.throttle`), when asked for and running.
+    flow: FlowState | None = None
 
     @property
     def paused(self) -> bool:
@@ -62,9 +70,32 @@ class DestinationControls:
             raise UnknownDestination(f"no destination {name!r}")
         return found
 
-    async def state(self, name: str) -> DestinationState:
+    async def state(self, name: str, *, with_flow: bool = False) -> DestinationState:
         destination = self.destination(name)
-        return _in_requests(destination, *await self._queue_rates(destination))
+        state = _in_requests(destination, *await self._queue_rates(destination))
+        if with_flow:
+            state.flow = await self._flow(destination)
+        return state
+
+    async def _flow(self, destination: Destination) -> FlowState | None:
+        """The destination's flow workflow's state, if one is running (a query: a worker
+        answers it; a busy or absent one leaves the field empty rather than fail the read)."""
+        client = await self._outbox.temporal()
+        handle = client.get_workflow_handle(flow_workflow_id(destination.name))
+        try:
+            flow: FlowState = await handle.query(
+                FLOW_QUERY,
+                result_type=FlowState,
+                reject_condition=QueryRejectCondition.NOT_OPEN,
+                rpc_timeout=_FLOW_QUERY_WAIT,
+            )
+        except (WorkflowQueryRejectedError, RPCTimeoutOrCancelledError):
+            return None
+        except RPCError as err:
+            if err.status in (RPCStatusCode.NOT_FOUND, RPCStatusCode.DEADLINE_EXCEEDED):
+                return None
+            raise
+        return flow
 
     async def _queue_rates(self, destination: Destination) -> tuple[QueueRate, QueueRate]:
         """The submit and poll queues' rates as the server holds them, in activities."""

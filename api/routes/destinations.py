@@ -6,6 +6,7 @@ workers, and keeps them across restarts of every process (see `service.destinati
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Annotated
 
 from fastapi import APIRouter, Body
@@ -29,6 +30,23 @@ class QueueRateInfo(BaseModel):
     source: str = Field(description="'api' (set at run time) or 'worker' (the configured rate)")
 
 
+class FlowEventInfo(BaseModel):
+    """One transition of the destination's flow control."""
+
+    at: datetime
+    kind: str = Field(description="throttled, resumed, ramped, recovered or released")
+    detail: str
+    rate: float | None = Field(description="The submit queue's rate after it (null: configured)")
+
+
+class FlowInfo(BaseModel):
+    """The destination's throttle rule at work (`flowcontrol/throttle.py`)."""
+
+    storms: int = Field(description="Throttles met since the flow started")
+    factor: float = Field(description="The share of the submit rate it runs at (1: whole)")
+    events: list[FlowEventInfo] = Field(description="The newest transitions, oldest first")
+
+
 class DestinationInfoFull(BaseModel):
     """A destination: its configuration, the rates the server enforces now, and pause state."""
 
@@ -42,6 +60,15 @@ class DestinationInfoFull(BaseModel):
     poll: QueueRateInfo
     paused: bool
     pause_reason: str | None
+    paused_until: datetime | None = Field(
+        default=None,
+        description="Paused by a provider's throttle (429/503 with Retry-After) until then; the"
+        " destination resumes by itself",
+    )
+    flow: FlowInfo | None = Field(
+        default=None,
+        description="The throttle rule at work, while it is (one destination's GET only)",
+    )
     # While paused: the run-time rate a resume restores (null: the configured rate).
     resume_submit_rate: float | None
     resume_poll_rate: float | None
@@ -70,6 +97,14 @@ def destination_info(state: DestinationState) -> DestinationInfoFull:
         poll=QueueRateInfo(rate=state.poll.rate, source=state.poll.source),
         paused=state.paused,
         pause_reason=state.submit.pause_reason or state.poll.pause_reason,
+        paused_until=state.submit.paused_until,
+        flow=None
+        if state.flow is None
+        else FlowInfo(
+            storms=state.flow.storms,
+            factor=state.flow.factor,
+            events=[FlowEventInfo(**vars(event)) for event in state.flow.events],
+        ),
         resume_submit_rate=state.submit.resume_rate,
         resume_poll_rate=state.poll.resume_rate,
     )
@@ -83,7 +118,7 @@ async def list_destinations(controls: DestinationControlsDep) -> list[Destinatio
 
 @router.get("/{name}", response_model=DestinationInfoFull, summary="One destination")
 async def get_destination(name: str, controls: DestinationControlsDep) -> DestinationInfoFull:
-    return destination_info(await controls.state(name))
+    return destination_info(await controls.state(name, with_flow=True))
 
 
 @router.patch("/{name}", response_model=DestinationInfoFull, summary="Change rates, pause, resume")

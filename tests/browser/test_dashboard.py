@@ -8,8 +8,10 @@ import contextlib
 
 import httpx
 from playwright.async_api import Browser, expect
+from temporalio.service import RPCError
 
 from api.main import create_app
+from contract.flow import flow_workflow_id
 from devstack.fake_provider import run_fake_provider
 from devstack.serving import serve_in_background
 from tests.api.conftest import api_settings, serve_stack
@@ -226,3 +228,34 @@ async def test_purge_button_cancels_the_outboxs_waiting_items(
                     break
                 await asyncio.sleep(0.1)
         assert item["status"] == "cancelled"
+
+
+async def test_a_throttled_destination_says_until_when_and_that_it_resumes_by_itself(
+    dev_env, stack_factory, fake_provider, browser: Browser
+) -> None:
+    webhook = webhook_destination(fake_provider)
+    stack = await stack_factory(webhook, env=dev_env)
+    await fake_provider.admin.set_endpoint_fault(webhook.name, status=429, retry_after="30")
+    try:
+        async with serve_stack(stack) as url, httpx.AsyncClient(base_url=url) as http:
+            enqueued = await http.post(
+                "/v1/outboxes/tests/items",
+                json={"destination": webhook.name, "payload": {"n": 1}},
+                headers={"Idempotency-Key": "throttled-1"},
+            )
+            assert enqueued.status_code == 202
+            page = await browser.new_page()
+            await page.goto(url + "/")
+            row = page.locator(f"#destinations [data-destination='{webhook.name}']")
+            for _ in range(20):  # the dashboard reads the destinations when it loads
+                await page.reload()
+                with contextlib.suppress(AssertionError):
+                    await expect(row).to_contain_text("throttled until", timeout=500)
+                    break
+            await expect(row).to_contain_text("resumes by itself")
+            state = (await http.get(f"/v1/destinations/{webhook.name}")).json()
+            assert state["paused_until"] is not None and state["flow"]["storms"] == 1
+    finally:
+        await fake_provider.admin.clear_endpoint_fault(webhook.name)
+        with contextlib.suppress(RPCError):
+            await stack.client.get_workflow_handle(flow_workflow_id(webhook.name)).terminate()

@@ -79,6 +79,8 @@ poll_interval_s = {destination.delivery.poll_interval_s}
 submit_timeout_s = {destination.delivery.submit_timeout_s}
 backoff_initial_s = {destination.delivery.backoff_initial_s}
 max_attempts = {destination.max_attempts}
+[destinations.{destination.name}.flow]
+throttle_pause = {str(destination.flow.throttle_pause).lower()}
 [destinations.{destination.name}.settings]
 {settings}
 """

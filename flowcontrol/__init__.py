@@ -1,0 +1,17 @@
+"""Flow control: every rule that decides when a delivery may go, in one place.
+
+- **Destination rate** (`queue_rates`): held by the Temporal server on the destination's submit
+  and poll task queues, across every worker: the server dispatches at most the rate (counted in
+  activities; a batch carries `*_batch` requests).
+- **Per-process pacing** (`pacing`): each worker process spaces its own requests at the queue's
+  rate with a quarter second's burst, so arrivals at the provider follow the rate too.
+- **Pause and resume** (`queue_rates`): a zero rate on the server (`PATCH
+  /v1/destinations/{name}`, or a 410): nothing new is dispatched; activities in flight finish.
+- **Throttle** (`throttle`): a 429 or 503 with `Retry-After` pauses the submit queue on the
+  server until then, for every worker; the destination's flow workflow resumes it and ramps the
+  rate back after storms that keep coming. Submits dispatched just before the pause meet the
+  throttle on their own.
+
+A destination configures them in its `[destinations.<name>.flow]` table (`policy.FlowPolicy`),
+beside its rates.
+"""

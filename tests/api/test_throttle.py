@@ -1,0 +1,102 @@
+"""A 429 with `Retry-After` is felt by the whole destination (dev server: queue config): its
+submit queue pauses until then for every worker, the destination's flow workflow resumes it,
+and a storm costs few submits beyond one per item (`flowcontrol/throttle.py`)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+import pytest_asyncio
+from temporalio.service import RPCError
+
+from contract.flow import flow_workflow_id
+from contract.ids import item_workflow_id
+from devstack.fake_provider import FakeProvider
+from tests.api.conftest import api_settings, open_api
+from tests.api.test_destination_gone import eventually
+from tests.conftest import Stack, unique_name, webhook_destination
+from tests.fakes import deliveries, submits
+
+ITEMS = 16
+
+
+@dataclass
+class ThrottleApi:
+    http: httpx.AsyncClient
+    stack: Stack
+    fake: FakeProvider
+    webhook: str
+
+
+@pytest_asyncio.fixture(loop_scope="session")
+async def throttle_api(stack_factory, fake_provider, dev_env) -> AsyncIterator[ThrottleApi]:
+    # A quick ramp: the test waits for the rate to be whole again.
+    webhook = webhook_destination(
+        fake_provider,
+        submit_rate=5.0,
+        max_attempts=20,
+        backoff_initial_s=0.2,
+        flow={"throttle_ramp_step_s": 1.0},
+    )
+    stack = await stack_factory(webhook, env=dev_env)
+    settings = api_settings(workflow_task_queue=stack.task_queue)
+    try:
+        async for http in open_api(stack, settings):
+            yield ThrottleApi(http=http, stack=stack, fake=fake_provider, webhook=webhook.name)
+    finally:
+        await fake_provider.admin.clear_endpoint_fault(webhook.name)
+        handle = stack.client.get_workflow_handle(flow_workflow_id(webhook.name))
+        with contextlib.suppress(RPCError):  # ended already
+            await handle.terminate("test over")
+
+
+async def test_a_throttle_storm_pauses_the_destination_and_it_resumes_by_itself(
+    throttle_api: ThrottleApi,
+) -> None:
+    http, fake, name = throttle_api.http, throttle_api.fake, throttle_api.webhook
+    url = f"/v1/destinations/{name}"
+    # A storm: every request answered 429 with Retry-After 2 s, for 3 s.
+    await fake.admin.set_endpoint_fault(name, status=429, retry_after="2")
+    keys = [unique_name("storm") for _ in range(ITEMS)]
+    batch = await http.post(
+        "/v1/outboxes/tests/items:batch",
+        json={
+            "items": [
+                {"destination": name, "payload": {"n": n}, "idempotency_key": k}
+                for n, k in enumerate(keys)
+            ]
+        },
+    )
+    assert batch.status_code in (200, 207) and batch.json()["created"] == ITEMS, batch.text
+
+    async def destination() -> Any:
+        return (await http.get(url)).json()
+
+    paused = await eventually(destination, lambda found: found["paused_until"] is not None)
+    await asyncio.sleep(3)
+    await fake.admin.clear_endpoint_fault(name)
+    item_ids = [item_workflow_id("tests", key) for key in keys]
+    views = [await throttle_api.stack.result(item_id) for item_id in item_ids]
+    resumed = await eventually(
+        destination, lambda found: not found["paused"] and found["submit"]["source"] == "worker"
+    )
+
+    assert paused["paused"] is True and paused["submit"]["rate"] == 0
+    assert paused["pause_reason"].startswith("throttled until ")
+    assert "HTTP 429" in paused["pause_reason"]
+    assert all(view.status == "sent" for view in views)
+    assert [await deliveries(fake, item_id) for item_id in item_ids] == [1] * ITEMS
+    # Felt by the destination, not by each item: most items never met the storm. (Without the
+    # rule every item meets it at least once, most of them more than once.)
+    total = sum([await submits(fake, item_id) for item_id in item_ids])
+    assert total < 2 * ITEMS - ITEMS // 2, total
+    # Resumed by itself at the configured rate; the flow says what happened.
+    assert resumed["paused_until"] is None
+    assert resumed["flow"] is not None and resumed["flow"]["storms"] >= 1
+    kinds = [event["kind"] for event in resumed["flow"]["events"]]
+    assert kinds[0] == "throttled" and kinds[-1] == "recovered", kinds
