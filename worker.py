@@ -34,7 +34,6 @@ from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 from activities.aggregate_store import AggregateStoreActivities
 from activities.delivery import DeliveryActivities
 from activities.flow import apply_flow_rate
-from activities.pacing import RequestPacer, paced_queues, server_rate_reader
 from activities.projection import ProjectionActivities
 from activities.projectors import ProjectorActivities
 from activities.providers import build_provider, load_destinations
@@ -42,6 +41,7 @@ from common.codec import codec_from_environment, data_converter
 from common.destinations import Destination, DestinationRegistry
 from common.settings import Settings, get_settings
 from common.tracing import configure_tracing
+from flowcontrol.pacing import PacedQueue, RequestPacer, server_rate_reader
 from flowcontrol.throttle import ThrottledQueue, ThrottleGate
 from outbox_client import OutboxClient, connect
 from outbox_client.aggregates import AggregateClient
@@ -214,6 +214,26 @@ def build_workers(
                 )
             )
     return workers
+
+
+def paced_queues(destinations: Sequence[Destination]) -> dict[str, PacedQueue]:
+    """The submit and poll queues of `destinations`, by task queue name."""
+    queues = {}
+    for destination in destinations:
+        for queue in (
+            PacedQueue(
+                destination.submit_task_queue, destination.submit_rate, destination.submit_batch
+            ),
+            # With `poll_in_submit`, the poll queue's share of the poll rate (the first polls go
+            # with the submits, paced as those).
+            PacedQueue(
+                destination.poll_task_queue,
+                destination.poll_queue_rate * destination.poll_batch,
+                destination.poll_batch,
+            ),
+        ):
+            queues[queue.task_queue] = queue
+    return queues
 
 
 def throttled_queues(destinations: Sequence[Destination]) -> dict[str, ThrottledQueue]:

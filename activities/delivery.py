@@ -20,14 +20,12 @@ from typing import Any, TypeVar
 from temporalio import activity
 from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
 
-from activities.pacing import RequestPacer
 from activities.providers.base import (
     EndpointGoneError,
     PermanentProviderError,
     Provider,
     TransientProviderError,
 )
-from common.queue_rates import pause_queues_not_paused, throttle_queue
 from contract import transitions
 from contract.flow import (
     FLOW_WORKFLOW_TYPE,
@@ -52,6 +50,8 @@ from contract.item import (
     SubmitRequest,
     SubmitResult,
 )
+from flowcontrol.pacing import RequestPacer
+from flowcontrol.queue_rates import pause_queues_not_paused, throttle_queue
 from flowcontrol.throttle import ThrottleGate
 from readmodel.store import last_event_seq
 from readmodel.writer import ProjectionWriter
@@ -233,7 +233,7 @@ class DeliveryActivities:
 
     async def _pace(self, task_queue: str) -> None:
         """Hold this process's requests while it knows the queue is throttled, and space them
-        at the queue's rate (`activities.pacing`)."""
+        at the queue's rate (`flowcontrol.pacing`)."""
         if self._throttle is not None:
             await self._throttle.hold(task_queue)
         if self._pacer is not None:

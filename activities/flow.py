@@ -7,8 +7,8 @@ from datetime import UTC, datetime, timedelta
 
 from temporalio import activity
 
-from common.queue_rates import read_queue_rate, set_queue_rate
 from contract.flow import APPLY_RATE_ACTIVITY, RateApplied, RateChange
+from flowcontrol.queue_rates import read_queue_rate, set_queue_rate
 
 _IDENTITY = "durable-outbox-flow"
 # A resume due now may find the queue's pause ending a moment later (clocks, rounding).

@@ -1,6 +1,6 @@
 """Destination controls at run time: rates and pause, enforced by the Temporal server.
 
-A pause is a zero rate limit on both of the destination's queues (`common.queue_rates`; why:
+A pause is a zero rate limit on both of the destination's queues (`flowcontrol.queue_rates`; why:
 docs/decisions/pause-as-zero-rate.md), so the server is the one source of truth for rates and
 pauses.
 """
@@ -23,14 +23,14 @@ from common.destinations import (
     max_batch,
     poll_queue_requests,
 )
-from common.queue_rates import (
+from contract.flow import FLOW_QUERY, FlowState, flow_workflow_id
+from flowcontrol.queue_rates import (
     MAX_REASON,
     QueueRate,
     pause_queue,
     read_queue_rate,
     set_queue_rate,
 )
-from contract.flow import FLOW_QUERY, FlowState, flow_workflow_id
 from outbox_client import OutboxClient, UnknownDestination
 from outbox_client.errors import InvalidRequest
 

@@ -9,8 +9,8 @@ from dataclasses import dataclass
 import httpx
 import pytest_asyncio
 
-from common.queue_rates import QueueRate, read_queue_rate
 from contract.ids import provider_idempotency_key
+from flowcontrol.queue_rates import QueueRate, read_queue_rate
 from tests.api.conftest import api_settings, open_api
 from tests.api.test_items import assert_problem
 from tests.conftest import Stack, email_destination, webhook_destination

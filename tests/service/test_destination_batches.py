@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from common.destinations import DestinationRegistry
-from common.queue_rates import read_queue_rate
+from flowcontrol.queue_rates import read_queue_rate
 from outbox_client.errors import InvalidRequest
 from service.destinations import DestinationControls
 from tests.conftest import email_destination

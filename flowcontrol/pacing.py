@@ -9,7 +9,7 @@ therefore also spaces its own requests to a queue at the rate the server holds t
 with a burst of a quarter second's worth: one process alone starts at most
 `rate x (window + 0.25 s)` requests in any window, and several together are still held to the
 rate by the server (why, and what was measured: docs/decisions/pacing.md). The rate is read
-back from the server (`common.queue_rates`) every `refresh_s`, in the background (a request
+back from the server (`flowcontrol.queue_rates`) every `refresh_s`, in the background (a request
 never waits for that read), so a rate changed at run time holds here too.
 """
 
@@ -17,13 +17,12 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from temporalio.client import Client
 
-from common.destinations import Destination
-from common.queue_rates import read_queue_rate
+from flowcontrol.queue_rates import read_queue_rate
 
 # A quarter second's worth at once: a batch (at most a quarter of its rate, see `BATCH_RULE`)
 # goes out whole.
@@ -125,26 +124,6 @@ class RequestPacer:
         if activities_per_s <= 0:
             return current
         return activities_per_s * queue.batch
-
-
-def paced_queues(destinations: Iterable[Destination]) -> dict[str, PacedQueue]:
-    """The submit and poll queues of `destinations`, by task queue name."""
-    queues = {}
-    for destination in destinations:
-        for queue in (
-            PacedQueue(
-                destination.submit_task_queue, destination.submit_rate, destination.submit_batch
-            ),
-            # With `poll_in_submit`, the poll queue's share of the poll rate (the first polls go
-            # with the submits, paced as those).
-            PacedQueue(
-                destination.poll_task_queue,
-                destination.poll_queue_rate * destination.poll_batch,
-                destination.poll_batch,
-            ),
-        ):
-            queues[queue.task_queue] = queue
-    return queues
 
 
 def server_rate_reader(client: Client) -> QueueRateReader:

@@ -1,4 +1,4 @@
-"""One process's provider requests spaced at its queue's rate (activities/pacing.py)."""
+"""One process's provider requests spaced at its queue's rate (flowcontrol/pacing.py)."""
 
 from __future__ import annotations
 
@@ -7,8 +7,9 @@ import time
 
 import pytest
 
-from activities.pacing import PacedQueue, RequestPacer, paced_queues
 from common.destinations import Destination
+from flowcontrol.pacing import PacedQueue, RequestPacer
+from worker import paced_queues
 
 
 class FakeClock:
