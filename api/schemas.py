@@ -25,6 +25,7 @@ from contract.limits import (
     check_idempotency_key,
     check_ordering_key,
 )
+from flowcontrol.priority import HIGHEST_PRIORITY, LOWEST_PRIORITY
 from readmodel.models import EventRecord
 
 MAX_BATCH = 100
@@ -54,6 +55,14 @@ class EnqueueRequest(BaseModel):
         ge=0,
         le=MAX_START_DELAY.total_seconds(),
         description="Deliver no earlier than this many seconds from now (or `not_before`)",
+    )
+    priority: int | None = Field(
+        default=None,
+        ge=HIGHEST_PRIORITY,
+        le=LOWEST_PRIORITY,
+        strict=True,
+        description="1 (first) to 5 (last): under a backlog, lower numbers are delivered"
+        " first without starving the others; unset: 3",
     )
     max_attempts: int | None = Field(
         default=None,

@@ -10,12 +10,20 @@ Retry-After), in alternating rounds, each round a stack of its own:
 - `storm_submits_per_item_without_pause`: the same with it off;
 - `storm_early_requests`: requests the fake saw before a Retry-After it gave had elapsed (0);
 - `storm_s`: seconds from the first enqueue to the last item sent, rule on.
+
+And priorities (`flowcontrol/priority.py`): a bulk destination at 50/s gets a backlog of 2,000
+priority-5 items (500 with `QUICK=1`), then, once it drains, 50 priority-1 items; each item's
+wait is from its hand-over to its arrival at the fake provider:
+
+- `priority_high_wait_median_s` / `priority_low_wait_median_s`, and their ratio
+  `priority_wait_ratio` (bar: at most 0.1).
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import os
 import statistics
 import sys
 import time
@@ -35,6 +43,10 @@ RATE = 5.0
 ROUNDS = 2
 # A run is given up when nothing is delivered for this long.
 STALL_S = 120.0
+QUICK = os.environ.get("QUICK") == "1"
+PRIORITY_LOW = 500 if QUICK else 2_000
+PRIORITY_HIGH = 50
+PRIORITY_RATE = 50.0
 
 
 async def sent(stack: BenchStack, outbox: str) -> int:
@@ -88,6 +100,51 @@ async def storm(pause: bool, round_: int) -> dict[str, float]:
     }
 
 
+async def priorities() -> dict[str, float]:
+    """Waits of urgent items behind a backlog, against the backlog's own."""
+    name = "priorities"
+    async with AsyncExitStack() as exits:
+        stack = await webhook_stack(
+            exits,
+            name=name,
+            db_file=PROJECT_ROOT / ".bench" / f"{name}.db",
+            workflow_task_queue=f"{name}-workflows",
+            submit_rate=PRIORITY_RATE,
+            mode="bulk",
+        )
+
+        def build(n: int, priority: int) -> Any:
+            payload = {"n": n, "p": priority}
+            key = f"{name}-{priority}-{n}"
+            return stack.outbox.new_item("prio", name, payload, key=key, priority=priority)
+
+        low_at = time.time()
+        for start in range(0, PRIORITY_LOW, 100):
+            batch = [build(n, 5) for n in range(start, min(start + 100, PRIORITY_LOW))]
+            await stack.outbox.hand_over(batch, strict=True)
+        for _ in range(int(STALL_S * 10)):  # until a second's worth is out: it is draining
+            if len(await stack.fake.admin.deliveries(name)) >= PRIORITY_RATE:
+                break
+            await asyncio.sleep(0.1)
+        high_at = time.time()
+        await stack.outbox.hand_over([build(n, 1) for n in range(PRIORITY_HIGH)], strict=True)
+        total, progressed_at, seen = PRIORITY_LOW + PRIORITY_HIGH, time.monotonic(), 0
+        while (entries := await stack.fake.admin.deliveries(name)) and len(entries) < total:
+            if len(entries) > seen:
+                seen, progressed_at = len(entries), time.monotonic()
+            if time.monotonic() - progressed_at > STALL_S:
+                raise RuntimeError(f"{name}: {seen} of {total} sent, then nothing")
+            await asyncio.sleep(0.2)
+    high = [e["at"] - high_at for e in entries if e["payload"]["p"] == 1]
+    low = [e["at"] - low_at for e in entries if e["payload"]["p"] == 5]
+    high_median, low_median = statistics.median(high), statistics.median(low)
+    return {
+        "priority_high_wait_median_s": round(high_median, 2),
+        "priority_low_wait_median_s": round(low_median, 2),
+        "priority_wait_ratio": round(high_median / low_median, 3),
+    }
+
+
 async def flow_figures() -> dict[str, Any]:
     on: list[dict[str, float]] = []
     off: list[dict[str, float]] = []
@@ -95,7 +152,10 @@ async def flow_figures() -> dict[str, Any]:
         on.append(await storm(True, round_))
         off.append(await storm(False, round_))
         print(f"  round {round_}: pause {on[-1]}, items alone {off[-1]}", flush=True)
+    waits = await priorities()
+    print(f"  priorities: {waits}", flush=True)
     return {
+        **waits,
         "storm_submits_per_item": round(statistics.median(r["submits_per_item"] for r in on), 3),
         "storm_submits_per_item_without_pause": round(
             statistics.median(r["submits_per_item"] for r in off), 3

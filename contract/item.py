@@ -392,6 +392,8 @@ class OutboxItemInput:
     # Whether the enqueuer wrote the `queued` row itself (`transitions.enqueued`): the workflow
     # then records the event at `enqueued_at` and leaves it to the first submit's projection.
     enqueue_projected: bool = False
+    # 1 (first) to 5 (last) under a backlog (`flowcontrol/priority.py`); None: the default, 3.
+    priority: int | None = None
 
     def summary(self) -> str:
         """The workflow's static summary in the Web UI: where it goes, to whom, its key."""

@@ -11,6 +11,10 @@
   server until then, for every worker; the destination's flow workflow resumes it and ramps the
   rate back after storms that keep coming. Submits dispatched just before the pause meet the
   throttle on their own.
+- **Priority** (`priority`): an item's `priority` (1 first, 5 last) orders what waits: Temporal's
+  priority keys on the workflow task and on the submit and poll activities (each queue
+  partition ordered on its own), and in a bulk shard its own order for a slot and a batch.
+  Requests the server has already dispatched (about a second's worth) go in arrival order.
 
 A destination configures them in its `[destinations.<name>.flow]` table (`policy.FlowPolicy`),
 beside its rates.

@@ -132,6 +132,7 @@ class OutboxClient:
         not_before: datetime | None = None,
         max_attempts: int | None = None,
         record_queued: RecordQueued | None = None,
+        priority: int | None = None,
     ) -> EnqueueResult:
         """Hand the item to where it lives, or return the existing item for a repeated key.
 
@@ -146,6 +147,7 @@ class OutboxClient:
                 Raises `LaneFull` when the lane carries as much as it can.
             not_before: deliver no earlier than this (time-zone aware).
             max_attempts: lower the destination's attempt limit for this item.
+            priority: 1 (first) to 5 (last) under a backlog; None: 3.
             record_queued: for a caller with the read model: writes the new item's `queued`
                 row (`contract.transitions.enqueued`) right after the hand-over, which spares
                 the item a local activity.
@@ -159,6 +161,7 @@ class OutboxClient:
             not_before=not_before,
             max_attempts=max_attempts,
             projected=record_queued is not None,
+            priority=priority,
         )
         [result] = await self.hand_over([item])
         if isinstance(result, Exception):
@@ -219,6 +222,7 @@ class OutboxClient:
         not_before: datetime | None = None,
         max_attempts: int | None = None,
         projected: bool = False,
+        priority: int | None = None,
     ) -> OutboxItemInput:
         """A new item's input, validated (the arguments are `enqueue`'s); starts nothing.
 
@@ -232,6 +236,7 @@ class OutboxClient:
             not_before=not_before,
             max_attempts=max_attempts,
             now=now,
+            priority=priority,
         )
         target = self._destination(destination)
         return OutboxItemInput(
@@ -247,6 +252,7 @@ class OutboxClient:
             upsert_sending=False,
             activities_project=True,
             enqueue_projected=projected,
+            priority=priority,
         )
 
     def _destination(self, name: str) -> Destination:

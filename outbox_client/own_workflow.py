@@ -21,7 +21,7 @@ from temporalio.client import (
     WorkflowUpdateFailedError,
     WorkflowUpdateRPCTimeoutOrCancelledError,
 )
-from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
+from temporalio.common import Priority, WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 from temporalio.converter import DataConverter, value_to_type
 from temporalio.exceptions import ApplicationError, WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
@@ -228,6 +228,8 @@ class OwnWorkflows(Reach):
             memo={"payload_hash": item.payload_hash},
             static_summary=item.summary(),
             start_delay=start_delay,
+            # Its first workflow task goes ahead of less urgent items' (`flowcontrol/priority.py`).
+            priority=Priority(priority_key=item.priority),
             rpc_timeout=RPC_TIMEOUT,
         )
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 from datetime import datetime
 
 from contract import limits
+from flowcontrol.priority import HIGHEST_PRIORITY, LOWEST_PRIORITY
 from outbox_client.errors import InvalidRequest
 
 DELAYED_LANE_ITEM = (
@@ -54,6 +55,7 @@ def validate_new_item(
     not_before: datetime | None,
     max_attempts: int | None,
     now: datetime,
+    priority: int | None = None,
 ) -> None:
     """The checks every way in applies to a new item (`OutboxClient.enqueue`, `enqueue_in`),
     except those that need the destinations (which the client checks, and the relay)."""
@@ -65,5 +67,9 @@ def validate_new_item(
             raise InvalidRequest(DELAYED_LANE_ITEM)
     if max_attempts is not None and max_attempts < 1:
         raise InvalidRequest("max_attempts must be at least 1")
+    if priority is not None and not (HIGHEST_PRIORITY <= priority <= LOWEST_PRIORITY):
+        raise InvalidRequest(
+            f"priority must be {HIGHEST_PRIORITY} (first) to {LOWEST_PRIORITY} (last)"
+        )
     if not_before is not None:
         validate_not_before(not_before, now)

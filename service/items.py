@@ -53,6 +53,7 @@ class NewItem:
     ordering_key: str | None = None
     not_before: datetime | None = None
     max_attempts: int | None = None
+    priority: int | None = None
 
 
 @dataclass
@@ -206,6 +207,7 @@ class ItemService:
             not_before=item.not_before,
             max_attempts=item.max_attempts,
             projected=True,
+            priority=item.priority,
         )
 
     async def _enqueued(

@@ -97,7 +97,7 @@ class DeliveryHost(Protocol):
     async def checkpoint(self, delivery: Delivery) -> None:
         """A resting point while polling: the item workflow may continue as new here."""
 
-    def gate(self) -> Awaitable[None] | None:
+    def gate(self, priority: int | None = None) -> Awaitable[None] | None:
         """Before each submit attempt and each poll, with the state at rest: None when the
         submit or poll may go now (it then holds one of the host's slots until `release`), or
         something to await before asking again (a host bounds what it has out at once, and
@@ -110,13 +110,17 @@ class DeliveryHost(Protocol):
         """Whether submits go through `submit` (shared activities) rather than one activity
         each."""
 
-    async def submit(self, request: SubmitRequest, policy: DeliveryPolicy) -> SubmitOutcome:
+    async def submit(
+        self, request: SubmitRequest, policy: DeliveryPolicy, priority: int | None = None
+    ) -> SubmitOutcome:
         """The outcome of one submit, run in an activity shared with other items' submits."""
 
     def poll_batched(self) -> bool:
         """Whether polls go through `poll` (shared activities) rather than one activity each."""
 
-    async def poll(self, request: PollRequest, policy: DeliveryPolicy) -> PollOutcome:
+    async def poll(
+        self, request: PollRequest, policy: DeliveryPolicy, priority: int | None = None
+    ) -> PollOutcome:
         """The outcome of one poll, run in an activity shared with other items' polls."""
 
 
@@ -322,7 +326,7 @@ class Delivery:
                         lambda: state.cancel_requested,
                     )
                 continue
-            gate = self._host.gate()
+            gate = self._host.gate(self.item.priority)
             if gate is not None:
                 await gate
                 continue
@@ -346,7 +350,9 @@ class Delivery:
             result: SubmitResult
             try:
                 if self._host.submit_batched():
-                    result = await self._shared(request, self._host.submit(request, policy))
+                    result = await self._shared(
+                        request, self._host.submit(request, policy, self.item.priority)
+                    )
                 else:
                     result = await self._execute(
                         DeliveryActivities.submit_item,
@@ -481,8 +487,11 @@ class Delivery:
             self.state.events.clear()
 
     def _priority(self) -> Priority:
-        """Fairness between outboxes on the destination's queues (see the module docstring)."""
-        return Priority(fairness_key=outbox_fairness_key(self.item.outbox))
+        """The item's priority (`flowcontrol/priority.py`), and fairness between outboxes
+        within it (see the module docstring), on the destination's queues."""
+        return Priority(
+            priority_key=self.item.priority, fairness_key=outbox_fairness_key(self.item.outbox)
+        )
 
     async def _wait_for_resume(self, message: str) -> None:
         """The endpoint answered 410 Gone and the submit paused the destination: record it and
@@ -598,7 +607,7 @@ class Delivery:
     async def _poll_once(self) -> PollResult | None:
         """One poll; a transient poll failure is logged and the next poll is scheduled."""
         item, state, policy = self.item, self.state, self.item.policy
-        while (gate := self._host.gate()) is not None:
+        while (gate := self._host.gate(self.item.priority)) is not None:
             await gate
         state.poll_count += 1
         request = PollRequest(
@@ -611,7 +620,9 @@ class Delivery:
         result: PollResult
         try:
             if self._host.poll_batched():
-                result = await self._shared(request, self._host.poll(request, policy))
+                result = await self._shared(
+                    request, self._host.poll(request, policy, self.item.priority)
+                )
             else:
                 result = await self._execute(
                     DeliveryActivities.poll_operation,

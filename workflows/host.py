@@ -28,9 +28,9 @@ it was.
 from __future__ import annotations
 
 import asyncio
-import collections
 import contextlib
 import dataclasses
+import heapq
 import math
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -38,7 +38,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Generic, TypeVar
 
 from temporalio import workflow
-from temporalio.common import RetryPolicy
+from temporalio.common import Priority, RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
@@ -87,6 +87,7 @@ with workflow.unsafe.imports_passed_through():
         RemoveResult,
         SkipHead,
     )
+    from flowcontrol.priority import rank
     from workflows.delivery import BATCH_RETRIES, Delivery, DeliveryFailed
     from workflows.ordering import PROJECT_EVERY, Ended, Lane
 
@@ -140,6 +141,8 @@ class _Batcher(Generic[Request, Outcome]):
     _asked: list[tuple[Request, DeliveryPolicy, asyncio.Future[Outcome]]] = field(
         default_factory=list
     )
+    # Each asked request's priority (`flowcontrol/priority.py`), by its outcome's future.
+    _priorities: dict[int, int | None] = field(default_factory=dict)
     _sequences: dict[str, list[tuple[Request, DeliveryPolicy, asyncio.Future[Outcome]]]] = field(
         default_factory=dict
     )
@@ -148,8 +151,12 @@ class _Batcher(Generic[Request, Outcome]):
     _gathering: bool = False
     _out: int = 0
 
-    async def ask(self, request: Request, policy: DeliveryPolicy) -> Outcome:
+    async def ask(
+        self, request: Request, policy: DeliveryPolicy, priority: int | None = None
+    ) -> Outcome:
         outcome: asyncio.Future[Outcome] = asyncio.get_running_loop().create_future()
+        if priority is not None:
+            self._priorities[id(outcome)] = priority
         sequence = self.sequence_of(request)
         if sequence is None:
             self._asked.append((request, policy, outcome))
@@ -195,15 +202,28 @@ class _Batcher(Generic[Request, Outcome]):
             batch += queued[:room]
             self._sequences_out.add(sequence)
         room = self.size - len(batch)
+        if self._priorities:
+            # Lowest priority number first; asked order within one priority (a stable sort).
+            self._asked.sort(key=lambda asked: rank(self._priorities.get(id(asked[2]))))
         batch += self._asked[:room]
         del self._asked[:room]
         return batch
+
+    def _batch_priority(
+        self, batch: list[tuple[Request, DeliveryPolicy, asyncio.Future[Outcome]]]
+    ) -> Priority:
+        """The most urgent priority in the batch, for the server's queue (the default, what a
+        batch had before priorities, when none is set)."""
+        found = [self._priorities.pop(id(outcome), None) for _, _, outcome in batch]
+        chosen = [priority for priority in found if priority is not None]
+        return Priority(priority_key=min(chosen)) if chosen else Priority.default
 
     async def _send_batch(
         self, batch: list[tuple[Request, DeliveryPolicy, asyncio.Future[Outcome]]]
     ) -> None:
         policy = batch[0][1]
         sequences = [self.sequence_of(request) for request, _, _ in batch]
+        priority = self._batch_priority(batch)
         try:
             outcomes = await workflow.execute_activity_method(
                 self.activity,
@@ -212,6 +232,7 @@ class _Batcher(Generic[Request, Outcome]):
                 start_to_close_timeout=timedelta(seconds=self.timeout_s(policy)),
                 retry_policy=BATCH_RETRIES,
                 summary=f"{self.noun} {len(batch)} items",
+                priority=priority,
             )
         except ActivityError as err:
             # The whole activity failed (after its retries): each item counts a failed request;
@@ -276,7 +297,8 @@ class DeliveryHostWorkflow:
         self._draining = False
         # Submits and polls out (at most MAX_OUT), and the deliveries waiting for a turn.
         self._out = 0
-        self._waiting: collections.deque[asyncio.Future[None]] = collections.deque()
+        self._waiting: list[tuple[int, int, asyncio.Future[None]]] = []
+        self._turns = 0
         # Submits and polls asked for in this step and not yet sent.
         self._submits: _Batcher[SubmitRequest, SubmitOutcome] = _Batcher(
             DeliveryActivities.submit_items,
@@ -688,16 +710,18 @@ class DeliveryHostWorkflow:
             lambda: workflow.now() >= at or (until is not None and until())
         )
 
-    def gate(self) -> Awaitable[None] | None:
+    def gate(self, priority: int | None = None) -> Awaitable[None] | None:
         if self._draining:
             # Held until the run continues as new (which resumes it from its state).
             return workflow.wait_condition(lambda: False)
         if self._out < MAX_OUT:
             self._out += 1
             return None
-        # First come, first served: each answered submit or poll wakes the longest waiting.
+        # Lowest priority number first, then first come, first served: each answered submit or
+        # poll wakes the one that has waited longest among the most urgent.
         turn: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._waiting.append(turn)
+        self._turns += 1
+        heapq.heappush(self._waiting, (rank(priority), self._turns, turn))
         return turn
 
     def submit_batched(self) -> bool:
@@ -707,21 +731,25 @@ class DeliveryHostWorkflow:
         """How many of a lane's items may go in one submit activity, one after another."""
         return self._submits.size
 
-    async def submit(self, request: SubmitRequest, policy: DeliveryPolicy) -> SubmitOutcome:
+    async def submit(
+        self, request: SubmitRequest, policy: DeliveryPolicy, priority: int | None = None
+    ) -> SubmitOutcome:
         """Join the submits asked for in this step; one activity per `submit_batch` of them."""
-        return await self._submits.ask(request, policy)
+        return await self._submits.ask(request, policy, priority)
 
     def poll_batched(self) -> bool:
         return self._polls.size > 1
 
-    async def poll(self, request: PollRequest, policy: DeliveryPolicy) -> PollOutcome:
+    async def poll(
+        self, request: PollRequest, policy: DeliveryPolicy, priority: int | None = None
+    ) -> PollOutcome:
         """Join the polls asked for in this step; one activity per `poll_batch` of them."""
-        return await self._polls.ask(request, policy)
+        return await self._polls.ask(request, policy, priority)
 
     def release(self) -> None:
         self._out -= 1
         while self._waiting:
-            turn = self._waiting.popleft()
+            _, _, turn = heapq.heappop(self._waiting)
             if not turn.done():
                 turn.set_result(None)
                 break

@@ -124,7 +124,7 @@ class OutboxItemWorkflow:
         with contextlib.suppress(TimeoutError):
             await workflow.wait_condition(until, timeout=duration, timeout_summary=summary)
 
-    def gate(self) -> None:
+    def gate(self, priority: int | None = None) -> None:
         """Nothing holds an item's own work back."""
         return None
 
@@ -135,14 +135,18 @@ class OutboxItemWorkflow:
         """An item's submits are its own activities."""
         return False
 
-    async def submit(self, request: SubmitRequest, policy: DeliveryPolicy) -> SubmitOutcome:
+    async def submit(
+        self, request: SubmitRequest, policy: DeliveryPolicy, priority: int | None = None
+    ) -> SubmitOutcome:
         raise NotImplementedError("an item workflow's submits are its own activities")
 
     def poll_batched(self) -> bool:
         """An item's polls are its own activities."""
         return False
 
-    async def poll(self, request: PollRequest, policy: DeliveryPolicy) -> PollOutcome:
+    async def poll(
+        self, request: PollRequest, policy: DeliveryPolicy, priority: int | None = None
+    ) -> PollOutcome:
         raise NotImplementedError("an item workflow's polls are its own activities")
 
     async def checkpoint(self, delivery: Delivery) -> None:

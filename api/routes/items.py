@@ -279,6 +279,7 @@ def _new_item(body: EnqueueRequest, key: str) -> NewItem:
         ordering_key=body.ordering_key,
         not_before=body.due_time(datetime.now(UTC)),
         max_attempts=body.max_attempts,
+        priority=body.priority,
     )
 
 

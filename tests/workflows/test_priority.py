@@ -1,0 +1,113 @@
+"""Under a backlog, lower priority numbers go first (`flowcontrol/priority.py`): in item mode
+through Temporal's priority keys on the dev server, in bulk mode in the shard's own order."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from contextlib import AsyncExitStack
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from bench.stack import webhook_stack
+from devstack.fake_provider import FakeProvider
+from outbox_client import InvalidRequest, OutboxClient
+from outbox_client.validation import validate_new_item
+from tests.conftest import Stack, unique_name, webhook_destination
+from workflows.host import MAX_OUT
+
+LOW, HIGH = 30, 3
+# Requests already on their way when the urgent items come: the server dispatches a second's
+# worth at once, and a worker process sends what it was dispatched in arrival order (its
+# pacing); a few more are in flight. Everything else waits behind the urgent ones.
+IN_FLIGHT = 8
+
+
+async def urgent_after_backlog(
+    outbox: OutboxClient, fake: FakeProvider, destination: str, low: int
+) -> tuple[list[tuple[int, float]], float]:
+    """`low` priority-5 items, then (once they are draining) HIGH priority-1 items; each
+    delivery's (priority, arrival time) at the fake in arrival order, and when the urgent
+    items were handed over."""
+
+    def build(n: int, priority: int) -> Any:
+        key = unique_name("high" if priority == 1 else "low")
+        payload = {"n": n, "p": priority}
+        return outbox.new_item("tests", destination, payload, key=key, priority=priority)
+
+    await outbox.hand_over([build(n, 5) for n in range(low)], strict=True)
+    for _ in range(200):  # until the backlog drains at the rate
+        if len(await fake.admin.deliveries(destination)) >= 2:
+            break
+        await asyncio.sleep(0.05)
+    urgent_at = time.time()
+    await outbox.hand_over([build(n, 1) for n in range(HIGH)], strict=True)
+    for _ in range(1200):
+        entries = await fake.admin.deliveries(destination)
+        if len(entries) >= low + HIGH:
+            break
+        await asyncio.sleep(0.1)
+    return [(entry["payload"]["p"], entry["at"]) for entry in entries], urgent_at
+
+
+def check_overtaken(
+    arrivals: list[tuple[int, float]], urgent_at: float, low: int, rate: float
+) -> None:
+    assert sorted(p for p, _ in arrivals) == [1] * HIGH + [5] * low  # each delivered once
+    last_urgent_at = max(at for p, at in arrivals if p == 1)
+    still_waiting = [at for p, at in arrivals if p == 5 and at > urgent_at]
+    overtaking = [at for at in still_waiting if at < last_urgent_at]
+    # A real backlog was waiting when the urgent items came, and only what was already on its
+    # way went before them; the backlog then went on (nothing starved).
+    assert len(still_waiting) >= low // 2, arrivals
+    assert len(overtaking) <= rate + IN_FLIGHT, (len(overtaking), arrivals)
+
+
+async def test_urgent_items_overtake_a_backlog_in_item_mode(
+    dev_env: Any, stack_factory: Any, fake_provider: FakeProvider
+) -> None:
+    # 5 submits a second: the 30 waiting items are a backlog of six seconds.
+    destination = webhook_destination(fake_provider, submit_rate=5.0)
+    stack: Stack = await stack_factory(destination, env=dev_env)
+    arrivals, urgent_at = await urgent_after_backlog(
+        stack.outbox, fake_provider, destination.name, LOW
+    )
+    check_overtaken(arrivals, urgent_at, LOW, destination.submit_rate)
+
+
+async def test_urgent_items_overtake_a_backlog_in_a_bulk_shard(tmp_path: Path) -> None:
+    # A stack of its own: the suite's dev server suggests continue-as-new after 40 events, and
+    # a shard continuing as new holds new submits until those out come back. More items than a
+    # shard has out at once (MAX_OUT), so the shard's own order is used as well as the server's.
+    low = 2 * MAX_OUT
+    async with AsyncExitStack() as exits:
+        stack = await webhook_stack(
+            exits,
+            name="priority-bulk",
+            db_file=tmp_path / "read.db",
+            workflow_task_queue=unique_name("priority"),
+            submit_rate=20.0,
+            mode="bulk",
+            shards=1,
+        )
+        arrivals, urgent_at = await urgent_after_backlog(
+            stack.outbox, stack.fake, stack.destination.name, low
+        )
+    check_overtaken(arrivals, urgent_at, low, stack.destination.submit_rate)
+
+
+def test_a_priority_outside_one_to_five_is_refused() -> None:
+    for bad in (0, 6, -1):
+        with pytest.raises(InvalidRequest, match="priority must be 1"):
+            validate_new_item(
+                "o",
+                "k",
+                ordering_key=None,
+                not_before=None,
+                max_attempts=None,
+                now=datetime.now(UTC),
+                priority=bad,
+            )
