@@ -237,7 +237,9 @@ class DeliveryActivities:
         if self._throttle is not None:
             await self._throttle.hold(task_queue)
         if self._pacer is not None:
-            await self._pacer.acquire(task_queue)
+            # The activity's priority (its item's, or its batch's most urgent): what this
+            # process was dispatched goes most urgent first too (`flowcontrol/priority.py`).
+            await self._pacer.acquire(task_queue, activity.info().priority.priority_key)
 
     async def _throttled(self, destination: str, err: TransientProviderError) -> None:
         """A throttle pauses the whole destination's submit queue until its Retry-After, and

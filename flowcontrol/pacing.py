@@ -16,12 +16,14 @@ never waits for that read), so a rate changed at run time holds here too.
 from __future__ import annotations
 
 import asyncio
+import heapq
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from temporalio.client import Client
 
+from flowcontrol.priority import rank
 from flowcontrol.queue_rates import read_queue_rate
 
 # A quarter second's worth at once: a batch (at most a quarter of its rate, see `BATCH_RULE`)
@@ -50,6 +52,11 @@ class _Bucket:
     checked_at: float
     # When the next request would go at the steady rate (GCRA's theoretical arrival time).
     next_at: float = 0.0
+    # Requests waiting for a slot: (priority rank, arrival number, its turn), most urgent first.
+    waiting: list[tuple[int, int, asyncio.Future[None]]] = field(default_factory=list)
+    arrivals: int = 0
+    # The task that hands out the slots to the waiting requests, one at each slot's time.
+    serving: asyncio.Task[None] | None = None
 
 
 class RequestPacer:
@@ -72,21 +79,47 @@ class RequestPacer:
         self._buckets: dict[str, _Bucket] = {}
         self._refreshes: set[asyncio.Task[None]] = set()
 
-    async def acquire(self, task_queue: str) -> None:
-        """Return when one request to `task_queue` may go; a queue not paced goes at once."""
+    async def acquire(self, task_queue: str, priority: int | None = None) -> None:
+        """Return when one request to `task_queue` may go; a queue not paced goes at once.
+
+        Requests that must wait get their slots most urgent `priority` first (1 before 5;
+        `flowcontrol/priority.py`), in arrival order within one priority."""
         queue = self._queues.get(task_queue)
         if queue is None:
             return
         bucket = self._bucket(queue)
+        if not bucket.waiting and self._due_in(bucket) <= 0:
+            self._take(bucket)
+            return
+        turn: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        bucket.arrivals += 1
+        heapq.heappush(bucket.waiting, (rank(priority), bucket.arrivals, turn))
+        if bucket.serving is None or bucket.serving.done():
+            bucket.serving = asyncio.get_running_loop().create_task(self._serve(bucket))
+        await turn
+
+    def _due_in(self, bucket: _Bucket) -> float:
+        """Seconds until one more request keeps this process within the rate (<= 0: now)."""
         now = self._clock()
         interval = 1 / bucket.rate
         tolerance = max(1.0, bucket.rate * BURST_S) * interval
-        # Reserve the slot before waiting, so concurrent requests queue behind each other.
-        start = max(bucket.next_at, now)
-        bucket.next_at = start + interval
-        wait = start - tolerance + interval - now
-        if wait > 0:
-            await self._sleep(wait)
+        return max(bucket.next_at, now) - tolerance + interval - now
+
+    def _take(self, bucket: _Bucket) -> None:
+        bucket.next_at = max(bucket.next_at, self._clock()) + 1 / bucket.rate
+
+    async def _serve(self, bucket: _Bucket) -> None:
+        """Hand each slot, when it comes, to the most urgent request waiting."""
+        while bucket.waiting:
+            wait = self._due_in(bucket)
+            if wait > 0:
+                await self._sleep(wait)
+                continue
+            _, _, turn = heapq.heappop(bucket.waiting)
+            if turn.done():
+                continue  # its activity was cancelled while it waited
+            self._take(bucket)
+            turn.set_result(None)
 
     def rate(self, task_queue: str) -> float | None:
         """Requests a second this process paces `task_queue` at now (None: not paced yet)."""

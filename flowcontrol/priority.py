@@ -9,7 +9,10 @@ Where it holds:
   not exact; fairness between outboxes applies within one priority.
 - Bulk mode: the shard's own order, exact within the shard. A delivery waiting for a slot (at
   most `MAX_OUT` out) and a request waiting for a batch go lowest number first, in arrival
-  order within one priority; a batch activity carries its first request's priority.
+  order within one priority; a batch activity carries its most urgent request's priority. An
+  item more urgent than the default may take one of `URGENT_ROOM` slots beyond `MAX_OUT`, so
+  it does not wait for the backlog's activities to come back before it is even scheduled.
+- Each worker process hands out its pacing slots (`pacing`) most urgent first too.
 
 Nothing is starved: a priority only orders what is waiting, and the rate drains the queue.
 """

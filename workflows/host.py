@@ -87,7 +87,7 @@ with workflow.unsafe.imports_passed_through():
         RemoveResult,
         SkipHead,
     )
-    from flowcontrol.priority import rank
+    from flowcontrol.priority import DEFAULT_PRIORITY, rank
     from workflows.delivery import BATCH_RETRIES, Delivery, DeliveryFailed
     from workflows.ordering import PROJECT_EVERY, Ended, Lane
 
@@ -98,6 +98,8 @@ TICK = timedelta(milliseconds=100)
 # thousands out would make every step cost thousands. The rest wait their turn in the shard, for
 # free. Why: docs/decisions/bulk-shards.md
 MAX_OUT = 100
+# Beyond MAX_OUT, room for items more urgent than the default (`flowcontrol/priority.py`).
+URGENT_ROOM = 20
 # Submit (and, apart, poll) activities of a batching shard out at once; the requests asked for
 # meanwhile wait and fill the next batches (see `_Batcher`).
 BATCHES_OUT = 4
@@ -714,7 +716,9 @@ class DeliveryHostWorkflow:
         if self._draining:
             # Held until the run continues as new (which resumes it from its state).
             return workflow.wait_condition(lambda: False)
-        if self._out < MAX_OUT:
+        # An urgent item need not wait for a slot the backlog holds: a few more may be out.
+        limit = MAX_OUT + (URGENT_ROOM if rank(priority) < DEFAULT_PRIORITY else 0)
+        if self._out < limit:
             self._out += 1
             return None
         # Lowest priority number first, then first come, first served: each answered submit or

@@ -98,10 +98,11 @@ async def test_a_throttle_storm_pauses_the_destination_and_it_resumes_by_itself(
     assert "HTTP 429" in paused["pause_reason"]
     assert all(view.status == "sent" for view in views)
     assert [await deliveries(fake, item_id) for item_id in item_ids] == [1] * ITEMS
-    # Felt by the destination, not by each item: most items never met the storm. (Without the
-    # rule every item meets it at least once, most of them more than once.)
+    # Felt by the destination, not by each item: without the rule every item meets the storm
+    # at least once (2 submits each at least). With it, only what was dispatched before a pause
+    # landed meets it: the server's burst, twice (the storm outlasts the first pause).
     total = sum([await submits(fake, item_id) for item_id in item_ids])
-    assert total < 2 * ITEMS - ITEMS // 2, total
+    assert total <= ITEMS + 10, total
     # Resumed by itself at the configured rate; the flow says what happened.
     assert resumed["paused_until"] is None
     assert resumed["flow"] is not None and resumed["flow"]["storms"] >= 1

@@ -133,3 +133,34 @@ def test_a_poll_in_submit_destinations_poll_queue_is_paced_at_its_share() -> Non
     # The first polls go with the submits (paced as those); the poll queue paces the rest.
     assert queues[destination.submit_task_queue].configured_rate == 2
     assert queues[destination.poll_task_queue].configured_rate == 3
+
+
+async def test_waiting_requests_get_their_slots_most_urgent_first() -> None:
+    # 20/s with a quarter second's burst: five go at once, the rest wait 50 ms apart.
+    pacer = RequestPacer({"q": PacedQueue("q", 20.0)})
+    for _ in range(5):
+        await pacer.acquire("q")
+    order: list[str] = []
+
+    async def one(name: str, priority: int | None) -> None:
+        await pacer.acquire("q", priority)
+        order.append(name)
+
+    waiting = [asyncio.create_task(one(f"backlog-{n}", 5)) for n in range(3)]
+    waiting.append(asyncio.create_task(one("unset", None)))
+    await asyncio.sleep(0.01)  # they wait for their slots
+    waiting.append(asyncio.create_task(one("urgent", 1)))
+    await asyncio.gather(*waiting)
+    assert order == ["urgent", "unset", "backlog-0", "backlog-1", "backlog-2"]
+
+
+async def test_a_cancelled_request_gives_its_turn_to_the_next() -> None:
+    pacer = RequestPacer({"q": PacedQueue("q", 20.0)})
+    for _ in range(5):
+        await pacer.acquire("q")
+    gone = asyncio.create_task(pacer.acquire("q", 1))
+    kept = asyncio.create_task(pacer.acquire("q", 5))
+    await asyncio.sleep(0.01)
+    gone.cancel()
+    await asyncio.wait_for(kept, timeout=1)
+    assert gone.cancelled()
