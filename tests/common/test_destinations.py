@@ -233,3 +233,27 @@ def test_events_secret_is_kept_secret_and_long_enough() -> None:
     assert "ssss" not in repr(mail)
     with pytest.raises(DestinationConfigError, match="events_secret"):
         load({"mail": {"provider": "acs-email", "events_secret": "short"}})
+
+
+def test_the_flow_table_and_its_overrides_reach_the_destination() -> None:
+    registry = load(
+        {"mail": {"provider": "webhook", "flow": {"throttle_max_pause_s": 60}}},
+        {"DEST_MAIL_FLOW_THROTTLE_PAUSE": "false", "DEST_MAIL_FLOW_THROTTLE_RAMP_STEP_S": "5"},
+    )
+    destination = registry.get("mail")
+    assert destination is not None
+    flow = destination.flow
+    assert (flow.throttle_pause, flow.throttle_max_pause_s, flow.throttle_ramp_step_s) == (
+        False,
+        60.0,
+        5.0,
+    )
+    default = load({"mail": {"provider": "webhook"}}).get("mail")
+    assert default is not None and default.flow.throttle_pause  # on unless turned off
+
+
+def test_a_bad_flow_field_is_refused_by_name() -> None:
+    with pytest.raises(DestinationConfigError, match=r"'mail': flow.throttle_paws: unknown"):
+        load({"mail": {"provider": "webhook", "flow": {"throttle_paws": True}}})
+    with pytest.raises(DestinationConfigError, match=r"'mail': flow.throttle_max_pause_s: "):
+        load({"mail": {"provider": "webhook"}}, {"DEST_MAIL_FLOW_THROTTLE_MAX_PAUSE_S": "-1"})
