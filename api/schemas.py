@@ -26,6 +26,7 @@ from contract.limits import (
     check_ordering_key,
 )
 from flowcontrol.priority import HIGHEST_PRIORITY, LOWEST_PRIORITY
+from flowcontrol.waiting import WaitingOn
 from readmodel.models import EventRecord
 
 MAX_BATCH = 100
@@ -171,6 +172,15 @@ class ItemResponse(OutboxItemView):
     from and its links. Live from its workflow while it runs, from the read model after."""
 
     payload: dict[str, Any] | None = field(default=None, kw_only=True)
+    waiting_on: list[WaitingOn] | None = field(
+        default=None,
+        kw_only=True,
+        metadata={
+            "description": "While queued (one item's GET): what holds it and until when where"
+            " known: not_before, backoff, throttled, destination_paused, lane, or its turn at"
+            " the destination's rate"
+        },
+    )
     source: Literal["workflow", "read-model"] = field(
         kw_only=True, metadata={"description": "'workflow' (live) or 'read-model'"}
     )

@@ -16,6 +16,9 @@
   partition ordered on its own), and in a bulk shard its own order for a slot and a batch.
   Requests the server has already dispatched (about a second's worth) go in arrival order.
 
+- **Why is it waiting?** (`waiting`): a queued item's `GET` names what holds it (its own
+  timers, its lane, its destination's pause or throttle, else its turn at the rate).
+
 A destination configures them in its `[destinations.<name>.flow]` table (`policy.FlowPolicy`),
 beside its rates.
 """

@@ -18,7 +18,7 @@ from fastapi import APIRouter, Body, Header, Query, Response, status
 from fastapi.responses import JSONResponse
 from pydantic import ValidationError
 
-from api.deps import ItemServiceDep, MetricsDep
+from api.deps import DestinationControlsDep, ItemServiceDep, MetricsDep, OutboxClientDep
 from api.errors import ApiProblem, known_problem, validation_problem
 from api.metrics import ApiMetrics
 from api.schemas import (
@@ -51,6 +51,7 @@ from outbox_client import (
 )
 from readmodel import store
 from service.items import Enqueued, ItemService, ItemSnapshot, NewItem
+from service.waiting import explain
 
 router = APIRouter(
     prefix="/v1/outboxes/{outbox}",
@@ -222,9 +223,19 @@ async def redrive_failed(
 
 
 @router.get("/items/{key}", response_model=ItemResponse, summary="One item's status")
-async def get_item(outbox: str, key: str, items: ItemServiceDep) -> ItemResponse:
-    """Live from the workflow while it runs; from the read model once it has ended."""
-    return _item_response(await items.get(outbox, key))
+async def get_item(
+    outbox: str,
+    key: str,
+    items: ItemServiceDep,
+    controls: DestinationControlsDep,
+    client: OutboxClientDep,
+) -> ItemResponse:
+    """Live from the workflow while it runs; from the read model once it has ended. A queued
+    item says why it has not gone yet (`waiting_on`)."""
+    snapshot = await items.get(outbox, key)
+    response = _item_response(snapshot)
+    response.waiting_on = await explain(snapshot.view, controls, client)
+    return response
 
 
 @router.get("/items/{key}/events", response_model=list[EventResponse], summary="One item's history")

@@ -78,6 +78,14 @@ async def test_a_throttle_storm_pauses_the_destination_and_it_resumes_by_itself(
         return (await http.get(url)).json()
 
     paused = await eventually(destination, lambda found: found["paused_until"] is not None)
+    # An item not yet out says why it waits, and until when.
+    waiting = await eventually(
+        lambda: _item(http, keys[-1]),
+        lambda item: (
+            item["status"] != "queued"
+            or any(reason["reason"] == "throttled" for reason in item["waiting_on"] or [])
+        ),
+    )
     await asyncio.sleep(3)
     await fake.admin.clear_endpoint_fault(name)
     item_ids = [item_workflow_id("tests", key) for key in keys]
@@ -94,6 +102,9 @@ async def test_a_throttle_storm_pauses_the_destination_and_it_resumes_by_itself(
     )
 
     assert paused["paused"] is True and paused["submit"]["rate"] == 0
+    if waiting["status"] == "queued":
+        throttled = [r for r in waiting["waiting_on"] if r["reason"] == "throttled"]
+        assert throttled[0]["until"] is not None and name in throttled[0]["detail"]
     assert paused["pause_reason"].startswith("throttled until ")
     assert "HTTP 429" in paused["pause_reason"]
     assert all(view.status == "sent" for view in views)
@@ -108,3 +119,7 @@ async def test_a_throttle_storm_pauses_the_destination_and_it_resumes_by_itself(
     assert resumed["flow"] is not None and resumed["flow"]["storms"] >= 1
     kinds = [event["kind"] for event in resumed["flow"]["events"]]
     assert kinds[0] == "throttled" and kinds[-1] == "recovered", kinds
+
+
+async def _item(http: httpx.AsyncClient, key: str) -> Any:
+    return (await http.get(f"/v1/outboxes/tests/items/{key}")).json()

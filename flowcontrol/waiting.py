@@ -1,0 +1,88 @@
+"""Rule: say why a queued item has not gone yet, and when it will where that can be known.
+
+Pure: the caller gathers what holds the item (its own timers, its destination's pause or
+throttle, its lane) and this orders the answer, the item's own reasons first. An item with none
+of them is waiting for its turn at the destination's rate.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Literal
+
+from contract.item import ItemStatus, OutboxItemView
+
+Reason = Literal["not_before", "backoff", "throttled", "destination_paused", "lane", "rate"]
+
+
+@dataclass
+class WaitingOn:
+    """One thing that holds a queued item, and until when if known."""
+
+    reason: Reason
+    detail: str
+    until: datetime | None = None
+
+
+@dataclass
+class DestinationHold:
+    """What the destination's submit queue holds its items to now."""
+
+    name: str
+    paused: bool
+    pause_reason: str | None
+    # A throttle's pause: it ends by itself then.
+    paused_until: datetime | None
+    submit_rate: float
+
+
+@dataclass
+class LanePlace:
+    """Where the item stands in its ordering lane: `ahead` items go before it (None: more than
+    the lane shows)."""
+
+    ordering_key: str
+    ahead: int | None
+    halted: str | None = None
+
+
+def waiting_on(
+    view: OutboxItemView, now: datetime, destination: DestinationHold, lane: LanePlace | None
+) -> list[WaitingOn]:
+    """Why `view` (a queued item) has not gone yet; empty for any other status."""
+    if view.status is not ItemStatus.QUEUED:
+        return []
+    found: list[WaitingOn] = []
+    if view.next_attempt_at is not None and view.next_attempt_at > now:
+        if view.attempts == 0:
+            found.append(WaitingOn("not_before", "delivered no earlier than", view.next_attempt_at))
+        else:
+            error = f" after: {view.last_error}" if view.last_error else ""
+            found.append(WaitingOn("backoff", f"retrying{error}", view.next_attempt_at))
+    if lane is not None and lane.halted is not None:
+        found.append(WaitingOn("lane", f"lane {lane.ordering_key} is halted: {lane.halted}"))
+    elif lane is not None and lane.ahead != 0:
+        ahead = "more items than the lane shows" if lane.ahead is None else f"{lane.ahead} items"
+        found.append(WaitingOn("lane", f"behind {ahead} in lane {lane.ordering_key}"))
+    if destination.paused_until is not None:
+        found.append(
+            WaitingOn(
+                "throttled",
+                f"destination {destination.name} is throttled by its provider",
+                destination.paused_until,
+            )
+        )
+    elif destination.paused:
+        reason = destination.pause_reason or "paused"
+        found.append(
+            WaitingOn("destination_paused", f"destination {destination.name} is paused: {reason}")
+        )
+    if not found:
+        found.append(
+            WaitingOn(
+                "rate",
+                f"its turn at {destination.name}'s rate ({destination.submit_rate:g} submits/s)",
+            )
+        )
+    return found

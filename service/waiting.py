@@ -1,0 +1,64 @@
+"""Why is this item waiting? Gathers what holds a queued item (its destination's state, its
+lane) for the rule in `flowcontrol/waiting.py`."""
+
+from __future__ import annotations
+
+import logging
+from datetime import UTC, datetime
+
+from temporalio.service import RPCError, RPCStatusCode
+
+from contract.item import ItemStatus, OutboxItemView
+from flowcontrol.waiting import DestinationHold, LanePlace, WaitingOn, waiting_on
+from outbox_client import OutboxClient, UnknownDestination, is_temporal_unavailable
+from service.destinations import DestinationControls
+
+log = logging.getLogger("outbox.service")
+
+
+async def explain(
+    view: OutboxItemView, controls: DestinationControls, client: OutboxClient
+) -> list[WaitingOn] | None:
+    """The reasons a queued item waits; None for any other item, and when Temporal cannot say
+    now (a read never fails for the want of its explanation)."""
+    if view.status is not ItemStatus.QUEUED:
+        return None
+    try:
+        state = await controls.state(view.destination)
+        lane = None
+        if view.ordering_key is not None:
+            lane = await _lane_place(client, view)
+    except UnknownDestination:
+        return None  # a destination no longer configured: nothing to say of its queue
+    except Exception as err:
+        # A server without task-queue config (the time-skipping test server) cannot say; nor
+        # can Temporal while it is unreachable.
+        unimplemented = isinstance(err, RPCError) and err.status == RPCStatusCode.UNIMPLEMENTED
+        if not (unimplemented or is_temporal_unavailable(err)):
+            raise
+        log.warning("why %s waits: Temporal cannot say now (%s)", view.id, err)
+        return None
+    hold = DestinationHold(
+        name=view.destination,
+        paused=state.submit.paused,
+        pause_reason=state.submit.pause_reason,
+        paused_until=state.submit.paused_until,
+        submit_rate=state.submit.rate,
+    )
+    return waiting_on(view, datetime.now(UTC), hold, lane)
+
+
+async def _lane_place(client: OutboxClient, view: OutboxItemView) -> LanePlace | None:
+    assert view.ordering_key is not None
+    target = client.destinations.get(view.destination)
+    bulk = view.destination if target is not None and target.mode == "bulk" else None
+    detail = await client.lane(view.outbox, view.ordering_key, bulk)
+    if detail is None:
+        return None
+    if detail.view.head_key == view.key:
+        return LanePlace(view.ordering_key, 0, detail.view.halted_reason)
+    halted = detail.view.halted_reason
+    if view.key in detail.waiting:
+        ahead = 1 + detail.waiting.index(view.key)  # the head, then those before it
+        return LanePlace(view.ordering_key, ahead, halted)
+    return LanePlace(view.ordering_key, None, halted)

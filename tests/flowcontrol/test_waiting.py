@@ -1,0 +1,63 @@
+"""Why a queued item waits (flowcontrol/waiting.py): its own timers first, then its lane and its
+destination, else its turn at the rate."""
+
+from __future__ import annotations
+
+import dataclasses
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from contract.item import ItemStatus, OutboxItemView
+from flowcontrol.waiting import DestinationHold, LanePlace, waiting_on
+
+NOW = datetime(2026, 11, 26, 20, 0, tzinfo=UTC)
+OPEN = DestinationHold("hook", paused=False, pause_reason=None, paused_until=None, submit_rate=5)
+
+
+def view(**changes: Any) -> OutboxItemView:
+    base = OutboxItemView(
+        id="outbox/o/k",
+        outbox="o",
+        key="k",
+        destination="hook",
+        status=ItemStatus.QUEUED,
+    )
+    return dataclasses.replace(base, **changes)
+
+
+def reasons(
+    item: OutboxItemView, hold: DestinationHold = OPEN, lane: LanePlace | None = None
+) -> list[tuple[str, datetime | None]]:
+    return [(w.reason, w.until) for w in waiting_on(item, NOW, hold, lane)]
+
+
+def test_an_item_with_nothing_holding_it_waits_for_its_turn_at_the_rate() -> None:
+    [only] = waiting_on(view(), NOW, OPEN, None)
+    assert only.reason == "rate" and "5 submits/s" in only.detail
+
+
+def test_its_own_timers_come_first_with_their_end() -> None:
+    later = NOW + timedelta(minutes=5)
+    assert reasons(view(next_attempt_at=later)) == [("not_before", later)]
+    assert reasons(view(next_attempt_at=later, attempts=2, last_error="HTTP 503")) == [
+        ("backoff", later)
+    ]
+    assert reasons(view(next_attempt_at=NOW - timedelta(seconds=1))) == [("rate", None)]
+
+
+def test_a_paused_or_throttled_destination_and_a_lane_say_so() -> None:
+    until = NOW + timedelta(seconds=4)
+    throttled = dataclasses.replace(OPEN, paused=True, pause_reason="throttled", paused_until=until)
+    paused = dataclasses.replace(OPEN, paused=True, pause_reason="receiver migrating")
+    assert reasons(view(), throttled) == [("throttled", until)]
+    [held] = waiting_on(view(), NOW, paused, None)
+    assert held.reason == "destination_paused" and "receiver migrating" in held.detail
+    [behind] = waiting_on(view(ordering_key="c7"), NOW, OPEN, LanePlace("c7", 3))
+    assert behind.reason == "lane" and "behind 3 items in lane c7" in behind.detail
+    [halted] = waiting_on(view(ordering_key="c7"), NOW, OPEN, LanePlace("c7", 0, "HTTP 400"))
+    assert "halted: HTTP 400" in halted.detail
+    assert reasons(view(ordering_key="c7"), OPEN, LanePlace("c7", 0)) == [("rate", None)]
+
+
+def test_only_a_queued_item_waits() -> None:
+    assert waiting_on(view(status=ItemStatus.SENDING), NOW, OPEN, None) == []
