@@ -253,6 +253,11 @@ async def test_a_throttled_destination_says_until_when_and_that_it_resumes_by_it
                     await expect(row).to_contain_text("throttled until", timeout=500)
                     break
             await expect(row).to_contain_text("resumes by itself")
+            # The item says why it waits (until the throttle's end, or its own Retry-After).
+            await page.click("tr.item[data-key='throttled-1']")
+            waiting = page.locator("#detail-waiting")
+            await expect(waiting).to_contain_text("Waiting: ", timeout=10_000)
+            await expect(waiting).to_contain_text("until")
             state = (await http.get(f"/v1/destinations/{webhook.name}")).json()
             assert state["paused_until"] is not None and state["flow"]["storms"] == 1
     finally:
