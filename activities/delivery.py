@@ -258,19 +258,22 @@ class DeliveryActivities:
             until=until,
             seen_at=datetime.now(UTC),
             status=err.status_code or 0,
-            endpoint=destination,
             configured_rate=queue.configured_rate,
         )
         client = activity.client()
         try:
-            if await throttle_queue(
+            paused = await throttle_queue(
                 client,
                 queue.task_queue,
                 until,
                 cause,
                 identity=f"durable-outbox-worker ({activity.info().workflow_id})",
-            ):
-                self._throttle.paused(queue.task_queue, until)
+            )
+            if not paused:
+                # Paused by hand, by a 410 or by a longer throttle: nothing for the flow to
+                # resume at this one's end.
+                return
+            self._throttle.paused(queue.task_queue, until)
             await client.start_workflow(
                 FLOW_WORKFLOW_TYPE,
                 FlowState(

@@ -33,7 +33,6 @@ class Throttled:
     until: datetime
     seen_at: datetime
     status: int
-    endpoint: str
     # The queue's configured rate (activities a second): a resume starts from it.
     configured_rate: float
 

@@ -14,7 +14,8 @@
 - **Priority** (`priority`): an item's `priority` (1 first, 5 last) orders what waits: Temporal's
   priority keys on the workflow task and on the submit and poll activities (each queue
   partition ordered on its own), and in a bulk shard its own order for a slot and a batch.
-  Requests the server has already dispatched (about a second's worth) go in arrival order.
+  Each worker process's pacing serves its waiting requests most urgent first too. A shard that
+  is continuing as new holds new submits until those out come back, urgent ones included.
 
 - **Why is it waiting?** (`waiting`): a queued item's `GET` names what holds it (its own
   timers, its lane, its destination's pause or throttle, else its turn at the rate).

@@ -46,8 +46,6 @@ class QueueRate:
     resume_rate: float | None = None
     # Paused by a throttle until then (`flowcontrol.throttle`); None for any other pause.
     paused_until: datetime | None = None
-    # Why a limit set through the API is what it is (a ramp after a throttle says so).
-    reason: str | None = None
 
 
 async def read_queue_rate(client: Client, task_queue: str) -> QueueRate:
@@ -69,12 +67,7 @@ async def read_queue_rate(client: Client, task_queue: str) -> QueueRate:
         # shows the workers' (an answer to a change, or a read just after one, would not show
         # the change, and a 410 pausing its destination would not see an operator's pause).
         configured = queue_limit.rate_limit.requests_per_second
-        rate = QueueRate(
-            rate=configured,
-            source="api",
-            paused=configured == 0,
-            reason=queue_limit.metadata.reason or None,
-        )
+        rate = QueueRate(rate=configured, source="api", paused=configured == 0)
     else:
         from_api = effective.rate_limit_source == RateLimitSource.RATE_LIMIT_SOURCE_API
         rate = QueueRate(rate=effective.requests_per_second, source="api" if from_api else "worker")

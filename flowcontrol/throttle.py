@@ -48,7 +48,7 @@ def on_throttled(state: FlowState, seen: Throttled, now: datetime) -> None:
     if not new_storm:
         return
     state.storms += 1
-    detail = f"HTTP {seen.status} from {seen.endpoint}: paused until {seen.until.isoformat()}"
+    detail = f"HTTP {seen.status} from {seen.destination}: paused until {seen.until.isoformat()}"
     came_back = state.resumed_at is not None and (
         now - state.resumed_at < timedelta(seconds=state.storm_window_s)
     )
@@ -150,9 +150,6 @@ class ThrottleGate:
         # and until when the server did: only a pause that took holds this process's submits.
         self._asked: dict[str, float] = {}
         self._held: dict[str, float] = {}
-
-    def queue(self, destination: str) -> ThrottledQueue | None:
-        return self._queues.get(destination)
 
     async def hold(self, task_queue: str) -> None:
         """Wait until the pause this process put on `task_queue` ends."""

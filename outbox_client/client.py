@@ -192,23 +192,13 @@ class OutboxClient:
         handed = await asyncio.gather(
             *(place.hand_over([items[i] for i in indexes]) for place, indexes in groups.values())
         )
-        results: list[EnqueueResult | Exception] = [Exception()] * len(items)
+        outcome_of: dict[int, bool | Exception] = {}
         for (_, indexes), outcomes in zip(groups.values(), handed, strict=True):
-            for index, outcome in zip(indexes, outcomes, strict=True):
-                item = items[index]
-                results[index] = (
-                    outcome
-                    if isinstance(outcome, Exception)
-                    else EnqueueResult(
-                        item_id=item_workflow_id(item.outbox, item.key),
-                        outbox=item.outbox,
-                        key=item.key,
-                        created=outcome,
-                    )
-                )
-        for result in results if strict else ():
-            if isinstance(result, Exception):
-                raise result
+            outcome_of.update(zip(indexes, outcomes, strict=True))
+        results = [_result(item, outcome_of[index]) for index, item in enumerate(items)]
+        failed = [result for result in results if isinstance(result, Exception)]
+        if strict and failed:
+            raise failed[0]
         return results
 
     def new_item(
@@ -386,3 +376,11 @@ class OutboxClient:
         item = ItemRef.of(known) if known is not None else ItemRef(outbox, key)
         again = Redrive(payload or {}, generation, last_event_seq)
         return await self.placement(item.destination, item.ordering_key).redrive(item, again)
+
+
+def _result(item: OutboxItemInput, outcome: bool | Exception) -> EnqueueResult | Exception:
+    """A hand-over's outcome for one item: its error, or whether it was created."""
+    if isinstance(outcome, Exception):
+        return outcome
+    item_id = item_workflow_id(item.outbox, item.key)
+    return EnqueueResult(item_id=item_id, outbox=item.outbox, key=item.key, created=outcome)

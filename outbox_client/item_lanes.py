@@ -31,9 +31,9 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from common.destinations import OutboxSettings
 from contract import search_attributes
-from contract.bulk import CANCEL_ITEM_SIGNAL, ItemCancel, ShardInput
+from contract.bulk import ShardInput
 from contract.ids import lane_workflow_id
-from contract.item import CancelRequest, ItemStatus, OutboxItemInput, OutboxItemView
+from contract.item import ItemStatus, OutboxItemInput, OutboxItemView
 from contract.lane import (
     APPEND_SIGNAL,
     APPEND_UPDATE,
@@ -111,12 +111,11 @@ class ItemLanes(HostedItems):
         try:
             removed = await lanes.remove(client, holder, request, wait=wait)
         except WorkflowUpdateRPCTimeoutOrCancelledError:
-            await client.get_workflow_handle(holder).signal(
-                CANCEL_ITEM_SIGNAL,
-                ItemCancel(item.id, CancelRequest(reason=reason)),
-                rpc_timeout=RPC_TIMEOUT,
-            )
-            return CancelRequested(item_id=item.id, outbox=item.outbox, key=item.key, reason=reason)
+            # No worker answered: the lane acts on the signal when one returns.
+            requested = await self.signal_cancel(item, reason)
+            if requested is None:
+                raise CannotCancel("the item is no longer waiting in its lane") from None
+            return requested
         for taken in removed.views:
             if taken.key == item.key:
                 return taken

@@ -175,17 +175,17 @@ class ItemService:
         in bulk mode), and items with an ordering key keep the batch's order within their lane.
         """
         validate_outbox(outbox)
-        outcomes: list[Enqueued | Exception] = [Exception()] * len(items)
+        # The read model's answers, a few at a time (each is a query in a thread).
+        remembered = await fan_out([functools.partial(self._remembered, outbox, i) for i in items])
+        outcomes: list[Enqueued | Exception] = []
         pending: list[tuple[int, OutboxItemInput]] = []
-        for index, item in enumerate(items):
-            try:
-                remembered = await self._remembered(outbox, item)
-                if remembered is not None:
-                    outcomes[index] = remembered
-                    continue
-                pending.append((index, self._new_input(outbox, item)))
-            except Exception as err:
-                outcomes[index] = err
+        for index, (item, known) in enumerate(zip(items, remembered, strict=True)):
+            outcomes.append(known if known is not None else Exception("not handed over"))
+            if known is None:
+                try:
+                    pending.append((index, self._new_input(outbox, item)))
+                except Exception as err:
+                    outcomes[index] = err
         handed = await self.client.hand_over([built for _, built in pending])
         settled = await asyncio.gather(
             *(

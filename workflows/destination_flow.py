@@ -58,12 +58,13 @@ class DestinationFlowWorkflow:
         while not workflow.info().is_continue_as_new_suggested():
             self._seen_before = self._seen
             due = throttle.due(self._state)
-            wait = LINGER if due is None else max(due - workflow.now(), timedelta(0))
-            try:
-                await workflow.wait_condition(self._another_throttle, timeout=wait)
-                continue  # another throttle: the due time may have moved
-            except TimeoutError:
-                pass
+            if due is None or due > workflow.now():
+                wait = LINGER if due is None else due - workflow.now()
+                try:
+                    await workflow.wait_condition(self._another_throttle, timeout=wait)
+                    continue  # another throttle: the due time may have moved
+                except TimeoutError:
+                    pass
             change = throttle.next_change(self._state, workflow.now())
             if change is None:
                 if throttle.due(self._state) is None:

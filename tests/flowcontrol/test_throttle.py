@@ -28,7 +28,6 @@ def seen(until: datetime, at: datetime) -> Throttled:
         until=until,
         seen_at=at,
         status=429,
-        endpoint="hook",
         configured_rate=8.0,
     )
 
