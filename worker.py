@@ -34,13 +34,17 @@ from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 from activities.aggregate_store import AggregateStoreActivities
 from activities.delivery import DeliveryActivities
 from activities.flow import apply_flow_rate
+from activities.flow_gate import FlowGate
 from activities.projection import ProjectionActivities
 from activities.projectors import ProjectorActivities
 from activities.providers import build_provider, load_destinations
+from activities.providers.base import HttpProviderSettings
 from common.codec import codec_from_environment, data_converter
 from common.destinations import Destination, DestinationRegistry
 from common.settings import Settings, get_settings
 from common.tracing import configure_tracing
+from flowcontrol.breaker import BreakerGate, BreakerQueue
+from flowcontrol.caps import FlowLimits
 from flowcontrol.pacing import PacedQueue, RequestPacer, server_rate_reader
 from flowcontrol.throttle import ThrottledQueue, ThrottleGate
 from outbox_client import OutboxClient, connect
@@ -50,6 +54,7 @@ from readmodel.payload_store import claim_checks
 from readmodel.writer import ProjectionWriter
 from service.dead_letters import DeadLetterActivities
 from service.effects import EffectActivities
+from service.flow_events import FlowEventActivities
 from service.items import ItemService
 from service.projectors import start_projectors
 from service.relay import Relay
@@ -98,6 +103,7 @@ def build_workers(
     registry: DestinationRegistry | None = None,
     interceptors: Sequence[Interceptor] = (),
     sticky_queue_timeout_s: float = 3.0,
+    ledger_engine: Engine | None = None,
 ) -> list[Worker]:
     """All workers of one process; `engine` is the read model the projection writes to, and
     `sandboxed` runs workflows in Temporal's determinism sandbox (the tests do).
@@ -106,6 +112,8 @@ def build_workers(
     `workflow_task_queue`, see `default_operations_task_queue`); `registry` is every configured
     destination, which the operations activities enqueue to (default: `destinations`).
     `interceptors` go on every worker (the fault tests kill a process at a chosen point).
+    `ledger_engine` is the database the caps and quotas count in (default: `engine`; an
+    activities-only process delivering to a destination with caps needs one).
     """
     workers: list[Worker] = []
     # One group-commit writer for every projection this process writes. Only a process that
@@ -172,6 +180,7 @@ def build_workers(
                     DeadLetterActivities(ItemService(operations_client, engine)).redrive_page,
                     EffectActivities(operations_client, aggregate_client).execute_effect,
                     ProjectorActivities(engine).run_projector,
+                    FlowEventActivities(operations_client).send_flow_event,
                 ],
             )
         )
@@ -184,6 +193,10 @@ def build_workers(
         RequestPacer(paced_queues(destinations), server_rate_reader(client)),
         ThrottleGate(throttled_queues(destinations)),
         flow_task_queue=workflow_task_queue,
+        breaker=BreakerGate(breaker_queues(destinations)),
+        gate=FlowGate(ledger_engine or engine, flow_limits(destinations)),
+        events_task_queue=operations_task_queue
+        or default_operations_task_queue(workflow_task_queue),
     )
     for destination in destinations:
         # The rate is per task queue and enforced by the server, across all worker processes.
@@ -197,7 +210,8 @@ def build_workers(
             ),
             (
                 destination.poll_task_queue,
-                [delivery.poll_operation, delivery.poll_operations],
+                # A circuit's probes run here: the poll queue stays open while it is.
+                [delivery.poll_operation, delivery.poll_operations, delivery.probe_destination],
                 destination.poll_queue_rate,
             ),
         ]
@@ -247,6 +261,40 @@ def throttled_queues(destinations: Sequence[Destination]) -> dict[str, Throttled
             max_pause_s=d.flow.throttle_max_pause_s,
             ramp_step_s=d.flow.throttle_ramp_step_s,
             storm_window_s=d.flow.throttle_storm_window_s,
+            events_destination=d.flow.events_destination,
+        )
+        for d in destinations
+    }
+
+
+def flow_limits(destinations: Sequence[Destination]) -> dict[str, FlowLimits]:
+    """Each destination's caps and quotas (`flowcontrol/caps.py`)."""
+    default_request_s = HttpProviderSettings.model_fields["timeout_s"].default
+    return {
+        d.name: FlowLimits.of(
+            d.name,
+            d.flow,
+            max(d.delivery.submit_timeout_s, d.delivery.poll_timeout_s),
+            float(d.settings.get("timeout_s", default_request_s)),
+        )
+        for d in destinations
+    }
+
+
+def breaker_queues(destinations: Sequence[Destination]) -> dict[str, BreakerQueue]:
+    """Each destination's submit queue as its circuit breaker sees it (`flowcontrol.breaker`)."""
+    return {
+        d.name: BreakerQueue(
+            destination=d.name,
+            task_queue=d.submit_task_queue,
+            poll_task_queue=d.poll_task_queue,
+            configured_rate=d.submit_queue_rate,
+            enabled=d.flow.breaker,
+            window_s=d.flow.breaker_window_s,
+            min_failures=d.flow.breaker_min_failures,
+            failure_ratio=d.flow.breaker_failure_ratio,
+            probe_interval_s=d.flow.breaker_probe_interval_s,
+            close_after=d.flow.breaker_close_after,
         )
         for d in destinations
     }
@@ -281,6 +329,10 @@ async def run_worker(
     storage_engine = engine
     if storage_engine is None and settings.claim_check_bytes > 0:
         storage_engine = make_engine(settings.database_url)
+    # Caps and quotas count in that database too (`flowcontrol/caps.py`).
+    ledger_engine = engine
+    if ledger_engine is None and any(d.flow.uses_ledger for d in destinations):
+        ledger_engine = storage_engine or make_engine(settings.database_url)
     converter = data_converter(
         codec_from_environment(), claim_checks(storage_engine, settings.claim_check_bytes)
     )
@@ -301,6 +353,7 @@ async def run_worker(
             destinations=destinations,
             http_client=http_client,
             engine=engine,
+            ledger_engine=ledger_engine,
             workflow_task_queue=settings.workflow_task_queue,
             run_workflows=run_workflows,
             operations_task_queue=settings.operations_task_queue,

@@ -19,7 +19,9 @@ from typing import Any, TypeVar
 
 from temporalio import activity
 from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
+from temporalio.service import RPCError, RPCStatusCode
 
+from activities.flow_gate import FlowGate, Held
 from activities.providers.base import (
     EndpointGoneError,
     PermanentProviderError,
@@ -28,9 +30,13 @@ from activities.providers.base import (
 )
 from contract import transitions
 from contract.flow import (
+    FAILING_SIGNAL,
     FLOW_WORKFLOW_TYPE,
+    PROBE_ACTIVITY,
     THROTTLED_SIGNAL,
+    Failing,
     FlowState,
+    ProbeResult,
     Throttled,
     flow_workflow_id,
 )
@@ -50,8 +56,10 @@ from contract.item import (
     SubmitRequest,
     SubmitResult,
 )
+from flowcontrol.breaker import BreakerGate, is_failure
 from flowcontrol.pacing import RequestPacer
-from flowcontrol.queue_rates import pause_queues_not_paused, throttle_queue
+from flowcontrol.policy import FlowPolicy
+from flowcontrol.queue_rates import pause_queues_not_paused, read_queue_rate, throttle_queue
 from flowcontrol.throttle import ThrottleGate
 from readmodel.store import last_event_seq
 from readmodel.writer import ProjectionWriter
@@ -74,6 +82,9 @@ class DeliveryActivities:
         pacer: RequestPacer | None = None,
         throttle: ThrottleGate | None = None,
         flow_task_queue: str | None = None,
+        breaker: BreakerGate | None = None,
+        events_task_queue: str | None = None,
+        gate: FlowGate | None = None,
     ) -> None:
         self._providers = dict(providers)
         self._writer = writer
@@ -82,6 +93,12 @@ class DeliveryActivities:
         # the workflow task queue.
         self._throttle = throttle
         self._flow_task_queue = flow_task_queue
+        # Submits failing above a threshold open the destination's circuit (`flowcontrol.breaker`).
+        self._breaker = breaker
+        # The operations worker's queue, which sends the flow's operational events.
+        self._events_task_queue = events_task_queue
+        # Caps and quotas, counted across workers in the read model (`flowcontrol/caps.py`).
+        self._gate = gate
 
     @activity.defn(name=SUBMIT_ACTIVITY)
     async def submit_item(self, request: SubmitRequest) -> SubmitResult:
@@ -89,12 +106,18 @@ class DeliveryActivities:
         began = time.monotonic()
         provider = self._provider(request.destination)
         await self._pace(submit_task_queue(request.destination))
-        async with _typed_errors(request.destination):
+        async with (
+            _typed_errors(request.destination),
+            self._slot(request.destination, request.concurrency_key, submit=True),
+        ):
             try:
                 result = await provider.submit(request)
             except TransientProviderError as err:
                 await self._throttled(request.destination, err)
+                await self._failed(request.destination, err)
                 raise
+        if self._breaker is not None:
+            self._breaker.succeeded(request.destination)
         if request.projection is not None:
             context, at = request.projection, _server_now(began)
             renumbered = await self._follow_earlier_attempt(request.item_id, context)
@@ -114,10 +137,29 @@ class DeliveryActivities:
         await self._pace(poll_task_queue(request.destination))
         return await self._poll(request, began)
 
+    @activity.defn(name=PROBE_ACTIVITY)
+    async def probe_destination(self, destination: str) -> ProbeResult:
+        """One probe of a destination whose circuit is open (`flowcontrol.breaker`): a request
+        that delivers nothing; ok unless it failed as a failing submit would have."""
+        provider = self._provider(destination)
+        try:
+            detail = await provider.probe()
+        except TransientProviderError as err:
+            if is_failure(err.status_code, err.retry_after_s):
+                return ProbeResult(ok=False, detail=str(err))
+            detail = f"answered {err.status_code}: {err}"
+        except (PermanentProviderError, EndpointGoneError) as err:
+            # Reachable and answering: whatever the request's fault, the destination is up.
+            detail = f"answered: {err}"
+        return ProbeResult(ok=True, detail=detail)
+
     async def _poll(self, request: PollRequest, began: float) -> PollResult:
         """One poll, projected; `began` is when its activity started here."""
         provider = self._provider(request.destination)
-        async with _typed_errors(request.destination):
+        async with (
+            _typed_errors(request.destination),
+            self._slot(request.destination, request.concurrency_key, submit=False),
+        ):
             result = await provider.poll(request)
         if request.projection is not None:
             context, at = request.projection, _server_now(began)
@@ -231,6 +273,32 @@ class DeliveryActivities:
             return False
         return True
 
+    @contextlib.asynccontextmanager
+    async def _slot(
+        self, destination: str, key: str | None, *, submit: bool
+    ) -> AsyncIterator[None]:
+        """The request's permits and quota (`flowcontrol/caps.py`) while it runs: waited for
+        while the activity has time to spare, else the item is told it is held."""
+        if self._gate is None or not self._gate.applies(destination):
+            yield
+            return
+        info = activity.info()
+        timeout = info.start_to_close_timeout or timedelta(0)
+        deadline = (info.started_time + timeout - self._gate.request_time(destination)).timestamp()
+        try:
+            async with self._gate.slot(
+                destination, key, submit=submit, deadline=deadline, heartbeat=activity.heartbeat
+            ):
+                yield
+        except Held as err:
+            raise ApplicationError(
+                str(err),
+                DeliveryErrorDetails(retry_after_s=err.retry_after_s),
+                type=ItemErrorType.HELD,
+                non_retryable=True,
+                category=ApplicationErrorCategory.BENIGN,
+            ) from None
+
     async def _pace(self, task_queue: str) -> None:
         """Hold this process's requests while it knows the queue is throttled, and space them
         at the queue's rate (`flowcontrol.pacing`)."""
@@ -274,26 +342,60 @@ class DeliveryActivities:
                 # resume at this one's end.
                 return
             self._throttle.paused(queue.task_queue, until)
-            await client.start_workflow(
-                FLOW_WORKFLOW_TYPE,
-                FlowState(
-                    destination=destination,
-                    task_queue=queue.task_queue,
-                    configured_rate=queue.configured_rate,
-                    ramp_step_s=queue.ramp_step_s,
-                    storm_window_s=queue.storm_window_s,
-                ),
-                id=flow_workflow_id(destination),
-                task_queue=self._flow_task_queue,
-                start_signal=THROTTLED_SIGNAL,
-                start_signal_args=[seen],
-                static_summary=f"Flow control of {destination}",
-            )
+            await self._tell_flow(destination, THROTTLED_SIGNAL, seen)
         except Exception as exc:
             # A server without task-queue config (the time-skipping test server), or one that
             # did not answer: the item still waits its own Retry-After.
             self._throttle.not_paused(queue.task_queue)
             activity.logger.warning("throttle of %s not shared: %s", destination, exc)
+
+    async def _failed(self, destination: str, err: TransientProviderError) -> None:
+        """Count a failed submit against the destination's circuit; when this process's
+        failures cross its threshold, tell the destination's flow workflow, which opens it
+        (`flowcontrol.breaker`). Best effort, as a throttle's report."""
+        if self._breaker is None or self._flow_task_queue is None:
+            return
+        if not is_failure(err.status_code, err.retry_after_s):
+            return
+        seen = self._breaker.failed(destination, str(err))
+        if seen is None:
+            return
+        try:
+            # A server without task-queue config (the time-skipping test server) could not
+            # pause the queue: asked first, so no flow starts there for nothing.
+            await read_queue_rate(activity.client(), seen.task_queue)
+            await self._tell_flow(destination, FAILING_SIGNAL, seen)
+        except RPCError as exc:
+            if exc.status == RPCStatusCode.UNIMPLEMENTED:
+                self._breaker.unsupported(destination)
+            else:
+                self._breaker.not_reported(destination)
+            activity.logger.warning("failing %s not reported: %s", destination, exc)
+        except Exception as exc:
+            self._breaker.not_reported(destination)
+            activity.logger.warning("failing %s not reported: %s", destination, exc)
+
+    async def _tell_flow(self, destination: str, signal: str, seen: Throttled | Failing) -> None:
+        """Signal the destination's flow workflow, starting it if it is not running."""
+        queue = self._throttle.queue(destination) if self._throttle is not None else None
+        policy = FlowPolicy()
+        await activity.client().start_workflow(
+            FLOW_WORKFLOW_TYPE,
+            FlowState(
+                destination=destination,
+                task_queue=seen.task_queue,
+                configured_rate=seen.configured_rate,
+                ramp_step_s=queue.ramp_step_s if queue else policy.throttle_ramp_step_s,
+                storm_window_s=queue.storm_window_s if queue else policy.throttle_storm_window_s,
+                events_destination=queue.events_destination if queue else None,
+                events_task_queue=self._events_task_queue,
+            ),
+            id=flow_workflow_id(destination),
+            task_queue=self._flow_task_queue or "",
+            start_signal=signal,
+            start_signal_args=[seen],
+            static_summary=f"Flow control of {destination}",
+        )
 
     def _provider(self, destination: str) -> Provider:
         provider = self._providers.get(destination)

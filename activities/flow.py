@@ -1,5 +1,7 @@
-"""The destination flow workflow's one activity: set the submit queue's rate as its ramp says,
-unless the queue is no longer the flow's to change (`flowcontrol.throttle`)."""
+"""The destination flow workflow's activities: set the submit queue's rate as its throttle ramp
+or its circuit says, unless the queue is no longer the flow's to change (`flowcontrol.throttle`,
+`flowcontrol.breaker`); and the circuit's probe, which runs where the destination's provider is.
+"""
 
 from __future__ import annotations
 
@@ -8,7 +10,13 @@ from datetime import UTC, datetime, timedelta
 from temporalio import activity
 
 from contract.flow import APPLY_RATE_ACTIVITY, RateApplied, RateChange
-from flowcontrol.queue_rates import read_queue_rate, set_queue_rate
+from flowcontrol.queue_rates import (
+    QueueRate,
+    circuit_reason,
+    pause_queue,
+    read_queue_rate,
+    set_queue_rate,
+)
 
 _IDENTITY = "durable-outbox-flow"
 # A resume due now may find the queue's pause ending a moment later (clocks, rounding).
@@ -17,9 +25,21 @@ _EARLY = timedelta(seconds=0.05)
 
 @activity.defn(name=APPLY_RATE_ACTIVITY)
 async def apply_flow_rate(change: RateChange) -> RateApplied:
-    """Resume a throttled queue, or step its rate up, as `change` says."""
+    """Resume a throttled queue, step its rate up, or open or close its circuit, as `change`
+    says."""
     client = activity.client()
     now = await read_queue_rate(client, change.task_queue)
+    if change.kind == "open":
+        return await _open(change, now)
+    if change.kind == "close":
+        if not now.paused or now.circuit_open_since is None:
+            return RateApplied(released=True)  # resumed or paused by hand meanwhile
+        # The rate the circuit's pause remembered: what ran before it (`_open`).
+        rate = now.resume_rate
+        await set_queue_rate(
+            client, change.task_queue, rate, "circuit closed: probes succeeded", identity=_IDENTITY
+        )
+        return RateApplied(rate=rate)
     if change.kind == "resume":
         if not now.paused or now.paused_until is None:
             return RateApplied(released=True)  # resumed or paused by hand meanwhile
@@ -39,3 +59,22 @@ async def apply_flow_rate(change: RateChange) -> RateApplied:
         reason = f"ramping after a throttle: {change.factor:g} of {full:g}/s"
     await set_queue_rate(client, change.task_queue, rate, reason, identity=_IDENTITY)
     return RateApplied(rate=rate, base_rate=base)
+
+
+async def _open(change: RateChange, now: QueueRate) -> RateApplied:
+    """Pause the queue for the circuit, unless it is paused by hand (or by a 410) already: that
+    pause stays, and the circuit's close will leave it too."""
+    if now.paused and now.paused_until is None:
+        return RateApplied(released=True)
+    since = change.since or datetime.now(UTC)
+    # Mid-ramp after a throttle, the rate to come back to is the one from before the storms.
+    resume_rate = change.base_rate if change.from_ramp else None
+    await pause_queue(
+        activity.client(),
+        change.task_queue,
+        now,
+        circuit_reason(since, change.detail),
+        identity=_IDENTITY,
+        resume_rate=resume_rate,
+    )
+    return RateApplied(rate=0.0)

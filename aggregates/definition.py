@@ -13,6 +13,10 @@ Optionally: `projectors` (per-aggregate read models folded from the events: sync
 type, pure functions `policy(event, state) -> list[Effect]`: what should happen outside the
 aggregate because of the event: the process manager, see docs/explanation/aggregates.md). The
 generic aggregate workflow hosts any definition; tests call the functions directly.
+
+Who may send what: `actor_field` names the payload field that says whom a command acts for (the
+API lets a caller name only actors its token may act as, never a `RESERVED_ACTORS` one), and
+state or event fields annotated `SECRET` are shown only to the actors `may_read_secrets` allows.
 """
 
 from __future__ import annotations
@@ -29,6 +33,24 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 StateT = TypeVar("StateT", bound=BaseModel)
 ViewT = TypeVar("ViewT")
+
+# Actors no caller may claim: the service's own. `policy` sends the commands effects issue,
+# `timer` those durable timers fire, and `system` is what a policy's payload names when a
+# definition reserves a command for the service (labour's `set_subscription_token`).
+SYSTEM_ACTOR = "system"
+RESERVED_ACTORS = frozenset({SYSTEM_ACTOR, "policy", "timer"})
+# What a secret field shows to a reader not entitled to it.
+REDACTED = "[redacted]"
+
+
+class _Secret:
+    """The marker of a secret field: `token: Annotated[str, SECRET]`."""
+
+    def __repr__(self) -> str:
+        return "SECRET"
+
+
+SECRET = _Secret()
 
 
 class Command(BaseModel):
@@ -185,6 +207,9 @@ class AggregateDefinition(Generic[StateT]):
     # Event type name -> policy(event, state after the event) -> effects. Pure: same event and
     # state, same effects, whenever and however often it runs.
     policies: ClassVar[Mapping[str, Callable[[Any, Any], list[Effect]]]] = {}
+    # The payload field naming whom a command acts for (a user id), or None if commands name
+    # nobody. The API checks it against the caller's token (docs/explanation/aggregates.md).
+    actor_field: ClassVar[str | None] = None
 
     def initial_state(self) -> StateT:
         raise NotImplementedError
@@ -217,6 +242,32 @@ class AggregateDefinition(Generic[StateT]):
             planned.append(PlannedEffect(key, event_seq, effect.name, effect.action))
         return planned
 
+    def may_read_secrets(self, state: StateT, actor: str) -> bool:
+        """Whether `actor` may see the `SECRET` fields of the state and the events; nobody may
+        by default."""
+        return False
+
+    # Who acts and what they see, shared by every definition.
+
+    def command_actor(self, payload: Mapping[str, Any]) -> str | None:
+        """The actor a command's payload names, if the definition has an actor field."""
+        if self.actor_field is None:
+            return None
+        actor = payload.get(self.actor_field)
+        return actor if isinstance(actor, str) else None
+
+    def redact_state(self, data: Mapping[str, Any]) -> dict[str, Any]:
+        """The state's JSON with each secret field that holds a value shown as `REDACTED`."""
+        return _redact(data, self.state_model)
+
+    def redact_event(self, type_name: str, data: Mapping[str, Any]) -> dict[str, Any]:
+        """An event's JSON with its secret fields redacted; an unknown type is left as it is."""
+        event_type = self._event_types().get(type_name)
+        return dict(data) if event_type is None else _redact(data, event_type)
+
+    def has_secrets(self) -> bool:
+        return any(_secret_fields(model) for model in (self.state_model, *self.events))
+
     # Parsing, shared by every definition: the workflow and the API speak JSON.
 
     def parse_command(self, name: str, payload: Mapping[str, Any]) -> Command:
@@ -234,6 +285,20 @@ class AggregateDefinition(Generic[StateT]):
     @classmethod
     def _event_types(cls) -> dict[str, type[Event]]:
         return {event.__name__: event for event in cls.events}
+
+
+def _secret_fields(model: type[BaseModel]) -> frozenset[str]:
+    """The model's fields annotated `SECRET` (top-level fields only)."""
+    return frozenset(name for name, info in model.model_fields.items() if SECRET in info.metadata)
+
+
+def _redact(data: Mapping[str, Any], model: type[BaseModel]) -> dict[str, Any]:
+    # A secret not set (None) stays None: whether it is set is no secret.
+    secrets = _secret_fields(model)
+    return {
+        name: REDACTED if name in secrets and value is not None else value
+        for name, value in data.items()
+    }
 
 
 def describe_invalid(err: ValidationError) -> str:

@@ -2,7 +2,9 @@
 
 Roles: the mother planned the labour and may do everything; an approved `birth_partner` may time
 contractions and post updates; an approved `observer` may only read (the API's reads need no
-role). Every command names its `actor`. Two policies turn events into effects: a planned labour
+role). Every command names its `actor`, which the API checks against the caller's token; the
+`system` actor is the service's own. The subscription token is secret: only the mother sees it
+in the API's state and events. Two policies turn events into effects: a planned labour
 gets a subscription token (an effect that issues `set_subscription_token` back, the token made by
 the effect executor), and an announcement notifies every approved subscriber on each of their
 contact methods through the outbox (`labour-notifications`), one item per subscriber, contact
@@ -17,6 +19,8 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, Field, StringConstraints, model_validator
 
 from aggregates.definition import (
+    SECRET,
+    SYSTEM_ACTOR,
     AggregateDefinition,
     Command,
     Conflict,
@@ -32,8 +36,6 @@ NOTIFICATIONS_OUTBOX = "labour-notifications"
 EMAIL_DESTINATION = "fake-email"
 WEBHOOK_DESTINATION = "fake-webhook"
 SENDER = "labour@example.com"
-# Who issues the commands that policies ask for (the effect executor), as the actor.
-SYSTEM_ACTOR = "system"
 
 # Letters, digits and `._-`: user ids become part of effect names and idempotency keys.
 UserId = Annotated[
@@ -125,7 +127,7 @@ class LabourPlanned(Event):
 
 
 class SubscriptionTokenSet(Event):
-    token: str
+    token: Annotated[str, SECRET]
 
 
 class AccessRequested(Event):
@@ -188,7 +190,8 @@ class LabourState(BaseModel):
     mother: str | None = None
     mother_name: str | None = None
     contact: Contact | None = None
-    subscription_token: str | None = None
+    # Whoever knows it may request access: the mother shares it, the API shows it to her only.
+    subscription_token: Annotated[str | None, SECRET] = None
     subscribers: dict[str, Subscriber] = Field(default_factory=dict)
     contractions: list[Contraction] = Field(default_factory=list)
     updates: list[Update] = Field(default_factory=list)
@@ -269,6 +272,7 @@ class LabourTracking(AggregateDefinition[LabourState]):
         "LabourPlanned": _subscription_token,
         "UpdatePosted": _notify_subscribers,
     }
+    actor_field = "actor"
 
     def initial_state(self) -> LabourState:
         return LabourState()
@@ -326,6 +330,9 @@ class LabourTracking(AggregateDefinition[LabourState]):
                 self._require_mother(state, actor)
                 return [LabourCompleted(at=now)]
         raise InvalidCommand(f"labour does not handle {type(command).__name__}")
+
+    def may_read_secrets(self, state: LabourState, actor: str) -> bool:
+        return state.mother is not None and actor == state.mother
 
     def evolve(self, state: LabourState, event: Event) -> LabourState:
         match event:

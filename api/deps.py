@@ -8,6 +8,8 @@ from typing import Annotated
 from fastapi import Depends, Request
 from sqlalchemy import Engine
 
+from aggregates.definition import RESERVED_ACTORS
+from api.auth import ApiToken
 from api.metrics import ApiMetrics
 from common.destinations import DestinationRegistry
 from common.settings import Settings
@@ -70,6 +72,37 @@ def get_metrics(request: Request) -> ApiMetrics:
     return metrics
 
 
+# The tokens `API_TOKEN` configures are named so (api/auth.py): the operator's own, with every
+# scope for every outbox, they act for anyone.
+_API_TOKEN_NAME_PREFIX = "API_TOKEN #"
+
+
+@dataclass(frozen=True)
+class Caller:
+    """Who calls: the token's name (the principal) and the actors it may act as."""
+
+    principal: str | None
+    # None: any actor but the reserved ones.
+    actors: frozenset[str] | None
+
+    def may_act_as(self, actor: str) -> bool:
+        """Never a reserved actor (the service's own); otherwise one the token allows."""
+        return actor not in RESERVED_ACTORS and (self.actors is None or actor in self.actors)
+
+
+def get_caller(request: Request) -> Caller:
+    """The caller `require_token` authenticated. A tokens-file token acts as its own name only;
+    with no token configured nobody is authenticated, so any actor but the reserved may be
+    named (development only: docs/explanation/aggregates.md#actors-and-secrets)."""
+    token: ApiToken | None = getattr(request.state, "token", None)
+    if token is None:
+        tokens_configured = bool(request.app.state.tokens)
+        return Caller(principal=None, actors=frozenset() if tokens_configured else None)
+    if token.name.startswith(_API_TOKEN_NAME_PREFIX):
+        return Caller(principal=token.name, actors=None)
+    return Caller(principal=token.name, actors=frozenset({token.name}))
+
+
 ResourcesDep = Annotated[Resources, Depends(get_resources)]
 OutboxClientDep = Annotated[OutboxClient, Depends(get_outbox_client)]
 ItemServiceDep = Annotated[ItemService, Depends(get_item_service)]
@@ -79,3 +112,4 @@ DestinationControlsDep = Annotated[DestinationControls, Depends(get_destination_
 EngineDep = Annotated[Engine, Depends(get_engine)]
 DestinationsDep = Annotated[DestinationRegistry, Depends(get_destinations)]
 MetricsDep = Annotated[ApiMetrics, Depends(get_metrics)]
+CallerDep = Annotated[Caller, Depends(get_caller)]

@@ -22,6 +22,7 @@ from contract.limits import (
     MAX_KEY_LENGTH,
     MAX_START_DELAY,
     TEXT_KEY_PATTERN,
+    check_concurrency_key,
     check_idempotency_key,
     check_ordering_key,
 )
@@ -57,6 +58,16 @@ class EnqueueRequest(BaseModel):
         le=MAX_START_DELAY.total_seconds(),
         description="Deliver no earlier than this many seconds from now (or `not_before`)",
     )
+    concurrency_key: Annotated[
+        str | None,
+        Field(
+            max_length=MAX_KEY_LENGTH,
+            pattern=TEXT_KEY_PATTERN,
+            description="Whose share of the destination's caps and quotas the item counts in"
+            " (a tenant, a customer): `key_max_in_flight`, `key_quotas`",
+        ),
+        AfterValidator(lambda key: None if key is None else check_concurrency_key(key)),
+    ] = None
     priority: int | None = Field(
         default=None,
         ge=HIGHEST_PRIORITY,

@@ -6,11 +6,13 @@ is encrypted before it leaves the process, so histories in the server's database
 Web UI hold ciphertext only. The Web UI reads them through the codec server the API serves
 (`POST /codec/decode`), to those allowed to.
 
-Keys: `PAYLOAD_KEYS`, a comma-separated list of `key-id:base64-key` (32 bytes each); the first
-encrypts, all decrypt. Rotating is prepending a new key: new payloads use it, histories written
-under the old ones still decode as long as those stay in the list. Each payload records its key
-id in its metadata. A payload without the encrypted encoding (written before encryption was on)
-passes through unchanged, so turning it on never breaks a running workflow.
+Keys: `PAYLOAD_KEYS`, a comma-separated list of `key-id:base64-key` (32 bytes each), or
+`PAYLOAD_KEYS_FILE`, a file holding that list (`make dev` keeps its keys in
+`.data/payload-keys`); the first encrypts, all decrypt. Rotating is prepending a new key: new
+payloads use it, histories written under the old ones still decode as long as those stay in the
+list. Each payload records its key id in its metadata. A payload without the encrypted encoding
+(written before encryption was on) passes through unchanged, so turning it on never breaks a
+running workflow.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import binascii
 import dataclasses
 import os
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
@@ -35,6 +38,19 @@ _NONCE_BYTES = 12
 
 class CodecKeyError(ValueError):
     """The configured keys are unusable, or a payload names a key that is not configured."""
+
+
+class PayloadKeyMissing(CodecKeyError):
+    """A payload is encrypted under a key this process does not have: it was started without
+    the stack's `PAYLOAD_KEYS` (or with an older list than the one that wrote the payload)."""
+
+    def __init__(self, key_id: str, what: str = "a payload") -> None:
+        self.key_id = key_id
+        super().__init__(
+            f"{what} is encrypted with key {key_id!r}, which this process does not have: set"
+            " PAYLOAD_KEYS to the stack's keys (or PAYLOAD_KEYS_FILE to a file holding them;"
+            " `make dev` keeps them in .data/payload-keys)"
+        )
 
 
 class EncryptionCodec(PayloadCodec):
@@ -90,7 +106,7 @@ class EncryptionCodec(PayloadCodec):
         key_id = payload.metadata.get(KEY_ID, b"").decode()
         cipher = self._ciphers.get(key_id)
         if cipher is None:
-            raise CodecKeyError(f"payload encrypted with key {key_id!r}, which is not configured")
+            raise PayloadKeyMissing(key_id)
         nonce, sealed = payload.data[:_NONCE_BYTES], payload.data[_NONCE_BYTES:]
         try:
             plain = cipher.decrypt(nonce, sealed, key_id.encode())
@@ -99,9 +115,41 @@ class EncryptionCodec(PayloadCodec):
         return Payload.FromString(plain)
 
 
+class KeylessCodec(PayloadCodec):
+    """The codec of a process without keys: payloads go out as they are, and an encrypted one
+    coming in raises `PayloadKeyMissing` naming its key (the SDK alone would raise a bare
+    `KeyError` on the unknown encoding)."""
+
+    async def encode(self, payloads: Sequence[Payload]) -> list[Payload]:
+        return list(payloads)
+
+    async def decode(self, payloads: Sequence[Payload]) -> list[Payload]:
+        for payload in payloads:
+            if payload.metadata.get("encoding") == ENCODING:
+                raise PayloadKeyMissing(encrypted_with(payload) or "?")
+        return list(payloads)
+
+
+def encrypted_with(payload: Payload) -> str | None:
+    """The key id an encrypted payload names; None for a payload in plain text."""
+    if payload.metadata.get("encoding") != ENCODING:
+        return None
+    return payload.metadata.get(KEY_ID, b"").decode(errors="replace")
+
+
 def codec_from_environment(environ: Mapping[str, str] | None = None) -> EncryptionCodec | None:
-    """The codec `PAYLOAD_KEYS` describes; None when it is unset (payloads in plain text)."""
-    setting = (os.environ if environ is None else environ).get("PAYLOAD_KEYS", "")
+    """The codec `PAYLOAD_KEYS` describes, or the keys in the file `PAYLOAD_KEYS_FILE` names;
+    None when neither is set (payloads in plain text)."""
+    variables = os.environ if environ is None else environ
+    setting = variables.get("PAYLOAD_KEYS", "")
+    path = variables.get("PAYLOAD_KEYS_FILE", "")
+    if not setting.strip() and path.strip():
+        try:
+            setting = Path(path).read_text()
+        except OSError as err:
+            raise CodecKeyError(f"PAYLOAD_KEYS_FILE {path}: {err.strerror or err}") from err
+        if not setting.strip():
+            raise CodecKeyError(f"PAYLOAD_KEYS_FILE {path} holds no key")
     return EncryptionCodec.from_setting(setting) if setting.strip() else None
 
 
@@ -109,11 +157,12 @@ def data_converter(
     codec: PayloadCodec | None, external_storage: ExternalStorage | None = None
 ) -> DataConverter:
     """The product's converter (`common.payload_json`), with `codec` and claim checks
-    (`external_storage`) when given."""
+    (`external_storage`) when given. Without a codec, an encrypted payload read raises
+    `PayloadKeyMissing` (`KeylessCodec`)."""
     return dataclasses.replace(
         DataConverter.default,
         payload_converter_class=OutboxPayloadConverter,
-        payload_codec=codec,
+        payload_codec=codec if codec is not None else KeylessCodec(),
         external_storage=external_storage,
     )
 

@@ -3,7 +3,9 @@
 A submit that meets a throttle (429 or 503 with `Retry-After`) pauses its destination's submit
 queue on the server and tells this workflow, which owns the resume: a durable timer to the
 Retry-After time, then the rate back, halved while the storm keeps coming back and recovering
-step by step (`flowcontrol.throttle`).
+step by step (`flowcontrol.throttle`). A worker process whose submits keep failing tells it too
+(`failing`): the workflow opens the destination's circuit, pauses its submit queue, probes the
+destination at intervals and closes the circuit when probes succeed (`flowcontrol.breaker`).
 """
 
 from __future__ import annotations
@@ -13,9 +15,19 @@ from datetime import datetime
 
 FLOW_WORKFLOW_TYPE = "DestinationFlow"
 THROTTLED_SIGNAL = "throttled"
+FAILING_SIGNAL = "failing"
 FLOW_QUERY = "flow"
 # The local activity that sets the submit queue's rate as the ramp says.
 APPLY_RATE_ACTIVITY = "apply_flow_rate"
+# The operations worker's activity that enqueues a flow event to the destination's
+# `events_destination` (an operational event: a throttle storm, a circuit opening or closing).
+FLOW_EVENT_ACTIVITY = "send_flow_event"
+# The outbox operational events are enqueued in, and the kinds sent.
+FLOW_EVENTS_OUTBOX = "operations"
+NOTIFIED_KINDS = ("throttled", "recovered", "opened", "closed")
+# The activity that sends one probe request to a destination whose circuit is open; it runs on
+# the destination's poll task queue, where its provider is and which the circuit leaves open.
+PROBE_ACTIVITY = "probe_destination"
 # Transitions a flow keeps to show (the newest).
 FLOW_EVENTS_KEPT = 20
 
@@ -38,15 +50,56 @@ class Throttled:
 
 
 @dataclass
+class Failing:
+    """A worker process's submits to a destination failed above its breaker's threshold."""
+
+    destination: str
+    task_queue: str
+    # The destination's poll task queue: where the probes run.
+    poll_task_queue: str
+    failures: int
+    submits: int
+    window_s: float
+    # The oldest failure counted: a circuit closed since then ignores this (stale) report.
+    since: datetime
+    seen_at: datetime
+    last_error: str
+    configured_rate: float
+    probe_interval_s: float
+    close_after: int
+
+
+@dataclass
+class ProbeResult:
+    """One probe of a destination whose circuit is open: whether it answered well, and what."""
+
+    ok: bool
+    detail: str
+
+
+@dataclass
 class FlowEvent:
     """One transition of a destination's flow, as the API and dashboard show it."""
 
     at: datetime
-    # "throttled", "resumed", "ramped", "recovered" or "released" (someone else set the rate).
+    # "throttled", "resumed", "ramped", "recovered", "released" (someone else set the rate),
+    # "opened", "probe_failed" or "closed" (the circuit).
     kind: str
     detail: str
     # The submit queue's rate after it (activities a second; None: the configured rate).
     rate: float | None = None
+
+
+@dataclass
+class FlowNotice:
+    """One flow event for an operator, enqueued as an item to `events_destination`."""
+
+    destination: str
+    events_destination: str
+    event: FlowEvent
+    # The flow's circuit and throttle state after it ("open"/"closed"; paused until when).
+    circuit: str
+    paused_until: datetime | None = None
 
 
 @dataclass
@@ -55,7 +108,8 @@ class RateChange:
 
     task_queue: str
     # "resume": only if the queue is still paused by a throttle; "ramp": only if the queue still
-    # runs at `expected` (an operator's change since ends the ramp).
+    # runs at `expected` (an operator's change since ends the ramp); "open": pause it for the
+    # circuit (unless paused by hand); "close": resume it, only if the circuit's pause holds.
     kind: str
     factor: float
     configured_rate: float
@@ -64,6 +118,9 @@ class RateChange:
     base_rate: float | None = None
     # Whether the flow has set the queue's rate since the storms began (a ramp is under way).
     from_ramp: bool = False
+    # "open": why, for the pause's reason; the time it opened.
+    detail: str = ""
+    since: datetime | None = None
 
 
 @dataclass
@@ -98,3 +155,31 @@ class FlowState:
     rate: float | None = None
     base_rate: float | None = None
     events: list[FlowEvent] = field(default_factory=list)
+    # The circuit (`flowcontrol.breaker`): "closed" or "open".
+    circuit: str = "closed"
+    poll_task_queue: str = ""
+    probe_interval_s: float = 15.0
+    close_after: int = 1
+    opened_at: datetime | None = None
+    closed_at: datetime | None = None
+    next_probe_at: datetime | None = None
+    # Probes in a row that succeeded since the circuit opened (or the last failed probe).
+    probes_ok: int = 0
+    probes_failed: int = 0
+    # What opened the circuit, then what the last failed probe met.
+    last_error: str | None = None
+    # Where operational events go (a destination's name; None: nowhere), and the operations
+    # task queue whose worker enqueues them.
+    events_destination: str | None = None
+    events_task_queue: str | None = None
+    # Events recorded since the flow began (`events` keeps the newest): what is new to notify.
+    events_recorded: int = 0
+
+    def record(self, event: FlowEvent) -> None:
+        self.events = [*self.events, event][-FLOW_EVENTS_KEPT:]
+        self.events_recorded += 1
+
+    def since(self, recorded: int) -> list[FlowEvent]:
+        """The events recorded after the first `recorded` (as many as are kept)."""
+        new = self.events_recorded - recorded
+        return self.events[-new:] if new > 0 else []

@@ -56,6 +56,10 @@ class ItemErrorType(StrEnum):
     # The endpoint answered 410 Gone: the submit paused the destination (Standard Webhooks'
     # "disable the endpoint"); the item waits for a resume rather than failing or using attempts.
     DESTINATION_GONE = "DestinationGone"
+    # The request found its destination's or its key's cap or quota full for longer than its
+    # activity could wait (`flowcontrol/caps.py`): the item asks again after the details'
+    # `retry_after_s`, without spending an attempt.
+    HELD = "FlowHeld"
 
 
 # A year: reports come within days; a longer window only keeps workflows open for nothing.
@@ -394,6 +398,9 @@ class OutboxItemInput:
     enqueue_projected: bool = False
     # 1 (first) to 5 (last) under a backlog (`flowcontrol/priority.py`); None: the default, 3.
     priority: int | None = None
+    # Whose share of the destination's caps and quotas the item counts in: a tenant, a
+    # customer (`flowcontrol/caps.py`); None: only the destination's own.
+    concurrency_key: str | None = None
 
     def summary(self) -> str:
         """The workflow's static summary in the Web UI: where it goes, to whom, its key."""
@@ -514,6 +521,8 @@ class SubmitRequest:
     # and leaves the rest untried after one that did not.
     sequence: str | None = None
     accepted_goes_on: bool = False
+    # The item's `concurrency_key`: its share of the caps and quotas (`flowcontrol/caps.py`).
+    concurrency_key: str | None = None
 
 
 @dataclass
@@ -546,6 +555,8 @@ class PollRequest:
     operation_url: str
     # Set when the activity projects the transition it causes (`activities_project`).
     projection: ProjectionContext | None = None
+    # The item's `concurrency_key`: its share of the caps (`flowcontrol/caps.py`).
+    concurrency_key: str | None = None
 
 
 @dataclass

@@ -72,6 +72,12 @@ def check_ordering_key(ordering_key: str) -> str:
     return ordering_key
 
 
+def check_concurrency_key(concurrency_key: str) -> str:
+    """`concurrency_key` if it is a valid concurrency key (a tenant, a customer); raises
+    ValueError otherwise."""
+    return _check_text_key(concurrency_key, "concurrency key")
+
+
 def _check_text_key(value: str, what: str) -> str:
     # isprintable() also refuses lone surrogates, which no UTF-8 workflow id can carry.
     if not _TEXT_KEY.match(value) or not value.isprintable():

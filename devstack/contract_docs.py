@@ -30,7 +30,15 @@ _USES = {
         "a submit met a throttle and paused the submit queue until `until`; sent by the submit"
         " activity (signal-with-start), not by hand"
     ),
-    "flow": "the throttle rule's state: storms, the share of the rate in force, newest events",
+    "failing": (
+        "a worker process's submits to the destination failed above its breaker's threshold;"
+        " sent by the submit activity (signal-with-start), not by hand: the flow opens the"
+        " circuit"
+    ),
+    "flow": (
+        "the throttle rule's and the circuit's state: storms, the share of the rate in force,"
+        " the circuit (open or closed, next probe), newest events"
+    ),
     "status": "the live view",
     "cancel": "cancel a queued item; the validator refuses any other (answered by a worker)",
     "request_cancel": (
@@ -171,9 +179,11 @@ _WORKFLOWS = (
         "'flow/fake-webhook'",
         "FlowState",
         FlowState,
-        "one destination's throttle rule (`flowcontrol/throttle.py`); started by the first submit"
-        " that meets a 429 or 503 with Retry-After, resumes the submit queue on a durable timer,"
-        " ends once the rate is whole and no throttle came for five minutes",
+        "one destination's throttle rule and circuit breaker (`flowcontrol/throttle.py`,"
+        " `flowcontrol/breaker.py`); started by the first submit that meets a 429 or 503 with"
+        " Retry-After, or by a worker whose submits keep failing; resumes the submit queue on a"
+        " durable timer, or opens the circuit, probes and closes it; ends once the rate is whole,"
+        " the circuit closed and nothing came for five minutes",
     ),
     _Workflow(
         AggregateWorkflow,

@@ -35,7 +35,7 @@ import time
 import typing
 import uuid
 from collections import defaultdict
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
 from email.utils import formatdate
 from typing import Any
@@ -195,6 +195,11 @@ class FakeProviderState:
         self.delivery_log: list[dict[str, Any]] = []
         # (monotonic time, path) of every request, for max-rate-in-window questions.
         self.requests: list[tuple[float, str]] = []
+        # Each webhook request's (start, end, path, JSON payload): what was out at once, and
+        # per payload field (a tenant), for the caps' and quotas' questions.
+        self.spans: list[tuple[float, float, str, dict[str, Any]]] = []
+        # Endpoint -> `HEAD` probes received (an open circuit's, `flowcontrol/breaker.py`).
+        self.probes: dict[str, int] = defaultdict(int)
 
     def next_step(self, key: str, request: Request, endpoint: str) -> Step:
         """The scripted step for `key`, else one built from headers, else the endpoint's fault,
@@ -274,13 +279,43 @@ class FakeProviderState:
             }
         )
 
-    def max_in_window(self, prefix: str, window_s: float) -> int:
-        """Most requests to paths starting with `prefix` inside any `window_s`-second window."""
-        times = [at for at, path in self.requests if path.startswith(prefix)]
+    def max_in_window(
+        self, prefix: str, window_s: float, where: Mapping[str, str] | None = None
+    ) -> int:
+        """Most requests to paths starting with `prefix` inside any `window_s`-second window;
+        with `where`, only webhook requests whose JSON payload has those fields."""
+        if where:
+            times = sorted(start for start, _, _, _ in self._spans(prefix, where))
+        else:
+            times = [at for at, path in self.requests if path.startswith(prefix)]
         best = 0
         for index, start in enumerate(times):
             best = max(best, bisect.bisect_left(times, start + window_s) - index)
         return best
+
+    def max_in_flight(self, prefix: str, where: Mapping[str, str] | None = None) -> int:
+        """Most webhook requests to paths starting with `prefix` out at once (answered or not),
+        with `where`: only those whose JSON payload has those fields."""
+        edges = sorted(
+            edge
+            for start, end, _, _ in self._spans(prefix, where or {})
+            for edge in ((start, 1), (end, -1))
+        )
+        best = out = 0
+        for _, change in edges:  # at one instant an end sorts before a start
+            out += change
+            best = max(best, out)
+        return best
+
+    def _spans(
+        self, prefix: str, where: Mapping[str, str]
+    ) -> list[tuple[float, float, str, dict[str, Any]]]:
+        return [
+            span
+            for span in self.spans
+            if span[2].startswith(prefix)
+            and all(str(span[3].get(field)) == value for field, value in where.items())
+        ]
 
 
 def _valid_acs_signature(request: Request, body: bytes, access_key: str) -> bool:
@@ -412,6 +447,23 @@ def create_app(state: FakeProviderState) -> Starlette:
         return JSONResponse(body, headers=headers)
 
     async def webhook(request: Request) -> Response:
+        began = time.monotonic()
+        try:
+            return await _webhook(request)
+        finally:
+            payload = _json_object(await request.body())
+            state.spans.append((began, time.monotonic(), request.url.path, payload))
+
+    async def webhook_probe(request: Request) -> Response:
+        """`HEAD` of a webhook URL (an open circuit's probe): the endpoint's fault status if it
+        has one, else 405, as a receiver that only takes POSTs answers."""
+        endpoint = request.path_params["endpoint"]
+        state.probes[endpoint] += 1
+        step = state.endpoint_faults.get(endpoint)
+        status = step.status if step is not None and step.status is not None else 405
+        return Response(status_code=status if status >= 300 else 405)
+
+    async def _webhook(request: Request) -> Response:
         body = await request.body()
         key = request.headers.get("webhook-id")
         stats = state.record(key, request.url.path, "submit")
@@ -451,9 +503,21 @@ def create_app(state: FakeProviderState) -> Starlette:
     async def admin_max_rate(request: Request) -> Response:
         prefix = request.query_params.get("prefix", "/")
         window_s = float(request.query_params.get("window_s", "1"))
+        where = _where(request)
         return JSONResponse(
-            {"prefix": prefix, "window_s": window_s, "max": state.max_in_window(prefix, window_s)}
+            {
+                "prefix": prefix,
+                "window_s": window_s,
+                "max": state.max_in_window(prefix, window_s, where),
+            }
         )
+
+    async def admin_max_in_flight(request: Request) -> Response:
+        prefix = request.query_params.get("prefix", "/")
+        return JSONResponse({"prefix": prefix, "max": state.max_in_flight(prefix, _where(request))})
+
+    async def admin_probes(request: Request) -> Response:
+        return JSONResponse(dict(state.probes))
 
     async def admin_faults(request: Request) -> Response:
         if request.method == "PUT":
@@ -505,9 +569,12 @@ def create_app(state: FakeProviderState) -> Starlette:
             Route("/emails:send", acs_send, methods=["POST"]),
             Route("/emails/operations/{operation_id}", acs_operation, methods=["GET"]),
             Route("/webhook/{endpoint:path}", webhook, methods=["POST"]),
+            Route("/webhook/{endpoint:path}", webhook_probe, methods=["HEAD"]),
             Route("/_admin/stats", admin_stats),
             Route("/_admin/keys/{key}", admin_key),
             Route("/_admin/max-rate", admin_max_rate),
+            Route("/_admin/max-in-flight", admin_max_in_flight),
+            Route("/_admin/probes", admin_probes),
             Route("/_admin/faults", admin_faults, methods=["GET", "PUT"]),
             Route("/_admin/script", admin_script, methods=["POST"]),
             Route("/_admin/endpoints/{endpoint:path}", admin_endpoint, methods=["PUT", "DELETE"]),
@@ -515,6 +582,30 @@ def create_app(state: FakeProviderState) -> Starlette:
             Route("/_admin/deliveries", admin_deliveries),
         ],
     )
+
+
+def _json_object(body: bytes) -> dict[str, Any]:
+    try:
+        found = json.loads(body)
+    except ValueError:
+        return {}
+    return found if isinstance(found, dict) else {}
+
+
+# `where.tenant=a`: only requests whose JSON payload's `tenant` is `a`.
+_WHERE = "where."
+
+
+def _where(request: Request) -> dict[str, str]:
+    return {
+        name[len(_WHERE) :]: value
+        for name, value in request.query_params.items()
+        if name.startswith(_WHERE)
+    }
+
+
+def _where_params(where: Mapping[str, str] | None) -> dict[str, str]:
+    return {f"{_WHERE}{field}": value for field, value in (where or {}).items()}
 
 
 def _email_parties(body: bytes) -> tuple[str, list[str]]:
@@ -565,11 +656,23 @@ class FakeProviderAdmin:
     async def key_stats(self, key: str) -> dict[str, Any]:
         return dict(await self._call("GET", f"/_admin/keys/{key}"))
 
-    async def max_rate(self, prefix: str, window_s: float) -> int:
-        answer = await self._call(
-            "GET", "/_admin/max-rate", params={"prefix": prefix, "window_s": window_s}
-        )
+    async def max_rate(
+        self, prefix: str, window_s: float, where: Mapping[str, str] | None = None
+    ) -> int:
+        """Most requests in any `window_s` window (with `where`: webhook payload fields)."""
+        params = {"prefix": prefix, "window_s": window_s, **_where_params(where)}
+        answer = await self._call("GET", "/_admin/max-rate", params=params)
         return int(answer["max"])
+
+    async def max_in_flight(self, prefix: str, where: Mapping[str, str] | None = None) -> int:
+        """Most webhook requests out at once (with `where`: whose payload has those fields)."""
+        params = {"prefix": prefix, **_where_params(where)}
+        answer = await self._call("GET", "/_admin/max-in-flight", params=params)
+        return int(answer["max"])
+
+    async def probes(self) -> dict[str, int]:
+        """`HEAD` probes received, by webhook endpoint."""
+        return dict(await self._call("GET", "/_admin/probes"))
 
     async def set_faults(self, **faults: Any) -> None:
         await self._call("PUT", "/_admin/faults", json=faults)

@@ -77,6 +77,15 @@ TEMPORAL_VARIABLES = (
     ),
     Variable("TEMPORAL_PROFILE", "`default`", "the profile to read from that file"),
 )
+# Read by `common/codec.py`, in every process that connects to Temporal.
+PAYLOAD_VARIABLES = (
+    Variable(
+        "PAYLOAD_KEYS_FILE",
+        "unset",
+        "a file holding the `PAYLOAD_KEYS` list, read when `PAYLOAD_KEYS` is unset (`make dev`"
+        " keeps its keys in `.data/payload-keys`)",
+    ),
+)
 # Read by `common/tracing.py`; the OpenTelemetry SDK reads the other standard `OTEL_*` ones.
 TRACING_VARIABLES = (
     Variable(
@@ -152,6 +161,11 @@ BENCH_VARIABLES = (
         " collapsed stacks",
     ),
     Variable("CHAOS_MODE", "`item`", "`make chaos`: `item` or `bulk` destinations"),
+    Variable(
+        "READMODEL_POSTGRES_URL",
+        "`postgresql+psycopg://postgres@127.0.0.1:5432/test`",
+        "the PostgreSQL `bench.flow_ledger` and the read model's tests run on",
+    ),
     Variable("CHAOS_ITEMS", "`1000` (`200` with `QUICK=1`)", "`make chaos`: items to deliver"),
     Variable(
         "CHAOS_SEED", "random (printed)", "`make chaos`: the faults' and the kills' random seed"
@@ -219,6 +233,11 @@ def configuration_page() -> str:
         " the name to use instead: "
         + ", ".join(f"`{old}` (`{new}`)" for old, new in RETIRED_VARIABLES.items())
         + ".",
+        "",
+        "The payload codec (`common/codec.py`) reads `PAYLOAD_KEYS` (above) in every process that"
+        " connects to Temporal, or else:",
+        "",
+        *_variables_table(PAYLOAD_VARIABLES),
         "",
         "## Tracing",
         "",

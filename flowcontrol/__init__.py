@@ -11,6 +11,13 @@
   server until then, for every worker; the destination's flow workflow resumes it and ramps the
   rate back after storms that keep coming. Submits dispatched just before the pause meet the
   throttle on their own.
+- **Circuit breaker** (`breaker`): a process whose submits to a destination keep failing (5xx,
+  timeouts, connection errors) tells the destination's flow workflow, which pauses the submit
+  queue, probes the destination at intervals and resumes the queue when probes succeed; items
+  wait without spending attempts. The flow can tell an operator's webhook (`events_destination`).
+- **Caps and quotas** (`caps`): submits and polls out at once, and submits per sliding window,
+  for the destination and for each `concurrency_key`, counted in the read model's database by
+  each submit and poll activity: exact across workers and delivery hosts.
 - **Priority** (`priority`): an item's `priority` (1 first, 5 last) orders what waits: Temporal's
   priority keys on the workflow task and on the submit and poll activities (each queue
   partition ordered on its own), and in a bulk shard its own order for a slot and a batch.
@@ -18,7 +25,8 @@
   is continuing as new holds new submits until those out come back, urgent ones included.
 
 - **Why is it waiting?** (`waiting`): a queued item's `GET` names what holds it (its own
-  timers, its lane, its destination's pause or throttle, else its turn at the rate).
+  timers, its lane, its destination's pause, throttle or open circuit, else its turn at the
+  rate).
 
 A destination configures them in its `[destinations.<name>.flow]` table (`policy.FlowPolicy`),
 beside its rates.

@@ -2,7 +2,51 @@
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field
+import json
+import re
+from datetime import timedelta
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+# A quota's window: a number of seconds, or a number and a unit (`1s`, `10m`, `1h`, `1d`).
+_WINDOW = re.compile(r"^\s*(?P<n>[0-9]+(?:\.[0-9]+)?)\s*(?P<unit>ms|s|m|h|d)?\s*$")
+_UNIT_S = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86_400, None: 1}
+# The longest quota window: a day's requests are kept per scope (`readmodel.permits`).
+MAX_WINDOW = timedelta(days=1)
+
+
+def window(value: str | float) -> timedelta:
+    """A quota's `per`: seconds, or `1s`, `10m`, `1h`, `1d`; ValueError otherwise."""
+    if isinstance(value, int | float):
+        seconds = float(value)
+    else:
+        match = _WINDOW.match(value)
+        if not match:
+            raise ValueError(f"{value!r} is not a window: give seconds, or e.g. 1s, 10m, 1h, 1d")
+        seconds = float(match["n"]) * _UNIT_S[match["unit"]]
+    if not 0 < seconds <= MAX_WINDOW.total_seconds():
+        raise ValueError(f"a quota's window must be over 0 s and at most {MAX_WINDOW}")
+    return timedelta(seconds=seconds)
+
+
+class Quota(BaseModel):
+    """At most `max` submits in any sliding window of `per`, across every worker."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    per: str | float = Field(description="The window: seconds, or `1s`, `10m`, `1h`, `1d`.")
+    max: int = Field(ge=1, le=10_000_000, description="Submits allowed in any such window.")
+
+    @field_validator("per")
+    @classmethod
+    def _known_window(cls, value: str | float) -> str | float:
+        window(value)
+        return value
+
+    @property
+    def window(self) -> timedelta:
+        return window(self.per)
 
 
 class FlowPolicy(BaseModel):
@@ -36,3 +80,87 @@ class FlowPolicy(BaseModel):
         description="After a storm came back, the submit rate doubles every this many seconds"
         " without a throttle, until it is whole.",
     )
+    events_destination: str | None = Field(
+        default=None,
+        description="A configured destination (a webhook an operator's tooling listens on) that"
+        " gets an item for each flow event: a throttle storm and its recovery, the circuit"
+        " opening and closing (`service/flow_events.py`); none: the API and dashboard only.",
+    )
+    breaker: bool = Field(
+        default=True,
+        description="Submits failing (5xx, timeouts, connection errors) above"
+        " `breaker_failure_ratio` over `breaker_window_s` open the destination's circuit: its"
+        " submit queue pauses, one probe goes every `breaker_probe_interval_s`, and it closes"
+        " when probes succeed (`flowcontrol/breaker.py`); items wait, never fail, meanwhile.",
+    )
+    breaker_window_s: float = Field(
+        default=30.0,
+        gt=0,
+        le=3_600,
+        description="The sliding window over which each worker process counts submit outcomes.",
+    )
+    breaker_min_failures: int = Field(
+        default=10,
+        ge=1,
+        le=100_000,
+        description="Failed submits one worker process must see within the window to open the"
+        " circuit, whatever the ratio.",
+    )
+    breaker_failure_ratio: float = Field(
+        default=0.5,
+        gt=0,
+        le=1,
+        description="The share of a process's submits within the window that must have failed"
+        " to open the circuit.",
+    )
+    breaker_probe_interval_s: float = Field(
+        default=15.0,
+        ge=0.1,
+        le=3_600,
+        description="While the circuit is open, one probe request goes this often.",
+    )
+    breaker_close_after: int = Field(
+        default=1,
+        ge=1,
+        le=100,
+        description="Probes in a row that must succeed to close the circuit.",
+    )
+    max_in_flight: int | None = Field(
+        default=None,
+        ge=1,
+        le=100_000,
+        description="The most submits and polls out at the provider at once for the destination,"
+        " across every worker process (`flowcontrol/caps.py`); none: no cap beyond the rates.",
+    )
+    key_max_in_flight: int | None = Field(
+        default=None,
+        ge=1,
+        le=100_000,
+        description="The most submits and polls out at once for each `concurrency_key` (a"
+        " tenant, a customer), across every worker process.",
+    )
+    quotas: list[Quota] = Field(
+        default_factory=list,
+        description="Submits allowed per sliding window, each never exceeded across workers:"
+        ' e.g. `[{per = "1s", max = 10}, {per = "1h", max = 5000}]`.',
+    )
+    key_quotas: list[Quota] = Field(
+        default_factory=list,
+        description="The same, for each `concurrency_key` on its own (a rate per key).",
+    )
+
+    @field_validator("quotas", "key_quotas", mode="before")
+    @classmethod
+    def _quotas_from_text(cls, value: Any) -> Any:
+        """An environment override gives JSON text: `[{"per": "1h", "max": 5000}]`."""
+        if isinstance(value, str):
+            try:
+                return json.loads(value)
+            except ValueError as err:
+                raise ValueError(f"quotas must be a JSON list: {err}") from None
+        return value
+
+    @property
+    def uses_ledger(self) -> bool:
+        """Whether a rule here counts across workers in the read model's database."""
+        return bool(self.max_in_flight or self.key_max_in_flight or self.quotas or self.key_quotas)

@@ -32,6 +32,9 @@ MAX_REASON = 500
 _PAUSED = re.compile(r"^paused; resume at (?P<rate>[0-9.]+|configured)/s; (?P<reason>.*)$", re.S)
 # A pause a throttle caused (`flowcontrol.throttle`) says until when, in its reason.
 _THROTTLED = re.compile(r"^throttled until (?P<until>\S+?): ")
+# A pause an open circuit caused (`flowcontrol.breaker`) says since when, in its reason.
+CIRCUIT_PREFIX = "circuit open since "
+_CIRCUIT = re.compile(rf"^{CIRCUIT_PREFIX}(?P<since>\S+?): ")
 
 
 @dataclass
@@ -46,6 +49,8 @@ class QueueRate:
     resume_rate: float | None = None
     # Paused by a throttle until then (`flowcontrol.throttle`); None for any other pause.
     paused_until: datetime | None = None
+    # Paused by the destination's open circuit since then (`flowcontrol.breaker`).
+    circuit_open_since: datetime | None = None
 
 
 async def read_queue_rate(client: Client, task_queue: str) -> QueueRate:
@@ -82,7 +87,16 @@ async def read_queue_rate(client: Client, task_queue: str) -> QueueRate:
         if throttled:
             with contextlib.suppress(ValueError):
                 rate.paused_until = datetime.fromisoformat(throttled["until"])
+        circuit = _CIRCUIT.match(rate.pause_reason)
+        if circuit:
+            with contextlib.suppress(ValueError):
+                rate.circuit_open_since = datetime.fromisoformat(circuit["since"])
     return rate
+
+
+def circuit_reason(since: datetime, detail: str) -> str:
+    """The pause reason an open circuit leaves on its submit queue."""
+    return f"{CIRCUIT_PREFIX}{since.astimezone(UTC).isoformat()}: {detail}"[:MAX_REASON]
 
 
 async def set_queue_rate(

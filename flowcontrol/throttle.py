@@ -25,7 +25,6 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 from contract.flow import (
-    FLOW_EVENTS_KEPT,
     FlowEvent,
     FlowState,
     RateApplied,
@@ -40,8 +39,11 @@ MIN_FACTOR = 1 / 16
 
 
 def on_throttled(state: FlowState, seen: Throttled, now: datetime) -> None:
-    """A submit met a throttle: the queue is paused until `seen.until` (or later)."""
+    """A submit met a throttle: the queue is paused until `seen.until` (or later). While the
+    destination's circuit is open (`flowcontrol.breaker`), its pause stands instead."""
     state.configured_rate = seen.configured_rate
+    if state.circuit != "closed":
+        return
     new_storm = state.paused_until is None
     if state.paused_until is None or seen.until > state.paused_until:
         state.paused_until = seen.until
@@ -55,11 +57,14 @@ def on_throttled(state: FlowState, seen: Throttled, now: datetime) -> None:
     if came_back and state.factor > MIN_FACTOR:
         state.factor = max(state.factor / 2, MIN_FACTOR)
         detail += f"; the storm came back: resuming at {state.factor:g} of the rate"
-    _record(state, FlowEvent(at=now, kind="throttled", detail=detail, rate=0.0))
+    state.record(FlowEvent(at=now, kind="throttled", detail=detail, rate=0.0))
 
 
 def due(state: FlowState) -> datetime | None:
-    """When the flow next has something to do (None: nothing until another throttle)."""
+    """When the flow next has something to do for this rule (None: nothing until another
+    throttle; nothing while the circuit is open)."""
+    if state.circuit != "closed":
+        return None
     if state.paused_until is not None:
         return state.paused_until
     if state.factor < 1 and state.ramped_at is not None:
@@ -106,7 +111,7 @@ def applied(state: FlowState, change: RateChange, result: RateApplied, now: date
     if result.released:
         # An operator paused, resumed or set a rate meanwhile: the queue is theirs now.
         state.factor, state.rate, state.base_rate, state.ramped_at = 1.0, None, None, None
-        _record(state, FlowEvent(at=now, kind="released", detail="the rate was set by hand"))
+        state.record(FlowEvent(at=now, kind="released", detail="the rate was set by hand"))
         return
     state.factor = change.factor
     state.rate = result.rate if change.factor < 1 else None
@@ -114,11 +119,7 @@ def applied(state: FlowState, change: RateChange, result: RateApplied, now: date
     state.ramped_at = now if change.factor < 1 else None
     kind = change.kind + "d" if change.factor < 1 else "recovered"
     shown = "its configured rate" if result.rate is None else f"{result.rate:g}/s"
-    _record(state, FlowEvent(at=now, kind=kind, detail=f"submits at {shown}", rate=result.rate))
-
-
-def _record(state: FlowState, event: FlowEvent) -> None:
-    state.events = [*state.events, event][-FLOW_EVENTS_KEPT:]
+    state.record(FlowEvent(at=now, kind=kind, detail=f"submits at {shown}", rate=result.rate))
 
 
 @dataclass(frozen=True)
@@ -132,6 +133,8 @@ class ThrottledQueue:
     max_pause_s: float
     ramp_step_s: float
     storm_window_s: float
+    # Where the destination's flow sends operational events (`FlowPolicy.events_destination`).
+    events_destination: str | None = None
 
 
 class ThrottleGate:
@@ -150,6 +153,9 @@ class ThrottleGate:
         # and until when the server did: only a pause that took holds this process's submits.
         self._asked: dict[str, float] = {}
         self._held: dict[str, float] = {}
+
+    def queue(self, destination: str) -> ThrottledQueue | None:
+        return self._queues.get(destination)
 
     async def hold(self, task_queue: str) -> None:
         """Wait until the pause this process put on `task_queue` ends."""

@@ -1,19 +1,21 @@
 """Rule: say why a queued item has not gone yet, and when it will where that can be known.
 
-Pure: the caller gathers what holds the item (its own timers, its destination's pause or
-throttle, its lane) and this orders the answer, the item's own reasons first. An item with none
-of them is waiting for its turn at the destination's rate.
+Pure: the caller gathers what holds the item (its own timers, its destination's pause, throttle
+or open circuit, its lane) and this orders the answer, the item's own reasons first. An item
+with none of them is waiting for its turn at the destination's rate.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Literal
 
 from contract.item import ItemStatus, OutboxItemView
 
-Reason = Literal["not_before", "backoff", "throttled", "destination_paused", "lane", "rate"]
+Reason = Literal[
+    "not_before", "backoff", "throttled", "circuit_open", "destination_paused", "lane", "rate"
+]
 
 
 @dataclass
@@ -35,6 +37,10 @@ class DestinationHold:
     # A throttle's pause: it ends by itself then.
     paused_until: datetime | None
     submit_rate: float
+    # An open circuit's pause (`flowcontrol.breaker`): it ends when probes succeed.
+    circuit_open_since: datetime | None = None
+    # Queued items of the destination ahead of this one (None: not known), for an estimate.
+    ahead: int | None = None
 
 
 @dataclass
@@ -73,16 +79,34 @@ def waiting_on(
                 destination.paused_until,
             )
         )
+    elif destination.circuit_open_since is not None:
+        since = destination.circuit_open_since.isoformat()
+        found.append(
+            WaitingOn(
+                "circuit_open",
+                f"destination {destination.name}'s circuit is open since {since}: its submits"
+                " kept failing; it closes when a probe succeeds",
+            )
+        )
     elif destination.paused:
         reason = destination.pause_reason or "paused"
         found.append(
             WaitingOn("destination_paused", f"destination {destination.name} is paused: {reason}")
         )
     if not found:
-        found.append(
-            WaitingOn(
-                "rate",
-                f"its turn at {destination.name}'s rate ({destination.submit_rate:g} submits/s)",
-            )
-        )
+        found.append(_its_turn(destination, now))
     return found
+
+
+def _its_turn(destination: DestinationHold, now: datetime) -> WaitingOn:
+    """Waiting for its turn at the rate: with the queue ahead known, about when it comes (the
+    items ahead at the rate in force; fairness between outboxes and priorities move it)."""
+    rate = f"{destination.name}'s rate ({destination.submit_rate:g} submits/s)"
+    if destination.ahead is None or destination.submit_rate <= 0:
+        return WaitingOn("rate", f"its turn at {rate}")
+    seconds = destination.ahead / destination.submit_rate
+    return WaitingOn(
+        "rate",
+        f"its turn at {rate}: {destination.ahead} items ahead, about {seconds:.0f} s",
+        now + timedelta(seconds=seconds),
+    )

@@ -11,6 +11,7 @@
 `TEMPORAL_API_KEY`, `TEMPORAL_TLS_*`, a profile file); see `outbox_client.connection`.
 """
 
+from common.codec import PayloadKeyMissing
 from contract.item import ItemStatus, OutboxItemView
 from outbox_client.client import OutboxClient
 from outbox_client.connection import TemporalConnection, connect, load_connect_config
@@ -59,6 +60,7 @@ __all__ = [
     "OutboxClient",
     "OutboxError",
     "OutboxItemView",
+    "PayloadKeyMissing",
     "TemporalConnection",
     "TemporalUnavailable",
     "UnknownDestination",

@@ -17,12 +17,18 @@ from typing import Any
 from temporalio.client import Client
 
 from common.destinations import Destination, DestinationRegistry
+from contract import limits
 from contract.ids import WORKFLOW_TASK_QUEUE, item_workflow_id, parse_item_workflow_id, payload_hash
 from contract.item import DeliveryReport, OutboxItemInput, OutboxItemView
 from contract.lane import LaneDetail
 from outbox_client import lanes
-from outbox_client.connection import TemporalConnection
-from outbox_client.errors import UnknownDestination, check_same_request, failed_use_redrive
+from outbox_client.connection import TemporalConnection, check_stack_keys
+from outbox_client.errors import (
+    InvalidRequest,
+    UnknownDestination,
+    check_same_request,
+    failed_use_redrive,
+)
 from outbox_client.item_lanes import ItemLanes
 from outbox_client.own_workflow import OwnWorkflows
 from outbox_client.placement import (
@@ -78,6 +84,8 @@ class OutboxClient:
     ) -> None:
         self._client = client
         self.task_queue = task_queue
+        # Whether this client's payload keys were checked against the stack's (`temporal`).
+        self._keys_checked = False
         self._own = OwnWorkflows(self.temporal, destinations, task_queue)
         self._lanes = ItemLanes(self.temporal, destinations, task_queue)
         self._shards = Shards(self.temporal, destinations, task_queue)
@@ -100,10 +108,13 @@ class OutboxClient:
         return self._client
 
     async def temporal(self) -> Client:
-        """The Temporal client; raises `TemporalUnavailable` while it cannot connect."""
-        if isinstance(self._client, Client):
-            return self._client
-        return await self._client.client()
+        """The Temporal client; raises `TemporalUnavailable` while it cannot connect, and
+        `PayloadKeyMissing` when the stack encrypts under a key this client does not have."""
+        client = self._client if isinstance(self._client, Client) else await self._client.client()
+        if not self._keys_checked:
+            await check_stack_keys(client, self.task_queue)
+            self._keys_checked = True
+        return client
 
     def placement(self, destination: str | None, ordering_key: str | None) -> Placement:
         """Where an item of `destination` (None or unknown: item mode) with `ordering_key` lives."""
@@ -133,6 +144,7 @@ class OutboxClient:
         max_attempts: int | None = None,
         record_queued: RecordQueued | None = None,
         priority: int | None = None,
+        concurrency_key: str | None = None,
     ) -> EnqueueResult:
         """Hand the item to where it lives, or return the existing item for a repeated key.
 
@@ -148,6 +160,8 @@ class OutboxClient:
             not_before: deliver no earlier than this (time-zone aware).
             max_attempts: lower the destination's attempt limit for this item.
             priority: 1 (first) to 5 (last) under a backlog; None: 3.
+            concurrency_key: whose share of the destination's caps and quotas the item counts
+                in (a tenant, a customer); see `flowcontrol/caps.py`.
             record_queued: for a caller with the read model: writes the new item's `queued`
                 row (`contract.transitions.enqueued`) right after the hand-over, which spares
                 the item a local activity.
@@ -162,6 +176,7 @@ class OutboxClient:
             max_attempts=max_attempts,
             projected=record_queued is not None,
             priority=priority,
+            concurrency_key=concurrency_key,
         )
         [result] = await self.hand_over([item])
         if isinstance(result, Exception):
@@ -213,6 +228,7 @@ class OutboxClient:
         max_attempts: int | None = None,
         projected: bool = False,
         priority: int | None = None,
+        concurrency_key: str | None = None,
     ) -> OutboxItemInput:
         """A new item's input, validated (the arguments are `enqueue`'s); starts nothing.
 
@@ -228,6 +244,11 @@ class OutboxClient:
             now=now,
             priority=priority,
         )
+        if concurrency_key is not None:
+            try:
+                limits.check_concurrency_key(concurrency_key)
+            except ValueError as err:
+                raise InvalidRequest(str(err)) from None
         target = self._destination(destination)
         return OutboxItemInput(
             outbox=outbox,
@@ -243,6 +264,7 @@ class OutboxClient:
             activities_project=True,
             enqueue_projected=projected,
             priority=priority,
+            concurrency_key=concurrency_key,
         )
 
     def _destination(self, name: str) -> Destination:

@@ -11,17 +11,29 @@ set, the client connects to a local dev server.
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 from collections.abc import Mapping
 from typing import Any
 
+from temporalio.api.common.v1 import WorkflowExecution
+from temporalio.api.workflowservice.v1 import GetWorkflowExecutionHistoryRequest
 from temporalio.client import Client
 from temporalio.envconfig import ClientConfig, ClientConnectConfig
 from temporalio.runtime import Runtime
+from temporalio.service import RPCError
 
-from common.codec import codec_from_environment, data_converter
+from common.codec import (
+    KeylessCodec,
+    PayloadKeyMissing,
+    codec_from_environment,
+    data_converter,
+    encrypted_with,
+)
 from common.tracing import temporal_interceptors
 from outbox_client.errors import TemporalUnavailable
+
+log = logging.getLogger("outbox.client")
 
 DEFAULT_ADDRESS = "localhost:7233"
 DEFAULT_NAMESPACE = "default"
@@ -112,3 +124,33 @@ class TemporalConnection:
             if self._client is None:
                 self._client = await connect(self._environ, **self._connect_options)
             return self._client
+
+
+async def check_stack_keys(client: Client, task_queue: str) -> None:
+    """Raise `PayloadKeyMissing` when the stack on `task_queue` encrypts its payloads under a
+    key this client lacks: a client without the stack's `PAYLOAD_KEYS` would write plain
+    payloads into the histories of a stack that encrypts, and fail to read any of them.
+
+    A client with no codec looks at one workflow of the stack (its input, as the server holds
+    it); with none there yet, or a server that cannot list them, there is nothing to compare."""
+    if not isinstance(client.data_converter.payload_codec, KeylessCodec):
+        return  # a client with keys: a payload under another key fails its read, by name
+    try:
+        async for execution in client.list_workflows(
+            f"TaskQueue = '{task_queue}'", limit=1, page_size=1
+        ):
+            history = await client.workflow_service.get_workflow_execution_history(
+                GetWorkflowExecutionHistoryRequest(
+                    namespace=client.namespace,
+                    execution=WorkflowExecution(workflow_id=execution.id, run_id=execution.run_id),
+                    maximum_page_size=1,
+                )
+            )
+            for event in history.history.events[:1]:
+                started = event.workflow_execution_started_event_attributes
+                for payload in started.input.payloads:
+                    key_id = encrypted_with(payload)
+                    if key_id is not None:
+                        raise PayloadKeyMissing(key_id, f"the stack on task queue {task_queue}")
+    except RPCError as err:
+        log.debug("payload keys of %s not checked: %s", task_queue, err)

@@ -200,3 +200,23 @@ def read_backlog(engine: Engine, tally: DeliveryTally) -> Backlog:
         lanes = lane_backlog(connection)
     # Copies: the reading is handed to another thread while the tally goes on counting.
     return Backlog(items=items, lanes=lanes, sent=dict(tally.sent), failed=dict(tally.failed))
+
+
+# The most queued items `queued_ahead` counts: a longer queue reads as "at least this many".
+AHEAD_COUNTED = 10_000
+
+
+def queued_ahead(connection: Connection, destination: str, created_at: datetime) -> int:
+    """Queued items of `destination` (any outbox: they share its rate) created before
+    `created_at`, counted up to `AHEAD_COUNTED`: a range of the status index, bounded."""
+    ahead = (
+        select(ITEMS.c.id)
+        .where(
+            ITEMS.c.status == ItemStatus.QUEUED,
+            ITEMS.c.destination == destination,
+            ITEMS.c.created_at < created_at,
+        )
+        .limit(AHEAD_COUNTED)
+        .subquery()
+    )
+    return int(connection.execute(select(func.count()).select_from(ahead)).scalar_one())

@@ -328,6 +328,27 @@ OUTBOX_PENDING = Table(
     Index("ix_outbox_pending_key_order", "outbox", "ordering_key", "status", "id"),
 )
 
+# Flow control's fleet-wide counts (`readmodel.permits`): concurrency permits held, each until
+# its holder returns it or its lease ends, and the requests of the last window per scope.
+MAX_SCOPE_LENGTH = 255
+FLOW_PERMITS = Table(
+    "flow_permits",
+    metadata,
+    Column("scope", String(MAX_SCOPE_LENGTH), primary_key=True),
+    Column("holder", String(MAX_SCOPE_LENGTH), primary_key=True),
+    Column("expires_at", UTCDateTime(), nullable=False),
+)
+FLOW_REQUESTS = Table(
+    "flow_requests",
+    metadata,
+    Column(
+        "id", BigInteger().with_variant(Integer(), "sqlite"), primary_key=True, autoincrement=True
+    ),
+    Column("scope", String(MAX_SCOPE_LENGTH), nullable=False),
+    Column("at", UTCDateTime(), nullable=False),
+    Index("ix_flow_requests_scope_at", "scope", "at"),
+)
+
 
 @dataclass
 class ItemRecord:

@@ -1,14 +1,20 @@
 """Aggregate reads: state (live, or stored while Temporal is down), history, the type's ids.
 
-Commands go straight to `AggregateClient.command`: there is nothing to add on the way.
+Reads take a `reader`, the actor the caller reads as (already checked against the caller's
+token, or None): a definition's secret fields are redacted unless it lets that actor see them.
+Commands go straight to `AggregateClient.command`: the API checks their actor first.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+from collections.abc import Mapping
+from typing import Any
 
 from sqlalchemy import Engine
 
+from aggregates.definition import AggregateDefinition
 from contract.aggregate import AggregateView, RecordedEvent
 from outbox_client.aggregates import AggregateClient
 from outbox_client.errors import UnknownAggregate, is_temporal_unavailable
@@ -23,8 +29,17 @@ class AggregateService:
         self.client = client
         self.engine = engine
 
-    async def state(self, aggregate_type: str, aggregate_id: str) -> AggregateView:
+    async def state(
+        self, aggregate_type: str, aggregate_id: str, *, reader: str | None = None
+    ) -> AggregateView:
         """Live from the workflow; from the event store's state row while Temporal is down."""
+        definition = self.client.check(aggregate_type, aggregate_id)
+        view = await self._view(aggregate_type, aggregate_id)
+        if not definition.has_secrets() or _may_read_secrets(definition, view.state, reader):
+            return view
+        return dataclasses.replace(view, state=definition.redact_state(view.state))
+
+    async def _view(self, aggregate_type: str, aggregate_id: str) -> AggregateView:
         try:
             return await self.client.state(aggregate_type, aggregate_id)
         except Exception as err:
@@ -45,10 +60,16 @@ class AggregateService:
             )
 
     async def events(
-        self, aggregate_type: str, aggregate_id: str, *, after: int = 0, limit: int = 100
+        self,
+        aggregate_type: str,
+        aggregate_id: str,
+        *,
+        after: int = 0,
+        limit: int = 100,
+        reader: str | None = None,
     ) -> list[RecordedEvent]:
         """Stored events after seq `after`; `UnknownAggregate` for an aggregate never stored."""
-        self.client.check(aggregate_type, aggregate_id)
+        definition = self.client.check(aggregate_type, aggregate_id)
         events = await asyncio.to_thread(
             event_store.events, self.engine, aggregate_type, aggregate_id, after=after, limit=limit
         )
@@ -58,7 +79,45 @@ class AggregateService:
             )
             if record is None:
                 raise UnknownAggregate(f"no {aggregate_type} {aggregate_id!r}")
-        return events
+        return await self._visible(definition, aggregate_id, events, reader)
+
+    async def new_events(
+        self,
+        aggregate_type: str,
+        aggregate_id: str,
+        *,
+        after: int,
+        limit: int = 500,
+        reader: str | None = None,
+    ) -> list[RecordedEvent]:
+        """`events` for a live stream: an aggregate not stored yet has none so far."""
+        definition = self.client.check(aggregate_type, aggregate_id)
+        events = await asyncio.to_thread(
+            event_store.events, self.engine, aggregate_type, aggregate_id, after=after, limit=limit
+        )
+        return await self._visible(definition, aggregate_id, events, reader)
+
+    async def _visible(
+        self,
+        definition: AggregateDefinition[Any],
+        aggregate_id: str,
+        events: list[RecordedEvent],
+        reader: str | None,
+    ) -> list[RecordedEvent]:
+        """The events with their secret fields redacted, unless `reader` may see them."""
+        if not events or not definition.has_secrets():
+            return events
+        if reader is not None:
+            # The stored state decides: it trails the live one by a moment at most.
+            record = await asyncio.to_thread(
+                event_store.get, self.engine, definition.type_name, aggregate_id
+            )
+            if record is not None and _may_read_secrets(definition, record.state, reader):
+                return events
+        return [
+            dataclasses.replace(event, data=definition.redact_event(event.type, event.data))
+            for event in events
+        ]
 
     async def list(
         self, aggregate_type: str, *, after: str | None = None, limit: int = 50
@@ -67,3 +126,9 @@ class AggregateService:
         return await asyncio.to_thread(
             event_store.list_ids, self.engine, aggregate_type, after=after, limit=limit
         )
+
+
+def _may_read_secrets(
+    definition: AggregateDefinition[Any], state: Mapping[str, Any], reader: str | None
+) -> bool:
+    return reader is not None and definition.may_read_secrets(definition.load_state(state), reader)

@@ -49,12 +49,18 @@ class DestinationState:
     destination: Destination
     submit: QueueRate
     poll: QueueRate
-    # The throttle rule at work (`flowcontrol.throttle`), when asked for and running.
+    # The throttle rule and the circuit at work (`flowcontrol.throttle`, `flowcontrol.breaker`),
+    # when asked for and running.
     flow: FlowState | None = None
 
     @property
     def paused(self) -> bool:
         return self.submit.paused or self.poll.paused
+
+    @property
+    def circuit(self) -> str:
+        """ "open" while the destination's circuit holds its submits (`flowcontrol.breaker`)."""
+        return "open" if self.submit.circuit_open_since is not None else "closed"
 
 
 class DestinationControls:

@@ -54,6 +54,8 @@ class NewItem:
     not_before: datetime | None = None
     max_attempts: int | None = None
     priority: int | None = None
+    # Whose share of the destination's caps and quotas it counts in (`flowcontrol/caps.py`).
+    concurrency_key: str | None = None
 
 
 @dataclass
@@ -208,6 +210,7 @@ class ItemService:
             max_attempts=item.max_attempts,
             projected=True,
             priority=item.priority,
+            concurrency_key=item.concurrency_key,
         )
 
     async def _enqueued(

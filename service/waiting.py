@@ -3,24 +3,32 @@ lane) for the rule in `flowcontrol/waiting.py`."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from datetime import UTC, datetime
 
+from sqlalchemy import Engine
+from sqlalchemy.exc import SQLAlchemyError
 from temporalio.service import RPCError, RPCStatusCode
 
 from contract.item import ItemStatus, OutboxItemView
 from flowcontrol.waiting import DestinationHold, LanePlace, WaitingOn, waiting_on
 from outbox_client import OutboxClient, UnknownDestination, is_temporal_unavailable
+from readmodel.backlog import queued_ahead
 from service.destinations import DestinationControls
 
 log = logging.getLogger("outbox.service")
 
 
 async def explain(
-    view: OutboxItemView, controls: DestinationControls, client: OutboxClient
+    view: OutboxItemView,
+    controls: DestinationControls,
+    client: OutboxClient,
+    engine: Engine | None = None,
 ) -> list[WaitingOn] | None:
     """The reasons a queued item waits; None for any other item, and when Temporal cannot say
-    now (a read never fails for the want of its explanation)."""
+    now (a read never fails for the want of its explanation). With the read model's `engine`,
+    an item waiting its turn at the rate says about when it comes."""
     if view.status is not ItemStatus.QUEUED:
         return None
     try:
@@ -44,8 +52,27 @@ async def explain(
         pause_reason=state.submit.pause_reason,
         paused_until=state.submit.paused_until,
         submit_rate=state.submit.rate,
+        circuit_open_since=state.submit.circuit_open_since,
+        ahead=await _ahead(engine, view),
     )
     return waiting_on(view, datetime.now(UTC), hold, lane)
+
+
+async def _ahead(engine: Engine | None, view: OutboxItemView) -> int | None:
+    """Queued items of the destination ahead of `view`; None without the read model, or when
+    it cannot say now."""
+    if engine is None or view.created_at is None:
+        return None
+    try:
+        return await asyncio.to_thread(_queued_ahead, engine, view.destination, view.created_at)
+    except SQLAlchemyError as err:
+        log.warning("why %s waits: the read model cannot say now (%s)", view.id, err)
+        return None
+
+
+def _queued_ahead(engine: Engine, destination: str, created_at: datetime) -> int:
+    with engine.connect() as connection:
+        return queued_ahead(connection, destination, created_at)
 
 
 async def _lane_place(client: OutboxClient, view: OutboxItemView) -> LanePlace | None:

@@ -4,6 +4,7 @@ server decrypts for the Web UI."""
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import uuid
 from contextlib import AsyncExitStack
@@ -16,7 +17,15 @@ from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
 
 from api.main import create_app
-from common.codec import CodecKeyError, EncryptionCodec, data_converter, new_key_setting
+from common.codec import (
+    CodecKeyError,
+    EncryptionCodec,
+    KeylessCodec,
+    PayloadKeyMissing,
+    codec_from_environment,
+    data_converter,
+    new_key_setting,
+)
 from common.destinations import DestinationRegistry
 from devstack.temporal_server import dev_server_extra_args, temporal_cli_path
 from outbox_client import OutboxClient
@@ -184,3 +193,87 @@ async def test_the_web_ui_authenticates_to_the_codec_server_with_the_session_coo
     assert decoded.status_code == 200, decoded.text
     assert base64.b64decode(decoded.json()["payloads"][0]["data"]) == b'"secret"'
     assert forged.status_code == 403
+
+
+async def test_a_keyless_process_names_the_key_it_lacks() -> None:
+    [sealed] = await EncryptionCodec.from_setting(KEY_1).encode([plain("secret")])
+    keyless = KeylessCodec()
+    assert await keyless.encode([plain("out")]) == [plain("out")]  # goes out as it is
+    assert await keyless.decode([plain("in")]) == [plain("in")]
+    with pytest.raises(PayloadKeyMissing, match="key 'k1'") as raised:
+        await keyless.decode([sealed])
+    assert raised.value.key_id == "k1" and "PAYLOAD_KEYS" in str(raised.value)
+
+
+def test_the_keys_may_come_from_a_file(tmp_path: Path) -> None:
+    keys = tmp_path / "payload-keys"
+    keys.write_text(KEY_1 + "\n")
+    codec = codec_from_environment({"PAYLOAD_KEYS_FILE": str(keys)})
+    assert codec is not None and codec.current == "k1"
+    # PAYLOAD_KEYS wins; a file that is missing or empty is refused, by name.
+    both = codec_from_environment({"PAYLOAD_KEYS": KEY_2, "PAYLOAD_KEYS_FILE": str(keys)})
+    assert both is not None and both.current == "k2"
+    with pytest.raises(CodecKeyError, match="missing"):
+        codec_from_environment({"PAYLOAD_KEYS_FILE": str(tmp_path / "missing")})
+    (tmp_path / "empty").write_text("\n")
+    with pytest.raises(CodecKeyError, match="holds no key"):
+        codec_from_environment({"PAYLOAD_KEYS_FILE": str(tmp_path / "empty")})
+
+
+async def test_a_client_without_the_stacks_keys_refuses_to_write_plain_payloads(
+    dev_env: WorkflowEnvironment, fake_provider, engine, tmp_path: Path
+) -> None:
+    """A stack that encrypts: a client without its keys enqueues nothing (no plain payload
+    reaches a history) and says which key it lacks; with the key file it works."""
+    keyed = Client(
+        **{
+            **dev_env.client.config(),
+            "data_converter": data_converter(EncryptionCodec.from_setting(KEY_1)),
+        }
+    )
+    destination = email_destination(fake_provider)
+    registry = DestinationRegistry({destination.name: destination})
+    queue = unique_name("workflows")
+    email = {
+        "senderAddress": "noreply@example.com",
+        "recipients": {"to": [{"address": "ada@example.com"}]},
+        "content": {"subject": "hi", "plainText": "hi"},
+    }
+    async with AsyncExitStack() as stack, httpx.AsyncClient() as http:
+        for worker in build_workers(
+            keyed,
+            destinations=[destination],
+            http_client=http,
+            engine=engine,
+            workflow_task_queue=queue,
+        ):
+            await stack.enter_async_context(worker)
+        first = await OutboxClient(keyed, registry, queue).enqueue(
+            "tests", destination.name, email, key=unique_name("k")
+        )
+        await keyed.get_workflow_handle(first.item_id).result()
+
+        # Visibility lists the stack's first workflow a moment after it started.
+        for _ in range(100):
+            if [w async for w in keyed.list_workflows(f"TaskQueue = '{queue}'", limit=1)]:
+                break
+            await asyncio.sleep(0.1)
+        keyless = OutboxClient(dev_env.client, registry, queue)
+        with pytest.raises(PayloadKeyMissing) as refused:
+            await keyless.enqueue("tests", destination.name, email, key=unique_name("plain"))
+        assert refused.value.key_id == "k1" and queue in str(refused.value)
+        with pytest.raises(PayloadKeyMissing):
+            await keyless.status("tests", first.key)
+
+        keys = tmp_path / "payload-keys"
+        keys.write_text(KEY_1)
+        from_file = Client(
+            **{
+                **dev_env.client.config(),
+                "data_converter": data_converter(
+                    codec_from_environment({"PAYLOAD_KEYS_FILE": str(keys)})
+                ),
+            }
+        )
+        view = await OutboxClient(from_file, registry, queue).status("tests", first.key)
+        assert view.status == "sent"

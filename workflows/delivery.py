@@ -161,6 +161,7 @@ class _SharedFailed(Exception):
             ItemErrorType.TRANSIENT,
             ItemErrorType.PERMANENT,
             ItemErrorType.DESTINATION_GONE,
+            ItemErrorType.HELD,
         )
         self.classified = (
             ItemErrorType(raw_type) if known else ItemErrorType.TRANSIENT,
@@ -344,6 +345,7 @@ class Delivery:
                 # Only a first attempt goes in its lane's run; a retry goes alone.
                 sequence=self.sequence,
                 accepted_goes_on=policy.order == "submit",
+                concurrency_key=item.concurrency_key,
             )
             self.sequence = None
             seq_before = state.last_event_seq
@@ -370,6 +372,9 @@ class Delivery:
                 error_type, message, details = _failure(err)
                 if error_type is ItemErrorType.DESTINATION_GONE:
                     await self._wait_for_resume(message)
+                    continue
+                if error_type is ItemErrorType.HELD:
+                    await self._wait_held(message, details.retry_after_s)
                     continue
                 if error_type is not ItemErrorType.TRANSIENT:
                     raise _Failed(message, ItemErrorType.PERMANENT, details.error_code) from None
@@ -511,6 +516,16 @@ class Delivery:
             lambda: state.cancel_requested,
         )
 
+    async def _wait_held(self, message: str, retry_after_s: float | None) -> None:
+        """Its key's or its destination's cap or quota was full (`flowcontrol/caps.py`): take
+        the attempt back and ask again when the gate said there would be room."""
+        state = self.state
+        state.attempts -= 1
+        delay = timedelta(seconds=retry_after_s or self.item.policy.backoff_initial_s)
+        state.next_attempt_at = workflow.now() + delay
+        self._show_details(f"Submit {message}; asking again in {delay.total_seconds():.1f}s.")
+        await self._host.wait(delay, "held by a cap or quota", lambda: state.cancel_requested)
+
     def _apply_early_reports(self) -> bool:
         """Apply the reports that arrived before the accept did; whether any changed a
         recipient."""
@@ -615,6 +630,7 @@ class Delivery:
             item_id=self.item_id,
             operation_url=state.operation_url or "",
             projection=self._context(),
+            concurrency_key=item.concurrency_key,
         )
         seq_before = state.last_event_seq
         result: PollResult
@@ -633,6 +649,12 @@ class Delivery:
                 )
         except (ActivityError, _SharedFailed) as err:
             error_type, message, details = _failure(err)
+            if error_type is ItemErrorType.HELD:
+                # Its key's or its destination's cap was full: asked again soon, not a poll.
+                state.poll_count -= 1
+                transitions.schedule_next_poll(item, state, workflow.now(), details.retry_after_s)
+                self._show_details(f"Poll {message}; asking again.")
+                return None
             # A gone endpoint (the destination is paused now) is polled again, after the resume.
             if error_type is ItemErrorType.PERMANENT:
                 raise _Failed(
@@ -725,6 +747,7 @@ def _classify(err: ActivityError) -> tuple[ItemErrorType, str, DeliveryErrorDeta
             ItemErrorType.TRANSIENT,
             ItemErrorType.PERMANENT,
             ItemErrorType.DESTINATION_GONE,
+            ItemErrorType.HELD,
         ):
             error_type = ItemErrorType(raw_type)
         else:

@@ -1,36 +1,58 @@
-"""A destination's flow: the durable side of its throttle rule (`flowcontrol.throttle`).
+"""A destination's flow: the durable side of its throttle rule (`flowcontrol.throttle`) and of
+its circuit (`flowcontrol.breaker`).
 
-One per destination (`flow/{name}`), started by the first submit that meets a throttle and
-signalled by every one after it. It sleeps on a durable timer until the pause's end, resumes
-the submit queue (a local activity: one RPC to the server), steps a halved rate back up, and
-ends once the rate is whole again and no throttle came for a while. A worker killed meanwhile
-changes nothing: the timer and the state are in the history.
+One per destination (`flow/{name}`), started by the first submit that meets a throttle or the
+first worker process whose submits keep failing, and signalled by every one after it. For a
+throttle it sleeps on a durable timer until the pause's end, resumes the submit queue (a local
+activity: one RPC to the server) and steps a halved rate back up. For a failing destination it
+opens the circuit (pauses the submit queue), probes the destination at intervals and closes the
+circuit when probes succeed. It ends once the rate is whole, the circuit closed and nothing came
+for a while. A worker killed meanwhile changes nothing: the timers and the state are in the
+history.
 """
 
 from __future__ import annotations
 
-from datetime import timedelta
+import contextlib
+from datetime import datetime, timedelta
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
+from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
     from activities.flow import apply_flow_rate
     from contract.flow import (
+        FAILING_SIGNAL,
+        FLOW_EVENT_ACTIVITY,
         FLOW_QUERY,
         FLOW_WORKFLOW_TYPE,
+        NOTIFIED_KINDS,
+        PROBE_ACTIVITY,
         THROTTLED_SIGNAL,
+        Failing,
+        FlowNotice,
         FlowState,
+        ProbeResult,
+        RateApplied,
+        RateChange,
         Throttled,
     )
-    from flowcontrol import throttle
+    from flowcontrol import breaker, throttle
 
-# Idle this long with the rate whole, the flow ends (the next throttle starts it again).
+# Idle this long with the rate whole and the circuit closed, the flow ends (the next throttle
+# or failing report starts it again).
 LINGER = timedelta(minutes=5)
 # Temporal briefly unreachable from the worker: tried again, for as long as it takes.
 _RETRIES = RetryPolicy(
     initial_interval=timedelta(seconds=0.2), maximum_interval=timedelta(seconds=5)
 )
+# A probe is one request: one attempt, and no answer within this long (no worker serving the
+# destination's poll queue, or the provider hanging) is a failed probe.
+_PROBE_TIMEOUT = timedelta(seconds=30)
+# An operational event is retried this long (Temporal or the operations worker away), then
+# given up: the flow's own state and the API still say what happened.
+_NOTICE_TIMEOUT = timedelta(hours=1)
 
 
 @workflow.defn(name=FLOW_WORKFLOW_TYPE)
@@ -40,8 +62,13 @@ class DestinationFlowWorkflow:
         self._state = state
         self._seen = 0
         self._seen_before = 0
+        # The change that opens the circuit, asked for by a failing report.
+        self._opening: RateChange | None = None
+        # Events notified so far (`FlowState.events_recorded`), and the notices under way.
+        self._notified = state.events_recorded
+        self._notices: list[workflow.ActivityHandle[bool]] = []
 
-    def _another_throttle(self) -> bool:
+    def _another_report(self) -> bool:
         return self._seen != self._seen_before
 
     @workflow.signal(name=THROTTLED_SIGNAL)
@@ -49,36 +76,111 @@ class DestinationFlowWorkflow:
         throttle.on_throttled(self._state, seen, workflow.now())
         self._seen += 1
 
+    @workflow.signal(name=FAILING_SIGNAL)
+    def failing(self, seen: Failing) -> None:
+        change = breaker.on_failing(self._state, seen, workflow.now())
+        if change is not None and self._opening is None:
+            self._opening = change
+        self._seen += 1
+
     @workflow.query(name=FLOW_QUERY)
     def flow(self) -> FlowState:
         return self._state
 
+    def _due(self) -> datetime | None:
+        times = [t for t in (throttle.due(self._state), breaker.due(self._state)) if t]
+        return min(times) if times else None
+
     @workflow.run
     async def run(self, state: FlowState) -> FlowState:
         while not workflow.info().is_continue_as_new_suggested():
+            self._notify()
             self._seen_before = self._seen
-            due = throttle.due(self._state)
-            if due is None or due > workflow.now():
+            due = self._due()
+            if self._opening is None and (due is None or due > workflow.now()):
                 wait = LINGER if due is None else due - workflow.now()
                 try:
-                    await workflow.wait_condition(self._another_throttle, timeout=wait)
-                    continue  # another throttle: the due time may have moved
+                    await workflow.wait_condition(self._another_report, timeout=wait)
+                    continue  # another report: the due time may have moved
                 except TimeoutError:
                     pass
-            change = throttle.next_change(self._state, workflow.now())
-            if change is None:
-                if throttle.due(self._state) is None:
-                    break  # idle, the rate whole
+            if self._opening is not None:
+                change, self._opening = self._opening, None
+                breaker.opened(self._state, change, await self._apply(change), workflow.now())
                 continue
-            result = await workflow.execute_local_activity(
-                apply_flow_rate,
-                change,
-                start_to_close_timeout=timedelta(seconds=10),
-                retry_policy=_RETRIES,
-            )
-            throttle.applied(self._state, change, result, workflow.now())
+            probe_at = breaker.due(self._state)
+            if probe_at is not None and probe_at <= workflow.now():
+                closing = breaker.on_probe(self._state, await self._probe(), workflow.now())
+                if closing is not None:
+                    breaker.closed(self._state, await self._apply(closing), workflow.now())
+                continue
+            ramp = throttle.next_change(self._state, workflow.now())
+            if ramp is None:
+                if self._due() is None:
+                    break  # idle, the rate whole, the circuit closed
+                continue
+            throttle.applied(self._state, ramp, await self._apply(ramp), workflow.now())
+        self._notify()
         await workflow.wait_condition(workflow.all_handlers_finished)
-        if throttle.due(self._state) is not None:
-            # A throttle came as the flow was ending, or the history grew long: go on anew.
+        # Events sent before the flow ends or goes on anew (their retries are bounded).
+        for notice in self._notices:
+            with contextlib.suppress(ActivityError):
+                await notice
+        if self._due() is not None or self._opening is not None:
+            # A report came as the flow was ending, or the history grew long: go on anew.
             workflow.continue_as_new(self._state)
         return self._state
+
+    def _notify(self) -> None:
+        """Send each new event an operator is told of to `events_destination`, in the
+        background (`service/flow_events.py`)."""
+        state = self._state
+        new = state.since(self._notified)
+        self._notified = state.events_recorded
+        self._notices = [notice for notice in self._notices if not notice.done()]
+        if state.events_destination is None or state.events_task_queue is None:
+            return
+        for event in new:
+            if event.kind not in NOTIFIED_KINDS:
+                continue
+            notice = FlowNotice(
+                destination=state.destination,
+                events_destination=state.events_destination,
+                event=event,
+                circuit=state.circuit,
+                paused_until=state.paused_until,
+            )
+            self._notices.append(
+                workflow.start_activity(
+                    FLOW_EVENT_ACTIVITY,
+                    notice,
+                    result_type=bool,
+                    task_queue=state.events_task_queue,
+                    schedule_to_close_timeout=_NOTICE_TIMEOUT,
+                    retry_policy=_RETRIES,
+                )
+            )
+
+    async def _apply(self, change: RateChange) -> RateApplied:
+        return await workflow.execute_local_activity(
+            apply_flow_rate,
+            change,
+            start_to_close_timeout=timedelta(seconds=10),
+            retry_policy=_RETRIES,
+        )
+
+    async def _probe(self) -> ProbeResult:
+        """One probe request, sent by a worker serving the destination's poll queue."""
+        try:
+            result: ProbeResult = await workflow.execute_activity(
+                PROBE_ACTIVITY,
+                self._state.destination,
+                result_type=ProbeResult,
+                task_queue=self._state.poll_task_queue,
+                schedule_to_close_timeout=_PROBE_TIMEOUT,
+                retry_policy=RetryPolicy(maximum_attempts=1),
+            )
+        except ActivityError as err:
+            cause = err.cause if err.cause is not None else err
+            return ProbeResult(ok=False, detail=f"probe failed: {cause}")
+        return result

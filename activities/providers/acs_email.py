@@ -23,6 +23,7 @@ from activities.providers.base import (
     HttpUrlText,
     PermanentProviderError,
     parse_retry_after,
+    probe_url,
     raise_for_status,
     send,
 )
@@ -104,6 +105,10 @@ class AcsEmailProvider:
             provider_message_id=_json(response).get("id") or request.idempotency_key,
             recipients=recipient_addresses(request.payload),
         )
+
+    async def probe(self) -> str:
+        """`HEAD` of the endpoint: unsigned, it sends nothing and reaches no mailbox."""
+        return await probe_url(self._client, f"{self._endpoint}/", self._timeout, "ACS")
 
     async def poll(self, request: PollRequest) -> PollResult:
         http_request = self._client.build_request(

@@ -68,6 +68,24 @@ class Provider(Protocol):
 
     async def poll(self, request: PollRequest) -> PollResult: ...
 
+    async def probe(self) -> str:
+        """One request that delivers nothing, to see whether the destination answers (an open
+        circuit's probe, `flowcontrol/breaker.py`): what it answered; raises
+        `TransientProviderError` when it did not answer or answered a 5xx."""
+        ...
+
+
+async def probe_url(client: httpx.AsyncClient, url: str, limits: httpx.Timeout, what: str) -> str:
+    """`HEAD url`: any answer but a 5xx means the host is up (a 405 too: it is there)."""
+    response = await send(client, client.build_request("HEAD", url, timeout=limits), what)
+    if response.status_code >= 500:
+        raise TransientProviderError(
+            f"{what} probe: HTTP {response.status_code}",
+            status_code=response.status_code,
+            retry_after_s=parse_retry_after(response.headers.get("Retry-After")),
+        )
+    return f"HTTP {response.status_code}"
+
 
 def check_http_url(url: str) -> str:
     """`url` if it is an absolute http(s) URL; raises ValueError otherwise."""

@@ -22,6 +22,7 @@ from activities.providers.base import (
     HttpUrlText,
     PermanentProviderError,
     check_base64_key,
+    probe_url,
     raise_for_status,
     send,
 )
@@ -92,6 +93,10 @@ class WebhookProvider:
 
     async def poll(self, request: PollRequest) -> PollResult:
         raise PermanentProviderError("webhooks are delivered synchronously; nothing to poll")
+
+    async def probe(self) -> str:
+        """`HEAD` of the receiver's URL: no message, no signature."""
+        return await probe_url(self._client, self._url, self._timeout, "webhook")
 
 
 def _without_secrets(url: str) -> str:

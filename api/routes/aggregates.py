@@ -3,7 +3,12 @@
 A command's body is its payload as JSON (`{"seat": "1A", "passenger_id": "p1"}`); the
 `Idempotency-Key` header is its command id (a repeat answers the first outcome and appends
 nothing) and `?expected_version=` makes it conditional (409 when the aggregate has moved on).
-A payload's `actor` (labour's commands carry one) is recorded with the events as who sent them.
+
+Actors: where a definition names an actor field (labour's `actor`), the caller may name only an
+actor its token may act as (403 otherwise), never a reserved one (`system`, the service's own);
+the events record that actor, else the token's name, else `api` (no tokens configured). Reads
+show a definition's secret fields only to the actors it entitles: pass `?actor=` to read as one
+(a token reads as its own name by default).
 
 The effect ledger (what the aggregate's policies asked for) is read at `.../effects`, and a
 failed effect is run again with `POST .../effects/{key}/retry`.
@@ -18,8 +23,8 @@ from fastapi import APIRouter, Body, Header, Query
 from pydantic import BaseModel, ValidationError
 
 from aggregates import REGISTRY
-from api.deps import AggregateServiceDep
-from api.errors import validation_problem
+from api.deps import AggregateServiceDep, Caller, CallerDep
+from api.errors import ApiProblem, validation_problem
 from api.schemas import problem_responses
 from contract.aggregate import (
     MAX_COMMAND_ID_LENGTH,
@@ -29,6 +34,9 @@ from contract.aggregate import (
     RecordedEvent,
 )
 from readmodel.aggregates import MAX_PAGE
+
+# The event store's `actor` column holds this many characters (a token's name may be longer).
+_MAX_RECORDED_ACTOR = 200
 
 router = APIRouter(
     prefix="/v1/aggregates",
@@ -85,19 +93,24 @@ async def run_command(
     aggregate_id: str,
     name: str,
     aggregates: AggregateServiceDep,
+    caller: CallerDep,
     payload: Annotated[dict[str, Any], Body(description="The command's payload")],
     expected_version: Annotated[int | None, Query(ge=0)] = None,
     idempotency_key: Annotated[
         str | None, Header(max_length=MAX_COMMAND_ID_LENGTH, description="The command id")
     ] = None,
 ) -> CommandResult:
-    """200 with the events appended and the new version; 404 unknown type or command, 409 a
-    conflict with the aggregate's state (or `expected_version`), 422 an invalid payload."""
+    """200 with the events appended and the new version; 403 an actor the caller may not act
+    as, 404 unknown type or command, 409 a conflict with the aggregate's state (or
+    `expected_version`), 422 an invalid payload."""
     definition = aggregates.client.check(aggregate_type, aggregate_id, name)
     try:
         definition.parse_command(name, payload)
     except ValidationError as err:
         raise validation_problem(err.errors(), ("body",)) from err
+    actor = definition.command_actor(payload)
+    if actor is not None:
+        _authorise(caller, actor)
     return await aggregates.client.command(
         aggregate_type,
         aggregate_id,
@@ -105,14 +118,40 @@ async def run_command(
         payload,
         command_id=idempotency_key,
         expected_version=expected_version,
-        actor=_actor(payload),
+        actor=(actor or caller.principal or "api")[:_MAX_RECORDED_ACTOR],
     )
 
 
-def _actor(payload: dict[str, Any]) -> str:
-    """Who sent the command: the payload's own `actor` if it names one, else the API."""
-    actor = payload.get("actor")
-    return actor if isinstance(actor, str) and 0 < len(actor) <= 200 else "api"
+def _authorise(caller: Caller, actor: str) -> None:
+    """403 problem+json unless the caller may act as `actor`."""
+    if not caller.may_act_as(actor):
+        who = f"token '{caller.principal}'" if caller.principal else "this caller"
+        raise ApiProblem(
+            403,
+            "actor-not-allowed",
+            "Actor not allowed",
+            f"{who} may not act as '{actor}'",
+            actor=actor,
+        )
+
+
+def _reader(caller: Caller, actor: str | None) -> str | None:
+    """Whom a read is for: `?actor=` once the caller may act as it, else the token's own name."""
+    if actor is not None:
+        _authorise(caller, actor)
+        return actor
+    principal = caller.principal
+    return principal if principal is not None and caller.may_act_as(principal) else None
+
+
+ReadAs = Annotated[
+    str | None,
+    Query(
+        max_length=200,
+        description="Read as this actor (one the token may act as): secret fields show to "
+        "the actors the aggregate's definition entitles",
+    ),
+]
 
 
 @router.get(
@@ -152,10 +191,16 @@ async def retry_effect(
     "/{aggregate_type}/{aggregate_id}", response_model=AggregateView, summary="State and version"
 )
 async def get_aggregate(
-    aggregate_type: str, aggregate_id: str, aggregates: AggregateServiceDep
+    aggregate_type: str,
+    aggregate_id: str,
+    aggregates: AggregateServiceDep,
+    caller: CallerDep,
+    actor: ReadAs = None,
 ) -> AggregateView:
-    """Live from the aggregate's workflow: state, version and its read models."""
-    return await aggregates.state(aggregate_type, aggregate_id)
+    """Live from the aggregate's workflow: state, version and its read models; secret fields
+    redacted unless the reader may see them (403 for an `actor` the caller may not act as)."""
+    reader = _reader(caller, actor)
+    return await aggregates.state(aggregate_type, aggregate_id, reader=reader)
 
 
 @router.get(
@@ -167,11 +212,16 @@ async def aggregate_events(
     aggregate_type: str,
     aggregate_id: str,
     aggregates: AggregateServiceDep,
+    caller: CallerDep,
     after: Annotated[int, Query(ge=0, description="Only events with a greater seq")] = 0,
     limit: Annotated[int, Query(ge=1, le=MAX_PAGE)] = 100,
+    actor: ReadAs = None,
 ) -> list[RecordedEvent]:
-    """Oldest first; page with `after` = the last seq seen."""
-    return await aggregates.events(aggregate_type, aggregate_id, after=after, limit=limit)
+    """Oldest first; page with `after` = the last seq seen. Secret fields as in the state."""
+    reader = _reader(caller, actor)
+    return await aggregates.events(
+        aggregate_type, aggregate_id, after=after, limit=limit, reader=reader
+    )
 
 
 @router.get("/{aggregate_type}", response_model=AggregatePage, summary="Aggregates of a type")

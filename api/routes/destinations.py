@@ -34,16 +34,29 @@ class FlowEventInfo(BaseModel):
     """One transition of the destination's flow control."""
 
     at: datetime
-    kind: str = Field(description="throttled, resumed, ramped, recovered or released")
+    kind: str = Field(
+        description="throttled, resumed, ramped, recovered or released (the throttle);"
+        " opened, probe_failed or closed (the circuit)"
+    )
     detail: str
     rate: float | None = Field(description="The submit queue's rate after it (null: configured)")
 
 
 class FlowInfo(BaseModel):
-    """The destination's throttle rule at work (`flowcontrol/throttle.py`)."""
+    """The destination's throttle rule and circuit at work (`flowcontrol/throttle.py`,
+    `flowcontrol/breaker.py`)."""
 
     storms: int = Field(description="Throttles met since the flow started")
     factor: float = Field(description="The share of the submit rate it runs at (1: whole)")
+    circuit: str = Field(default="closed", description="'open' or 'closed'")
+    opened_at: datetime | None = Field(default=None, description="When the circuit last opened")
+    next_probe_at: datetime | None = Field(
+        default=None, description="While open: when the next probe goes"
+    )
+    probes_failed: int = Field(default=0, description="Probes failed since it opened")
+    last_error: str | None = Field(
+        default=None, description="What opened the circuit, then what the last probe met"
+    )
     events: list[FlowEventInfo] = Field(description="The newest transitions, oldest first")
 
 
@@ -65,9 +78,15 @@ class DestinationInfoFull(BaseModel):
         description="Paused by a provider's throttle (429/503 with Retry-After) until then; the"
         " destination resumes by itself",
     )
+    circuit: str = Field(
+        default="closed",
+        description="'open' while the destination's circuit holds its submits (its submits kept"
+        " failing; it closes when a probe succeeds), else 'closed'",
+    )
     flow: FlowInfo | None = Field(
         default=None,
-        description="The throttle rule at work, while it is (one destination's GET only)",
+        description="The throttle rule and the circuit at work, while they are (one"
+        " destination's GET only)",
     )
     # While paused: the run-time rate a resume restores (null: the configured rate).
     resume_submit_rate: float | None
@@ -98,11 +117,17 @@ def destination_info(state: DestinationState) -> DestinationInfoFull:
         paused=state.paused,
         pause_reason=state.submit.pause_reason or state.poll.pause_reason,
         paused_until=state.submit.paused_until,
+        circuit=state.circuit,
         flow=None
         if state.flow is None
         else FlowInfo(
             storms=state.flow.storms,
             factor=state.flow.factor,
+            circuit=state.flow.circuit,
+            opened_at=state.flow.opened_at,
+            next_probe_at=state.flow.next_probe_at,
+            probes_failed=state.flow.probes_failed,
+            last_error=state.flow.last_error,
             events=[FlowEventInfo(**vars(event)) for event in state.flow.events],
         ),
         resume_submit_rate=state.submit.resume_rate,

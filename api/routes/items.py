@@ -234,7 +234,7 @@ async def get_item(
     item says why it has not gone yet (`waiting_on`)."""
     snapshot = await items.get(outbox, key)
     response = _item_response(snapshot)
-    response.waiting_on = await explain(snapshot.view, controls, client)
+    response.waiting_on = await explain(snapshot.view, controls, client, items.engine)
     return response
 
 
@@ -291,6 +291,7 @@ def _new_item(body: EnqueueRequest, key: str) -> NewItem:
         not_before=body.due_time(datetime.now(UTC)),
         max_attempts=body.max_attempts,
         priority=body.priority,
+        concurrency_key=body.concurrency_key,
     )
 
 

@@ -9,6 +9,9 @@ import pytest
 from pydantic import ValidationError
 
 from aggregates.definition import (
+    REDACTED,
+    RESERVED_ACTORS,
+    SYSTEM_ACTOR,
     AggregateDefinition,
     Conflict,
     Effect,
@@ -20,7 +23,6 @@ from aggregates.definition import (
 from aggregates.labour import (
     EMAIL_DESTINATION,
     NOTIFICATIONS_OUTBOX,
-    SYSTEM_ACTOR,
     WEBHOOK_DESTINATION,
     LabourPlanned,
     LabourState,
@@ -220,3 +222,38 @@ def test_a_policy_naming_two_effects_alike_is_refused() -> None:
             "request_access",
             {"actor": "m1", "token": TOKEN, "name": "Ada", "contact": {"email": "ada@example.com"}},
         )
+
+
+def test_each_command_names_its_actor_and_system_is_reserved() -> None:
+    assert LABOUR.actor_field == "actor"
+    assert LABOUR.command_actor({"actor": "m1", "subscriber": "s1"}) == "m1"
+    assert LABOUR.command_actor({}) is None
+    # The token policy's command acts as `system`, which no caller may claim at the API.
+    [effect] = LABOUR.plan_effects(
+        "lab-1",
+        1,
+        LabourPlanned(mother="m1", mother_name="Ada", contact={"email": "a@x.io"}),
+        LabourState(),
+    )
+    assert isinstance(effect.action, IssueCommand)
+    assert LABOUR.command_actor(effect.action.payload) == SYSTEM_ACTOR in RESERVED_ACTORS
+
+
+def test_the_subscription_token_is_shown_to_the_mother_only() -> None:
+    state = with_subscribers()
+    data = state.model_dump(mode="json")
+
+    assert LABOUR.has_secrets()
+    assert LABOUR.may_read_secrets(state, "m1")
+    assert not any(LABOUR.may_read_secrets(state, who) for who in ("s1", "s2", "x", "system"))
+    assert not LABOUR.may_read_secrets(LabourState(), "m1")  # unplanned: no mother yet
+    redacted = LABOUR.redact_state(data)
+    assert redacted["subscription_token"] == REDACTED != data["subscription_token"] == TOKEN
+    assert {k: v for k, v in redacted.items() if k != "subscription_token"} == {
+        k: v for k, v in data.items() if k != "subscription_token"
+    }
+    # A token not set yet stays null; the event that sets it is redacted too.
+    assert LABOUR.redact_state({"subscription_token": None}) == {"subscription_token": None}
+    assert LABOUR.redact_event("SubscriptionTokenSet", {"token": TOKEN}) == {"token": REDACTED}
+    planned = {"mother": "m1", "mother_name": "Ada", "contact": {"email": "a@x.io"}}
+    assert LABOUR.redact_event("LabourPlanned", planned) == planned

@@ -136,7 +136,9 @@ async def test_labour_effects_through_the_api(api: Api) -> None:
         f"{url}/commands/plan_labour", json={"actor": "m1", "mother_name": "Ada", "contact": email}
     )
     [token] = await effects_of(api, url, 1)
-    state = (await http.get(url)).json()
+    # The subscription token is secret: shown to the mother only (no tokens here: `?actor=`).
+    state = (await http.get(url, params={"actor": "m1"})).json()
+    hidden = (await http.get(url)).json()["state"]["subscription_token"]
     wrong = await http.post(
         f"{url}/commands/request_access",
         json={"actor": "s1", "token": "guess", "name": "Bo", "contact": email},
@@ -162,6 +164,7 @@ async def test_labour_effects_through_the_api(api: Api) -> None:
     effects = await effects_of(api, url, 2)
 
     assert planned.status_code == 200 and planned.json()["events"][0]["actor"] == "m1"
+    assert hidden == "[redacted]" != state["state"]["subscription_token"]
     assert token["status"] == "done" and token["kind"] == "issue_command"
     assert_problem(wrong, 409, "command-conflict")
     assert "WrongToken" in wrong.json()["detail"]

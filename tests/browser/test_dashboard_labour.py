@@ -28,7 +28,9 @@ async def test_labour_view_and_effects_update_live(served_api_factory, browser: 
         token = None
         while not token:  # set by the token policy's effect a moment later
             await asyncio.sleep(0.05)
-            token = (await http.get(url)).json()["state"]["subscription_token"]
+            # Secret: the mother reads it (no tokens here, so `?actor=` says who reads).
+            state = (await http.get(url, params={"actor": "m1"})).json()["state"]
+            token = state["subscription_token"]
         await run("request_access", actor="s1", token=token, name="Bo", contact=email)
         await run("approve_subscriber", actor="m1", subscriber="s1", role="birth_partner")
         await run("start_contraction", actor="s1")

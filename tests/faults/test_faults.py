@@ -81,6 +81,7 @@ backoff_initial_s = {destination.delivery.backoff_initial_s}
 max_attempts = {destination.max_attempts}
 [destinations.{destination.name}.flow]
 throttle_pause = {str(destination.flow.throttle_pause).lower()}
+breaker = {str(destination.flow.breaker).lower()}
 [destinations.{destination.name}.settings]
 {settings}
 """
@@ -144,6 +145,9 @@ async def test_provider_storm_ends_every_item_with_no_duplicate_or_early_retry(
         poll_interval_s=0.3,
         poll_backoff_multiplier=1,
         settings={"timeout_s": 0.5},
+        # A third of requests fail at random, one by one: not a destination that is down,
+        # which the circuit breaker is for (tests/api/test_breaker.py).
+        flow={"breaker": False},
     )
     stack = await stack_factory(destination, env=dev_env)
     await fake_provider.admin.set_faults(

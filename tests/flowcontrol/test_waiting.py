@@ -34,6 +34,16 @@ def reasons(
 def test_an_item_with_nothing_holding_it_waits_for_its_turn_at_the_rate() -> None:
     [only] = waiting_on(view(), NOW, OPEN, None)
     assert only.reason == "rate" and "5 submits/s" in only.detail
+    assert only.until is None  # the queue ahead not known
+
+
+def test_the_queue_ahead_gives_an_estimate_at_the_rate() -> None:
+    [only] = waiting_on(view(), NOW, dataclasses.replace(OPEN, ahead=40), None)
+    assert only.reason == "rate" and only.until == NOW + timedelta(seconds=8)
+    assert "40 items ahead, about 8 s" in only.detail
+    # Paused by hand: no estimate (the rate in force is 0).
+    [held] = waiting_on(view(), NOW, dataclasses.replace(OPEN, ahead=40, submit_rate=0), None)
+    assert held.until is None
 
 
 def test_its_own_timers_come_first_with_their_end() -> None:
@@ -57,6 +67,16 @@ def test_a_paused_or_throttled_destination_and_a_lane_say_so() -> None:
     [halted] = waiting_on(view(ordering_key="c7"), NOW, OPEN, LanePlace("c7", 0, "HTTP 400"))
     assert "halted: HTTP 400" in halted.detail
     assert reasons(view(ordering_key="c7"), OPEN, LanePlace("c7", 0)) == [("rate", None)]
+
+
+def test_an_open_circuit_says_so_and_since_when() -> None:
+    since = NOW - timedelta(seconds=20)
+    circuit = dataclasses.replace(
+        OPEN, paused=True, pause_reason="circuit open since ...", circuit_open_since=since
+    )
+    [held] = waiting_on(view(), NOW, circuit, None)
+    assert held.reason == "circuit_open" and held.until is None
+    assert since.isoformat() in held.detail and "closes when a probe succeeds" in held.detail
 
 
 def test_only_a_queued_item_waits() -> None:

@@ -97,6 +97,20 @@ def test_item_backlog_counts_the_items_owed_and_the_oldest_queued(engine: Engine
     }
 
 
+def test_queued_ahead_counts_the_destinations_older_queued_items_of_every_outbox(
+    engine: Engine,
+) -> None:
+    put(engine, "a", ItemStatus.QUEUED, created_s=1)
+    put(engine, "b", ItemStatus.QUEUED, outbox="p", created_s=2)  # another outbox: same rate
+    put(engine, "c", ItemStatus.QUEUED, destination="e", created_s=3)  # another destination
+    put(engine, "d", ItemStatus.SENDING, created_s=4)  # out already
+    put(engine, "me", ItemStatus.QUEUED, created_s=5)
+    put(engine, "later", ItemStatus.QUEUED, created_s=6)
+    with engine.connect() as connection:
+        assert backlog.queued_ahead(connection, "d", T0 + timedelta(seconds=5)) == 2
+        assert backlog.queued_ahead(connection, "d", T0) == 0
+
+
 def test_lane_backlog_counts_busy_lanes_their_items_and_the_longest(engine: Engine) -> None:
     put_lane(engine, "a", LaneStatus.RUNNING, 3)
     put_lane(engine, "b", LaneStatus.RUNNING, 7)

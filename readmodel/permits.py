@@ -1,0 +1,149 @@
+"""Fleet-wide counts for flow control, kept in the read model's database: concurrency permits
+(at most N requests out at once for a scope) and request logs (at most N requests in any
+sliding window of a scope), exact across every worker process that shares the database.
+
+Temporal has neither: its task-queue rate is a token bucket split across the queue's
+partitions, and nothing caps activities in flight across workers (temporal#196). Each call
+here is one short transaction that first takes a lock on its scope (an advisory lock on
+PostgreSQL; SQLite serializes writers by itself), so two processes never both see room for the
+last slot. Why the database: docs/decisions/flow-ledger.md
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+from datetime import datetime, timedelta
+
+from sqlalchemy import Connection, Engine, delete, func, insert, select, text, update
+
+from readmodel.models import FLOW_PERMITS, FLOW_REQUESTS
+
+
+def _lock(connection: Connection, scope: str) -> None:
+    """Hold `scope` for the rest of the transaction. On SQLite the transaction's first write
+    (every caller's first statement is a delete) takes the database's one write lock."""
+    if connection.dialect.name == "postgresql":
+        key = int.from_bytes(hashlib.sha256(scope.encode()).digest()[:8], "big", signed=True)
+        connection.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": key})
+
+
+def take_permits(
+    engine: Engine,
+    scopes: Sequence[tuple[str, int]],
+    holder: str,
+    now: datetime,
+    lease: timedelta,
+) -> str | None:
+    """Take one permit of each scope (`scope`, `limit`) for `holder` until `now + lease` (a
+    holder that dies without returning them loses them then), all or none: None when taken,
+    else the first scope that was full. Taking them again renews them."""
+    if not scopes:
+        return None
+    with engine.begin() as connection:
+        for scope, _ in sorted(scopes):  # one lock order: no two takers wait on each other
+            _lock(connection, scope)
+        for scope, limit in scopes:
+            connection.execute(
+                delete(FLOW_PERMITS).where(
+                    FLOW_PERMITS.c.scope == scope,
+                    (FLOW_PERMITS.c.expires_at <= now) | (FLOW_PERMITS.c.holder == holder),
+                )
+            )
+            held = connection.execute(
+                select(func.count()).select_from(FLOW_PERMITS).where(FLOW_PERMITS.c.scope == scope)
+            ).scalar_one()
+            if held >= limit:
+                connection.rollback()
+                return scope
+        connection.execute(
+            insert(FLOW_PERMITS),
+            [{"scope": scope, "holder": holder, "expires_at": now + lease} for scope, _ in scopes],
+        )
+        return None
+
+
+def return_permits(engine: Engine, scopes: Sequence[str], holder: str) -> None:
+    with engine.begin() as connection:
+        connection.execute(
+            delete(FLOW_PERMITS).where(
+                FLOW_PERMITS.c.scope.in_(scopes), FLOW_PERMITS.c.holder == holder
+            )
+        )
+
+
+def permits_held(engine: Engine, scope: str, now: datetime) -> int:
+    with engine.connect() as connection:
+        return int(
+            connection.execute(
+                select(func.count())
+                .select_from(FLOW_PERMITS)
+                .where(FLOW_PERMITS.c.scope == scope, FLOW_PERMITS.c.expires_at > now)
+            ).scalar_one()
+        )
+
+
+Windows = Sequence[tuple[timedelta, int]]
+
+
+def take_requests(
+    engine: Engine,
+    scopes: Sequence[tuple[str, Windows]],
+    now: datetime,
+    pending_until: datetime | None = None,
+) -> tuple[timedelta, list[int]]:
+    """Record one request in each scope if every window (`per`, `max`) of every scope has room
+    for it at `now`: (zero, the ids of its rows); else record nothing: (how long until there
+    would be room at the soonest, []).
+
+    A request is recorded at `pending_until` (default `now`) until `settle_requests` gives it
+    the time it was answered: the time it reaches the provider lies between the two, so
+    counting it at its latest keeps every window the provider sees within its most."""
+    scopes = [(scope, windows) for scope, windows in scopes if windows]
+    if not scopes:
+        return timedelta(0), []
+    wait = timedelta(0)
+    with engine.begin() as connection:
+        for scope, _ in sorted(scopes, key=lambda found: found[0]):
+            _lock(connection, scope)
+        for scope, windows in scopes:
+            longest = max(per for per, _ in windows)
+            connection.execute(
+                delete(FLOW_REQUESTS).where(
+                    FLOW_REQUESTS.c.scope == scope, FLOW_REQUESTS.c.at <= now - longest
+                )
+            )
+            for per, most in windows:
+                # The window's newest `most`: the oldest of them must leave it to make room.
+                newest = list(
+                    connection.execute(
+                        select(FLOW_REQUESTS.c.at)
+                        .where(FLOW_REQUESTS.c.scope == scope, FLOW_REQUESTS.c.at > now - per)
+                        .order_by(FLOW_REQUESTS.c.at.desc())
+                        .limit(most)
+                    ).scalars()
+                )
+                if len(newest) >= most:
+                    # A request still out counts at its latest: room comes a window later at
+                    # most (it may come sooner, once it is answered).
+                    wait = max(wait, min(newest[most - 1] + per - now, per))
+        if wait > timedelta(0):
+            return wait, []
+        at = pending_until or now
+        ids = [
+            connection.execute(
+                insert(FLOW_REQUESTS).values(scope=scope, at=at).returning(FLOW_REQUESTS.c.id)
+            ).scalar_one()
+            for scope, _ in scopes
+        ]
+        return timedelta(0), ids
+
+
+def settle_requests(engine: Engine, ids: Sequence[int], answered_at: datetime) -> None:
+    """The requests of `ids` were answered at `answered_at`: they count from then."""
+    if not ids:
+        return
+    with engine.begin() as connection:
+        connection.execute(
+            update(FLOW_REQUESTS).where(FLOW_REQUESTS.c.id.in_(ids)).values(at=answered_at)
+        )

@@ -1,0 +1,172 @@
+"""The destination flow workflow's circuit on the dev server (queue config is real): a failing
+report pauses the submit queue with the circuit's reason, probes go at intervals, the circuit
+closes on a probe that succeeds and the queue gets back the run-time rate it had; a pause by
+hand is left alone (`workflows/destination_flow.py`, `activities/flow.py`).
+
+The probe here is a stand-in activity on the poll queue whose answers the test chooses; the
+providers' real probes run in `tests/api/test_breaker.py`."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+
+import pytest_asyncio
+from temporalio import activity
+from temporalio.client import Client, WorkflowQueryFailedError
+from temporalio.service import RPCError
+from temporalio.testing import WorkflowEnvironment
+from temporalio.worker import Worker
+
+from activities.flow import apply_flow_rate
+from contract.flow import (
+    FAILING_SIGNAL,
+    FLOW_QUERY,
+    FLOW_WORKFLOW_TYPE,
+    PROBE_ACTIVITY,
+    Failing,
+    FlowState,
+    ProbeResult,
+)
+from flowcontrol.queue_rates import pause_queue, read_queue_rate, set_queue_rate
+from tests.conftest import unique_name
+from workflows.destination_flow import DestinationFlowWorkflow
+
+
+@dataclass
+class Probes:
+    """The stand-in probe's answers, taken in turn (the last one repeats)."""
+
+    answers: list[bool] = field(default_factory=lambda: [False])
+    sent: int = 0
+
+    @activity.defn(name=PROBE_ACTIVITY)
+    async def probe(self, destination: str) -> ProbeResult:
+        ok = self.answers[min(self.sent, len(self.answers) - 1)]
+        self.sent += 1
+        return ProbeResult(ok=ok, detail="HTTP 204" if ok else "HTTP 503")
+
+
+@dataclass
+class Flow:
+    client: Client
+    destination: str
+    submit_queue: str
+    poll_queue: str
+    workflow_queue: str
+    probes: Probes
+
+    async def report(self) -> None:
+        now = datetime.now(UTC)
+        seen = Failing(
+            destination=self.destination,
+            task_queue=self.submit_queue,
+            poll_task_queue=self.poll_queue,
+            failures=5,
+            submits=5,
+            window_s=10.0,
+            since=now,
+            seen_at=now,
+            last_error="HTTP 502",
+            configured_rate=4.0,
+            probe_interval_s=0.3,
+            close_after=2,
+        )
+        await self.client.start_workflow(
+            FLOW_WORKFLOW_TYPE,
+            FlowState(
+                destination=self.destination,
+                task_queue=self.submit_queue,
+                configured_rate=4.0,
+                ramp_step_s=1.0,
+                storm_window_s=30.0,
+            ),
+            id=f"flow/{self.destination}",
+            task_queue=self.workflow_queue,
+            start_signal=FAILING_SIGNAL,
+            start_signal_args=[seen],
+        )
+
+    async def state(self) -> FlowState:
+        handle = self.client.get_workflow_handle(f"flow/{self.destination}")
+        found: FlowState = await handle.query(FLOW_QUERY, result_type=FlowState)
+        return found
+
+
+@pytest_asyncio.fixture(loop_scope="session")
+async def flow(dev_env: WorkflowEnvironment) -> AsyncIterator[Flow]:
+    client = dev_env.client
+    name = unique_name("flow")
+    found = Flow(client, name, f"{name}-submit", f"{name}-poll", f"{name}-workflows", Probes())
+    async with (
+        Worker(
+            client,
+            task_queue=found.workflow_queue,
+            workflows=[DestinationFlowWorkflow],
+            activities=[apply_flow_rate],
+        ),
+        Worker(client, task_queue=found.poll_queue, activities=[found.probes.probe]),
+    ):
+        try:
+            yield found
+        finally:
+            with contextlib.suppress(Exception):
+                await client.get_workflow_handle(f"flow/{name}").terminate("test over")
+
+
+async def until(check: object, timeout_s: float = 10.0) -> None:
+    for _ in range(int(timeout_s / 0.1)):
+        with contextlib.suppress(RPCError, WorkflowQueryFailedError):  # not started yet
+            if await check():  # type: ignore[operator]
+                return
+        await asyncio.sleep(0.1)
+    raise AssertionError("never happened")
+
+
+async def test_the_circuit_opens_probes_and_closes_back_to_the_run_time_rate(flow: Flow) -> None:
+    client = flow.client
+    # A run-time rate the circuit's close must give back.
+    await set_queue_rate(client, flow.submit_queue, 2.5, "set by hand", identity="test")
+    flow.probes.answers = [False, False, True, False, True, True]
+    await flow.report()
+
+    async def paused() -> bool:
+        return (await read_queue_rate(client, flow.submit_queue)).circuit_open_since is not None
+
+    await until(paused)
+    now = await read_queue_rate(client, flow.submit_queue)
+    assert now.paused and now.rate == 0 and now.resume_rate == 2.5
+    assert "5 of 5 submits" in (now.pause_reason or "")
+
+    async def closed() -> bool:
+        return (await flow.state()).circuit == "closed"
+
+    await until(closed)
+    state = await flow.state()
+    after = await read_queue_rate(client, flow.submit_queue)
+    assert not after.paused and after.rate == 2.5 and after.source == "api"
+    # Two in a row needed: the lone success between failures did not close it.
+    assert flow.probes.sent == 6 and state.probes_failed == 3
+    kinds = [event.kind for event in state.events]
+    assert kinds == ["opened", "probe_failed", "probe_failed", "probe_failed", "closed"], kinds
+
+
+async def test_a_pause_by_hand_stays_through_the_circuit(flow: Flow) -> None:
+    client = flow.client
+    now = await read_queue_rate(client, flow.submit_queue)
+    await pause_queue(client, flow.submit_queue, now, "maintenance", identity="test")
+    flow.probes.answers = [True]
+    await flow.report()
+
+    async def closed() -> bool:
+        state = await flow.state()
+        return state.circuit == "closed" and bool(state.events)
+
+    await until(closed)
+    after = await read_queue_rate(client, flow.submit_queue)
+    assert after.paused and after.pause_reason == "maintenance"
+    kinds = [event.kind for event in (await flow.state()).events]
+    assert kinds == ["opened", "closed"], kinds
