@@ -44,13 +44,23 @@ async def throttle_api(stack_factory, fake_provider, dev_env) -> AsyncIterator[T
         flow={"throttle_ramp_step_s": 1.0},
     )
     stack = await stack_factory(webhook, env=dev_env)
+    async with api_with_flow(stack, fake_provider, webhook.name) as http:
+        yield ThrottleApi(http=http, stack=stack, fake=fake_provider, webhook=webhook.name)
+
+
+@contextlib.asynccontextmanager
+async def api_with_flow(
+    stack: Stack, fake: FakeProvider, destination: str
+) -> AsyncIterator[httpx.AsyncClient]:
+    """The API over `stack`; after it, the destination's fault cleared and its flow workflow
+    ended (it would linger for minutes)."""
     settings = api_settings(workflow_task_queue=stack.task_queue)
     try:
         async for http in open_api(stack, settings):
-            yield ThrottleApi(http=http, stack=stack, fake=fake_provider, webhook=webhook.name)
+            yield http
     finally:
-        await fake_provider.admin.clear_endpoint_fault(webhook.name)
-        handle = stack.client.get_workflow_handle(flow_workflow_id(webhook.name))
+        await fake.admin.clear_endpoint_fault(destination)
+        handle = stack.client.get_workflow_handle(flow_workflow_id(destination))
         with contextlib.suppress(RPCError):  # ended already
             await handle.terminate("test over")
 
