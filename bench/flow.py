@@ -17,6 +17,16 @@ wait is from its hand-over to its arrival at the fake provider:
 
 - `priority_high_wait_median_s` / `priority_low_wait_median_s`, and their ratio
   `priority_wait_ratio` (bar: at most 0.1).
+
+And caps and quotas (`flowcontrol/caps.py`): 60 items of three tenants (30, 20, 10) to a
+webhook answering in 200 ms, with `max_in_flight = 4`, `key_max_in_flight = 2` and
+`key_quotas = [{per = "1s", max = 5}]`, and without them, in alternating rounds; measured at
+the fake provider:
+
+- `cap_max_in_flight` / `cap_max_in_flight_without`: the most requests out at once;
+- `cap_key_max_in_flight` / `..._without`: the most of one tenant's out at once;
+- `quota_key_max_per_s` / `..._without`: the most of one tenant's in any second;
+- `caps_items_per_s` / `..._without`: items sent a second, first enqueue to last sent.
 """
 
 from __future__ import annotations
@@ -47,6 +57,9 @@ QUICK = os.environ.get("QUICK") == "1"
 PRIORITY_LOW = 500 if QUICK else 2_000
 PRIORITY_HIGH = 50
 PRIORITY_RATE = 50.0
+CAP_TENANTS = {"a": 30, "b": 20, "c": 10}
+CAP_FLOW = {"max_in_flight": 4, "key_max_in_flight": 2, "key_quotas": [{"per": "1s", "max": 5}]}
+CAP_LATENCY_MS = 200
 
 
 async def sent(stack: BenchStack, outbox: str) -> int:
@@ -145,6 +158,73 @@ async def priorities() -> dict[str, float]:
     }
 
 
+async def caps(on: bool, round_: int) -> dict[str, float]:
+    """One run of the tenants' items, with the caps and quotas on or off."""
+    name = f"caps-{'on' if on else 'off'}-{round_}"
+    async with AsyncExitStack() as exits:
+        stack = await webhook_stack(
+            exits,
+            name=name,
+            db_file=PROJECT_ROOT / ".bench" / f"{name}.db",
+            workflow_task_queue=f"{name}-workflows",
+            submit_rate=100.0,
+            flow=CAP_FLOW if on else {},
+        )
+        await stack.fake.admin.set_endpoint_fault(name, latency_ms=CAP_LATENCY_MS)
+        items = [
+            stack.outbox.new_item(
+                "caps",
+                name,
+                {"tenant": tenant, "n": n},
+                key=f"{name}-{tenant}-{n}",
+                concurrency_key=tenant,
+            )
+            for tenant, count in CAP_TENANTS.items()
+            for n in range(count)
+        ]
+        began = time.monotonic()
+        await stack.outbox.hand_over(items, strict=True)
+        done, progressed_at = 0, time.monotonic()
+        while done < len(items):
+            now_done = await sent(stack, "caps")
+            if now_done > done:
+                done, progressed_at = now_done, time.monotonic()
+            if time.monotonic() - progressed_at > STALL_S:
+                raise RuntimeError(f"{name}: {done} of {len(items)} sent, then nothing")
+            await asyncio.sleep(0.1)
+        took = time.monotonic() - began
+        prefix, admin = f"/webhook/{name}", stack.fake.admin
+        per_key = [await admin.max_in_flight(prefix, {"tenant": t}) for t in CAP_TENANTS]
+        per_s = [await admin.max_rate(prefix, 1.0, {"tenant": t}) for t in CAP_TENANTS]
+        return {
+            "max_in_flight": await admin.max_in_flight(prefix),
+            "key_max_in_flight": max(per_key),
+            "key_max_per_s": max(per_s),
+            "items_per_s": len(items) / took,
+        }
+
+
+async def cap_figures() -> dict[str, Any]:
+    on: list[dict[str, float]] = []
+    off: list[dict[str, float]] = []
+    for round_ in range(ROUNDS):
+        on.append(await caps(True, round_))
+        off.append(await caps(False, round_))
+        print(f"  caps round {round_}: on {on[-1]}, off {off[-1]}", flush=True)
+    figures: dict[str, Any] = {}
+    for figure, name in (
+        ("max_in_flight", "cap_max_in_flight"),
+        ("key_max_in_flight", "cap_key_max_in_flight"),
+        ("key_max_per_s", "quota_key_max_per_s"),
+    ):
+        # The most any round saw: a cap holds in every round or not at all.
+        figures[name] = max(r[figure] for r in on)
+        figures[f"{name}_without"] = max(r[figure] for r in off)
+    figures["caps_items_per_s"] = round(statistics.median(r["items_per_s"] for r in on), 1)
+    figures["caps_items_per_s_without"] = round(statistics.median(r["items_per_s"] for r in off), 1)
+    return figures
+
+
 async def flow_figures() -> dict[str, Any]:
     on: list[dict[str, float]] = []
     off: list[dict[str, float]] = []
@@ -154,8 +234,10 @@ async def flow_figures() -> dict[str, Any]:
         print(f"  round {round_}: pause {on[-1]}, items alone {off[-1]}", flush=True)
     waits = await priorities()
     print(f"  priorities: {waits}", flush=True)
+    capped = await cap_figures()
     return {
         **waits,
+        **capped,
         "storm_submits_per_item": round(statistics.median(r["submits_per_item"] for r in on), 3),
         "storm_submits_per_item_without_pause": round(
             statistics.median(r["submits_per_item"] for r in off), 3
@@ -169,7 +251,12 @@ async def flow_figures() -> dict[str, Any]:
 def main() -> int:
     figures = asyncio.run(flow_figures())
     print(json.dumps(figures, indent=2))
-    return 0 if figures["storm_duplicates"] == 0 else 1
+    held = (
+        figures["cap_max_in_flight"] <= CAP_FLOW["max_in_flight"]
+        and figures["cap_key_max_in_flight"] <= CAP_FLOW["key_max_in_flight"]
+        and figures["quota_key_max_per_s"] <= 5
+    )
+    return 0 if figures["storm_duplicates"] == 0 and held else 1
 
 
 if __name__ == "__main__":
