@@ -300,6 +300,15 @@ def breaker_queues(destinations: Sequence[Destination]) -> dict[str, BreakerQueu
     }
 
 
+def worker_runtime(metrics_address: str | None) -> Runtime | None:
+    """The SDK runtime exporting Temporal's worker metrics (task latencies, slots, polls) for
+    Prometheus at `metrics_address` `/metrics`; None: the default runtime, no export."""
+    if not metrics_address:
+        return None
+    metrics = PrometheusConfig(bind_address=metrics_address)
+    return Runtime(telemetry=TelemetryConfig(metrics=metrics))
+
+
 async def run_worker(
     settings: Settings,
     only_destinations: list[str] | None,
@@ -318,11 +327,7 @@ async def run_worker(
     if run_workflows:
         engine = make_engine(settings.database_url)
         create_schema(engine)
-    runtime = None
-    if settings.worker_metrics_address:
-        # Temporal SDK metrics (task latencies, slots, polls) for Prometheus at /metrics.
-        metrics = PrometheusConfig(bind_address=settings.worker_metrics_address)
-        runtime = Runtime(telemetry=TelemetryConfig(metrics=metrics))
+    runtime = worker_runtime(settings.worker_metrics_address)
     tracing = configure_tracing("durable-outbox-worker")
     # Claim checks read and write the database every process shares (DATABASE_URL): an
     # activities-only worker needs it too, to read a large payload its submit carries.

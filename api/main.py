@@ -123,10 +123,12 @@ def create_app(
             log.warning("API running OPEN: no API_TOKEN set; anyone who can reach it can use it")
         app.state.live = LiveHub(db)
         app.state.metrics.backlog.attach(db)
+        app.state.metrics.destinations.attach(app.state.resources.controls)
         try:
             yield
         finally:
             await app.state.metrics.backlog.detach()
+            await app.state.metrics.destinations.detach()
             await app.state.live.close()
             if engine is None:
                 db.dispose()

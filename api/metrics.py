@@ -1,4 +1,5 @@
-"""Prometheus metrics: HTTP requests by route template, enqueues by outcome, and the backlog."""
+"""Prometheus metrics: HTTP requests by route template, enqueues by outcome, the backlog, and
+the destinations' state (paused, throttled, circuit, rate in force)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from prometheus_client import CollectorRegistry, Counter, Histogram
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from api.backlog_metrics import BacklogMetrics
+from api.destination_metrics import DestinationMetrics
 
 
 class ApiMetrics:
@@ -17,6 +19,10 @@ class ApiMetrics:
         self.registry = CollectorRegistry()
         # Read from the read model at scrape time (`refresh`), once the app has its engine.
         self.backlog = BacklogMetrics(
+            self.registry, cache_s=backlog_cache_s, timeout_s=backlog_timeout_s
+        )
+        # Read from Temporal at scrape time, once the app has its destination controls.
+        self.destinations = DestinationMetrics(
             self.registry, cache_s=backlog_cache_s, timeout_s=backlog_timeout_s
         )
         self.requests = Counter(

@@ -31,6 +31,7 @@ from starlette.routing import Mount
 import cli
 from activities.providers import PROVIDER_SETTINGS
 from api.backlog_metrics import FAMILIES
+from api.destination_metrics import FAMILIES as DESTINATION_FAMILIES
 from api.main import create_app
 from api.metrics import ApiMetrics
 from common.destinations import _ENV_REFERENCE, Destination, OutboxSettings
@@ -661,7 +662,7 @@ def metrics_page() -> str:
                 described.documentation,
             )
         )
-    for family in FAMILIES:
+    for family in (*FAMILIES, *DESTINATION_FAMILIES):
         rows.append(
             (
                 f"`{family.sample_name}`",
@@ -674,14 +675,19 @@ def metrics_page() -> str:
     lines = [
         "# Metrics reference",
         "",
-        _generated_from("the metric definitions in `api/metrics.py` and `api/backlog_metrics.py`"),
+        _generated_from(
+            "the metric definitions in `api/metrics.py`, `api/backlog_metrics.py` and"
+            " `api/destination_metrics.py`"
+        ),
         "",
         "## API",
         "",
         "`GET /metrics` on the API, open to Prometheus without a token. The backlog metrics are"
         " read from the read model at scrape time (at most once per `BACKLOG_METRICS_CACHE_S`);"
         " when that reading fails or is late, only `outbox_backlog_scrape_ok 0` is exported of"
-        " them. A histogram's samples are `_bucket`, `_sum` and `_count`.",
+        " them. The destinations' state is read from Temporal the same way"
+        " (`outbox_destinations_scrape_ok`). A histogram's samples are `_bucket`, `_sum` and"
+        " `_count`.",
         "",
         *_table(("Metric", "Type", "Labels", "Meaning"), rows),
         "",

@@ -58,7 +58,7 @@ async def readyz(resources: ResourcesDep) -> dict[str, str]:
 async def metrics(api_metrics: MetricsDep) -> Response:
     """HTTP requests by route template and status, enqueues by outcome, and the backlog
     (items per status, oldest queued age, sent and failed, lanes) from the read model."""
-    await api_metrics.backlog.refresh()
+    await asyncio.gather(api_metrics.backlog.refresh(), api_metrics.destinations.refresh())
     return Response(generate_latest(api_metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
 

@@ -85,6 +85,20 @@ async def test_failing_submits_open_the_circuit_items_wait_and_it_closes_by_itse
         return (await http.get(url)).json()
 
     opened = await eventually(destination, lambda found: found["circuit"] == "open")
+
+    async def metrics() -> str:
+        return (await http.get("/metrics")).text
+
+    # Prometheus sees it too (the destinations' state is read at most every few seconds).
+    for _ in range(100):
+        scraped = await metrics()
+        if f'outbox_destination_circuit_open{{destination="{name}"}} 1.0' in scraped:
+            break
+        await asyncio.sleep(0.1)
+    else:
+        raise AssertionError("the circuit never showed open in /metrics")
+    assert f'outbox_destination_paused{{destination="{name}"}} 1.0' in scraped
+    assert f'outbox_destination_submit_rate{{destination="{name}"}} 0.0' in scraped
     assert opened["paused"] is True and opened["submit"]["rate"] == 0
     assert opened["pause_reason"].startswith("circuit open since ")
     assert "HTTP 500" in opened["pause_reason"]
