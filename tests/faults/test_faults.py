@@ -82,10 +82,24 @@ max_attempts = {destination.max_attempts}
 [destinations.{destination.name}.flow]
 throttle_pause = {str(destination.flow.throttle_pause).lower()}
 breaker = {str(destination.flow.breaker).lower()}
+{flow_caps(destination)}
 [destinations.{destination.name}.settings]
 {settings}
 """
     )
+
+
+def flow_caps(destination: Any) -> str:
+    """The destination's caps and quotas as TOML lines (`flowcontrol/caps.py`)."""
+    flow, lines = destination.flow, []
+    for field in ("max_in_flight", "key_max_in_flight"):
+        if getattr(flow, field) is not None:
+            lines.append(f"{field} = {getattr(flow, field)}")
+    for field in ("quotas", "key_quotas"):
+        quotas = ", ".join(f'{{per = "{q.per}", max = {q.max}}}' for q in getattr(flow, field))
+        if quotas:
+            lines.append(f"{field} = [{quotas}]")
+    return "\n".join(lines)
 
 
 async def assert_exactly_once(fake: FakeProvider, item_ids: list[str]) -> None:
