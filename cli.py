@@ -38,7 +38,10 @@ class CliError(Exception):
 
 
 def _client(args: argparse.Namespace) -> httpx.Client:
-    headers = {"Authorization": f"Bearer {args.token}"} if args.token else {}
+    # Every state-changing route takes JSON (a 415 otherwise), body or no body.
+    headers = {"Content-Type": "application/json"}
+    if args.token:
+        headers["Authorization"] = f"Bearer {args.token}"
     return httpx.Client(base_url=args.api, headers=headers, timeout=30)
 
 

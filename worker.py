@@ -41,6 +41,7 @@ from activities.providers import build_provider, load_destinations
 from activities.providers.base import HttpProviderSettings
 from common.codec import codec_from_environment, data_converter
 from common.destinations import Destination, DestinationRegistry
+from common.redaction import install_log_redaction
 from common.settings import Settings, get_settings
 from common.tracing import configure_tracing
 from flowcontrol.breaker import BreakerGate, BreakerQueue
@@ -410,6 +411,8 @@ def main(argv: list[str] | None = None) -> None:
     )
     # One line per provider request at INFO would drown the worker's own log.
     logging.getLogger("httpx").setLevel(logging.WARNING)
+    # A provider's error may quote its URL, and a receiver's URL may carry a token.
+    install_log_redaction()
     only = args.destinations.split(",") if args.destinations else None
     asyncio.run(run_worker(get_settings(), only, run_workflows=not args.no_workflows))
 

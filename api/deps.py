@@ -9,7 +9,7 @@ from fastapi import Depends, Request
 from sqlalchemy import Engine
 
 from aggregates.definition import RESERVED_ACTORS
-from api.auth import ApiToken
+from api.auth import ANY_ACTOR, ApiToken
 from api.metrics import ApiMetrics
 from common.destinations import DestinationRegistry
 from common.settings import Settings
@@ -72,11 +72,6 @@ def get_metrics(request: Request) -> ApiMetrics:
     return metrics
 
 
-# The tokens `API_TOKEN` configures are named so (api/auth.py): the operator's own, with every
-# scope for every outbox, they act for anyone.
-_API_TOKEN_NAME_PREFIX = "API_TOKEN #"
-
-
 @dataclass(frozen=True)
 class Caller:
     """Who calls: the token's name (the principal) and the actors it may act as."""
@@ -91,16 +86,19 @@ class Caller:
 
 
 def get_caller(request: Request) -> Caller:
-    """The caller `require_token` authenticated. A tokens-file token acts as its own name only;
+    """The caller `require_token` authenticated. A tokens-file token acts as its own name, or
+    as the `actors` its entry lists (`["*"]`: anyone); an `API_TOKEN` token as anyone;
     with no token configured nobody is authenticated, so any actor but the reserved may be
     named (development only: docs/explanation/aggregates.md#actors-and-secrets)."""
     token: ApiToken | None = getattr(request.state, "token", None)
     if token is None:
         tokens_configured = bool(request.app.state.tokens)
         return Caller(principal=None, actors=frozenset() if tokens_configured else None)
-    if token.name.startswith(_API_TOKEN_NAME_PREFIX):
+    if token.actors is None:
+        return Caller(principal=token.name, actors=frozenset({token.name}))
+    if ANY_ACTOR in token.actors:
         return Caller(principal=token.name, actors=None)
-    return Caller(principal=token.name, actors=frozenset({token.name}))
+    return Caller(principal=token.name, actors=token.actors)
 
 
 ResourcesDep = Annotated[Resources, Depends(get_resources)]

@@ -3,24 +3,29 @@
 The lifespan owns the long-lived resources: the Temporal client and the `OutboxClient` over it,
 the destinations, the read-model engine (schema created at start-up) and the live-event hub.
 Tests inject their own client and engine so the real app runs against a test server.
+
+With `OUTBOX_ENV=production` (the image's default) the lifespan refuses an open configuration
+(no token, no payload keys, a public events secret) unless `ALLOW_INSECURE` is set
+(`api/security.py`). Every log line has its `token=` and `secret=` values replaced with `***`
+(`common/redaction.py`).
 """
 
 from __future__ import annotations
 
 import logging
+import secrets
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from datetime import timedelta
 
 from fastapi import Depends, FastAPI
-from fastapi.middleware.cors import CORSMiddleware
 from opentelemetry.instrumentation.fastapi import FastAPIInstrumentor
 from sqlalchemy import Engine
 from sqlalchemy.exc import DBAPIError
 from temporalio.client import Client
 
 from activities.providers import load_destinations
-from api.auth import load_tokens, require_token
+from api.auth import load_tokens, require_json, require_token
 from api.deps import Resources
 from api.errors import install_error_handlers
 from api.limits import BodySizeLimit
@@ -43,8 +48,10 @@ from api.routes import (
 from api.routes import codec as codec_route
 from api.routes import destinations as destination_routes
 from api.routes import token as token_route
+from api.security import AllowedHosts, CodecCors, check_configuration
 from common.codec import codec_from_environment, data_converter
 from common.destinations import DestinationRegistry
+from common.redaction import install_log_redaction
 from common.settings import Settings, get_settings
 from common.tracing import configure_tracing
 from outbox_client import OutboxClient, TemporalConnection
@@ -75,6 +82,7 @@ def create_app(
         logging.basicConfig(
             level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
         )
+    install_log_redaction()
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -84,6 +92,7 @@ def create_app(
             registry = outbox_client.destinations
         else:
             registry = load_destinations(settings.outbox_config)
+        check_configuration(app, settings, registry)
         db = engine if engine is not None else make_engine(settings.database_url)
         try:
             create_schema(db)
@@ -117,10 +126,6 @@ def create_app(
             ),
             controls=DestinationControls(outbox, registry),
         )
-        if app.state.tokens:
-            log.info("API requires a bearer token (%d configured)", len(app.state.tokens))
-        else:
-            log.warning("API running OPEN: no API_TOKEN set; anyone who can reach it can use it")
         app.state.live = LiveHub(db)
         app.state.metrics.backlog.attach(db)
         app.state.metrics.destinations.attach(app.state.resources.controls)
@@ -161,7 +166,12 @@ def create_app(
     app.state.tokens = load_tokens(settings)
     # The Web UI's codec server decrypts with the same keys the clients encrypt with.
     app.state.codec = codec_from_environment()
-    authenticated = [Depends(require_token)]
+    # Signs the codec session cookies: shared by the API processes behind one host if set.
+    app.state.session_key = (
+        settings.session_secret.encode() if settings.session_secret else secrets.token_bytes(32)
+    )
+    app.state.insecure = []
+    authenticated = [Depends(require_token), Depends(require_json)]
     app.include_router(token_route.router, dependencies=authenticated)
     app.include_router(codec_route.router, dependencies=authenticated)
     app.include_router(items.router, dependencies=authenticated)
@@ -182,11 +192,7 @@ def create_app(
     app.add_middleware(BodySizeLimit, max_bytes=settings.max_request_bytes)
     app.add_middleware(MetricsMiddleware, metrics=app.state.metrics)
     # The Web UI calls the codec server from the browser, from its own origin.
-    app.add_middleware(
-        CORSMiddleware,
-        allow_origins=settings.codec_cors_origins_list,
-        allow_methods=["POST", "OPTIONS"],
-        allow_headers=["content-type", "authorization", "x-namespace", "caller-type"],
-        allow_credentials=True,
-    )
+    app.add_middleware(CodecCors, origins=settings.codec_cors_origins_list)
+    # Outermost: a request for another host name (DNS rebinding) is refused before anything.
+    app.add_middleware(AllowedHosts, allowed_hosts=settings.allowed_hosts_list)
     return app

@@ -68,6 +68,11 @@ BATCH_RULE = (
 )
 
 
+# The slowest rate a destination may have: one request every ~17 minutes. Below it a rate is a
+# typo (9.7e-39 would never deliver anything); to stop a destination, pause it.
+MIN_RATE = 0.001
+
+
 def poll_queue_requests(poll_rate: float, submit_rate: float, poll_in_submit: bool) -> float:
     """Polls a second the poll queue may make so that, with the first polls a `poll_in_submit`
     destination's submits make (at most `submit_rate` a second), the provider sees at most
@@ -102,13 +107,13 @@ class Destination(BaseModel):
     )
     submit_rate: float = Field(
         default=1.5,
-        gt=0,
+        ge=MIN_RATE,
         description="Submit activities per second, enforced by the Temporal server across every"
-        " worker.",
+        f" worker; at least {MIN_RATE:g} (to stop a destination, pause it).",
     )
     poll_rate: float = Field(
         default=2.0,
-        gt=0,
+        ge=MIN_RATE,
         description="Polls per second, likewise (with `poll_in_submit`, the submits' first polls"
         " included).",
     )
@@ -447,10 +452,13 @@ def _expand_env(value: Any, environ: Mapping[str, str]) -> Any:
 
         def substitute(match: re.Match[str]) -> str:
             name, default = match.group(1), match.group(2)
-            if name in environ:
+            # As the shell's `${X:-default}`: an empty variable takes the default too.
+            if environ.get(name):
                 return environ[name]
             if default is not None:
                 return default
+            if name in environ:
+                return environ[name]
             raise DestinationConfigError(f"environment variable {name} is not set")
 
         return _ENV_REFERENCE.sub(substitute, value)

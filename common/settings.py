@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from functools import lru_cache
 from pathlib import Path
+from typing import Literal
 
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -11,6 +12,10 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from contract.ids import OPERATIONS_TASK_QUEUE, WORKFLOW_TASK_QUEUE
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
+# `fake-email`'s events secret in config/destinations.toml unless FAKE_EMAIL_EVENTS_SECRET is set
+# (`make dev`'s): published here, so a production API refuses to take reports with it.
+DEV_EVENTS_SECRET = "dev-events-secret"
+PUBLIC_EVENTS_SECRETS = frozenset({DEV_EVENTS_SECRET})
 
 
 class Settings(BaseSettings):
@@ -41,6 +46,31 @@ class Settings(BaseSettings):
         description="The read model's database: `sqlite:///path` or `postgresql://...`.",
     )
 
+    outbox_env: Literal["development", "production"] = Field(
+        default="development",
+        description="`production` (the image's default): the API refuses to start without a"
+        " token, payload keys and private events secrets unless `ALLOW_INSECURE` is set.",
+    )
+    allow_insecure: bool = Field(
+        default=False,
+        description="Let a `production` API start with an open configuration anyway; it then"
+        " warns on every start and `/readyz` lists what is open.",
+    )
+    allowed_hosts: str = Field(
+        default="*",
+        description="Host names the API answers to (`Host` header), comma-separated, e.g."
+        " `outbox.example.com`; `*`: any (set it in production against DNS rebinding).",
+    )
+    websocket_origins: str = Field(
+        default="",
+        description="Browser origins, besides the API's own, whose pages may open the live"
+        " WebSockets, comma-separated (`https://ops.example.com`).",
+    )
+    session_secret: str = Field(
+        default="",
+        description="Key that signs the Web UI's codec session cookie; give every API process"
+        " behind one host the same one. Empty: a random key per process.",
+    )
     api_token: str = Field(
         default="",
         description="Bearer tokens with every scope, comma-separated; with neither this nor"
@@ -153,7 +183,22 @@ class Settings(BaseSettings):
 
     @property
     def api_tokens(self) -> list[str]:
-        return [token.strip() for token in self.api_token.split(",") if token.strip()]
+        """`API_TOKEN`'s tokens; an empty entry (`a,,b`, a lone comma, blanks) is an error, not a
+        token nobody meant, so a typo cannot pass for a configured token."""
+        if not self.api_token.strip():
+            return []
+        tokens = [token.strip() for token in self.api_token.split(",")]
+        if not all(tokens):
+            raise ValueError("API_TOKEN holds an empty token (check its commas)")
+        return tokens
+
+    @property
+    def allowed_hosts_list(self) -> list[str]:
+        return [host.strip() for host in self.allowed_hosts.split(",") if host.strip()] or ["*"]
+
+    @property
+    def websocket_origins_list(self) -> list[str]:
+        return [o.strip().rstrip("/") for o in self.websocket_origins.split(",") if o.strip()]
 
 
 @lru_cache

@@ -17,7 +17,8 @@ unless it is set.
 
 The fake provider POSTs its ACS delivery reports (as Event Grid would) to the API's
 `/v1/destinations/fake-email/events`, with the secret `fake-email` checks: FAKE_EMAIL_EVENTS_SECRET
-(dev-events-secret), set for every child so both sides agree. Mail to bounce@… bounces.
+(dev-events-secret), set in every child's environment (never on a command line) so both sides
+agree. Mail to bounce@… bounces.
 """
 
 from __future__ import annotations
@@ -31,7 +32,6 @@ import sys
 import threading
 import time
 import urllib.error
-import urllib.parse
 import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import IO
 
 from common.codec import new_key_setting
-from common.settings import PROJECT_ROOT
+from common.settings import DEV_EVENTS_SECRET, PROJECT_ROOT
 from devstack.temporal_server import (
     STOP_GRACE_S,
     dev_server_command,
@@ -55,8 +55,6 @@ RESTART_MAX_S = 30.0
 RESTART_RESET_AFTER_S = 60.0
 # The worker logs this once every worker of the process polls (worker.py); it opens no port.
 WORKER_READY_LINE = "worker ready"
-# `fake-email`'s events_secret in config/destinations.toml, unless FAKE_EMAIL_EVENTS_SECRET is set.
-DEV_EVENTS_SECRET = "dev-events-secret"
 
 
 class StartupError(RuntimeError):
@@ -183,12 +181,10 @@ def build_children(env: dict[str, str]) -> list[Child]:
     # Payloads encrypted from the first run, as production should run: a development key made
     # once under the data directory (PAYLOAD_KEYS set by the user wins).
     env.setdefault("PAYLOAD_KEYS", dev_payload_keys(data_dir))
-    # The fake's Event Grid reports to the API with the secret `fake-email` is configured with.
-    events_secret = env.setdefault("FAKE_EMAIL_EVENTS_SECRET", DEV_EVENTS_SECRET)
-    report_url = (
-        f"http://127.0.0.1:{api_port}/v1/destinations/fake-email/events"
-        f"?secret={urllib.parse.quote(events_secret, safe='')}"
-    )
+    # The fake's Event Grid reports to the API with the secret `fake-email` is configured with,
+    # which the fake reads from its environment: a command line is visible to `ps`.
+    env.setdefault("FAKE_EMAIL_EVENTS_SECRET", DEV_EVENTS_SECRET)
+    report_url = f"http://127.0.0.1:{api_port}/v1/destinations/fake-email/events"
     # Children write to a pipe: without this, Python would hold their output back in buffers.
     env["PYTHONUNBUFFERED"] = "1"
     fake = [

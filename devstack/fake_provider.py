@@ -4,7 +4,9 @@ For development, demos, tests and benchmarks: it checks signatures like the real
 by idempotency key (`Operation-Id`, `webhook-id`) and counts what it sees so tests can assert
 "delivered exactly once", "rate never exceeded", "no request before Retry-After elapsed".
 Given `--report-url`, it also reports each email recipient's fate there as Event Grid would
-(`devstack/fake_reports.py`); an address whose local part starts with `bounce` always bounces.
+(`devstack/fake_reports.py`), with the events secret from `FAKE_EMAIL_EVENTS_SECRET` (never on
+the command line, where `ps` would show it); an address whose local part starts with `bounce`
+always bounces.
 
 Faults come from four places, most specific first: a per-key script (`POST /_admin/script`),
 per-request headers (`X-Fake-Status`, `X-Fake-Retry-After`, `X-Fake-Latency-Ms`, `X-Fake-Hang-S`,
@@ -39,6 +41,7 @@ from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
 from email.utils import formatdate
 from typing import Any
+from urllib.parse import parse_qsl, urlencode, urlsplit
 
 import httpx
 import uvicorn
@@ -47,6 +50,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from common.settings import DEV_EVENTS_SECRET
 from devstack.fake_reports import SCHEMAS, ReportSender, ReportSettings
 from devstack.serving import serve_in_background
 
@@ -152,12 +156,29 @@ class KeyStats:
     not_before: float = 0.0
 
 
+def with_secret(url: str, secret: str | None) -> str:
+    """`url` with `secret=` in its query, unless it has one already or there is no secret."""
+    parts = urlsplit(url)
+    query = parse_qsl(parts.query, keep_blank_values=True)
+    if not secret or any(name == "secret" for name, _ in query):
+        return url
+    return parts._replace(query=urlencode([*query, ("secret", secret)])).geturl()
+
+
 class FakeProviderState:
     """Everything the fake remembers; reset with `POST /_admin/reset`."""
 
-    def __init__(self, acs_access_key: str, webhook_secret: str, faults: FaultConfig) -> None:
+    def __init__(
+        self,
+        acs_access_key: str,
+        webhook_secret: str,
+        faults: FaultConfig,
+        events_secret: str | None = None,
+    ) -> None:
         self.acs_access_key = acs_access_key
         self.webhook_secret = webhook_secret
+        # What the reports carry to the report URL, as its subscription's `?secret=` would.
+        self.events_secret = events_secret
         self.faults = faults
         self.reports = ReportSender()
         self.reset()
@@ -169,7 +190,7 @@ class FakeProviderState:
             return
         operation.reported = True
         settings = ReportSettings(
-            url=faults.report_url,
+            url=with_secret(faults.report_url, self.events_secret),
             schema=faults.report_schema,
             delay_s=faults.report_delay_s,
             bounce_rate=faults.bounce_rate,
@@ -710,9 +731,12 @@ async def run_fake_provider(
     faults: FaultConfig | None = None,
     acs_access_key: str = DEFAULT_ACS_ACCESS_KEY,
     webhook_secret: str = DEFAULT_WEBHOOK_SECRET,
+    events_secret: str | None = None,
 ) -> AsyncIterator[FakeProvider]:
     """Serve the fake on a free loopback port for the duration of the block."""
-    state = FakeProviderState(acs_access_key, webhook_secret, faults or FaultConfig())
+    state = FakeProviderState(
+        acs_access_key, webhook_secret, faults or FaultConfig(), events_secret
+    )
     try:
         async with serve_in_background(create_app(state)) as url:
             yield FakeProvider(url=url, state=state, admin=FakeProviderAdmin(url))
@@ -764,6 +788,8 @@ def main(argv: list[str] | None = None) -> None:
         os.environ.get("FAKE_ACS_ACCESS_KEY", DEFAULT_ACS_ACCESS_KEY),
         os.environ.get("FAKE_WEBHOOK_SECRET", DEFAULT_WEBHOOK_SECRET),
         faults,
+        # config/destinations.toml's fallback too, so an unset variable still pairs them.
+        os.environ.get("FAKE_EMAIL_EVENTS_SECRET") or DEV_EVENTS_SECRET,
     )
     uvicorn.run(create_app(state), host=args.host, port=args.port, log_level="warning")
 

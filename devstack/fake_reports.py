@@ -19,6 +19,8 @@ from typing import Any
 
 import httpx
 
+from common.redaction import redact
+
 log = logging.getLogger("fake_provider.reports")
 
 EVENT_TYPE = "Microsoft.Communication.EmailDeliveryReportReceived"
@@ -142,7 +144,7 @@ class ReportSender:
             if attempt + 1 < ATTEMPTS:
                 await asyncio.sleep(RETRY_DELAY_S)
         self.failures += 1
-        log.warning("gave up delivering %d reports to %s", len(events), settings.url)
+        log.warning("gave up delivering %d reports to %s", len(events), redact(settings.url))
 
     async def close(self) -> None:
         """Cancel reports not yet sent and close the HTTP client."""

@@ -5,6 +5,7 @@ No Docker engine runs here, so these read the files and compare them with what t
 
 from __future__ import annotations
 
+import asyncio
 import importlib
 import re
 import shlex
@@ -20,6 +21,8 @@ import setuptools
 import yaml
 from temporalio.envconfig import ClientConfigProfile
 
+from api.main import create_app
+from api.security import InsecureConfiguration
 from common.settings import Settings
 from contract.search_attributes import ALL
 from devstack.fake_provider import command_line_parser
@@ -52,6 +55,24 @@ def flag_value(command: list[str], flag: str) -> str:
 
 def published_ports(service: str) -> set[str]:
     return {str(port) for port in SERVICES[service].get("ports", [])}
+
+
+def publishes(service: str, port: str) -> str | None:
+    """The host address `service` publishes container `port` on ("" for every interface), or
+    None if it does not publish it."""
+    for mapping in published_ports(service):
+        *host, published, target = mapping.split(":")
+        if published == target == port:
+            return host[0] if host else ""
+    return None
+
+
+def compose_default(value: str) -> str | None:
+    """What compose gives a variable whose value is `value` when the shell sets nothing: a
+    `${NAME:-default}` is its default, a bare `${NAME}` or no value leaves it unset (None)."""
+    if value == "None":
+        return None
+    return re.sub(r"\$\{[A-Z0-9_]+(?::-([^}]*))?\}", lambda m: m.group(1) or "", value)
 
 
 def test_every_service_has_an_image_or_build() -> None:
@@ -123,7 +144,7 @@ def test_temporal_connection_is_the_compose_server_and_namespace() -> None:
         # What `outbox_client.connect()` will use in the container: plaintext, no API key.
         config = load_connect_config(environment_of(service))
         host, port = config["target_host"].split(":")
-        assert host == "temporal" and f"{port}:{port}" in published_ports("temporal"), service
+        assert host == "temporal" and publishes("temporal", port) is not None, service
         assert {"tls", "api_key"}.isdisjoint(config), service
         assert f"namespace create --namespace {config['namespace']}" in setup, service
         assert f"search-attribute create --namespace {config['namespace']}" in setup, service
@@ -135,7 +156,7 @@ def test_provider_url_reaches_the_fake_provider() -> None:
     provider = urlsplit(environment_of("worker")["FAKE_PROVIDER_URL"])
     fake_port = flag_value(command_of("fake-provider"), "--port")
     assert provider.hostname == "fake-provider" and str(provider.port) == fake_port
-    assert f"{fake_port}:{fake_port}" in published_ports("fake-provider")
+    assert publishes("fake-provider", fake_port) == "127.0.0.1"
 
 
 def test_fake_provider_reports_reach_the_api_with_the_destinations_secret() -> None:
@@ -143,12 +164,81 @@ def test_fake_provider_reports_reach_the_api_with_the_destinations_secret() -> N
     api_port = flag_value(command_of("api"), "--port")
     assert (report.hostname, str(report.port)) == ("api", api_port)
     assert report.path == "/v1/destinations/fake-email/events"
-    # The same secret the app's fake-email destination expands `${FAKE_EMAIL_EVENTS_SECRET}` to.
-    secret = "${FAKE_EMAIL_EVENTS_SECRET:-dev-events-secret}"
-    assert report.query == f"secret={secret}"
-    assert environment_of("api")["FAKE_EMAIL_EVENTS_SECRET"] == secret
+    # The secret is in neither side's command line (`ps` shows those) but in the environment
+    # both get from the shell: the fake appends it, fake-email expands `${...}` to it.
+    assert report.query == ""
+    for service in ("api", "fake-provider"):
+        assert "FAKE_EMAIL_EVENTS_SECRET" in environment_of(service), service
     config = (ROOT / "config" / "destinations.toml").read_text()
-    assert 'events_secret = "${FAKE_EMAIL_EVENTS_SECRET:-dev-events-secret}"' in config
+    assert 'events_secret = "${FAKE_EMAIL_EVENTS_SECRET' in config
+
+
+def test_only_the_api_is_published_beyond_this_host() -> None:
+    api_port = flag_value(command_of("api"), "--port")
+    assert publishes("api", api_port) == ""
+    for name in SERVICES:
+        for mapping in published_ports(name):
+            if name == "api":
+                continue
+            # Temporal's frontend and UI, the fake's /_admin: this host only.
+            assert mapping.startswith("127.0.0.1:"), (name, mapping)
+    assert {"temporal", "temporal-ui"} <= {name for name in SERVICES if published_ports(name)}
+
+
+def test_the_fake_provider_is_not_in_the_production_shape() -> None:
+    assert SERVICES["fake-provider"]["profiles"] == ["dev"]
+    for name, service in SERVICES.items():
+        if name != "fake-provider":
+            assert not service.get("profiles"), name
+        depends_on = service.get("depends_on", {})
+        if "fake-provider" in depends_on:
+            # Without the profile the service still starts.
+            assert depends_on["fake-provider"].get("required") is False, name
+
+
+def test_no_secret_has_a_public_default_or_sits_on_a_command_line() -> None:
+    api = environment_of("api")
+    # Unset unless the shell sets it: no public events secret, no default token or key.
+    assert compose_default(api["FAKE_EMAIL_EVENTS_SECRET"]) is None
+    for name in ("API_TOKEN", "API_TOKENS_FILE", "PAYLOAD_KEYS", "SESSION_SECRET"):
+        assert compose_default(api[name]) in ("", None), name
+    for name in SERVICES:
+        if name in APP_SERVICES:
+            command = " ".join(command_of(name))
+            assert "secret=" not in command and "token=" not in command, name
+            assert "${" not in command, name
+
+
+def test_the_compose_api_with_its_defaults_refuses_to_start_open(monkeypatch) -> None:
+    """The API's environment as compose gives it with nothing set in the shell, read by the real
+    settings and start-up check: production, and refused until the secrets are set."""
+    for name, value in environment_of("api").items():
+        default = compose_default(value)
+        if default is None:
+            monkeypatch.delenv(name, raising=False)
+        else:
+            monkeypatch.setenv(name, default)
+    monkeypatch.setenv("OUTBOX_CONFIG", str(ROOT / "config" / "destinations.toml"))
+    settings = Settings(_env_file=None)  # type: ignore[call-arg]
+    assert settings.outbox_env == "production" and not settings.allow_insecure
+    # The image itself, wherever it runs, and not only this compose file.
+    assert re.search(r"^ENV OUTBOX_ENV=production$", DOCKERFILE, re.M)
+    app = create_app(settings)
+
+    async def start() -> None:
+        async with app.router.lifespan_context(app):
+            pass
+
+    with pytest.raises(InsecureConfiguration) as refused:
+        asyncio.run(start())
+    for missing in ("API_TOKEN", "PAYLOAD_KEYS", "fake-email"):
+        assert missing in str(refused.value), missing
+
+
+def test_secrets_stay_out_of_git_and_the_image() -> None:
+    ignored = (ROOT / ".gitignore").read_text().splitlines()
+    assert ".env" in ignored
+    assert not in_build_context(".env") and not in_build_context(".env.production")
 
 
 def glob_regex(pattern: str) -> re.Pattern[str]:

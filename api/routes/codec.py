@@ -13,6 +13,7 @@ import base64
 from collections.abc import Awaitable, Callable, Sequence
 
 from fastapi import APIRouter, Request
+from google.protobuf.message import DecodeError
 from pydantic import BaseModel
 from temporalio.api.common.v1 import Payload
 
@@ -68,6 +69,15 @@ async def _apply(
             payloads = await transform(payloads)
         except CodecKeyError as err:
             raise ApiProblem(422, "undecodable-payload", "Undecodable payload", str(err)) from err
+        except (ValueError, DecodeError) as err:
+            # A key id that is not UTF-8, a ciphertext too short to hold a nonce, plaintext that
+            # is no payload: what a hand-made request holds, never what our codec wrote.
+            raise ApiProblem(
+                422,
+                "undecodable-payload",
+                "Undecodable payload",
+                f"not a payload this codec wrote ({type(err).__name__})",
+            ) from err
     return Payloads(
         payloads=[
             JsonPayload(

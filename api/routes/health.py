@@ -6,7 +6,7 @@ import asyncio
 import logging
 from collections.abc import Awaitable
 
-from fastapi import APIRouter, Response
+from fastapi import APIRouter, Request, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from temporalio.api.workflowservice.v1 import GetSystemInfoRequest
 
@@ -34,8 +34,10 @@ async def healthz() -> dict[str, str]:
     summary="Temporal and the read-model database answer",
     responses=problem_responses(503),
 )
-async def readyz(resources: ResourcesDep) -> dict[str, str]:
-    """200 when both answer within the timeout; else 503 naming what is down."""
+async def readyz(resources: ResourcesDep, request: Request) -> dict[str, str | list[str]]:
+    """200 when both answer within the timeout; else 503 naming what is down. An API started
+    open on purpose (`ALLOW_INSECURE`) lists what is open under `insecure`, ready or not."""
+    insecure: list[str] = request.app.state.insecure
     checks: dict[str, Awaitable[object]] = {
         "temporal": _temporal_answers(resources),
         "database": asyncio.to_thread(ping, resources.engine),
@@ -50,8 +52,9 @@ async def readyz(resources: ResourcesDep) -> dict[str, str]:
             f"not reachable: {', '.join(down)}",
             {"Retry-After": RETRY_AFTER_S},
             down=down,
+            **({"insecure": insecure} if insecure else {}),
         )
-    return {"status": "ready"}
+    return {"status": "ready", **({"insecure": insecure} if insecure else {})}
 
 
 @router.get("/metrics", summary="Prometheus metrics")

@@ -1,6 +1,11 @@
 """Live streams: `WS /v1/outboxes/{outbox}/live?since=ID` (an outbox's item events) and
 `WS /v1/aggregates/{type}/{id}/live?since=SEQ` (one aggregate's events): backfill after
-`since`, then every new event."""
+`since`, then every new event.
+
+A browser passes its token as the subprotocols `bearer` and `bearer.<base64url token>` (see
+`api.auth`); a page of another origin is refused. A `since` that is no event id closes the socket
+with 1008 and says why.
+"""
 
 from __future__ import annotations
 
@@ -11,7 +16,7 @@ from typing import Any
 from fastapi import APIRouter, WebSocket, WebSocketDisconnect, status
 from pydantic import TypeAdapter
 
-from api.auth import websocket_token_allows
+from api.auth import websocket_refusal, websocket_subprotocol
 from api.live import LiveHub, SubscriberTooSlow
 from contract.aggregate import RecordedEvent
 from contract.ids import parse_item_workflow_id
@@ -23,6 +28,8 @@ from readmodel.models import EventRecord
 router = APIRouter(tags=["live"])
 
 _BACKFILL_PAGE = 500
+# Event ids and sequence numbers are 64-bit signed integers in the read model.
+_MAX_POSITION = 2**63 - 1
 _EVENT_JSON = TypeAdapter(EventRecord)
 
 
@@ -36,10 +43,7 @@ def event_message(event: EventRecord) -> dict[str, Any]:
 @router.websocket("/v1/outboxes/{outbox}/live")
 async def live(websocket: WebSocket, outbox: str, since: int | None = None) -> None:
     """Every event after `since` (none without it), in order, then each new one as it happens."""
-    if not websocket_token_allows(websocket, outbox):
-        await websocket.close(
-            code=status.WS_1008_POLICY_VIOLATION, reason="invalid or missing token"
-        )
+    if not await _admitted(websocket, outbox, since):
         return
     try:
         validate_outbox(outbox)
@@ -57,7 +61,7 @@ async def live(websocket: WebSocket, outbox: str, since: int | None = None) -> N
             last = await asyncio.to_thread(store.last_event_id, engine, outbox)
         else:
             last = since
-        await websocket.accept()
+        await websocket.accept(subprotocol=websocket_subprotocol(websocket))
     except BaseException:
         hub.unsubscribe(outbox, subscription)
         raise
@@ -92,6 +96,24 @@ async def live(websocket: WebSocket, outbox: str, since: int | None = None) -> N
         hub.unsubscribe(outbox, subscription)
 
 
+async def _admitted(websocket: WebSocket, outbox: str | None, since: int | None) -> bool:
+    """Whether the stream may open; if not, the socket is closed saying why (a refused token or
+    origin before the handshake completes, a bad `since` with 1008 and a reason)."""
+    origins = websocket.app.state.resources.settings.websocket_origins_list
+    refused = websocket_refusal(websocket, outbox, origins)
+    if refused is not None:
+        await websocket.close(code=status.WS_1008_POLICY_VIOLATION, reason=refused)
+        return False
+    if since is not None and not 0 <= since <= _MAX_POSITION:
+        await websocket.accept(subprotocol=websocket_subprotocol(websocket))
+        await websocket.close(
+            code=status.WS_1008_POLICY_VIOLATION,
+            reason=f"since must be an event id from 0 to {_MAX_POSITION}",
+        )
+        return False
+    return True
+
+
 async def _until_disconnect(websocket: WebSocket) -> None:
     with contextlib.suppress(WebSocketDisconnect):
         while True:
@@ -112,10 +134,7 @@ async def aggregate_live(
 ) -> None:
     """The aggregate's events with seq > `since` (from its current version without it), in
     order, then each new one as the event store receives it; reconnect with the last seq."""
-    if not websocket_token_allows(websocket, None):
-        await websocket.close(
-            code=status.WS_1008_POLICY_VIOLATION, reason="invalid or missing token"
-        )
+    if not await _admitted(websocket, None, since):
         return
     resources = websocket.app.state.resources
     try:
@@ -127,13 +146,14 @@ async def aggregate_live(
     if since is None:
         record = await asyncio.to_thread(event_store.get, engine, aggregate_type, aggregate_id)
         since = record.version if record is not None else 0
-    await websocket.accept()
+    await websocket.accept(subprotocol=websocket_subprotocol(websocket))
     disconnected = asyncio.ensure_future(_until_disconnect(websocket))
     last = since
     try:
         while not disconnected.done():
-            page = await asyncio.to_thread(
-                event_store.events, engine, aggregate_type, aggregate_id, after=last, limit=500
+            # Secret fields redacted, as for any reader the aggregate does not entitle.
+            page = await resources.aggregates.new_events(
+                aggregate_type, aggregate_id, after=last, limit=500
             )
             for event in page:
                 await websocket.send_json(_AGGREGATE_EVENT_JSON.dump_python(event, mode="json"))

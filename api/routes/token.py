@@ -6,7 +6,15 @@ from __future__ import annotations
 from fastapi import APIRouter, Request, Response
 from pydantic import BaseModel
 
-from api.auth import ALL_SCOPES, SESSION_COOKIE, SESSION_ROUTE, TOKEN_ROUTE, ApiToken
+from api.auth import (
+    ALL_SCOPES,
+    SESSION_COOKIE,
+    SESSION_ROUTE,
+    SESSION_TTL_S,
+    TOKEN_ROUTE,
+    ApiToken,
+    session_value,
+)
 
 router = APIRouter(tags=["token"])
 
@@ -33,23 +41,26 @@ async def token_info(request: Request) -> TokenInfo:
 
 @router.post(SESSION_ROUTE, status_code=204, summary="Let the Web UI's codec calls use this token")
 async def start_session(request: Request, response: Response) -> None:
-    """Set the caller's token as an HttpOnly cookie for `/codec/` only, so the Temporal Web UI
-    (same host, another port: same site) can decrypt payloads with "include cross-origin
-    credentials" on. The dashboard calls it when a token is entered; `DELETE` ends it."""
-    authorization = request.headers.get("authorization", "")
-    scheme, _, token = authorization.partition(" ")
-    if scheme.lower() != "bearer" or not token.strip():
+    """Set an HttpOnly cookie for `/codec/` only, so the Temporal Web UI (same host, another
+    port: same site) can decrypt payloads with "include cross-origin credentials" on. Its value
+    is a signed session good for an hour, naming the caller's token without holding it; `Secure`
+    when the request came over HTTPS (or a proxy says it did). The dashboard calls it each time
+    it loads a token; `DELETE` ends it."""
+    token: ApiToken | None = getattr(request.state, "token", None)
+    if token is None:
         return  # the API runs open: the codec server needs no cookie
+    forwarded = request.headers.get("x-forwarded-proto", "").partition(",")[0].strip().lower()
     response.set_cookie(
         SESSION_COOKIE,
-        token.strip(),
+        session_value(token, request.app.state.session_key),
         httponly=True,
-        samesite="lax",
+        secure=request.url.scheme == "https" or forwarded == "https",
+        samesite="strict",
         path="/codec",
-        max_age=8 * 3600,
+        max_age=SESSION_TTL_S,
     )
 
 
 @router.delete(SESSION_ROUTE, status_code=204, summary="End the Web UI's codec session")
 async def end_session(response: Response) -> None:
-    response.delete_cookie(SESSION_COOKIE, path="/codec")
+    response.delete_cookie(SESSION_COOKIE, path="/codec", httponly=True, samesite="strict")

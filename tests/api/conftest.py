@@ -19,6 +19,16 @@ from tests.conftest import Stack, email_destination, webhook_destination
 from worker import default_operations_task_queue
 
 
+async def json_client(request: httpx.Request) -> None:
+    """Say JSON on a body-less POST, as the dashboard and the CLI do: the API refuses a POST
+    without `Content-Type: application/json` (415), so no HTML form can send one. A request
+    with a body keeps the type it was given (or none), which tests of the 415 rely on."""
+    body_less = request.headers.get("content-length", "0") == "0"
+    streamed = "transfer-encoding" in request.headers
+    if request.method == "POST" and body_less and not streamed:
+        request.headers.setdefault("Content-Type", "application/json")
+
+
 @dataclass
 class Api:
     """An HTTP client on the app plus the stack behind it."""
@@ -43,7 +53,9 @@ async def open_api(
     )
     async with app.router.lifespan_context(app):
         transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)
-        async with httpx.AsyncClient(transport=transport, base_url="http://api") as http:
+        async with httpx.AsyncClient(
+            transport=transport, base_url="http://api", event_hooks={"request": [json_client]}
+        ) as http:
             yield http
 
 

@@ -19,7 +19,10 @@ TOKENS = {
     "s1-token": ("s1", ["enqueue", "read"]),
     "enqueuer-token": ("enqueuer", ["enqueue", "read"]),
     "reader-token": ("reader", ["read"]),
+    # A backend acting for the mother: its entry lists the actors it may act as.
+    "backend-token": ("backend", ["enqueue", "read"]),
 }
+ACTORS = {"backend": ["m1"]}
 ROOT = "root-token"
 
 
@@ -31,6 +34,8 @@ def tokens_file(tmp_path: Path) -> Path:
             f'sha256 = "{hashlib.sha256(token.encode()).hexdigest()}"',
             "scopes = [" + ", ".join(f'"{scope}"' for scope in scopes) + "]",
         ]
+        if name in ACTORS:
+            lines.append("actors = [" + ", ".join(f'"{a}"' for a in ACTORS[name]) + "]")
     path = tmp_path / "tokens.toml"
     path.write_text("\n".join(lines) + "\n")
     return path
@@ -161,3 +166,22 @@ async def test_a_command_without_an_actor_field_records_the_token(api_factory, t
     )
     assert opened.status_code == 200, opened.text
     assert [e["actor"] for e in opened.json()["events"]] == ["enqueuer"]
+
+
+async def test_a_token_may_act_as_the_actors_its_entry_lists(api_factory, tmp_path) -> None:
+    api = await api_factory(api_token=ROOT, api_tokens_file=str(tokens_file(tmp_path)))
+    # `backend` acts for the mother: it plans her labour and reads her secret as her.
+    url = await planned_labour(api, bearer("backend-token"))
+    state = (await api.http.get(f"{url}?actor=m1", headers=bearer("backend-token"))).json()
+    assert state["state"]["subscription_token"] != "[redacted]"
+    # It may not act as anyone else, nor read as itself what only the mother may.
+    refused = await command(
+        api,
+        url,
+        "approve_subscriber",
+        "backend-token",
+        {"actor": "s1", "subscriber": "x", "role": "birth_partner"},
+    )
+    assert refused.status_code == 403, refused.text
+    own = (await api.http.get(url, headers=bearer("backend-token"))).json()
+    assert own["state"]["subscription_token"] == "[redacted]"

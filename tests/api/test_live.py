@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 import uuid
 from typing import Any
@@ -93,10 +94,18 @@ async def test_an_event_committed_as_the_socket_opens_arrives(served_api_factory
 
 async def test_websocket_requires_the_token_when_configured(served_api_factory) -> None:
     api = await served_api_factory(api_token="s3cret")
+    # What the dashboard offers: the token as a subprotocol, out of URLs and access logs.
+    subprotocols = ["bearer", "bearer." + base64.urlsafe_b64encode(b"s3cret").decode().rstrip("=")]
 
     with pytest.raises(websockets.exceptions.InvalidStatus):
         async with websockets.connect(ws_url(api, "since=0")):
             pass
+    async with websockets.connect(ws_url(api, "since=0"), subprotocols=subprotocols) as socket:
+        assert socket.state.name == "OPEN" and socket.subprotocol == "bearer"
+    headers = {"Authorization": "Bearer s3cret"}
+    async with websockets.connect(ws_url(api, "since=0"), additional_headers=headers) as socket:
+        assert socket.state.name == "OPEN"
+    # Tools may still put it in the query (the access log shows `token=***`).
     async with websockets.connect(ws_url(api, "since=0&token=s3cret")) as socket:
         assert socket.state.name == "OPEN"
 

@@ -264,3 +264,40 @@ async def test_a_throttled_destination_says_until_when_and_that_it_resumes_by_it
         await fake_provider.admin.clear_endpoint_fault(webhook.name)
         with contextlib.suppress(RPCError):
             await stack.client.get_workflow_handle(flow_workflow_id(webhook.name)).terminate()
+
+
+async def test_a_destination_whose_circuit_is_open_says_so(
+    dev_env, stack_factory, fake_provider, browser: Browser
+) -> None:
+    webhook = webhook_destination(
+        fake_provider,
+        backoff_initial_s=0.2,
+        # One failure opens it, and no probe comes while the test looks.
+        flow={"breaker_min_failures": 1, "breaker_probe_interval_s": 600},
+    )
+    stack = await stack_factory(webhook, env=dev_env)
+    await fake_provider.admin.set_endpoint_fault(webhook.name, status=500)
+    try:
+        async with serve_stack(stack) as url, httpx.AsyncClient(base_url=url) as http:
+            enqueued = await http.post(
+                "/v1/outboxes/tests/items",
+                json={"destination": webhook.name, "payload": {"n": 1}},
+                headers={"Idempotency-Key": "circuit-1"},
+            )
+            assert enqueued.status_code == 202
+            page = await browser.new_page()
+            await page.goto(url + "/")
+            row = page.locator(f"#destinations [data-destination='{webhook.name}']")
+            for _ in range(20):  # the dashboard reads the destinations when it loads
+                await page.reload()
+                with contextlib.suppress(AssertionError):
+                    await expect(row).to_contain_text("circuit open", timeout=500)
+                    break
+            await expect(row).to_contain_text("closes when a probe succeeds")
+            await page.click("tr.item[data-key='circuit-1']")
+            waiting = page.locator("#detail-waiting")
+            await expect(waiting).to_contain_text("circuit is open", timeout=10_000)
+    finally:
+        await fake_provider.admin.clear_endpoint_fault(webhook.name)
+        with contextlib.suppress(RPCError):
+            await stack.client.get_workflow_handle(flow_workflow_id(webhook.name)).terminate()

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from common.destinations import Destination, DestinationConfigError, DestinationRegistry
+from common.destinations import MIN_RATE, Destination, DestinationConfigError, DestinationRegistry
 from contract.item import POLICY_SETTINGS, DeliveryPolicy
 
 # Outside DeliveryPolicy's bounds (Ge/Gt/Le), one per policy setting.
@@ -161,9 +161,25 @@ def test_out_of_bounds_override_is_refused_naming_destination_and_field() -> Non
         load({"mail": {"provider": "webhook"}}, {"DEST_MAIL_MAX_ATTEMPTS": "many"})
 
 
-def test_rates_must_be_positive() -> None:
-    with pytest.raises(DestinationConfigError, match=r"'mail': submit_rate: .*greater than 0"):
-        load({"mail": {"provider": "webhook", "submit_rate": 0}})
+@pytest.mark.parametrize("field", ["submit_rate", "poll_rate"])
+@pytest.mark.parametrize("rate", [0, 9.7e-39, MIN_RATE / 2])
+def test_rates_are_at_least_the_minimum(field: str, rate: float) -> None:
+    with pytest.raises(
+        DestinationConfigError, match=rf"'mail': {field}: .*greater than or equal to 0.001"
+    ):
+        load({"mail": {"provider": "webhook", field: rate}})
+
+
+def test_the_minimum_rate_is_accepted_from_the_file_and_the_environment() -> None:
+    registry = load(
+        {"mail": {"provider": "webhook", "submit_rate": MIN_RATE}},
+        {"DEST_MAIL_POLL_RATE": "0.001"},
+    )
+
+    mail = registry.get("mail")
+    assert mail is not None and (mail.submit_rate, mail.poll_rate) == (MIN_RATE, MIN_RATE)
+    with pytest.raises(DestinationConfigError, match=r"'mail': poll_rate: .*0.001"):
+        load({"mail": {"provider": "webhook"}}, {"DEST_MAIL_POLL_RATE": "9.7e-39"})
 
 
 def test_unknown_field_is_refused_by_name() -> None:
@@ -213,6 +229,16 @@ def test_default_of_an_unset_variable_is_used() -> None:
     registry = load({"mail": {"provider": "webhook", "settings": {"url": "${NOPE:-http://x}"}}})
 
     assert registry.get("mail").settings == {"url": "http://x"}  # type: ignore[union-attr]
+
+
+def test_default_of_an_empty_variable_is_used_as_the_shell_does() -> None:
+    raw = {"mail": {"provider": "webhook", "settings": {"url": "${EMPTY:-http://x}"}}}
+    registry = load(raw, {"EMPTY": ""})
+
+    assert registry.get("mail").settings == {"url": "http://x"}  # type: ignore[union-attr]
+    # Without a default, an empty variable is its value.
+    plain = load({"mail": {"provider": "webhook", "settings": {"url": "${EMPTY}"}}}, {"EMPTY": ""})
+    assert plain.get("mail").settings == {"url": ""}  # type: ignore[union-attr]
 
 
 def test_missing_file_and_bad_toml_are_config_errors(tmp_path: Path) -> None:

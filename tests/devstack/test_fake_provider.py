@@ -36,6 +36,7 @@ from devstack.fake_provider import (
     faults_from,
     main,
     run_fake_provider,
+    with_secret,
 )
 from devstack.serving import serve_in_background
 from tests.conftest import ACS_ACCESS_KEY, WEBHOOK_SECRET
@@ -322,6 +323,52 @@ async def test_the_command_starts_with_the_faults_its_flags_give() -> None:
 
     assert faults == dataclasses.asdict(FaultConfig(throttle_rate=1.0, retry_after="9"))
     assert throttled.status_code == 429 and throttled.headers["retry-after"] == "9"
+
+
+async def test_the_command_reports_with_the_events_secret_from_its_environment(http) -> None:
+    """`ps` shows a command line: the secret comes from FAKE_EMAIL_EVENTS_SECRET instead, and
+    reaches the report URL's `secret=` all the same."""
+    queries: list[str] = []
+
+    async def record(request: Request) -> Response:
+        queries.append(request.url.query)
+        return Response(status_code=200)
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    env = {name: value for name, value in os.environ.items() if not name.startswith("FAKE_")}
+    env["FAKE_EMAIL_EVENTS_SECRET"] = "from-the-environment-only"
+    receiver = Starlette(routes=[Route("/events", record, methods=["POST"])])
+    async with serve_in_background(receiver) as receiver_url:
+        command = [sys.executable, "-m", "devstack.fake_provider", "--port", str(port)]
+        flags = ["--report-url", f"{receiver_url}/events", "--report-delay-s", "0"]
+        process = await asyncio.create_subprocess_exec(*command, *flags, cwd=ROOT, env=env)
+        try:
+            fake_url = f"http://127.0.0.1:{port}"
+            deadline = time.monotonic() + 20
+            while True:
+                try:
+                    await http.get(f"{fake_url}/_admin/stats")
+                    break
+                except httpx.TransportError:
+                    assert process.returncode is None and time.monotonic() < deadline
+                    await asyncio.sleep(0.1)
+            cmdline = Path(f"/proc/{process.pid}/cmdline").read_bytes().decode()
+            await poll_acs(http, await post_acs(http, fake_url, "env", ("ada@example.com",)))
+            await eventually(lambda: len(queries) >= 1)
+        finally:
+            process.terminate()
+            await process.wait()
+
+    assert "from-the-environment-only" not in cmdline
+    assert queries[0] == "secret=from-the-environment-only"
+
+
+def test_a_report_url_with_its_own_secret_keeps_it() -> None:
+    assert with_secret("http://a/events?x=1", "s") == "http://a/events?x=1&secret=s"
+    assert with_secret("http://a/events?secret=mine", "s") == "http://a/events?secret=mine"
+    assert with_secret("http://a/events", None) == "http://a/events"
 
 
 def test_an_unknown_report_schema_flag_is_a_usage_error(

@@ -1,0 +1,117 @@
+"""The API's production shape: the start-up check that refuses an open configuration in
+production, the host check, and CORS for the codec server only (README, Security)."""
+
+from __future__ import annotations
+
+import logging
+
+from fastapi import FastAPI
+from fastapi.middleware.cors import CORSMiddleware
+from starlette.datastructures import Headers
+from starlette.requests import Request
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from api.auth import CODEC_PATH, ApiToken
+from api.errors import ApiProblem, problem_response
+from common.codec import EncryptionCodec
+from common.destinations import DestinationRegistry
+from common.settings import PUBLIC_EVENTS_SECRETS, Settings
+
+log = logging.getLogger("outbox.api")
+
+
+class InsecureConfiguration(RuntimeError):
+    """A production API would start open; the message lists what is missing."""
+
+
+def open_configuration(
+    tokens: list[ApiToken], codec: EncryptionCodec | None, destinations: DestinationRegistry
+) -> list[str]:
+    """What leaves this API open to whoever reaches it; empty when nothing does."""
+    reasons = []
+    if not tokens:
+        reasons.append("no API token (API_TOKEN or API_TOKENS_FILE): anyone may call the API")
+    if codec is None:
+        reasons.append("no payload keys (PAYLOAD_KEYS or PAYLOAD_KEYS_FILE): plain payloads")
+    for destination in destinations:
+        secret = destination.events_secret
+        if secret is not None and secret.get_secret_value() in PUBLIC_EVENTS_SECRETS:
+            reasons.append(
+                f"destination {destination.name!r} takes delivery reports with the public"
+                " development events_secret"
+            )
+    return reasons
+
+
+class AllowedHosts:
+    """Starlette's TrustedHostMiddleware rule (`example.com`, `*.example.com`, `*`) answering a
+    request for another host name with a 400 problem, not plain text: a page on a rebound DNS
+    name cannot reach the API through a browser."""
+
+    def __init__(self, app: ASGIApp, allowed_hosts: list[str]) -> None:
+        self.app = app
+        self.allowed_hosts = allowed_hosts
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] in ("http", "websocket") and "*" not in self.allowed_hosts:
+            host = Headers(scope=scope).get("host", "").split(":")[0].lower()
+            if not any(self._matches(host, pattern) for pattern in self.allowed_hosts):
+                if scope["type"] == "websocket":
+                    await send({"type": "websocket.close", "code": 1008, "reason": "host"})
+                    return
+                problem = ApiProblem(
+                    400, "invalid-host", "Invalid host", f"host {host!r} is not served here"
+                )
+                await problem_response(Request(scope), problem)(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
+
+    @staticmethod
+    def _matches(host: str, pattern: str) -> bool:
+        pattern = pattern.lower()
+        if pattern.startswith("*."):
+            return host.endswith(pattern[1:])
+        return host == pattern
+
+
+class CodecCors:
+    """CORS (with credentials) for the codec server's routes only: the Web UI's origin may call
+    `/codec/`, and no other route answers its preflights."""
+
+    def __init__(self, app: ASGIApp, origins: list[str]) -> None:
+        self.app = app
+        self.cors = CORSMiddleware(
+            app,
+            allow_origins=origins,
+            allow_methods=["POST", "OPTIONS"],
+            allow_headers=["content-type", "authorization", "x-namespace", "caller-type"],
+            allow_credentials=True,
+        )
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope["path"].startswith(CODEC_PATH):
+            await self.cors(scope, receive, send)
+        else:
+            await self.app(scope, receive, send)
+
+
+def check_configuration(
+    app: FastAPI, settings: Settings, destinations: DestinationRegistry
+) -> None:
+    """Refuse to start a production API with an open configuration unless `ALLOW_INSECURE`; say
+    what is open on every start, and keep it for `/readyz` when it was allowed."""
+    reasons = open_configuration(app.state.tokens, app.state.codec, destinations)
+    if app.state.tokens:
+        log.info("API requires a bearer token (%d configured)", len(app.state.tokens))
+    if not reasons:
+        return
+    if settings.outbox_env == "production" and not settings.allow_insecure:
+        raise InsecureConfiguration(
+            "refusing to start a production API (OUTBOX_ENV=production) with an open"
+            f" configuration: {'; '.join(reasons)}. Set them (README, Security), or"
+            " ALLOW_INSECURE=1 to run open on purpose."
+        )
+    for reason in reasons:
+        log.warning("INSECURE: %s", reason)
+    if settings.allow_insecure:
+        app.state.insecure = reasons
