@@ -34,6 +34,7 @@ from temporalio.exceptions import TimeoutError as ActivityTimeoutError
 
 with workflow.unsafe.imports_passed_through():
     from activities.delivery import DeliveryActivities
+    from activities.providers.base import RETRY_AFTER_LIMIT_S
     from contract import transitions
     from contract.ids import outbox_fairness_key, provider_idempotency_key
     from contract.item import (
@@ -733,8 +734,23 @@ def _failure(
     err: ActivityError | _SharedFailed,
 ) -> tuple[ItemErrorType, str, DeliveryErrorDetails]:
     """(error type, message, the provider's details) of a failed submit or poll, whether its
-    own activity failed or its share of a batch did."""
-    return _classify(err) if isinstance(err, ActivityError) else err.classified
+    own activity failed or its share of a batch did. A wait beyond any destination's
+    `max_retry_after_s` fails the item: its date could overflow, and a shorter wait would break
+    the provider's word."""
+    error_type, message, details = (
+        _classify(err) if isinstance(err, ActivityError) else err.classified
+    )
+    wait_s = details.retry_after_s
+    if wait_s is not None and not wait_s <= RETRY_AFTER_LIMIT_S:
+        message = (
+            f"{message}: asked to retry after {wait_s:.0f} s, beyond the"
+            f" {RETRY_AFTER_LIMIT_S:g} s any delivery waits"
+        )
+        details = DeliveryErrorDetails(
+            status_code=details.status_code, error_code=details.error_code
+        )
+        return ItemErrorType.PERMANENT, message, details
+    return error_type, message, details
 
 
 def _classify(err: ActivityError) -> tuple[ItemErrorType, str, DeliveryErrorDetails]:

@@ -10,6 +10,8 @@ from __future__ import annotations
 import base64
 import binascii
 import email.utils
+import math
+import re
 from datetime import UTC, datetime
 from typing import Annotated, ClassVar, Protocol
 from urllib.parse import urlsplit
@@ -109,6 +111,11 @@ def check_base64_key(key: str) -> str:
 HttpUrlText = Annotated[str, AfterValidator(check_http_url)]
 Base64Key = Annotated[str, AfterValidator(check_base64_key)]
 
+# A provider's `Retry-After` up to `max_retry_after_s` is waited exactly; a longer one fails the
+# item (a wait of days is a refusal, and one of years would overflow the timer's date).
+DEFAULT_MAX_RETRY_AFTER_S = 3600.0
+RETRY_AFTER_LIMIT_S = 30 * 24 * 3600.0
+
 
 class HttpProviderSettings(BaseModel):
     """Settings every HTTP provider takes; a provider's own model adds its fields."""
@@ -128,21 +135,33 @@ class HttpProviderSettings(BaseModel):
         description="Extra HTTP headers sent with every request to the provider; the headers the"
         " provider sets itself (content type, idempotency key, signature) take precedence.",
     )
+    max_retry_after_s: float = Field(
+        default=DEFAULT_MAX_RETRY_AFTER_S,
+        gt=0,
+        le=RETRY_AFTER_LIMIT_S,
+        description="The longest `Retry-After` the provider may ask for, in seconds (30 days at"
+        " most): one up to it is waited exactly, never undercut; a longer one fails the item"
+        " with an error that says so.",
+    )
 
 
 TRANSIENT_STATUS_CODES = frozenset({408, 425, 429, 500, 502, 503, 504})
 
 
 def parse_retry_after(value: str | None, now: datetime | None = None) -> float | None:
-    """Seconds to wait from a `Retry-After` header: delta-seconds or an HTTP-date (RFC 9110)."""
+    """Seconds to wait from a `Retry-After` header: delta-seconds or an HTTP-date (RFC 9110).
+
+    None for a value that is neither (negative, fractional, garbage); `math.inf` for a number
+    too large for a float. The caller bounds it (`check_retry_after`)."""
     if value is None or not value.strip():
         return None
     value = value.strip()
-    if value.isdigit():
-        return float(value)
+    # ASCII digits only: `str.isdigit` also takes '²' and other digits `float` refuses.
+    if _DELTA_SECONDS.fullmatch(value):
+        return float(value) if len(value) <= _MAX_EXACT_DIGITS else math.inf
     try:
         when = email.utils.parsedate_to_datetime(value)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError, IndexError):
         return None
     if when.tzinfo is None:
         when = when.replace(tzinfo=UTC)
@@ -151,22 +170,52 @@ def parse_retry_after(value: str | None, now: datetime | None = None) -> float |
     return max(0.0, (when - now).total_seconds() + 1.0)
 
 
-def raise_for_status(response: httpx.Response, what: str) -> None:
-    """Turn a non-2xx response into the matching transient or permanent error."""
+_DELTA_SECONDS = re.compile(r"[0-9]+")
+# Longer digit strings are beyond any bound; `float` would turn them into inf anyway.
+_MAX_EXACT_DIGITS = 300
+
+
+def check_retry_after(
+    retry_after_s: float | None,
+    max_retry_after_s: float,
+    what: str,
+    status_code: int | None = None,
+    error_code: str | None = None,
+) -> float | None:
+    """`retry_after_s`, unless the provider asked to wait longer than the destination allows:
+    then `PermanentProviderError` (waiting less would break its word; that long is a refusal)."""
+    if retry_after_s is not None and retry_after_s > max_retry_after_s:
+        raise PermanentProviderError(
+            f"{what}: provider asked to retry after {retry_after_s:.0f} s, beyond"
+            f" max_retry_after_s ({max_retry_after_s:g} s)",
+            status_code=status_code,
+            error_code=error_code,
+        )
+    return retry_after_s
+
+
+def raise_for_status(
+    response: httpx.Response, what: str, max_retry_after_s: float = DEFAULT_MAX_RETRY_AFTER_S
+) -> None:
+    """Turn a non-2xx response into the matching transient or permanent error; a transient one
+    whose `Retry-After` is beyond `max_retry_after_s` is permanent."""
     if response.is_success:
         return
     body = response.text[:500]
     message = f"{what}: HTTP {response.status_code}: {body}".rstrip(": ")
-    if response.status_code in TRANSIENT_STATUS_CODES:
-        raise TransientProviderError(
+    status_code, code = response.status_code, error_code(response)
+    if status_code in TRANSIENT_STATUS_CODES:
+        retry_after_s = check_retry_after(
+            parse_retry_after(response.headers.get("Retry-After")),
+            max_retry_after_s,
             message,
-            status_code=response.status_code,
-            retry_after_s=parse_retry_after(response.headers.get("Retry-After")),
-            error_code=error_code(response),
+            status_code,
+            code,
         )
-    raise PermanentProviderError(
-        message, status_code=response.status_code, error_code=error_code(response)
-    )
+        raise TransientProviderError(
+            message, status_code=status_code, retry_after_s=retry_after_s, error_code=code
+        )
+    raise PermanentProviderError(message, status_code=status_code, error_code=code)
 
 
 def error_code(response: httpx.Response) -> str | None:

@@ -2,6 +2,11 @@
 
 2xx means delivered. 410 means the receiver has disabled the endpoint (the Standard Webhooks
 convention): `EndpointGoneError`, on which the submit activity pauses the destination.
+
+Rotating the signing secret: until `previous_secret_until`, each message carries a signature
+made with `secret` and one made with `previous_secret` (the spec's space-separated list), so a
+receiver that still verifies with the old secret and one that already has the new one both
+accept; the procedure is in docs/how-to/configure.md.
 """
 
 from __future__ import annotations
@@ -13,7 +18,7 @@ from typing import Annotated, ClassVar
 from urllib.parse import urlsplit, urlunsplit
 
 import httpx
-from pydantic import AfterValidator, Field
+from pydantic import AfterValidator, AwareDatetime, Field, model_validator
 from standardwebhooks import Webhook
 
 from activities.providers.base import (
@@ -38,16 +43,39 @@ def check_webhook_secret(secret: str) -> str:
     return secret
 
 
+WebhookSecret = Annotated[str, AfterValidator(check_webhook_secret)]
+
+
 class WebhookSettings(HttpProviderSettings):
     """A webhook destination's `settings`: the receiver's URL and the shared signing secret."""
 
     url: HttpUrlText = Field(
         description="The receiver's http(s) URL; each item's payload is POSTed to it as JSON."
     )
-    secret: Annotated[str, AfterValidator(check_webhook_secret)] = Field(
+    secret: WebhookSecret = Field(
         description="The Standard Webhooks signing secret, base64 with an optional `whsec_`"
         " prefix; every request carries a `webhook-signature` made with it."
     )
+    previous_secret: WebhookSecret | None = Field(
+        default=None,
+        description="While rotating: the secret `secret` replaces. Until"
+        " `previous_secret_until`, every request is signed with both, so receivers verifying"
+        " with either accept it.",
+    )
+    previous_secret_until: AwareDatetime | None = Field(
+        default=None,
+        description="End of the rotation's grace window, an ISO 8601 time with its offset"
+        " (`2026-12-01T12:00:00Z`); from then on only `secret` signs. Required with"
+        " `previous_secret`.",
+    )
+
+    @model_validator(mode="after")
+    def _grace_window_is_complete(self) -> WebhookSettings:
+        if (self.previous_secret is None) != (self.previous_secret_until is None):
+            raise ValueError("previous_secret and previous_secret_until go together")
+        if self.previous_secret is not None and self.previous_secret == self.secret:
+            raise ValueError("previous_secret is the same as secret")
+        return self
 
 
 class WebhookProvider:
@@ -60,13 +88,19 @@ class WebhookProvider:
         self._headers = settings.headers
         self._timeout = httpx.Timeout(settings.timeout_s)
         self._client = http_client
+        self._max_retry_after_s = settings.max_retry_after_s
         # The Standard Webhooks reference library signs, so receivers using it always verify.
         self._signer = Webhook(settings.secret)
+        self._previous_signer = (
+            Webhook(settings.previous_secret) if settings.previous_secret is not None else None
+        )
+        self._previous_until = settings.previous_secret_until
 
     async def submit(self, request: SubmitRequest) -> SubmitResult:
         body = json.dumps(request.payload, separators=(",", ":"))
         # Whole seconds: the signature covers the timestamp exactly as the header carries it.
         timestamp = int(time.time())
+        signed_at = datetime.fromtimestamp(timestamp, UTC)
         http_request = self._client.build_request(
             "POST",
             self._url,
@@ -76,9 +110,7 @@ class WebhookProvider:
                 "Content-Type": "application/json",
                 "webhook-id": request.idempotency_key,
                 "webhook-timestamp": str(timestamp),
-                "webhook-signature": self._signer.sign(
-                    request.idempotency_key, datetime.fromtimestamp(timestamp, UTC), body
-                ),
+                "webhook-signature": self._signatures(request.idempotency_key, signed_at, body),
             },
             timeout=self._timeout,
         )
@@ -88,8 +120,20 @@ class WebhookProvider:
                 "webhook: HTTP 410 Gone: the receiver disabled this endpoint",
                 endpoint=_without_secrets(self._url),
             )
-        raise_for_status(response, "webhook")
+        raise_for_status(response, "webhook", self._max_retry_after_s)
         return SubmitResult(delivered=True, provider_message_id=request.idempotency_key)
+
+    def _signatures(self, message_id: str, signed_at: datetime, body: str) -> str:
+        """The `webhook-signature` header: the current secret's signature, then, within the
+        rotation's grace window, the previous secret's."""
+        signatures = [self._signer.sign(message_id, signed_at, body)]
+        if (
+            self._previous_signer is not None
+            and self._previous_until is not None
+            and signed_at < self._previous_until
+        ):
+            signatures.append(self._previous_signer.sign(message_id, signed_at, body))
+        return " ".join(signatures)
 
     async def poll(self, request: PollRequest) -> PollResult:
         raise PermanentProviderError("webhooks are delivered synchronously; nothing to poll")

@@ -14,6 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from api.deps import DestinationControlsDep
 from api.schemas import problem_responses
+from common.destinations import MIN_RATE
 from service.destinations import MAX_REASON, DestinationState
 
 router = APIRouter(
@@ -98,8 +99,9 @@ class DestinationPatch(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    submit_rate: float | None = Field(default=None, gt=0, le=10_000)
-    poll_rate: float | None = Field(default=None, gt=0, le=10_000)
+    # A rate below the minimum would never deliver (one request in over 16 minutes).
+    submit_rate: float | None = Field(default=None, ge=MIN_RATE, le=10_000)
+    poll_rate: float | None = Field(default=None, ge=MIN_RATE, le=10_000)
     paused: bool | None = None
     reason: str | None = Field(default=None, max_length=MAX_REASON)
 

@@ -159,3 +159,102 @@ async def test_real_azure_sdk_with_wrong_key_is_refused(fake_provider) -> None:
 
     assert getattr(error.value, "status_code", None) == 401
     assert (await fake_provider.admin.key_stats(key))["deliveries"] == 0
+
+
+def recording_acs(
+    answer: httpx.Response, seen: list[httpx.Request], **settings: Any
+) -> AcsEmailProvider:
+    """An ACS provider whose every request gets `answer` (a provider answering what the fake
+    never would), with each request it sent in `seen`."""
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append(request)
+        return answer
+
+    client = httpx.AsyncClient(transport=httpx.MockTransport(handler))
+    acs_settings = AcsEmailSettings(
+        endpoint="https://acs.example.com", access_key=ACS_ACCESS_KEY, **settings
+    )
+    return AcsEmailProvider(acs_settings, client)
+
+
+@pytest.mark.parametrize(
+    "location",
+    [
+        "https://evil.example.net/emails/operations/1",
+        "http://acs.example.com/emails/operations/1",
+        "https://acs.example.com:8443/emails/operations/1",
+        "https://acs.example.com@evil.example.net/emails/operations/1",
+        "https://acs.example.com.evil.example.net/emails/operations/1",
+    ],
+)
+async def test_operation_location_on_another_host_or_scheme_is_permanent(location: str) -> None:
+    seen: list[httpx.Request] = []
+    provider = recording_acs(
+        httpx.Response(202, json={"id": "1"}, headers={"Operation-Location": location}), seen
+    )
+
+    with pytest.raises(PermanentProviderError, match="not on the endpoint's host"):
+        await provider.submit(submit_request(new_key()))
+    with pytest.raises(PermanentProviderError, match="not on the endpoint's host"):
+        await provider.poll(poll_request(location))
+
+    # The send went to the endpoint; no signed poll ever went anywhere.
+    assert [request.url.host for request in seen] == ["acs.example.com"]
+
+
+@pytest.mark.parametrize(
+    "location",
+    ["https://ACS.example.com:443/emails/operations/1", "/emails/operations/1"],
+)
+async def test_operation_location_on_the_endpoint_is_followed(location: str) -> None:
+    seen: list[httpx.Request] = []
+    provider = recording_acs(
+        httpx.Response(202, json={"id": "1"}, headers={"Operation-Location": location}), seen
+    )
+
+    result = await provider.submit(submit_request(new_key()))
+
+    assert result.operation_url is not None
+    assert httpx.URL(result.operation_url).host == "acs.example.com"
+
+
+async def test_submit_and_poll_with_the_fake_stay_on_its_host(fake_provider, http) -> None:
+    provider = acs_provider(fake_provider, http)
+
+    accepted = await provider.submit(submit_request(new_key()))
+    assert accepted.operation_url is not None
+    polled = await provider.poll(poll_request(accepted.operation_url))
+
+    assert polled.status in (OperationStatus.RUNNING, OperationStatus.SUCCEEDED)
+
+
+@pytest.mark.parametrize("retry_after", ["300000000000", "999999999", "7201"])
+async def test_retry_after_beyond_the_maximum_fails_the_send(
+    fake_provider, http, retry_after: str
+) -> None:
+    settings = AcsEmailSettings(
+        endpoint=fake_provider.url,
+        access_key=ACS_ACCESS_KEY,
+        max_retry_after_s=7200,
+        headers={"X-Fake-Status": "429", "X-Fake-Retry-After": retry_after},
+    )
+
+    with pytest.raises(PermanentProviderError) as error:
+        await AcsEmailProvider(settings, http).submit(submit_request(new_key()))
+
+    assert error.value.status_code == 429
+    assert f"provider asked to retry after {retry_after} s" in str(error.value)
+    assert "beyond max_retry_after_s (7200 s)" in str(error.value)
+
+
+async def test_a_polls_retry_after_beyond_the_maximum_fails_the_poll() -> None:
+    seen: list[httpx.Request] = []
+    provider = recording_acs(
+        httpx.Response(200, json={"status": "Running"}, headers={"Retry-After": "3601"}),
+        seen,
+        max_retry_after_s=3600,
+    )
+
+    with pytest.raises(PermanentProviderError, match="retry after 3601 s, beyond"):
+        await provider.poll(poll_request("https://acs.example.com/emails/operations/1"))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -10,7 +11,7 @@ import pytest
 
 from activities.providers import PROVIDER_SETTINGS, build_provider, load_destinations
 from activities.providers.acs_email import AcsEmailProvider, AcsEmailSettings
-from activities.providers.webhook import WebhookProvider
+from activities.providers.webhook import WebhookProvider, WebhookSettings
 from common.destinations import Destination, DestinationConfigError, DestinationRegistry
 from common.settings import PROJECT_ROOT
 from tests.conftest import ACS_ACCESS_KEY, WEBHOOK_SECRET
@@ -138,3 +139,35 @@ def test_dev_config_loads_with_no_environment_at_all() -> None:
     registry = load_destinations(PROJECT_ROOT / "config" / "destinations.toml", {})
 
     assert registry.get("fake-webhook").settings["url"].startswith("http://127.0.0.1:8025/")  # type: ignore[union-attr]
+
+
+def test_a_rotation_window_loads_from_toml_and_from_the_environment(tmp_path: Path) -> None:
+    path = tmp_path / "destinations.toml"
+    path.write_text(
+        f"""
+[destinations.hook]
+provider = "webhook"
+[destinations.hook.settings]
+url = "https://receiver.test/hook"
+secret = "whsec_bmV3LXdlYmhvb2stc2lnbmluZy1zZWNyZXQ="
+previous_secret = "{WEBHOOK_SECRET}"
+previous_secret_until = 2026-12-08T00:00:00Z
+max_retry_after_s = 86400
+"""
+    )
+
+    from_file = load_destinations(path, {}).get("hook")
+    moved = load_destinations(
+        path, {"DEST_HOOK_SETTINGS_PREVIOUS_SECRET_UNTIL": "2026-12-09T00:00:00+01:00"}
+    ).get("hook")
+
+    assert from_file is not None and moved is not None
+    settings = from_file.settings_as(WebhookSettings)
+    assert settings.previous_secret == WEBHOOK_SECRET and settings.max_retry_after_s == 86400
+    assert settings.previous_secret_until == datetime(2026, 12, 8, tzinfo=UTC)
+    assert moved.settings_as(WebhookSettings).previous_secret_until == datetime(
+        2026, 12, 8, 23, tzinfo=UTC
+    )
+    local = {"DEST_HOOK_SETTINGS_PREVIOUS_SECRET_UNTIL": "2026-12-08T00:00:00"}
+    with pytest.raises(DestinationConfigError, match="previous_secret_until: .*timezone"):
+        load_destinations(path, local)

@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import math
 from datetime import UTC, datetime, timedelta
 from email.utils import format_datetime
 
 import httpx
 import pytest
+from pydantic import ValidationError
 
 from activities.providers.base import (
+    DEFAULT_MAX_RETRY_AFTER_S,
+    RETRY_AFTER_LIMIT_S,
+    HttpProviderSettings,
     PermanentProviderError,
     TransientProviderError,
     parse_retry_after,
@@ -81,3 +86,54 @@ def test_permanent_statuses(status: int) -> None:
 @pytest.mark.parametrize("status", [200, 202, 204])
 def test_success_raises_nothing(status: int) -> None:
     raise_for_status(httpx.Response(status), "send")
+
+
+@pytest.mark.parametrize(
+    ("value", "seconds"),
+    [("300000000000", 300000000000.0), ("999999999", 999999999.0), ("9" * 400, math.inf)],
+)
+def test_huge_delta_seconds_are_kept_not_overflowed(value: str, seconds: float) -> None:
+    assert parse_retry_after(value, now=NOW) == seconds
+
+
+@pytest.mark.parametrize("value", ["²", "٣", "1e9", "+5", "Fri, 31 Dec 99999 23:59:59 GMT"])
+def test_digits_float_refuses_and_dates_beyond_the_calendar_are_none(value: str) -> None:
+    assert parse_retry_after(value, now=NOW) is None
+
+
+def test_http_date_at_the_end_of_the_calendar_is_its_distance() -> None:
+    waited = parse_retry_after("Fri, 31 Dec 9999 23:59:59 -2359", now=NOW)
+
+    assert waited is not None and waited > 250e9
+
+
+@pytest.mark.parametrize(
+    "value", ["3601", "300000000000", "9" * 400, "Fri, 31 Dec 9999 23:59:59 GMT"]
+)
+def test_retry_after_beyond_the_maximum_is_permanent_and_says_so(value: str) -> None:
+    response = httpx.Response(429, headers={"Retry-After": value}, text="slow down")
+
+    with pytest.raises(PermanentProviderError) as error:
+        raise_for_status(response, "send", max_retry_after_s=3600)
+
+    assert not isinstance(error.value, TransientProviderError)
+    assert error.value.status_code == 429
+    assert "provider asked to retry after" in str(error.value)
+    assert "beyond max_retry_after_s (3600 s)" in str(error.value)
+
+
+def test_retry_after_at_the_maximum_is_waited_exactly() -> None:
+    response = httpx.Response(503, headers={"Retry-After": "3600"})
+
+    with pytest.raises(TransientProviderError) as error:
+        raise_for_status(response, "send", max_retry_after_s=3600)
+
+    assert error.value.retry_after_s == 3600.0
+
+
+def test_max_retry_after_s_is_bounded_in_the_settings() -> None:
+    assert HttpProviderSettings().max_retry_after_s == DEFAULT_MAX_RETRY_AFTER_S
+    assert HttpProviderSettings(max_retry_after_s=RETRY_AFTER_LIMIT_S).max_retry_after_s > 0
+    for bad in (0, -1, RETRY_AFTER_LIMIT_S + 1, math.inf):
+        with pytest.raises(ValidationError):
+            HttpProviderSettings(max_retry_after_s=bad)

@@ -6,11 +6,13 @@ import json
 import socket
 import uuid
 from collections.abc import AsyncIterator
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import httpx
 import pytest
 import standardwebhooks
+from pydantic import ValidationError
 from standardwebhooks.webhooks import WebhookVerificationError
 
 from activities.providers.base import (
@@ -180,4 +182,97 @@ async def test_hung_request_past_timeout_is_a_transient_timeout(fake_provider, h
     )
 
     with pytest.raises(TransientProviderError, match="timed out"):
+        await provider.submit(submit_request(new_key()))
+
+
+NEW_SECRET = "whsec_bmV3LXdlYmhvb2stc2lnbmluZy1zZWNyZXQ="
+
+
+async def sent_while_rotating(until: datetime) -> httpx.Request:
+    """A message signed by a provider rotating from WEBHOOK_SECRET to NEW_SECRET until `until`."""
+    captured: list[httpx.Request] = []
+
+    def receiver(request: httpx.Request) -> httpx.Response:
+        captured.append(request)
+        return httpx.Response(204)
+
+    settings = WebhookSettings(
+        url="https://receiver.test/hook",
+        secret=NEW_SECRET,
+        previous_secret=WEBHOOK_SECRET,
+        previous_secret_until=until,
+    )
+    async with httpx.AsyncClient(transport=httpx.MockTransport(receiver)) as client:
+        await WebhookProvider(settings, client).submit(submit_request(new_key()))
+    return captured[0]
+
+
+async def test_during_the_grace_window_old_and_new_receivers_both_verify() -> None:
+    sent = await sent_while_rotating(datetime.now(UTC) + timedelta(hours=1))
+
+    assert len(sent.headers["webhook-signature"].split(" ")) == 2
+    for secret in (WEBHOOK_SECRET, NEW_SECRET):
+        verified = standardwebhooks.Webhook(secret).verify(sent.content, dict(sent.headers))
+        assert verified == PAYLOAD
+
+
+async def test_after_the_grace_window_only_the_new_secret_verifies() -> None:
+    sent = await sent_while_rotating(datetime.now(UTC) - timedelta(seconds=1))
+
+    assert len(sent.headers["webhook-signature"].split(" ")) == 1
+    verified = standardwebhooks.Webhook(NEW_SECRET).verify(sent.content, dict(sent.headers))
+    assert verified == PAYLOAD
+    with pytest.raises(WebhookVerificationError):
+        standardwebhooks.Webhook(WEBHOOK_SECRET).verify(sent.content, dict(sent.headers))
+
+
+async def test_the_fake_verifying_with_the_old_secret_accepts_during_the_window(
+    fake_provider, http
+) -> None:
+    key = new_key()
+    settings = WebhookSettings(
+        url=f"{fake_provider.url}/webhook/{uuid.uuid4().hex}",
+        secret=NEW_SECRET,
+        previous_secret=WEBHOOK_SECRET,
+        previous_secret_until=datetime.now(UTC) + timedelta(hours=1),
+    )
+
+    result = await WebhookProvider(settings, http).submit(submit_request(key))
+
+    assert result.delivered is True
+    assert (await fake_provider.admin.key_stats(key))["deliveries"] == 1
+
+
+@pytest.mark.parametrize(
+    ("fields", "problem"),
+    [
+        ({"previous_secret": WEBHOOK_SECRET}, "go together"),
+        ({"previous_secret_until": "2026-12-01T12:00:00Z"}, "go together"),
+        (
+            {"previous_secret": WEBHOOK_SECRET, "previous_secret_until": "2026-12-01T12:00:00"},
+            "timezone",
+        ),
+        (
+            {"previous_secret": "not base64!", "previous_secret_until": "2026-12-01T12:00Z"},
+            "whsec_",
+        ),
+        (
+            {"previous_secret": NEW_SECRET, "previous_secret_until": "2026-12-01T12:00:00Z"},
+            "same as secret",
+        ),
+    ],
+)
+def test_a_grace_window_needs_both_fields_an_offset_and_another_secret(
+    fields: dict[str, Any], problem: str
+) -> None:
+    with pytest.raises(ValidationError, match=problem):
+        WebhookSettings(url="https://receiver.test/hook", secret=NEW_SECRET, **fields)
+
+
+async def test_retry_after_beyond_the_maximum_fails_the_webhook(fake_provider, http) -> None:
+    provider = fake_webhook(
+        fake_provider, http, **{"X-Fake-Status": "503", "X-Fake-Retry-After": "300000000000"}
+    )
+
+    with pytest.raises(PermanentProviderError, match="retry after 300000000000 s, beyond"):
         await provider.submit(submit_request(new_key()))
