@@ -184,6 +184,8 @@ def build_children(env: dict[str, str]) -> list[Child]:
     # The fake's Event Grid reports to the API with the secret `fake-email` is configured with,
     # which the fake reads from its environment: a command line is visible to `ps`.
     env.setdefault("FAKE_EMAIL_EVENTS_SECRET", DEV_EVENTS_SECRET)
+    # The Web UI calls the API's codec server from its own origin: the port in use, not 8233.
+    env.setdefault("CODEC_CORS_ORIGINS", f"http://127.0.0.1:{ui_port},http://localhost:{ui_port}")
     report_url = f"http://127.0.0.1:{api_port}/v1/destinations/fake-email/events"
     # Children write to a pipe: without this, Python would hold their output back in buffers.
     env["PYTHONUNBUFFERED"] = "1"

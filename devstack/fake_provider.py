@@ -541,9 +541,15 @@ def create_app(state: FakeProviderState) -> Starlette:
         return JSONResponse(dict(state.probes))
 
     async def admin_faults(request: Request) -> Response:
-        if request.method == "PUT":
+        """GET the faults; PUT replaces them all (unnamed fields back to their defaults, the
+        report URL included); PATCH changes only the fields it names."""
+        if request.method in ("PUT", "PATCH"):
+            base = state.faults if request.method == "PATCH" else FaultConfig()
             try:
-                state.faults = dataclasses.replace(FaultConfig(), **await request.json())
+                changes = await request.json()
+                if not isinstance(changes, dict):
+                    raise ValueError("expected a JSON object of fault fields")
+                state.faults = dataclasses.replace(base, **changes)
             except (TypeError, ValueError) as err:
                 return JSONResponse({"error": str(err)}, 422)
             state.rng = random.Random(state.faults.seed)
@@ -596,7 +602,7 @@ def create_app(state: FakeProviderState) -> Starlette:
             Route("/_admin/max-rate", admin_max_rate),
             Route("/_admin/max-in-flight", admin_max_in_flight),
             Route("/_admin/probes", admin_probes),
-            Route("/_admin/faults", admin_faults, methods=["GET", "PUT"]),
+            Route("/_admin/faults", admin_faults, methods=["GET", "PUT", "PATCH"]),
             Route("/_admin/script", admin_script, methods=["POST"]),
             Route("/_admin/endpoints/{endpoint:path}", admin_endpoint, methods=["PUT", "DELETE"]),
             Route("/_admin/reset", admin_reset, methods=["POST"]),
@@ -696,7 +702,12 @@ class FakeProviderAdmin:
         return dict(await self._call("GET", "/_admin/probes"))
 
     async def set_faults(self, **faults: Any) -> None:
+        """Replace every fault: fields not named go back to their defaults."""
         await self._call("PUT", "/_admin/faults", json=faults)
+
+    async def change_faults(self, **faults: Any) -> dict[str, Any]:
+        """Change only the named faults (PATCH); the answer is the whole config."""
+        return dict(await self._call("PATCH", "/_admin/faults", json=faults))
 
     async def script(self, key: str, steps: list[dict[str, Any]]) -> None:
         await self._call("POST", "/_admin/script", json={"key": key, "steps": steps})

@@ -102,7 +102,8 @@ class DestinationPatch(BaseModel):
     # A rate below the minimum would never deliver (one request in over 16 minutes).
     submit_rate: float | None = Field(default=None, ge=MIN_RATE, le=10_000)
     poll_rate: float | None = Field(default=None, ge=MIN_RATE, le=10_000)
-    paused: bool | None = None
+    # true or false only: "yes" or 1 is a 422, not a pause.
+    paused: bool | None = Field(default=None, strict=True)
     reason: str | None = Field(default=None, max_length=MAX_REASON)
 
 

@@ -98,6 +98,8 @@ async def test_bad_changes_are_problems(dev_api: DevApi) -> None:
     # A rate that would never deliver (issue 31): refused as in the destinations file.
     assert_problem(await dev_api.http.patch(url, json={"submit_rate": 9.7e-39}), 422)
     assert_problem(await dev_api.http.patch(url, json={"poll_rate": 0.0005}), 422)
+    for not_a_bool in ("yes", 1, "true"):
+        assert_problem(await dev_api.http.patch(url, json={"paused": not_a_bool}), 422)
     assert_problem(await dev_api.http.patch(url, json={"submit_rate": 1, "extra": 1}), 422)
     assert_problem(await dev_api.http.get("/v1/destinations/nope"), 404)
 

@@ -239,6 +239,16 @@ def test_the_fake_reports_to_the_api_with_the_secret_every_child_gets(tmp_path: 
         assert not any("s3cret" in argument for argument in child.command), child.name
 
 
+def test_the_web_ui_on_another_port_may_call_the_codec_server(tmp_path: Path) -> None:
+    env = {"DEV_DATA_DIR": str(tmp_path), "DEV_UI_PORT": "9233"}
+    build_children(env)
+    # Issue 32: with DEV_UI_PORT set, the allowed origins followed it (they were fixed to 8233).
+    assert env["CODEC_CORS_ORIGINS"] == "http://127.0.0.1:9233,http://localhost:9233"
+    chosen = {"DEV_DATA_DIR": str(tmp_path), "CODEC_CORS_ORIGINS": "https://ui.example"}
+    build_children(chosen)
+    assert chosen["CODEC_CORS_ORIGINS"] == "https://ui.example"  # one the user set wins
+
+
 def test_fake_flags_from_dev_fake_args_win_over_the_stacks(tmp_path: Path) -> None:
     env = {
         "DEV_DATA_DIR": str(tmp_path),

@@ -63,6 +63,24 @@ async def post_webhook(
     )
 
 
+async def test_a_patch_changes_only_the_faults_it_names() -> None:
+    """Issue 32: a PUT replaces the whole config (a partial one turned reports off); a PATCH
+    merges."""
+    report_url = "http://127.0.0.1:9/events"
+    async with run_fake_provider(FaultConfig(report_url=report_url)) as fake:
+        merged = await fake.admin.change_faults(error_rate=0.5)
+        assert merged["error_rate"] == 0.5 and merged["report_url"] == report_url
+        merged = await fake.admin.change_faults(error_rate=0.0, latency_ms=20)
+        assert merged["latency_ms"] == 20 and merged["report_url"] == report_url
+        await fake.admin.set_faults(latency_ms=5)  # a PUT: everything else back to defaults
+        async with httpx.AsyncClient() as http:
+            after = (await http.get(f"{fake.url}/_admin/faults")).json()
+            refused = await http.patch(f"{fake.url}/_admin/faults", json={"nope": 1})
+            not_object = await http.patch(f"{fake.url}/_admin/faults", json=[1])
+        assert after["report_url"] is None and after["latency_ms"] == 5
+        assert refused.status_code == 422 and not_object.status_code == 422
+
+
 async def test_faults_scripts_dedupe_and_counters() -> None:
     async with run_fake_provider() as fake, httpx.AsyncClient() as http:
         await fake.admin.set_faults(error_rate=1.0, seed=1)
