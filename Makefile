@@ -30,9 +30,10 @@ $(BIN)/python:
 venv: $(BIN)/python
 
 # Reinstall only when the dependency pins change.
-$(STAMP): pyproject.toml | $(BIN)/python
+$(STAMP): pyproject.toml clients/python/pyproject.toml | $(BIN)/python
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -e '.[dev]'
+	$(BIN)/pip install --quiet -e clients/python
 	touch $@
 
 install: $(STAMP)
