@@ -53,7 +53,6 @@ def enqueue_in(
         not_before=not_before,
         max_attempts=max_attempts,
         now=now,
-        payload=payload,
     )
     if not destination:
         raise InvalidRequest("destination is required")
