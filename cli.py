@@ -4,7 +4,7 @@
     outbox enqueue demo --file items.jsonl          # one JSON item per line, sent in batches
     outbox status demo k1
     outbox tail demo [--since ID]                   # follow the outbox live
-    outbox purge demo [--destination D]             # cancel all not yet submitted
+    outbox purge demo [--destination D] [--no-wait] # cancel all not yet submitted (a batch)
     outbox enqueue demo ... --ordering-key acct-7   # in order after acct-7's earlier items
     outbox lanes demo [KEY] [--status halted] [--redrive | --skip --reason R]
     outbox schedules create daily --outbox demo --cron '0 6 * * *' --item '{"destination": ...}'
@@ -23,7 +23,7 @@ import json
 import os
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -142,11 +142,35 @@ def redrive(args: argparse.Namespace) -> None:
 
 
 def purge(args: argparse.Namespace) -> None:
+    """Start a purge batch and follow it to its end (unless --no-wait); exit 1 if it failed."""
     with _client(args) as client:
         body: dict[str, Any] = {"destination": args.destination}
         if args.reason:
             body["reason"] = args.reason
-        _print(_check(client.post(f"{_items_path(args.outbox)}:purge", json=body)))
+        batch = _check(client.post(f"{_items_path(args.outbox)}:purge", json=body))
+        if not args.no_wait:
+            batch = _follow(client, batch, _purge_progress)
+        _print(batch)
+    if batch["state"] not in ("running", "completed"):
+        print(f"purge {batch['state']}: {batch.get('failure')}", file=sys.stderr)
+        raise SystemExit(1)
+
+
+def _purge_progress(batch: dict[str, Any]) -> str:
+    return f"{batch['cancelled']} cancelled, {batch['skipped']} skipped, {batch['pages']} page(s)"
+
+
+def _follow(
+    client: httpx.Client, batch: dict[str, Any], progress: Callable[[dict[str, Any]], str]
+) -> dict[str, Any]:
+    """Poll a batch at its `links.self` until it ends, its progress on one stderr line."""
+    while batch["state"] == "running" and not batch["done"]:
+        sys.stderr.write(f"\r{progress(batch)}")
+        sys.stderr.flush()
+        time.sleep(0.5)
+        batch = _check(client.get(batch["links"]["self"]))
+    sys.stderr.write(f"\r{progress(batch)} ({batch['state']})\n")
+    return batch
 
 
 def destinations(args: argparse.Namespace) -> None:
@@ -187,6 +211,10 @@ def lanes(args: argparse.Namespace) -> None:
             _print(_check(client.get(lane)))
 
 
+def _redrive_progress(batch: dict[str, Any]) -> str:
+    return f"{batch['redriven']} redriven, {batch['skipped']} skipped, {batch['pages']} page(s)"
+
+
 def dead_letters(args: argparse.Namespace) -> None:
     path = f"/v1/outboxes/{quote(args.outbox, safe='')}"
     which = {
@@ -202,9 +230,8 @@ def dead_letters(args: argparse.Namespace) -> None:
             _print(_check(client.post(url, json={"reason": args.reason} if args.reason else {})))
         elif args.redrive_all:
             batch = _check(client.post(f"{path}/dead-letters:redrive", json=which))
-            while args.wait and not batch["done"] and batch["state"] == "running":
-                time.sleep(0.5)
-                batch = _check(client.get(batch["links"]["self"]))
+            if args.wait:
+                batch = _follow(client, batch, _redrive_progress)
             _print(batch)
         elif args.batch:
             _print(_check(client.get(f"{path}/redrive-batches/{quote(args.batch, safe='')}")))
@@ -364,10 +391,15 @@ def build_parser() -> argparse.ArgumentParser:
     command.add_argument("--destination", help="with --all-failed: only this destination")
     command.set_defaults(run=redrive)
 
-    command = commands.add_parser("purge", help="cancel every item not yet submitted")
+    command = commands.add_parser(
+        "purge", help="cancel every item not yet submitted (a batch, followed to its end)"
+    )
     _add_outbox(command)
     command.add_argument("--destination", help="only this destination's items")
     command.add_argument("--reason", help="recorded on each cancelled item")
+    command.add_argument(
+        "--no-wait", action="store_true", help="answer with the batch at once, not at its end"
+    )
     command.set_defaults(run=purge)
 
     command = commands.add_parser(

@@ -51,12 +51,12 @@ from flowcontrol.throttle import ThrottledQueue, ThrottleGate
 from outbox_client import OutboxClient, connect
 from outbox_client.aggregates import AggregateClient
 from readmodel.db import create_schema, make_engine
-from readmodel.payload_store import claim_checks
+from readmodel.payload_store import claim_checks, prune_forever
 from readmodel.writer import ProjectionWriter
 from service.dead_letters import DeadLetterActivities
 from service.effects import EffectActivities
 from service.flow_events import FlowEventActivities
-from service.items import ItemService
+from service.items import ItemService, PurgeActivities
 from service.projectors import start_projectors
 from service.relay import Relay
 from service.schedules import ScheduleActivities
@@ -66,6 +66,7 @@ from workflows.destination_flow import DestinationFlowWorkflow
 from workflows.lane import OutboxLaneWorkflow
 from workflows.outbox_item import OutboxItemWorkflow
 from workflows.projector import ProjectorWorkflow
+from workflows.purge_batch import PurgeBatchWorkflow
 from workflows.redrive_batch import RedriveBatchWorkflow
 from workflows.scheduled_batch import ScheduledBatchWorkflow
 
@@ -79,6 +80,7 @@ WORKFLOWS = [
     AggregateWorkflow,
     ScheduledBatchWorkflow,
     RedriveBatchWorkflow,
+    PurgeBatchWorkflow,
     ProjectorWorkflow,
     DestinationFlowWorkflow,
 ]
@@ -179,6 +181,7 @@ def build_workers(
                 activities=[
                     ScheduleActivities(operations_client).enqueue_batch,
                     DeadLetterActivities(ItemService(operations_client, engine)).redrive_page,
+                    PurgeActivities(ItemService(operations_client, engine)).purge_page,
                     EffectActivities(operations_client, aggregate_client).execute_effect,
                     ProjectorActivities(engine).run_projector,
                     FlowEventActivities(operations_client).send_flow_event,
@@ -377,9 +380,14 @@ async def run_worker(
                 engine,
                 poll_interval_s=settings.relay_poll_interval_s,
                 retention=timedelta(seconds=settings.relay_retention_s),
+                max_attempts=settings.relay_max_attempts,
             )
             relay_task = asyncio.create_task(relay.run())
             stack.callback(relay_task.cancel)
+        if run_workflows and engine is not None and settings.claim_check_bytes > 0:
+            # Claim-check blobs whose workflow Temporal no longer has are removed hourly.
+            pruner = asyncio.create_task(prune_forever(engine, client))
+            stack.callback(pruner.cancel)
         if run_workflows:
             # Every workflow worker makes sure each async projector has its one runner.
             await start_projectors(

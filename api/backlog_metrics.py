@@ -165,7 +165,13 @@ class BacklogMetrics:
         # reads 0 instead of vanishing (a vanished series looks like "no data" to an alert).
         self._pairs: set[OutboxDestination] = set()
         self._lane_outboxes: set[str] = set()
+        # The outboxes of those pairs: the ones the read model holds items of.
+        self._outboxes: set[str] = set()
         registry.register(self)
+
+    def knows_outbox(self, outbox: str) -> bool:
+        """Whether a reading since start has seen items of `outbox` in the read model."""
+        return outbox in self._outboxes
 
     def attach(self, engine: Engine) -> None:
         """Read from `engine` (the app's read model, known once the lifespan starts)."""
@@ -244,6 +250,7 @@ class BacklogMetrics:
         self._pairs.update((row.outbox, row.destination) for row in backlog.items)
         self._pairs.update(backlog.sent)
         self._pairs.update(backlog.failed)
+        self._outboxes.update(outbox for outbox, _ in self._pairs)
         pairs = sorted(self._pairs)
 
         items, age = ITEMS.family(), OLDEST_QUEUED_AGE.family()

@@ -1,14 +1,21 @@
 """RFC 9457 problem+json for every error, mapped in one place.
 
 Bad input is always a 4xx with a `detail` that says what to fix; Temporal or the database being
-unreachable is a 503 with `Retry-After`; anything else is a 500 whose body carries no stack trace
-(the trace is logged server-side).
+unreachable, or a Temporal call cancelled or past its deadline, is a 503 with `Retry-After`;
+anything else is a 500 whose body carries no stack trace (the trace is logged server-side).
+
+A request body whose arrays and objects nest deeper than `MAX_JSON_DEPTH` is refused (422)
+before anything parses it: FastAPI's JSON parser, pydantic and the JSON encoders all recurse.
 """
 
 from __future__ import annotations
 
+import json
 import logging
+import re
+from collections import deque
 from collections.abc import Sequence
+from itertools import accumulate
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -16,6 +23,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from sqlalchemy.exc import DBAPIError
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from temporalio.client import RPCTimeoutOrCancelledError
 from temporalio.service import RPCError, RPCStatusCode
 
@@ -40,6 +48,7 @@ from outbox_client import (
     UnknownEffect,
     is_temporal_unavailable,
 )
+from outbox_client.validation import MAX_JSON_DEPTH
 from readmodel.store import InvalidCursor
 from service.dead_letters import NotADeadLetter, RedriveBatchNotFound
 from service.schedules import InvalidSchedule, ScheduleExists, ScheduleNotFound
@@ -48,6 +57,10 @@ log = logging.getLogger("outbox.api")
 
 PROBLEM_JSON = "application/problem+json"
 RETRY_AFTER_S = "5"
+
+# Besides the client's "unavailable" codes (down, deadline exceeded, throttling): a call the
+# server cancelled, as it does under load. Retrying later is the fix, so it is a 503 too.
+_TEMPORAL_RETRY_LATER = (RPCStatusCode.CANCELLED,)
 
 # (HTTP status, problem slug, title) per client error.
 _OUTBOX_ERRORS: dict[type[OutboxError], tuple[int, str, str]] = {
@@ -160,7 +173,9 @@ def known_problem(err: Exception) -> ApiProblem | None:
         return ApiProblem.from_outbox_error(err)
     if isinstance(err, InvalidCursor):
         return ApiProblem(422, "invalid-cursor", "Invalid cursor", str(err))
-    if is_temporal_unavailable(err):
+    if is_temporal_unavailable(err) or (
+        isinstance(err, RPCError) and err.status in _TEMPORAL_RETRY_LATER
+    ):
         return _temporal_unavailable()
     if isinstance(err, RPCError) and err.status == RPCStatusCode.UNIMPLEMENTED:
         # E.g. task-queue configuration on Temporal's time-skipping test server.
@@ -201,7 +216,10 @@ def validation_problem(
 
 
 def install_error_handlers(app: FastAPI) -> None:
-    """Route every exception the API can meet to a problem+json response."""
+    """Route every exception the API can meet to a problem+json response, and refuse bodies
+    nested too deeply to parse safely."""
+    # Added first, so it runs innermost: the body size limit has bounded the body by then.
+    app.add_middleware(JsonDepthLimit, max_depth=MAX_JSON_DEPTH)
 
     async def _known(request: Request, err: Exception) -> JSONResponse:
         problem = known_problem(err)
@@ -291,3 +309,76 @@ def _temporal_unavailable() -> ApiProblem:
         "the workflow service did not answer; retry later",
         {"Retry-After": RETRY_AFTER_S},
     )
+
+
+# A JSON string (escapes included), then anything but a bracket: what is left of a body once
+# both are removed is its brackets, in order.
+_JSON_STRING = re.compile(rb'"(?:[^"\\]++|\\.)*+"')
+_NOT_A_BRACKET = re.compile(rb"[^\[\]{}]+")
+_NESTING_STEP = [0] * 256
+for _opening in b"[{":
+    _NESTING_STEP[_opening] = 1
+for _closing in b"]}":
+    _NESTING_STEP[_closing] = -1
+
+
+def json_nesting_exceeds(body: bytes, max_depth: int) -> bool:
+    """Whether arrays and objects nest deeper than `max_depth` in the JSON text `body`; counts
+    without parsing (nor recursing), brackets inside strings aside. Text that is not JSON gets
+    an answer too: the parser refuses it afterwards anyway."""
+    if body.count(b"[") + body.count(b"{") <= max_depth:
+        return False
+    brackets = _NOT_A_BRACKET.sub(b"", _JSON_STRING.sub(b"", body))
+    return max(accumulate(map(_NESTING_STEP.__getitem__, brackets)), default=0) > max_depth
+
+
+def too_deeply_nested(max_depth: int) -> ApiProblem:
+    """The 422 for a body (or a document inside one) nested deeper than `max_depth`."""
+    return ApiProblem(
+        422,
+        "too-deeply-nested",
+        "JSON nested too deeply",
+        f"arrays and objects may nest at most {max_depth} levels deep in a request body",
+        max_depth=max_depth,
+    )
+
+
+class JsonDepthLimit:
+    """422 problem+json for a request body nested deeper than `max_depth`, before any route (or
+    FastAPI's parser) reads it; the body is then handed on unchanged."""
+
+    def __init__(self, app: ASGIApp, max_depth: int) -> None:
+        self.app = app
+        self.max_depth = max_depth
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        received: deque[Message] = deque()
+        while True:
+            message = await receive()
+            received.append(message)
+            if message["type"] != "http.request" or not message.get("more_body", False):
+                break
+        body = b"".join(m.get("body", b"") for m in received if m["type"] == "http.request")
+        if json_nesting_exceeds(body, self.max_depth):
+            problem = too_deeply_nested(self.max_depth)
+            content = json.dumps(problem.body(None) | {"instance": scope.get("path", "")})
+            await send(
+                {
+                    "type": "http.response.start",
+                    "status": problem.status,
+                    "headers": [
+                        (b"content-type", PROBLEM_JSON.encode()),
+                        (b"content-length", str(len(content.encode())).encode()),
+                    ],
+                }
+            )
+            await send({"type": "http.response.body", "body": content.encode()})
+            return
+
+        async def replay() -> Message:
+            return received.popleft() if received else await receive()
+
+        await self.app(scope, replay, send)

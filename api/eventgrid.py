@@ -18,8 +18,10 @@ from typing import Any
 from azure.core.messaging import CloudEvent
 from azure.eventgrid import EventGridEvent, SystemEventNames
 
-from api.errors import ApiProblem
+from api.dates import in_utc
+from api.errors import ApiProblem, json_nesting_exceeds, too_deeply_nested
 from contract.item import DeliveryReport, RecipientStatus
+from outbox_client.validation import MAX_JSON_DEPTH
 
 log = logging.getLogger("outbox.api.events")
 
@@ -55,7 +57,11 @@ class Delivery:
 
 
 def read_delivery(body: bytes) -> Delivery:
-    """Parse a POSTed body; raises a 400 problem when it is not an Event Grid delivery."""
+    """Parse a POSTed body; raises a 400 problem when it is not an Event Grid delivery (422 when
+    it nests too deeply to parse safely)."""
+    if json_nesting_exceeds(body, MAX_JSON_DEPTH):
+        # Whatever its content type says: Event Grid's types are not all `application/json`.
+        raise too_deeply_nested(MAX_JSON_DEPTH)
     try:
         document = json.loads(body)
     except ValueError as err:
@@ -91,14 +97,19 @@ def _grid_event(entry: dict[str, Any], index: int) -> tuple[str, str, Any]:
     missing = [name for name in ("id", "eventType", "data") if name not in entry]
     if missing:
         raise _not_a_delivery(f"event {index}: missing {', '.join(missing)}")
-    event = EventGridEvent.from_dict(entry)
+    try:
+        event = EventGridEvent.from_dict(entry)
+    except (ValueError, LookupError, TypeError, AttributeError) as err:
+        # E.g. an `eventTime` that is a number: azure's DeserializationError is a ValueError.
+        raise _not_a_delivery(f"event {index}: not an Event Grid event: {err}") from err
     return str(event.event_type), str(event.id), event.data
 
 
 def _cloud_event(entry: dict[str, Any], index: int) -> tuple[str, str, Any]:
     try:
         event: CloudEvent[Any] = CloudEvent.from_dict(entry)
-    except (ValueError, KeyError, TypeError) as err:
+    except (ValueError, LookupError, TypeError, AttributeError) as err:
+        # E.g. a `time` that is a number (TypeError) or not a date (IndexError).
         raise _not_a_delivery(f"event {index}: not a CloudEvent: {err}") from err
     return str(event.type), str(event.id), event.data
 
@@ -115,6 +126,7 @@ def _email_report(event_id: str, data: Any) -> DeliveryReport | None:
         at = datetime.fromisoformat(str(data["deliveryAttemptTimestamp"]))
         if at.tzinfo is None:
             raise ValueError("deliveryAttemptTimestamp has no time zone")
+        at = in_utc(at)
         details = data.get("deliveryStatusDetails") or {}
         detail = details.get("statusMessage") if isinstance(details, dict) else None
     except (KeyError, ValueError, TypeError) as err:

@@ -157,6 +157,7 @@ def create_app(
     app.state.metrics = ApiMetrics(
         backlog_cache_s=settings.backlog_metrics_cache_s,
         backlog_timeout_s=settings.backlog_metrics_timeout_s,
+        token_required=settings.metrics_token_required,
     )
     install_error_handlers(app)
     if configure_tracing("durable-outbox-api"):

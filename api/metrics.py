@@ -1,21 +1,46 @@
 """Prometheus metrics: HTTP requests by route template, enqueues by outcome, the backlog, and
-the destinations' state (paused, throttled, circuit, rate in force)."""
+the destinations' state (paused, throttled, circuit, rate in force).
+
+Every label value is bounded by what operators configured or what the read model holds, never by
+what a caller invents: `/metrics` may be open to anyone who reaches the API. With tokens
+configured it also takes a bearer token with the `read` scope, and with `METRICS_TOKEN_REQUIRED`
+it needs one (`require_metrics_token`).
+"""
 
 from __future__ import annotations
 
 import time
 
+from fastapi import Request
 from prometheus_client import CollectorRegistry, Counter, Histogram
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from api import auth
 from api.backlog_metrics import BacklogMetrics
 from api.destination_metrics import DestinationMetrics
+from api.errors import ApiProblem
+
+# The `outbox` label of refused enqueues naming an outbox nobody has used: names a caller
+# invents all count here instead of each adding series.
+UNKNOWN_OUTBOX = "(unknown)"
+# What the items routes already count invalid outbox names under.
+_INVALID_OUTBOX = "invalid"
 
 
 class ApiMetrics:
     """One registry per app, so several apps (tests) never collide on metric names."""
 
-    def __init__(self, *, backlog_cache_s: float = 5.0, backlog_timeout_s: float = 5.0) -> None:
+    def __init__(
+        self,
+        *,
+        backlog_cache_s: float = 5.0,
+        backlog_timeout_s: float = 5.0,
+        token_required: bool = False,
+    ) -> None:
+        # With tokens configured: refuse `/metrics` without one (`METRICS_TOKEN_REQUIRED`).
+        self.token_required = token_required
+        # Outboxes that took an item through this API: their refusals keep their own label.
+        self._outboxes: set[str] = set()
         self.registry = CollectorRegistry()
         # Read from the read model at scrape time (`refresh`), once the app has its engine.
         self.backlog = BacklogMetrics(
@@ -41,7 +66,8 @@ class ApiMetrics:
         self.enqueued = Counter(
             "outbox_items_enqueued_total",
             "Enqueued items by outbox, destination and result"
-            " (created, existing, rejected, error).",
+            " (created, existing, rejected, error); a refused enqueue naming an outbox that"
+            " does not exist counts under outbox '(unknown)'.",
             ["outbox", "destination", "result"],
             registry=self.registry,
         )
@@ -61,8 +87,46 @@ class ApiMetrics:
             self.reports.labels(destination, result).inc(count)
 
     def count_enqueue(self, outbox: str, destination: str, result: str) -> None:
-        """Count one enqueue; callers pass only validated names, so label values stay bounded."""
+        """Count one enqueue; callers pass only configured destinations. A refused one
+        (`rejected`) keeps its outbox's name only if that outbox exists (it took an item here,
+        or the read model holds items of it); otherwise it counts under `UNKNOWN_OUTBOX`."""
+        if result in ("created", "existing"):
+            self._outboxes.add(outbox)
+        elif result == "rejected" and outbox != _INVALID_OUTBOX and not self._exists(outbox):
+            outbox = UNKNOWN_OUTBOX
         self.enqueued.labels(outbox, destination, result).inc()
+
+    def _exists(self, outbox: str) -> bool:
+        return outbox in self._outboxes or self.backlog.knows_outbox(outbox)
+
+
+def require_metrics_token(request: Request) -> None:
+    """Dependency of `/metrics`: with tokens configured, a bearer token sent with the scrape must
+    be valid and hold the `read` scope (403 otherwise), and one is needed (401) when
+    `token_required` is set. Without tokens configured `/metrics` is open, like the API."""
+    tokens: list[auth.ApiToken] = request.app.state.tokens
+    if not tokens:
+        return
+    metrics: ApiMetrics = request.app.state.metrics
+    scheme, _, offered = request.headers.get("authorization", "").partition(" ")
+    offered = offered.strip() if scheme.lower() == "bearer" else ""
+    if not offered:
+        if not metrics.token_required:
+            return
+        raise ApiProblem(
+            401,
+            "unauthorized",
+            "Unauthorized",
+            "send 'Authorization: Bearer <token>' with a token that has the 'read' scope",
+            headers={"WWW-Authenticate": 'Bearer realm="durable-outbox"'},
+        )
+    token = auth.matching_token(offered, tokens)
+    if token is None:
+        raise ApiProblem(403, "forbidden", "Forbidden", "the bearer token is not valid")
+    # Metrics cover every outbox: a token limited to some outboxes is refused too.
+    why = auth.refusal(token, auth.Scope.READ, None)
+    if why is not None:
+        raise ApiProblem(403, "forbidden", "Forbidden", why, missing_scope=auth.Scope.READ)
 
 
 class MetricsMiddleware:

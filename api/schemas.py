@@ -8,7 +8,6 @@ from typing import Annotated, Any, Literal, Self
 
 from pydantic import (
     AfterValidator,
-    AwareDatetime,
     BaseModel,
     ConfigDict,
     Field,
@@ -16,6 +15,7 @@ from pydantic import (
     model_validator,
 )
 
+from api.dates import AwareUtcDatetime
 from contract.item import OutboxItemView
 from contract.limits import (
     MAX_DESTINATION_LENGTH,
@@ -31,6 +31,9 @@ from flowcontrol.waiting import WaitingOn
 from readmodel.models import EventRecord
 
 MAX_BATCH = 100
+# The largest integer a SQL BIGINT (and SQLite's INTEGER) holds: the bound of any sequence number
+# or id a query parameter is compared with.
+MAX_SQL_INTEGER = 2**63 - 1
 
 
 class EnqueueRequest(BaseModel):
@@ -49,7 +52,7 @@ class EnqueueRequest(BaseModel):
         Field(max_length=MAX_KEY_LENGTH, pattern=TEXT_KEY_PATTERN),
         AfterValidator(lambda key: None if key is None else check_ordering_key(key)),
     ] = None
-    not_before: AwareDatetime | None = Field(
+    not_before: AwareUtcDatetime | None = Field(
         default=None, description="Deliver no earlier than this (RFC 3339 with a time zone)"
     )
     delay_seconds: float | None = Field(
@@ -236,14 +239,6 @@ class PurgeRequest(BaseModel):
 
     destination: str | None = Field(default=None, max_length=MAX_DESTINATION_LENGTH)
     reason: str = Field(default="purged", max_length=500)
-
-
-class PurgeResponse(BaseModel):
-    """How many items were cancelled (`keys`), and how many had reached the provider meanwhile."""
-
-    cancelled: int
-    skipped: int
-    keys: list[str]
 
 
 class RedriveFailedResponse(BaseModel):

@@ -100,6 +100,19 @@ class Settings(BaseSettings):
     relay_retention_s: float = Field(
         default=7 * 24 * 3600.0, ge=0, description="How long relayed rows are kept, in seconds."
     )
+    metrics_token_required: bool = Field(
+        default=False,
+        description="With API tokens configured, refuse `/metrics` (401) without a bearer token"
+        " holding the `read` scope; off, Prometheus scrapes without one (a token sent is checked"
+        " all the same).",
+    )
+    relay_max_attempts: int = Field(
+        default=10,
+        ge=1,
+        le=10_000,
+        description="Tries of a relay row that keeps failing (anything but a refusal), one"
+        " lease apart, before it is refused with its error and its key goes on.",
+    )
     # Claim checks: a payload above this many bytes (after encryption) is stored once in the
     # database (`payload_blobs`) and the workflow history carries a reference; 0 turns it off
     # (payloads then stay under Temporal's own payload size limit, about 2 MB).

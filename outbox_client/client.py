@@ -243,6 +243,7 @@ class OutboxClient:
             max_attempts=max_attempts,
             now=now,
             priority=priority,
+            payload=payload,
         )
         if concurrency_key is not None:
             try:

@@ -53,6 +53,7 @@ def enqueue_in(
         not_before=not_before,
         max_attempts=max_attempts,
         now=now,
+        payload=payload,
     )
     if not destination:
         raise InvalidRequest("destination is required")

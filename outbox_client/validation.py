@@ -3,11 +3,17 @@ raising the client's `InvalidRequest`."""
 
 from __future__ import annotations
 
-from datetime import datetime
+from collections.abc import Iterable
+from datetime import UTC, datetime
 
 from contract import limits
 from flowcontrol.priority import HIGHEST_PRIORITY, LOWEST_PRIORITY
 from outbox_client.errors import InvalidRequest
+
+# How deeply arrays and objects may nest in a payload or any JSON the API takes: far beyond any
+# provider's body, and far below the depth where a recursive walk (a JSON encoder, pydantic, the
+# payload codec, a template's placeholders) meets Python's recursion limit.
+MAX_JSON_DEPTH = 64
 
 DELAYED_LANE_ITEM = (
     "not_before and delay_seconds cannot be combined with ordering_key: a delayed item would"
@@ -41,10 +47,22 @@ def validate_ordering_key(ordering_key: str) -> str:
 
 def validate_not_before(not_before: datetime, now: datetime) -> datetime:
     """`not_before` if the item can be delayed until then; raises `InvalidRequest` otherwise."""
+    validate_utc_date(not_before, "not_before")
     try:
         return limits.check_not_before(not_before, now)
     except ValueError as err:
         raise InvalidRequest(str(err)) from None
+
+
+def validate_utc_date(value: datetime, name: str) -> datetime:
+    """`value` in UTC (naive: UTC); raises `InvalidRequest` if that leaves years 1-9999, as an
+    offset can (`0001-01-01T00:00:00+14:00`), where no `datetime` and no database can hold it."""
+    if value.tzinfo is None:
+        return value.replace(tzinfo=UTC)
+    try:
+        return value.astimezone(UTC)
+    except OverflowError:
+        raise InvalidRequest(f"{name} must fall within years 1 to 9999 in UTC") from None
 
 
 def validate_new_item(
@@ -56,9 +74,11 @@ def validate_new_item(
     max_attempts: int | None,
     now: datetime,
     priority: int | None = None,
+    payload: object = None,
 ) -> None:
     """The checks every way in applies to a new item (`OutboxClient.enqueue`, `enqueue_in`),
-    except those that need the destinations (which the client checks, and the relay)."""
+    except those that need the destinations (which the client checks, and the relay); the
+    payload's nesting when it is given."""
     validate_outbox(outbox)
     validate_key(key)
     if ordering_key is not None:
@@ -73,3 +93,24 @@ def validate_new_item(
         )
     if not_before is not None:
         validate_not_before(not_before, now)
+    if payload is not None:
+        validate_json_depth(payload)
+
+
+def validate_json_depth(document: object, what: str = "payload") -> None:
+    """Raises `InvalidRequest` when arrays and objects nest deeper than `MAX_JSON_DEPTH` in
+    `document`; walks it without recursion, so any depth is safe to check."""
+    pending: list[tuple[object, int]] = [(document, 1)]
+    while pending:
+        node, depth = pending.pop()
+        if isinstance(node, dict):
+            children: Iterable[object] = node.values()
+        elif isinstance(node, list | tuple):
+            children = node
+        else:
+            continue
+        if depth > MAX_JSON_DEPTH:
+            raise InvalidRequest(
+                f"{what} nests arrays and objects more than {MAX_JSON_DEPTH} levels deep"
+            )
+        pending.extend((child, depth + 1) for child in children)

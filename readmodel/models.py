@@ -290,6 +290,9 @@ LABOUR_HISTORY = Table(
     Index("ix_labour_history_mother", "mother", "labour_id"),
 )
 
+# Temporal's default limit on a workflow id's length.
+MAX_WORKFLOW_ID_LENGTH = 1000
+
 # Claim checks: payloads above the threshold, stored once by the digest of their (encrypted)
 # bytes; the workflow history carries a reference (`readmodel/payload_store.py`).
 PAYLOAD_BLOBS = Table(
@@ -299,6 +302,10 @@ PAYLOAD_BLOBS = Table(
     Column("data", LargeBinary(), nullable=False),
     Column("size", Integer(), nullable=False),
     Column("stored_at", UTCDateTime(), nullable=False),
+    # The workflow it was stored for, while it is the only one known to use it (a blob two
+    # workflows share, or stored for an activity, has none and is never pruned).
+    Column("workflow_id", String(MAX_WORKFLOW_ID_LENGTH), nullable=True),
+    Index("ix_payload_blobs_workflow", "workflow_id", "stored_at"),
 )
 
 # The transactional outbox: rows an application inserts in its own transaction

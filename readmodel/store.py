@@ -12,7 +12,7 @@ import dataclasses
 import functools
 import json
 from collections.abc import Sequence
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from sqlalchemy import Engine, Executable, and_, bindparam, func, or_, select, text, update
@@ -283,11 +283,14 @@ def encode_cursor(created_at: datetime, item_id: str) -> str:
 
 
 def decode_cursor(cursor: str) -> tuple[datetime, str]:
+    """The time and id `encode_cursor` put in `cursor`; raises `InvalidCursor` for anything else,
+    a time that leaves years 1-9999 in UTC included (the database could not compare it)."""
     try:
         raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
         created_at, item_id = json.loads(raw)
         if not isinstance(created_at, str) or not isinstance(item_id, str):
             raise TypeError("cursor fields have the wrong types")
-        return datetime.fromisoformat(created_at), item_id
-    except (ValueError, TypeError) as err:  # binascii.Error is a ValueError
+        at = datetime.fromisoformat(created_at)
+        return at.replace(tzinfo=UTC) if at.tzinfo is None else at.astimezone(UTC), item_id
+    except (ValueError, TypeError, OverflowError, RecursionError) as err:  # binascii: ValueError
         raise InvalidCursor("invalid cursor") from err

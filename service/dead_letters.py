@@ -34,6 +34,7 @@ from contract.ids import item_workflow_id, redrive_batch_workflow_id
 from contract.item import ItemStatus
 from outbox_client import OutboxError, TemporalUnavailable, validate_key, validate_outbox
 from outbox_client.client import RPC_TIMEOUT
+from outbox_client.validation import validate_utc_date
 from readmodel import store
 from readmodel.dead_letters import DeadLetter, discard, list_dead_letters
 from service.items import ItemService
@@ -81,6 +82,7 @@ class DeadLetterService:
         limit: int = 50,
     ) -> tuple[list[DeadLetter], str | None]:
         validate_outbox(outbox)
+        _validate_filter(which)
         return await asyncio.to_thread(
             list_dead_letters,
             self.engine,
@@ -119,6 +121,7 @@ class DeadLetterService:
         """Start a batch that redrives every dead letter the filter selects, failed before now
         (discarded ones excepted); answers at once with the batch to follow."""
         validate_outbox(outbox)
+        _validate_filter(which)
         batch_id = uuid.uuid4().hex
         progress = RedriveBatchProgress(outbox, which)
         client = self.items.client
@@ -200,3 +203,11 @@ class DeadLetterActivities:
             next_cursor=next_cursor,
             errors=errors,
         )
+
+
+def _validate_filter(which: DeadLetterFilter) -> None:
+    # A date no query can hold would fail the query, or every page of a batch, not the request.
+    if which.failed_from is not None:
+        validate_utc_date(which.failed_from, "failed_from")
+    if which.failed_to is not None:
+        validate_utc_date(which.failed_to, "failed_to")

@@ -5,18 +5,33 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
-from collections.abc import Awaitable, Callable, Sequence
+import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Literal, TypeVar
 
 from sqlalchemy import Engine
+from temporalio import activity
+from temporalio.client import Client, WorkflowExecutionStatus
+from temporalio.exceptions import ApplicationError
+from temporalio.service import RPCError, RPCStatusCode
 
 from common.fan_out import fan_out
 from contract import transitions
+from contract.dead_letters import PROGRESS_QUERY
 from contract.ids import item_workflow_id, payload_hash
 from contract.item import DeliveryOutcome, ItemStatus, OutboxItemInput, OutboxItemView
 from contract.lane import entry_size
+from contract.purge import (
+    PURGE_BATCH_WORKFLOW_TYPE,
+    PURGE_PAGE_ACTIVITY,
+    PurgeBatchInput,
+    PurgeBatchProgress,
+    PurgePageRequest,
+    PurgePageResult,
+    purge_batch_workflow_id,
+)
 from outbox_client import (
     CancelRequested,
     CannotCancel,
@@ -24,11 +39,18 @@ from outbox_client import (
     ItemNotFound,
     OutboxClient,
     OutboxError,
+    TemporalUnavailable,
+    UnknownDestination,
     is_temporal_unavailable,
     validate_key,
     validate_outbox,
 )
-from outbox_client.client import CANCEL_WAIT, check_same_request, failed_use_redrive
+from outbox_client.client import (
+    CANCEL_WAIT,
+    RPC_TIMEOUT,
+    check_same_request,
+    failed_use_redrive,
+)
 from outbox_client.lanes import check_capacity
 from readmodel import lanes as lane_store
 from readmodel import store
@@ -41,6 +63,7 @@ log = logging.getLogger("outbox.service")
 _SETTLED = frozenset({ItemStatus.SENT, ItemStatus.CANCELLED})
 
 T = TypeVar("T")
+Progress = TypeVar("Progress")
 
 
 @dataclass
@@ -75,12 +98,18 @@ class ItemSnapshot:
     source: Literal["workflow", "read-model"]
 
 
-@dataclass
-class Purge:
-    """Keys of the items a purge cancelled, and how many it found already handed over."""
+class PurgeBatchNotFound(OutboxError):
+    """No purge batch with that id exists for the outbox."""
 
-    cancelled: list[str]
-    skipped: int
+
+@dataclass
+class PurgeBatch:
+    """A purge batch as the API shows it: its id, what it cancels and how far it is, and
+    Temporal's word for the workflow (running, completed, failed, terminated...)."""
+
+    id: str
+    progress: PurgeBatchProgress
+    state: str
 
 
 @dataclass
@@ -131,7 +160,7 @@ class ItemService:
         # An item with no workflow of its own to ask (in a lane or a shard): its row answers
         # while it runs too.
         if not status.is_final and self._own_workflow(record):
-            return None
+            return await self._running(outbox, item, record)
         if status is ItemStatus.FAILED:
             # A failed item may be running again (redriven): only its workflow knows.
             try:
@@ -148,6 +177,26 @@ class ItemService:
             raise failed_use_redrive()
         result = EnqueueResult(item_id=item_id, outbox=outbox, key=item.key, created=False)
         return Enqueued(result, status)
+
+    async def _running(self, outbox: str, item: NewItem, record: ItemRecord) -> Enqueued | None:
+        """A repeat of a running item's key, answered without a second start: a start sends
+        the payload, and with claim checks on stores it as a blob before Temporal refuses the
+        duplicate (`readmodel/payload_store.py`). None when its workflow is gone, or its row
+        knows no request to compare (ask Temporal, as a start does)."""
+        if record.view.payload_hash is None:
+            return None
+        check_same_request(
+            record.view.payload_hash,
+            payload_hash(item.destination, item.payload, item.ordering_key),
+        )
+        try:
+            live = await self.client.status(outbox, item.key)
+        except ItemNotFound:
+            return None
+        if live.status is ItemStatus.FAILED:
+            raise failed_use_redrive()
+        result = EnqueueResult(item_id=live.id, outbox=outbox, key=item.key, created=False)
+        return Enqueued(result, live.status)
 
     def _own_workflow(self, record: ItemRecord) -> bool:
         """Whether the item is a workflow of its own, which can say how it is doing live."""
@@ -321,37 +370,94 @@ class ItemService:
             return outcome
         return ItemSnapshot(outcome, None, "workflow")
 
-    async def purge(
-        self, outbox: str, destination: str | None = None, reason: str = "purged"
-    ) -> Purge:
-        """Cancel every item of the outbox (optionally of one destination) not yet submitted.
+    async def start_purge(
+        self,
+        outbox: str,
+        operations_task_queue: str,
+        destination: str | None = None,
+        reason: str = "purged",
+    ) -> PurgeBatch:
+        """Start a batch that cancels every item of the outbox (optionally of one destination)
+        not yet submitted; answers at once with the batch to follow (`purge_batch`)."""
+        self._check_purge(outbox, destination)
+        batch_id = uuid.uuid4().hex
+        progress = PurgeBatchProgress(outbox, destination, reason)
+        temporal = await self.client.temporal()
+        await temporal.start_workflow(
+            PURGE_BATCH_WORKFLOW_TYPE,
+            PurgeBatchInput(operations_task_queue, progress),
+            id=purge_batch_workflow_id(outbox, batch_id),
+            task_queue=self.client.task_queue,
+            static_summary=f"Purge the queued items of {outbox}",
+            rpc_timeout=RPC_TIMEOUT,
+        )
+        return PurgeBatch(batch_id, progress, WorkflowExecutionStatus.RUNNING.name.lower())
 
-        An item the provider accepted meanwhile is left alone (counted as skipped); one whose
-        worker does not answer is cancelled by signal when a worker returns.
+    async def purge_batch(self, outbox: str, batch_id: str) -> PurgeBatch:
+        """A purge batch's progress; `PurgeBatchNotFound` for an id no purge of the outbox has."""
+        validate_outbox(outbox)
+        temporal = await self.client.temporal()
+        found = await follow_batch(
+            temporal,
+            purge_batch_workflow_id(outbox, batch_id),
+            PURGE_BATCH_WORKFLOW_TYPE,
+            PurgeBatchProgress,
+        )
+        if found is None:
+            raise PurgeBatchNotFound(f"no purge batch {batch_id!r} in {outbox}")
+        progress, state = found
+        return PurgeBatch(batch_id, progress, state)
+
+    async def purge_page(self, request: PurgePageRequest) -> PurgePageResult:
+        """Cancel one page of the items not yet submitted, in key order after the cursor; the
+        first page takes the items waiting in lanes out too.
+
+        An item the provider accepted (or that ended) meanwhile is left alone (skipped); one
+        whose worker does not answer is cancelled by signal when a worker returns.
         """
-        # Waiting items first: a lane would otherwise start its next one while its head is
-        # being cancelled.
-        in_lanes = await self.client.purge_lanes(outbox, destination, reason)
-        keys = await self.client.queued_keys(outbox, destination)
+        outbox, destination, reason = request.outbox, request.destination, request.reason
+        self._check_purge(outbox, destination)
+        in_lanes: list[str] = []
+        if request.cursor is None:
+            # Waiting items first: a lane would otherwise start its next one while its head is
+            # being cancelled.
+            in_lanes = await self.client.purge_lanes(outbox, destination, reason)
+        own = await self.client.queued_keys(outbox, destination)
         # Bulk-mode items have no workflow in visibility: the read model lists them.
-        bulk = await self._queued_bulk_items(outbox, destination)
-        cancels: list[Callable[[], Awaitable[object]]] = [
-            functools.partial(self.client.cancel, outbox, key, reason) for key in keys
-        ]
-        cancels += [
-            functools.partial(self.client.cancel, outbox, view.key, reason, known=view)
-            for view in bulk
-        ]
-        outcomes = await fan_out(cancels)
-        keys = keys + [view.key for view in bulk]
+        bulk = {view.key: view for view in await self._queued_bulk_items(outbox, destination)}
+        after = request.cursor
+        candidates = sorted({key for key in [*own, *bulk] if after is None or key > after})
+        keys, rest = candidates[: request.limit], candidates[request.limit :]
+        outcomes = await fan_out(
+            [
+                functools.partial(
+                    self.client.cancel,
+                    outbox,
+                    key,
+                    reason,
+                    wait=self.cancel_wait,
+                    known=bulk.get(key),
+                )
+                for key in keys
+            ]
+        )
         cancelled = list(in_lanes)
         for key, outcome in zip(keys, outcomes, strict=True):
             if isinstance(outcome, (CannotCancel, ItemNotFound)):
                 continue  # handed to the provider, or ended, since the listing
             if isinstance(outcome, Exception):
-                raise outcome
+                raise outcome  # the page is retried; what it cancelled is then skipped
             cancelled.append(key)
-        return Purge(cancelled=cancelled, skipped=len(keys) + len(in_lanes) - len(cancelled))
+        return PurgePageResult(
+            cancelled=cancelled,
+            skipped=len(keys) + len(in_lanes) - len(cancelled),
+            next_cursor=keys[-1] if rest else None,
+        )
+
+    def _check_purge(self, outbox: str, destination: str | None) -> None:
+        validate_outbox(outbox)
+        if destination is not None and self.client.destinations.get(destination) is None:
+            raise UnknownDestination(f"unknown destination {destination!r}")
 
     async def _queued_bulk_items(
         self, outbox: str, destination: str | None
@@ -411,6 +517,51 @@ class ItemService:
                 raise outcome
             started.append(key)
         return RedriveSweep(redriven=started, skipped=len(keys) - len(started))
+
+
+class PurgeActivities:
+    """The operations worker's side of a purge batch: one page of items at a time."""
+
+    def __init__(self, items: ItemService) -> None:
+        self.items = items
+
+    @activity.defn(name=PURGE_PAGE_ACTIVITY)
+    async def purge_page(self, request: PurgePageRequest) -> PurgePageResult:
+        """Cancel one page; a refusal no retry can change (an unknown destination, say) fails
+        the page at once, with its reason."""
+        try:
+            return await self.items.purge_page(request)
+        except OutboxError as err:
+            if isinstance(err, TemporalUnavailable):
+                raise
+            raise ApplicationError(str(err), type=type(err).__name__, non_retryable=True) from err
+
+
+async def follow_batch(
+    temporal: Client, workflow_id: str, workflow_type: str, progress_type: type[Progress]
+) -> tuple[Progress, str] | None:
+    """A batch workflow's progress and Temporal's word for it (running, completed, failed...);
+    None if there is no such batch. Its result once completed, else its `progress` query (a
+    closed batch answers too: a worker replays it to its end)."""
+    handle = temporal.get_workflow_handle(workflow_id, result_type=progress_type)
+    try:
+        description = await handle.describe(rpc_timeout=RPC_TIMEOUT)
+    except RPCError as err:
+        if err.status in (RPCStatusCode.NOT_FOUND, RPCStatusCode.INVALID_ARGUMENT):
+            return None
+        raise
+    if description.workflow_type != workflow_type:
+        return None
+    status = description.status or WorkflowExecutionStatus.RUNNING
+    if status == WorkflowExecutionStatus.COMPLETED:
+        return await handle.result(rpc_timeout=RPC_TIMEOUT), status.name.lower()
+    progress = await handle.query(
+        PROGRESS_QUERY, result_type=progress_type, rpc_timeout=RPC_TIMEOUT
+    )
+    if getattr(progress, "done", False) and status == WorkflowExecutionStatus.RUNNING:
+        # It returned between the describe and the query: done means completed.
+        status = WorkflowExecutionStatus.COMPLETED
+    return progress, status.name.lower()
 
 
 def _projected(record: ItemRecord) -> ItemSnapshot:

@@ -7,7 +7,9 @@ between the enqueue and marking the row only makes the next one find the item al
 then marks it relayed. Rows of one ordering key go in commit order: a row is claimable only
 when no earlier row of its key is still pending, so two relays never append one key's rows out
 of order. A row the outbox refuses for good (an unknown destination, a different request under
-the same key) is marked `refused` with the reason, and its key's later rows go on.
+the same key) is marked `refused` with the reason, and its key's later rows go on. So is a row
+whose enqueue fails in any other way (a bug, a payload the client cannot encode) on each of
+`max_attempts` passes, one lease apart: it would otherwise block its key for ever.
 
 New rows wake a relay at once on PostgreSQL (LISTEN on the channel `enqueue_in` notifies on
 commit); it also polls, the only way on SQLite (where one relay runs). Relayed rows are pruned
@@ -33,6 +35,9 @@ from readmodel.models import OUTBOX_PENDING
 log = logging.getLogger("outbox.relay")
 
 LEASE = timedelta(seconds=30)
+# Passes a row may fail in an unexpected way (not a refusal, not Temporal unavailable) before it
+# is refused with the reason: a few minutes of leases, enough for a passing fault to clear.
+MAX_ATTEMPTS = 10
 
 
 @dataclass
@@ -53,12 +58,14 @@ class Relay:
         batch: int = 100,
         poll_interval_s: float = 0.25,
         retention: timedelta = timedelta(days=7),
+        max_attempts: int = MAX_ATTEMPTS,
     ) -> None:
         self._outbox = outbox
         self._engine = engine
         self._batch = batch
         self._poll_interval_s = poll_interval_s
         self._retention = retention
+        self._max_attempts = max_attempts
         self._wake = asyncio.Event()
         self.relayed = 0
 
@@ -111,6 +118,19 @@ class Relay:
         except OutboxError as err:
             await asyncio.to_thread(self._mark, row["id"], "refused", str(err))
             return True
+        except Exception as err:
+            error = f"{type(err).__name__}: {err}"
+            # The claim counted this pass in the row, not in the mapping it read.
+            attempts = row["attempts"] + 1
+            if attempts >= self._max_attempts:
+                log.error("relay: row %s refused after %d attempts: %s", row["id"], attempts, error)
+                reason = f"gave up after {attempts} attempts: {error}"
+                await asyncio.to_thread(self._mark, row["id"], "refused", reason)
+                return True
+            # Claimable again once its lease ends: a pass later, not in a tight loop.
+            log.warning("relay: row %s failed (attempt %d): %s", row["id"], attempts, error)
+            await asyncio.to_thread(self._note_failure, row["id"], error)
+            return False
         await asyncio.to_thread(self._mark, row["id"], "relayed", None)
         self.relayed += 1
         return True
@@ -162,6 +182,12 @@ class Relay:
                 update(OUTBOX_PENDING)
                 .where(OUTBOX_PENDING.c.id == row_id)
                 .values(status=status, relayed_at=datetime.now(UTC), last_error=error)
+            )
+
+    def _note_failure(self, row_id: int, error: str) -> None:
+        with self._engine.begin() as connection:
+            connection.execute(
+                update(OUTBOX_PENDING).where(OUTBOX_PENDING.c.id == row_id).values(last_error=error)
             )
 
     def _release(self, row_id: int, error: str) -> None:
@@ -245,6 +271,7 @@ async def run_alone() -> None:
         engine,
         poll_interval_s=settings.relay_poll_interval_s,
         retention=timedelta(seconds=settings.relay_retention_s),
+        max_attempts=settings.relay_max_attempts,
     )
     task = asyncio.create_task(relay.run())
     loop = asyncio.get_running_loop()

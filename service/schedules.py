@@ -68,6 +68,7 @@ from outbox_client import (
     UnknownDestination,
 )
 from outbox_client.client import RPC_TIMEOUT
+from outbox_client.validation import validate_json_depth
 
 # The schedule's memo entry: the spec as it was asked for (Temporal keeps a cron expression only
 # compiled into calendars) and what the template enqueues.
@@ -294,6 +295,12 @@ class ScheduleService:
                 errors.append((f"{at}.ordering_key", str(err)))
         if item.max_attempts is not None and item.max_attempts < 1:
             errors.append((f"{at}.max_attempts", "must be at least 1"))
+        try:
+            validate_json_depth(item.payload)
+        except InvalidRequest as err:
+            # The placeholder walk below recurses: a payload this deep is refused before it.
+            errors.append((f"{at}.payload", str(err)))
+            return errors
         for path, name in unknown_placeholders(item.payload):
             location = ".".join(str(part) for part in [at, "payload", *path])
             known = ", ".join(PLACEHOLDERS)

@@ -1,17 +1,27 @@
 """Claim checks: a payload near the 10 MiB request limit goes through the API, the workflow and
 the provider intact, while the workflow history carries a reference and the blob is stored once
-(encrypted) in the database."""
+(encrypted) in the database; a repeated request stores nothing more, and the blobs of workflows
+Temporal no longer has are pruned."""
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 import httpx
 from sqlalchemy import func, select
+from temporalio.api.common.v1 import Payload
 from temporalio.client import Client
+from temporalio.converter import StorageDriverStoreContext, StorageDriverWorkflowInfo
 
 from api.main import create_app
 from common.codec import EncryptionCodec, data_converter, new_key_setting
 from readmodel.models import PAYLOAD_BLOBS
-from readmodel.payload_store import claim_checks
+from readmodel.payload_store import (
+    SqlPayloadStore,
+    claim_checks,
+    prune_orphaned_blobs,
+    temporal_has,
+)
 from tests.api.conftest import api_settings
 from tests.conftest import unique_name, webhook_destination
 from tests.fakes import deliveries
@@ -62,3 +72,81 @@ async def test_a_large_payload_is_stored_once_and_referenced(
     assert stored[0] >= 1 and stored[1] > LIMIT // 2
     assert all(b"xxxxxxxxxxxxxxxx" not in data for data in raw)  # stored encrypted
     assert too_big.status_code == 413
+
+
+async def test_a_repeated_request_stores_its_large_payload_once(
+    time_skipping_env, stack_factory, fake_provider, engine, monkeypatch
+) -> None:
+    key_setting = new_key_setting("cc-2")
+    monkeypatch.setenv("PAYLOAD_KEYS", key_setting)
+    # Encrypted with a fresh nonce each time: two starts of one payload are two distinct blobs.
+    converter = data_converter(
+        EncryptionCodec.from_setting(key_setting), claim_checks(engine, 64 * 1024)
+    )
+    client = Client(**{**time_skipping_env.client.config(), "data_converter": converter})
+    destination = webhook_destination(fake_provider)
+    stack = await stack_factory(destination, client=client)
+    app = create_app(
+        api_settings(workflow_task_queue=stack.task_queue),
+        outbox_client=stack.outbox,
+        engine=engine,
+    )
+    body = {
+        "destination": destination.name,
+        "payload": {"blob": "y" * 200 * 1024},
+        "delay_seconds": 3600,  # still queued while the repeats come
+    }
+    key = unique_name("again")
+    async with app.router.lifespan_context(app):
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://api") as http:
+            answers = [
+                await http.post(
+                    "/v1/outboxes/tests/items", json=body, headers={"Idempotency-Key": key}
+                )
+                for _ in range(10)
+            ]
+
+    assert [answer.status_code for answer in answers] == [202] + [200] * 9
+    assert {answer.json()["status"] for answer in answers} == {"queued"}
+    with engine.connect() as connection:
+        owners = connection.execute(select(PAYLOAD_BLOBS.c.workflow_id)).scalars().all()
+    assert owners == [answers[0].json()["id"]]  # one blob, the item's (pruned once it is gone)
+
+
+async def test_blobs_of_workflows_temporal_no_longer_has_are_pruned(
+    time_skipping_env, stack_factory, fake_provider, engine
+) -> None:
+    store = SqlPayloadStore(engine)
+    client = time_skipping_env.client
+    destination = webhook_destination(fake_provider)
+    stack = await stack_factory(destination)
+    live = await stack.enqueue(destination, {"n": 1})
+    await stack.result(live.item_id)
+
+    def payload(text: str) -> Payload:
+        return Payload(metadata={"encoding": b"json/plain"}, data=text.encode())
+
+    def stored_for(workflow_id: str | None) -> StorageDriverStoreContext:
+        target = None
+        if workflow_id is not None:
+            target = StorageDriverWorkflowInfo(namespace=client.namespace, id=workflow_id)
+        return StorageDriverStoreContext(target=target)
+
+    # One blob of a workflow that exists, one of a start that never happened (Temporal no longer
+    # has it either way), one two workflows share, and one stored for no workflow.
+    await store.store(stored_for(live.item_id), [payload('"live"')])
+    await store.store(stored_for("outbox/tests/never-started"), [payload('"orphan"')])
+    await store.store(stored_for("outbox/tests/gone-1"), [payload('"shared"')])
+    await store.store(stored_for(live.item_id), [payload('"shared"')])
+    await store.store(stored_for(None), [payload('"unowned"')])
+
+    kept_young = await prune_orphaned_blobs(engine, temporal_has(client))
+    # One workflow asked about at a time: the pruner pages through them all.
+    pruned = await prune_orphaned_blobs(engine, temporal_has(client), grace=timedelta(0), batch=1)
+
+    with engine.connect() as connection:
+        left = connection.execute(select(PAYLOAD_BLOBS.c.data, PAYLOAD_BLOBS.c.workflow_id)).all()
+    owners = {Payload.FromString(row.data).data.decode(): row.workflow_id for row in left}
+    assert (kept_young, pruned) == (0, 1)
+    assert owners == {'"live"': live.item_id, '"shared"': None, '"unowned"': None}

@@ -12,7 +12,6 @@ from __future__ import annotations
 from datetime import timedelta
 
 from temporalio import workflow
-from temporalio.common import RetryPolicy
 from temporalio.exceptions import ApplicationError
 
 with workflow.unsafe.imports_passed_through():
@@ -26,13 +25,11 @@ with workflow.unsafe.imports_passed_through():
         ScheduledBatchInput,
     )
     from service.schedules import ScheduleActivities
+    from workflows.redrive_batch import run_page
 
 # Temporal being briefly unreachable or an ordering lane being full are worth retrying for a
-# while; a fire that cannot enqueue within the hour fails (red in the Web UI) and the next one
-# goes on.
-_ENQUEUE_RETRIES = RetryPolicy(
-    initial_interval=timedelta(seconds=1), maximum_interval=timedelta(seconds=30)
-)
+# while (a batch's bounded retries, `run_page`); a fire that cannot enqueue by then, or within
+# the hour, fails with the reason (red in the Web UI) and the next one goes on.
 _ENQUEUE_DEADLINE = timedelta(hours=1)
 _ENQUEUE_ATTEMPT = timedelta(minutes=2)
 
@@ -51,14 +48,13 @@ class ScheduledBatchWorkflow:
                 type=NOT_SCHEDULED_ERROR,
                 non_retryable=True,
             )
-        result = await workflow.execute_activity_method(
+        result = await run_page(
             ScheduleActivities.enqueue_batch,
             FireRequest(batch=batch, scheduled_at=scheduled_at),
             task_queue=batch.operations_task_queue,
-            start_to_close_timeout=_ENQUEUE_ATTEMPT,
-            schedule_to_close_timeout=_ENQUEUE_DEADLINE,
-            retry_policy=_ENQUEUE_RETRIES,
             summary=f"enqueue {len(batch.items)} item(s) into {batch.outbox}",
+            attempt_timeout=_ENQUEUE_ATTEMPT,
+            deadline=_ENQUEUE_DEADLINE,
         )
         if result.failed:
             first = result.failed[0]

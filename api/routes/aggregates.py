@@ -25,7 +25,7 @@ from pydantic import BaseModel, ValidationError
 from aggregates import REGISTRY
 from api.deps import AggregateServiceDep, Caller, CallerDep
 from api.errors import ApiProblem, validation_problem
-from api.schemas import problem_responses
+from api.schemas import MAX_SQL_INTEGER, problem_responses
 from contract.aggregate import (
     MAX_COMMAND_ID_LENGTH,
     AggregateView,
@@ -213,7 +213,9 @@ async def aggregate_events(
     aggregate_id: str,
     aggregates: AggregateServiceDep,
     caller: CallerDep,
-    after: Annotated[int, Query(ge=0, description="Only events with a greater seq")] = 0,
+    after: Annotated[
+        int, Query(ge=0, le=MAX_SQL_INTEGER, description="Only events with a greater seq")
+    ] = 0,
     limit: Annotated[int, Query(ge=1, le=MAX_PAGE)] = 100,
     actor: ReadAs = None,
 ) -> list[RecordedEvent]:

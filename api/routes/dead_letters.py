@@ -9,8 +9,9 @@ from typing import Annotated, Any
 from urllib.parse import quote
 
 from fastapi import APIRouter, Body, Depends, Path, Query, Request, Response
-from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from api.dates import AwareUtcDatetime
 from api.deps import get_resources
 from api.errors import validation_problem
 from api.routes.items import item_links
@@ -106,8 +107,8 @@ class RedriveBatchRequest(BaseModel):
     error_code: str | None = Field(
         default=None, min_length=1, max_length=200, description="the provider's error code"
     )
-    failed_from: AwareDatetime | None = Field(default=None, description="inclusive")
-    failed_to: AwareDatetime | None = Field(default=None, description="exclusive")
+    failed_from: AwareUtcDatetime | None = Field(default=None, description="inclusive")
+    failed_to: AwareUtcDatetime | None = Field(default=None, description="exclusive")
 
     @model_validator(mode="after")
     def _range(self) -> RedriveBatchRequest:
@@ -180,8 +181,8 @@ async def list_dead_letters(
         str | None, Query(min_length=1, max_length=MAX_DESTINATION_LENGTH)
     ] = None,
     error_code: Annotated[str | None, Query(min_length=1, max_length=200)] = None,
-    failed_from: Annotated[AwareDatetime | None, Query(description="inclusive")] = None,
-    failed_to: Annotated[AwareDatetime | None, Query(description="exclusive")] = None,
+    failed_from: Annotated[AwareUtcDatetime | None, Query(description="inclusive")] = None,
+    failed_to: Annotated[AwareUtcDatetime | None, Query(description="exclusive")] = None,
     include_discarded: bool = False,
     cursor: Annotated[str | None, Query(max_length=500)] = None,
     limit: Annotated[int, Query(ge=1, le=500)] = 50,

@@ -1,4 +1,5 @@
-"""Liveness, readiness and Prometheus metrics; open even when a token is configured."""
+"""Liveness, readiness and Prometheus metrics. Liveness and readiness are open; `/metrics` checks
+a token sent to it, and with `METRICS_TOKEN_REQUIRED` needs one (`api.metrics`)."""
 
 from __future__ import annotations
 
@@ -6,12 +7,13 @@ import asyncio
 import logging
 from collections.abc import Awaitable
 
-from fastapi import APIRouter, Request, Response
+from fastapi import APIRouter, Depends, Request, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from temporalio.api.workflowservice.v1 import GetSystemInfoRequest
 
 from api.deps import MetricsDep, Resources, ResourcesDep
 from api.errors import RETRY_AFTER_S, ApiProblem
+from api.metrics import require_metrics_token
 from api.schemas import problem_responses
 from readmodel.db import ping
 
@@ -57,7 +59,12 @@ async def readyz(resources: ResourcesDep, request: Request) -> dict[str, str | l
     return {"status": "ready", **({"insecure": insecure} if insecure else {})}
 
 
-@router.get("/metrics", summary="Prometheus metrics")
+@router.get(
+    "/metrics",
+    summary="Prometheus metrics",
+    dependencies=[Depends(require_metrics_token)],
+    responses=problem_responses(401, 403),
+)
 async def metrics(api_metrics: MetricsDep) -> Response:
     """HTTP requests by route template and status, enqueues by outcome, and the backlog
     (items per status, oldest queued age, sent and failed, lanes) from the read model."""

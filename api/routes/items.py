@@ -2,7 +2,8 @@
 
 URL scheme: a key is exactly one path segment (percent-encode it; keys may hold any printable
 character but `/`, and `.`/`..` are refused since clients drop them as dot segments). Actions on
-the whole collection are custom methods after a colon (`items:batch`, `items:redrive-failed`);
+the whole collection are custom methods after a colon (`items:batch`, `items:redrive-failed`,
+`items:purge`, which starts a batch followed at `purge-batches/{id}`);
 actions on one item are sub-resources (`items/{key}/cancel`, `items/{key}/redrive`), so a key
 that itself contains `:` never collides with an action.
 """
@@ -14,11 +15,18 @@ from datetime import UTC, datetime
 from typing import Annotated
 from urllib.parse import quote
 
-from fastapi import APIRouter, Body, Header, Query, Response, status
+from fastapi import APIRouter, Body, Header, Path, Query, Response, status
 from fastapi.responses import JSONResponse
-from pydantic import ValidationError
+from pydantic import BaseModel, Field, ValidationError
 
-from api.deps import DestinationControlsDep, ItemServiceDep, MetricsDep, OutboxClientDep
+from api.dates import UtcDatetime
+from api.deps import (
+    DestinationControlsDep,
+    ItemServiceDep,
+    MetricsDep,
+    OutboxClientDep,
+    ResourcesDep,
+)
 from api.errors import ApiProblem, known_problem, validation_problem
 from api.metrics import ApiMetrics
 from api.schemas import (
@@ -35,13 +43,13 @@ from api.schemas import (
     ItemResponse,
     Problem,
     PurgeRequest,
-    PurgeResponse,
     RedriveFailedRequest,
     RedriveFailedResponse,
     problem_responses,
 )
 from contract.item import CancelRequest, DeliveryOutcome, ItemStatus
 from contract.limits import MAX_DESTINATION_LENGTH
+from contract.purge import MAX_REPORTED_KEYS
 from outbox_client import (
     CancelRequested,
     EnqueueResult,
@@ -50,7 +58,14 @@ from outbox_client import (
     validate_outbox,
 )
 from readmodel import store
-from service.items import Enqueued, ItemService, ItemSnapshot, NewItem
+from service.items import (
+    Enqueued,
+    ItemService,
+    ItemSnapshot,
+    NewItem,
+    PurgeBatch,
+    PurgeBatchNotFound,
+)
 from service.waiting import explain
 
 router = APIRouter(
@@ -163,10 +178,10 @@ async def list_items(
         ),
     ] = None,
     created_from: Annotated[
-        datetime | None, Query(description="Inclusive; a time without offset is UTC")
+        UtcDatetime | None, Query(description="Inclusive; a time without offset is UTC")
     ] = None,
     created_to: Annotated[
-        datetime | None, Query(description="Exclusive; a time without offset is UTC")
+        UtcDatetime | None, Query(description="Exclusive; a time without offset is UTC")
     ] = None,
     cursor: Annotated[str | None, Query(max_length=1000)] = None,
     limit: Annotated[int, Query(ge=1, le=store.MAX_PAGE)] = 50,
@@ -186,23 +201,88 @@ async def list_items(
     return ItemPage(items=[_item_response(s) for s in snapshots], next_cursor=next_cursor)
 
 
+class PurgeBatchResponse(BaseModel):
+    """A purge batch: what it cancels, how far it is (`done` at the end), and Temporal's word
+    for its workflow (`running`, `completed`, `failed`, `terminated`...)."""
+
+    id: str
+    outbox: str
+    state: str
+    destination: str | None
+    reason: str
+    cancelled: int = Field(description="items cancelled so far (or whose cancel is recorded)")
+    skipped: int = Field(description="handed to the provider, or ended, when reached")
+    keys: list[str] = Field(description=f"the first {MAX_REPORTED_KEYS} keys cancelled")
+    pages: int
+    done: bool
+    finished_at: datetime | None
+    failure: str | None = Field(description="why the batch stopped before its end (failed)")
+    links: dict[str, str]
+
+    @classmethod
+    def of(cls, batch: PurgeBatch) -> PurgeBatchResponse:
+        progress = batch.progress
+        return cls(
+            id=batch.id,
+            outbox=progress.outbox,
+            state=batch.state,
+            destination=progress.destination,
+            reason=progress.reason,
+            cancelled=progress.cancelled,
+            skipped=progress.skipped,
+            keys=progress.keys,
+            pages=progress.pages,
+            done=progress.done,
+            finished_at=progress.finished_at,
+            failure=progress.failure,
+            links={
+                "self": f"/v1/outboxes/{quote(progress.outbox, safe='')}/purge-batches/{batch.id}"
+            },
+        )
+
+
 @router.post(
     "/items:purge",
-    response_model=PurgeResponse,
-    summary="Cancel every item not yet submitted",
+    response_model=PurgeBatchResponse,
+    status_code=status.HTTP_202_ACCEPTED,
+    summary="Cancel every item not yet submitted, as a batch",
 )
 async def purge(
     outbox: str,
+    response: Response,
     items: ItemServiceDep,
+    resources: ResourcesDep,
     body: Annotated[PurgeRequest | None, Body()] = None,
-) -> PurgeResponse:
-    """Cancels queued, delayed and backing-off items (optionally of one destination); items
-    the provider already has are left alone. Items enqueued during the purge may escape it."""
+) -> PurgeBatchResponse:
+    """Starts a batch (a `PurgeBatch` workflow) that cancels queued, delayed and backing-off
+    items (optionally of one destination) and answers at once; follow it at `links.self` (also
+    the `Location` header). Items the provider already has are left alone; items enqueued
+    during the purge may escape it."""
     request = body or PurgeRequest()
-    purged = await items.purge(outbox, request.destination, request.reason)
-    return PurgeResponse(
-        cancelled=len(purged.cancelled), skipped=purged.skipped, keys=purged.cancelled
+    batch = await items.start_purge(
+        outbox, resources.settings.operations_task_queue, request.destination, request.reason
     )
+    result = PurgeBatchResponse.of(batch)
+    response.headers["Location"] = result.links["self"]
+    return result
+
+
+@router.get(
+    "/purge-batches/{batch_id}",
+    response_model=PurgeBatchResponse,
+    summary="A purge batch's progress",
+)
+async def get_purge_batch(
+    outbox: str,
+    batch_id: Annotated[str, Path(pattern=r"^[0-9a-f]{32}$")],
+    items: ItemServiceDep,
+) -> PurgeBatchResponse:
+    """From Temporal, not from the API process: any API instance, restarted or not, answers."""
+    try:
+        batch = await items.purge_batch(outbox, batch_id)
+    except PurgeBatchNotFound as err:
+        raise ApiProblem(404, "purge-batch-not-found", "Purge batch not found", str(err)) from None
+    return PurgeBatchResponse.of(batch)
 
 
 @router.post(

@@ -22,6 +22,7 @@ from contract.item import ItemStatus
 from contract.lane import LaneStatus
 from readmodel.db import make_engine
 from tests.api.conftest import Api
+from tests.api.test_items import assert_problem
 from tests.api.test_lanes import enqueue as enqueue_in_lane
 from tests.api.test_lanes import fail_first_submit
 from tests.fakes import script
@@ -314,3 +315,52 @@ async def test_a_reading_exports_every_family_the_alert_rules_may_name(engine: E
 
     assert {family.sample_name for family in FAMILIES} <= exported
     await metrics.detach()
+
+
+async def test_refused_enqueues_of_invented_outboxes_share_one_label(api: Api) -> None:
+    """Issue 31: each outbox name a caller invented added series to the open `/metrics`."""
+    invented = [f"made-up-{n}" for n in range(30)]
+    for outbox in [*invented, "tests"]:
+        refused = await api.http.post(
+            f"/v1/outboxes/{outbox}/items", json={"destination": "nowhere", "payload": {}}
+        )
+        assert refused.status_code == 404, refused.text
+    accepted = await api.http.post(
+        "/v1/outboxes/real/items", json={"destination": api.webhook.name, "payload": {}}
+    )
+    assert accepted.status_code == 202, accepted.text
+    await api.http.post("/v1/outboxes/real/items", json={"destination": "nowhere", "payload": {}})
+
+    text = (await api.http.get("/metrics")).text
+    samples = parse(text)
+
+    enqueued = "outbox_items_enqueued_total"
+    assert "made-up" not in text
+    unknown = {"outbox": "(unknown)", "destination": "unknown", "result": "rejected"}
+    # "tests" has no items either: only an outbox that exists keeps its name.
+    assert samples[(enqueued, frozenset(unknown.items()))] == len(invented) + 1
+    real = {"outbox": "real", "destination": "unknown", "result": "rejected"}
+    assert samples[(enqueued, frozenset(real.items()))] == 1
+
+
+async def test_metrics_take_a_read_token_when_tokens_are_configured(api_factory) -> None:
+    """`/metrics` stays open to Prometheus by default, yet a token sent is checked."""
+    api = await api_factory(api_token="operator-token")
+
+    assert (await api.http.get("/metrics")).status_code == 200
+    with_token = await api.http.get("/metrics", headers={"Authorization": "Bearer operator-token"})
+    assert with_token.status_code == 200
+    assert "outbox_http_requests_total" in with_token.text
+    assert_problem(await api.http.get("/metrics", headers={"Authorization": "Bearer wrong"}), 403)
+
+
+async def test_metrics_token_required_refuses_a_scrape_without_one(api_factory) -> None:
+    """`METRICS_TOKEN_REQUIRED`: the series (outbox and destination names) are for token holders."""
+    api = await api_factory(api_token="operator-token", metrics_token_required=True)
+
+    refused = await api.http.get("/metrics")
+
+    assert_problem(refused, 401, "unauthorized")
+    assert refused.headers["WWW-Authenticate"].startswith("Bearer")
+    scraped = await api.http.get("/metrics", headers={"Authorization": "Bearer operator-token"})
+    assert scraped.status_code == 200 and "outbox_items_enqueued_total" in scraped.text

@@ -5,10 +5,17 @@ from __future__ import annotations
 
 import asyncio
 import uuid
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
+import pytest
+
+from contract.dead_letters import DeadLetterFilter
 from contract.ids import item_workflow_id, provider_idempotency_key
 from contract.item import ItemStatus
+from outbox_client import InvalidRequest
+from service.dead_letters import DeadLetterService
+from service.items import ItemService
 from tests.api.conftest import Api, api_settings, open_api
 
 
@@ -132,3 +139,25 @@ async def test_an_unknown_batch_is_404_and_a_bad_filter_422(api: Api) -> None:
         "/v1/outboxes/tests/dead-letters:redrive", json={"failed_to": "2026-01-01T00:00:00"}
     )
     assert naive.status_code == 422
+
+
+@pytest.mark.parametrize(
+    "which",
+    [
+        DeadLetterFilter(failed_from=datetime(1, 1, 1, tzinfo=timezone(timedelta(hours=14)))),
+        DeadLetterFilter(
+            failed_to=datetime(9999, 12, 31, 23, tzinfo=timezone(timedelta(hours=-14)))
+        ),
+    ],
+)
+async def test_a_filter_date_outside_years_1_to_9999_starts_no_batch(
+    api: Api, which: DeadLetterFilter
+) -> None:
+    """Issue 31: such a date started a batch whose every page then failed, for ever. Callers
+    of the service (not only the API's routes) are refused at once."""
+    dead_letters = DeadLetterService(ItemService(api.stack.outbox, api.stack.engine), "ops")
+
+    with pytest.raises(InvalidRequest, match="years 1 to 9999"):
+        await dead_letters.start_redrive("tests", which)
+    with pytest.raises(InvalidRequest, match="years 1 to 9999"):
+        await dead_letters.list("tests", which)

@@ -7,14 +7,19 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
 import httpx
+import pytest
 import pytest_asyncio
+from temporalio.service import RPCError, RPCStatusCode
 
+from api.errors import known_problem
 from contract.ids import provider_idempotency_key
 from flowcontrol.queue_rates import QueueRate, read_queue_rate
 from tests.api.conftest import api_settings, open_api
 from tests.api.test_items import assert_problem
+from tests.api.test_purge import purge
 from tests.conftest import Stack, email_destination, webhook_destination
 from tests.workflows.test_outbox_item import EMAIL
+from worker import default_operations_task_queue
 
 
 @dataclass
@@ -28,7 +33,11 @@ class DevApi:
 async def dev_api(stack_factory, fake_provider, dev_env) -> AsyncIterator[DevApi]:
     webhook = webhook_destination(fake_provider, submit_rate=50.0)
     stack = await stack_factory(webhook, env=dev_env)
-    settings = api_settings(workflow_task_queue=stack.task_queue)
+    settings = api_settings(
+        workflow_task_queue=stack.task_queue,
+        # Its own operations worker runs purge batches.
+        operations_task_queue=default_operations_task_queue(stack.task_queue),
+    )
     async for http in open_api(stack, settings):
         yield DevApi(http=http, stack=stack, webhook=webhook.name)
 
@@ -118,8 +127,7 @@ async def test_purge_cancels_only_what_the_provider_does_not_have(dev_api: DevAp
         delayed.append(f"later-{n}")
     keys: list[str] = []
     for _ in range(100):  # visibility trails the starts by a moment
-        answer = await dev_api.http.post("/v1/outboxes/purging/items:purge", json={})
-        keys += answer.json()["keys"]
+        keys += (await purge(dev_api.http, "purging"))["keys"]
         if len(keys) == 3:
             break
         await asyncio.sleep(0.1)
@@ -130,7 +138,7 @@ async def test_purge_cancels_only_what_the_provider_does_not_have(dev_api: DevAp
         assert item["status"] == "cancelled"
     untouched = (await dev_api.http.get("/v1/outboxes/tests/items/purge-sent")).json()
     assert untouched["status"] == "sent"
-    again = (await dev_api.http.post("/v1/outboxes/purging/items:purge", json={})).json()
+    again = await purge(dev_api.http, "purging")
     # Nothing left to cancel (a lagging listing may still name one: it counts as skipped).
     assert again["cancelled"] == 0 and again["keys"] == []
     assert_problem(
@@ -189,3 +197,22 @@ async def test_poll_in_submit_shows_and_keeps_the_poll_rate_across_both_queues(
     assert "must stay above submit_rate" in problem["detail"]
     assert paused.json()["poll"]["rate"] == 0 and paused.json()["resume_poll_rate"] == 20.0
     assert resumed.json()["poll"] == {"rate": 20.0, "source": "api"}
+
+
+@pytest.mark.parametrize(
+    "status",
+    [
+        RPCStatusCode.CANCELLED,
+        RPCStatusCode.DEADLINE_EXCEEDED,
+        RPCStatusCode.UNAVAILABLE,
+        RPCStatusCode.RESOURCE_EXHAUSTED,
+    ],
+)
+def test_temporal_not_answering_in_time_is_a_503_with_retry_after(status: RPCStatusCode) -> None:
+    """Issue 31: `GET /v1/destinations/{name}` answered 500 on a Temporal `CANCELLED` under load;
+    every route's RPC errors go through this one mapping."""
+    problem = known_problem(RPCError("the call was cancelled", status, b""))
+
+    assert problem is not None
+    assert (problem.status, problem.slug) == (503, "temporal-unavailable")
+    assert problem.headers["Retry-After"].isdigit()

@@ -10,6 +10,7 @@ from contract.ids import item_workflow_id, provider_idempotency_key
 from tests.api.conftest import Api
 from tests.api.test_destinations import DevApi, dev_api  # noqa: F401 (a fixture)
 from tests.api.test_items import assert_problem
+from tests.api.test_purge import purge
 from tests.workflows.test_lane import arrivals, item_result, wait_for
 
 
@@ -122,9 +123,7 @@ async def test_purge_takes_waiting_items_out_of_their_lanes(dev_api: DevApi) -> 
     await wait_for(halted)
     keys: list[str] = []
     for _ in range(100):  # visibility trails the lane's start by a moment
-        answer = await dev_api.http.post("/v1/outboxes/lanepurge/items:purge", json={})
-        assert answer.status_code == 200, answer.text
-        keys += answer.json()["keys"]
+        keys += (await purge(dev_api.http, "lanepurge"))["keys"]
         if keys:
             break
         await asyncio.sleep(0.1)

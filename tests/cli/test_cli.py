@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -93,8 +94,36 @@ async def test_destinations_pause_resume_and_rate(
         listed = json.loads(capsys.readouterr().out)
         await run(url, "purge", "empty-outbox", "--destination", webhook.name)
         purged = json.loads(capsys.readouterr().out)
+        await run(url, "purge", "empty-outbox", "--no-wait")
+        started = json.loads(capsys.readouterr().out)
 
     assert paused["paused"] is True and paused["pause_reason"] == "cli test"
     assert resumed["paused"] is False and resumed["submit"] == {"rate": 3.0, "source": "api"}
     assert webhook.name in [d["name"] for d in listed]
-    assert purged == {"cancelled": 0, "skipped": 0, "keys": []}
+    assert (purged["state"], purged["done"]) == ("completed", True)
+    assert (purged["cancelled"], purged["skipped"], purged["keys"]) == (0, 0, [])
+    assert (started["state"], started["done"]) == ("running", False)
+
+
+async def test_purge_follows_its_batch_to_the_end(
+    dev_env, stack_factory, fake_provider, capsys
+) -> None:
+    webhook = webhook_destination(fake_provider)
+    stack = await stack_factory(webhook, env=dev_env)
+    later = datetime.now(UTC) + timedelta(hours=1)
+    keys = [f"later-{n}" for n in range(3)]
+    for key in keys:
+        await stack.outbox.enqueue("cli-purge", webhook.name, {"k": key}, key=key, not_before=later)
+    for _ in range(200):  # visibility trails the starts by a moment
+        if len(await stack.outbox.queued_keys("cli-purge")) == len(keys):
+            break
+        await asyncio.sleep(0.05)
+    async with serve_stack(stack) as url:
+        await run(url, "purge", "cli-purge", "--reason", "cli purge")
+        captured = capsys.readouterr()
+
+    purged = json.loads(captured.out)
+    assert (purged["state"], purged["cancelled"], purged["keys"]) == ("completed", 3, keys)
+    assert "3 cancelled, 0 skipped, 1 page(s) (completed)" in captured.err
+    for key in keys:
+        assert (await stack.outbox.status("cli-purge", key)).status == "cancelled"

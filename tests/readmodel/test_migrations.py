@@ -233,3 +233,29 @@ def test_processes_upgrading_a_new_database_together_all_succeed(
         assert outcomes == ["ok"] * processes, round_
         assert versions(engine) == [head_revision()]
         assert differences(engine, metadata) == []
+
+
+def test_payload_blobs_gain_their_owner_and_keep_their_rows(engine_factory: EngineFactory) -> None:
+    """0013: blobs stored before it keep their bytes, with no owner (so never pruned)."""
+    engine = engine_factory("blobs")
+    with schema_lock(engine) as connection:
+        command.upgrade(alembic_config(connection), "0012")
+    with engine.begin() as connection:
+        connection.execute(
+            text(
+                "INSERT INTO payload_blobs (digest, data, size, stored_at)"
+                " VALUES ('d1', :data, 3, :at)"
+            ),
+            {"data": b"abc", "at": AT},
+        )
+
+    create_schema(engine)
+
+    assert versions(engine) == [head_revision()]
+    blobs = metadata.tables["payload_blobs"]
+    with engine.connect() as connection:
+        rows = connection.execute(select(blobs.c.digest, blobs.c.data, blobs.c.workflow_id)).all()
+    assert [tuple(row) for row in rows] == [("d1", b"abc", None)]
+    assert "ix_payload_blobs_workflow" in {
+        i["name"] for i in inspect(engine).get_indexes("payload_blobs")
+    }

@@ -247,3 +247,68 @@ def test_relayed_rows_are_pruned_after_the_retention(engine: Engine) -> None:
     with engine.connect() as connection:
         left = connection.execute(select(OUTBOX_PENDING.c.key).order_by(OUTBOX_PENDING.c.key))
         assert list(left.scalars()) == ["recent", "waiting"]
+
+
+class Breaking(OutboxClient):
+    """An outbox whose enqueue of one key fails with an error no refusal stands for (a bug)."""
+
+    def __init__(self, *args: Any, broken: str, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.broken = broken
+
+    async def enqueue(self, *args: Any, **kwargs: Any) -> EnqueueResult:
+        if kwargs["key"] == self.broken:
+            raise RuntimeError("cannot encode the payload")
+        return await super().enqueue(*args, **kwargs)
+
+
+async def test_a_row_that_keeps_failing_is_refused_with_the_reason_and_frees_its_key(
+    engine: Engine, stack_factory, fake_provider
+) -> None:
+    destination = webhook_destination(fake_provider)
+    stack = await stack_factory(destination)
+    broken, after = unique_name("broken"), unique_name("after")
+    lane = unique_name("account")  # a lane of this test's own (its workflow id is outbox-wide)
+    outbox = Breaking(
+        stack.client,
+        DestinationRegistry({destination.name: destination}),
+        stack.task_queue,
+        broken=broken,
+    )
+    relay = Relay(outbox, engine, max_attempts=3)
+    with Session(engine) as session, session.begin():
+        for key in (broken, after):
+            enqueue_in(
+                session,
+                outbox="tests",
+                destination=destination.name,
+                payload={"key": key},
+                key=key,
+                ordering_key=lane,
+            )
+
+    settled = []
+    for _ in range(4):
+        settled.append(await relay.relay_once())
+        with engine.begin() as connection:  # the lease runs out: the next pass may take it
+            connection.execute(update(OUTBOX_PENDING).values(claimed_until=None))
+
+    # Two passes fail the row and leave it pending (blocking its key), the third refuses it,
+    # and the fourth relays the key's next row.
+    assert settled == [0, 0, 1, 1]
+    with engine.connect() as connection:
+        rows = connection.execute(
+            select(
+                OUTBOX_PENDING.c.key,
+                OUTBOX_PENDING.c.status,
+                OUTBOX_PENDING.c.attempts,
+                OUTBOX_PENDING.c.last_error,
+            ).order_by(OUTBOX_PENDING.c.id)
+        ).all()
+    assert [(row.key, row.status, row.attempts) for row in rows] == [
+        (broken, "refused", 3),
+        (after, "relayed", 1),
+    ]
+    assert rows[0].last_error == "gave up after 3 attempts: RuntimeError: cannot encode the payload"
+    assert relay_stats(engine).refused == 1
+    assert (await item_result(stack, after)).status == "sent"

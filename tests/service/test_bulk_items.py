@@ -11,6 +11,7 @@ from temporalio.api.enums.v1 import EventType
 from contract.bulk import shard_workflow_id
 from contract.ids import item_workflow_id
 from contract.item import ItemStatus
+from contract.purge import PurgePageRequest
 from outbox_client import CancelRequested, IdempotencyConflict
 from readmodel import store
 from service.items import Enqueued, ItemService, NewItem
@@ -63,9 +64,10 @@ async def test_a_queued_bulk_item_is_cancelled_and_a_purge_cancels_the_rest(
 
     outcome = await service.cancel("tests", keys[0], "changed my mind")
     assert isinstance(outcome, CancelRequested)
-    purged = await service.purge("tests", destination.name)
+    purged = await service.purge_page(PurgePageRequest("tests", destination.name, "purged", None))
     # The one cancelled already may still read `queued` in the read model: cancelled again.
     assert set(keys[1:]) <= set(purged.cancelled) <= set(keys)
+    assert purged.next_cursor is None  # one page holds them all
     ids = [item_workflow_id("tests", key) for key in keys]
     await until_settled(stack, ids, timeout_s=30)
 

@@ -9,6 +9,7 @@ that server first. Schedules that really fire are tested on the dev server (`tes
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 from datetime import UTC, datetime
 from typing import Any
 
@@ -33,7 +34,9 @@ from contract.schedule import (
 )
 from devstack.fake_provider import FakeProvider
 from tests.conftest import Stack, unique_name, webhook_destination
+from tests.workflows.test_batch_retries import until_closed, until_retrying
 from worker import default_operations_task_queue
+from workflows.redrive_batch import BATCH_FAILED_ERROR, PAGE_RETRIES
 from workflows.scheduled_batch import ScheduledBatchWorkflow
 
 FIRE = datetime(2025, 1, 31, 23, 30, tzinfo=UTC)
@@ -199,3 +202,34 @@ async def test_a_run_no_schedule_started_fails_without_enqueueing(
     cause = failure.value.cause
     assert isinstance(cause, ApplicationError) and cause.type == NOT_SCHEDULED_ERROR
     assert await delivered(fake_provider, destination) == []
+
+
+async def test_a_fire_that_cannot_enqueue_ends_failed_with_the_reason_after_bounded_retries(
+    stack_factory: Any, fake_provider: FakeProvider, own_time_skipping_env: Any
+) -> None:
+    destination = webhook_destination(fake_provider)
+    stack: Stack = await stack_factory(destination, env=own_time_skipping_env)
+    await allow_fire_times(stack.client)
+    # A time zone the worker's tz database does not know (the API checks it; a schedule created
+    # on another machine may carry one): every attempt fails the same way.
+    batch = dataclasses.replace(digest_batch(stack, destination), timezone="Mars/Olympus_Mons")
+
+    handle = await start_fire(stack, batch, FIRE)
+    await until_retrying(handle)
+    await until_closed(stack, handle)
+    with pytest.raises(WorkflowFailureError) as failure:
+        await handle.result()
+
+    cause = failure.value.cause
+    assert isinstance(cause, ApplicationError) and cause.type == BATCH_FAILED_ERROR
+    assert cause.message.startswith("enqueue 2 item(s) into tests failed after its retries:")
+    assert "Mars/Olympus_Mons" in cause.message
+    history = await handle.fetch_history()
+    attempts = [
+        event.activity_task_started_event_attributes.attempt
+        for event in history.events
+        if event.HasField("activity_task_started_event_attributes")
+    ]
+    assert attempts == [PAGE_RETRIES.maximum_attempts]
+    assert await delivered(fake_provider, destination) == []
+    await stack.record_history(handle.id)
