@@ -24,7 +24,17 @@ import pytest_asyncio
 from sqlalchemy import Engine
 from temporalio.api.enums.v1 import IndexedValueType
 from temporalio.api.operatorservice.v1 import AddSearchAttributesRequest
-from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureError, WorkflowHandle
+from temporalio.client import (
+    Client,
+    OutboundInterceptor,
+    StartWorkflowInput,
+    StartWorkflowUpdateWithStartInput,
+    WorkflowExecutionStatus,
+    WorkflowFailureError,
+    WorkflowHandle,
+    WorkflowUpdateHandle,
+)
+from temporalio.client import Interceptor as ClientInterceptor
 from temporalio.exceptions import ApplicationError
 from temporalio.runtime import Runtime, TelemetryConfig
 from temporalio.service import RPCError
@@ -34,6 +44,7 @@ from temporalio.worker import Interceptor, Worker
 from common.codec import data_converter
 from common.destinations import Destination, DestinationRegistry
 from contract import search_attributes
+from contract.debounce import debounce_workflow_id
 from contract.ids import item_workflow_id, provider_idempotency_key
 from contract.item import OutboxItemInput, OutboxItemView
 from devstack.fake_provider import FakeProvider, run_fake_provider
@@ -186,6 +197,12 @@ class TrackingOutboxClient(OutboxClient):
         self, items: Sequence[OutboxItemInput], *, strict: bool = False
     ) -> list[EnqueueResult | Exception]:
         for item in items:
+            if item.debounce is not None:
+                # Its debounce window waits on a timer: teardown ends it with the lanes.
+                self.lanes.add(
+                    debounce_workflow_id(item.outbox, item.destination, item.debounce.key)
+                )
+                continue
             place = self.placement(item.destination, item.ordering_key)
             if isinstance(place, HostedItems):
                 ref = ItemRef(item.outbox, item.key, item.destination, item.ordering_key)
@@ -198,6 +215,33 @@ class TrackingOutboxClient(OutboxClient):
         result = await super().redrive(outbox, key, **kwargs)
         self.started.append(result.item_id)
         return result
+
+
+class StartedWorkflows(ClientInterceptor):
+    """Records the id of each workflow a client starts, so a test's teardown can find every
+    one it left running (see `_finish_leftovers`)."""
+
+    def __init__(self) -> None:
+        self.ids: set[str] = set()
+
+    def intercept_client(self, next: OutboundInterceptor) -> OutboundInterceptor:
+        return _RecordStarts(next, self.ids)
+
+
+class _RecordStarts(OutboundInterceptor):
+    def __init__(self, next: OutboundInterceptor, ids: set[str]) -> None:
+        super().__init__(next)
+        self._ids = ids
+
+    async def start_workflow(self, input: StartWorkflowInput) -> WorkflowHandle[Any, Any]:
+        self._ids.add(input.id)
+        return await super().start_workflow(input)
+
+    async def start_update_with_start_workflow(
+        self, input: StartWorkflowUpdateWithStartInput
+    ) -> WorkflowUpdateHandle[Any]:
+        self._ids.add(input.start_workflow_input.id)
+        return await super().start_update_with_start_workflow(input)
 
 
 @dataclass
@@ -215,6 +259,8 @@ class Stack:
     running: list[Worker]
     # The Temporal client the stack's workers and OutboxClient use.
     client: Client
+    # Every workflow started through `client` (batches, fires, windows as well as items).
+    started: StartedWorkflows
 
     async def enqueue(
         self,
@@ -291,7 +337,9 @@ async def stack_factory(
             interceptors: Sequence[Interceptor] = (),
         ) -> Stack:
             env = env or time_skipping_env
-            client = client or env.client
+            started = StartedWorkflows()
+            config = (client or env.client).config()
+            client = Client(**{**config, "interceptors": [*config["interceptors"], started]})
             task_queue = task_queue or unique_name("workflows")
             workers = AsyncExitStack()
             running = build_workers(
@@ -316,6 +364,7 @@ async def stack_factory(
                 workers=workers,
                 running=running,
                 client=client,
+                started=started,
             )
             stacks.append(stack)
             return stack
@@ -324,7 +373,7 @@ async def stack_factory(
             yield build
         finally:
             for stack in stacks:
-                await _finish_leftovers(stack)
+                await _finish_leftovers(stack, shared=stack.env is time_skipping_env)
                 await stack.workers.aclose()
 
 
@@ -339,7 +388,7 @@ async def separate_process_client(env: WorkflowEnvironment) -> Client:
     )
 
 
-async def _finish_leftovers(stack: Stack) -> None:
+async def _finish_leftovers(stack: Stack, *, shared: bool) -> None:
     """Let items a test left running end on their own, terminating only the ones that won't.
 
     Terminating an item while its activity is in flight leaks a lock in the time-skipping
@@ -361,18 +410,29 @@ async def _finish_leftovers(stack: Stack) -> None:
         with contextlib.suppress(Exception):
             await asyncio.wait_for(stack.result(item_id), timeout=10)
         await _terminate_when_quiet(handle)
+    # What else the test started on the shared time-skipping server (a purge or redrive batch,
+    # a fire, a window, an aggregate): one left running with a task for a worker that is gone
+    # would hold that server's clock for every later test.
+    if not shared:
+        return
+    handled = stack.outbox.lanes | stack.outbox.shards | set(stack.outbox.started)
+    others = [stack.client.get_workflow_handle(id) for id in stack.started.ids - handled]
+    await asyncio.gather(*(_terminate_when_quiet(handle) for handle in others))
 
 
 async def _terminate_when_quiet(handle: WorkflowHandle[Any, Any], limit_s: float = 5) -> None:
-    """Terminate a running workflow once no workflow task of its is in flight (waiting up to
-    `limit_s`): the time-skipping server leaks its time lock for a task terminated mid-way."""
+    """Terminate a running workflow once no workflow task or activity of its is in flight
+    (waiting up to `limit_s`): the time-skipping server leaks its time lock for a task
+    terminated mid-way. One that is gone or ended is left alone."""
     deadline = asyncio.get_running_loop().time() + limit_s
     quiet_polls = 0
-    while quiet_polls < 2 and asyncio.get_running_loop().time() < deadline:
-        description = await handle.describe()
-        if description.status != WorkflowExecutionStatus.RUNNING:
-            return
-        busy = description.raw_description.HasField("pending_workflow_task")
-        quiet_polls = 0 if busy else quiet_polls + 1
-        await asyncio.sleep(0.05)
-    await handle.terminate(reason="test finished")
+    with contextlib.suppress(RPCError):
+        while quiet_polls < 2 and asyncio.get_running_loop().time() < deadline:
+            description = await handle.describe()
+            if description.status != WorkflowExecutionStatus.RUNNING:
+                return
+            raw = description.raw_description
+            busy = raw.HasField("pending_workflow_task") or len(raw.pending_activities) > 0
+            quiet_polls = 0 if busy else quiet_polls + 1
+            await asyncio.sleep(0.05)
+        await handle.terminate(reason="test finished")

@@ -29,8 +29,9 @@ from typing import Any, Protocol, TypeVar
 
 from temporalio import workflow
 from temporalio.common import Priority, RetryPolicy
-from temporalio.exceptions import ActivityError, ApplicationError
+from temporalio.exceptions import ActivityError, ApplicationError, CancelledError
 from temporalio.exceptions import TimeoutError as ActivityTimeoutError
+from temporalio.workflow import ActivityCancellationType
 
 with workflow.unsafe.imports_passed_through():
     from activities.delivery import DeliveryActivities
@@ -76,6 +77,8 @@ Outcome = TypeVar("Outcome", SubmitOutcome, PollOutcome)
 # Reports for a message the item has not yet recorded as accepted (the provider can be faster
 # than the submit activity's answer), kept until it has; bounded against a flood of strays.
 _MAX_EARLY_REPORTS = 100
+# The patch that lets a cancel withdraw a submit no worker has taken.
+_CANCEL_WAITING_SUBMIT = "cancel-waiting-submit"
 
 
 class DeliveryHost(Protocol):
@@ -151,6 +154,10 @@ class _Failed(Exception):
         self.error_code = error_code
 
 
+class _SubmitWithdrawn(Exception):
+    """A queued item's submit was cancelled before any worker took it."""
+
+
 class _SharedFailed(Exception):
     """A shared submit's or poll's failure for this item: as its own activity's would have
     been."""
@@ -187,6 +194,8 @@ class Delivery:
         # A submit or poll is scheduled and not yet answered (a host continues as new only
         # when none is).
         self.activity_out = False
+        # A queued item's submit while it is scheduled: a cancel withdraws it (`_execute`).
+        self._submit_out: asyncio.Task[Any] | None = None
         # Set by a lane for the item's first submit: the run of items it goes in, in order.
         self.sequence: str | None = None
         self._resumed_in_backoff = (
@@ -268,6 +277,7 @@ class Delivery:
         if not self.state.cancel_requested:
             self.state.cancel_requested = True
             self.state.cancel_reason = request.reason
+            self._withdraw_submit()
         # Returns once the submit loop has acted on it: `cancelled`, or `sending`/`sent` if a
         # submit already in flight won the race (the caller reports that as too late).
         await workflow.wait_condition(lambda: self.state.status is not ItemStatus.QUEUED)
@@ -278,6 +288,16 @@ class Delivery:
         if self.state.status is ItemStatus.QUEUED and not self.state.cancel_requested:
             self.state.cancel_requested = True
             self.state.cancel_reason = request.reason
+            self._withdraw_submit()
+
+    def _withdraw_submit(self) -> None:
+        """Ask the server to cancel the submit that is out, if any: one no worker has taken
+        ends cancelled at once (`_SubmitWithdrawn`); one a worker runs finishes (submits do not
+        heartbeat), so a cancel never leaves a submit's fate unknown. Histories from before
+        this waited for the submit whatever came."""
+        out = self._submit_out
+        if out is not None and not out.done() and workflow.patched(_CANCEL_WAITING_SUBMIT):
+            out.cancel()
 
     async def delivery_report(self, report: DeliveryReport) -> None:
         """Record the provider's report on one recipient; a repeat or an older report changes
@@ -368,7 +388,13 @@ class Delivery:
                             else request.first_poll_after_s + policy.poll_timeout_s
                         ),
                         f"submit to {item.destination}, attempt {state.attempts}",
+                        cancellable=True,
                     )
+            except _SubmitWithdrawn:
+                # Cancelled before any worker took the submit (its queue paused, say): it never
+                # went, so it spent no attempt; the loop's head ends the item cancelled.
+                state.attempts -= 1
+                continue
             except (ActivityError, _SharedFailed) as err:
                 error_type, message, details = _failure(err)
                 if error_type is ItemErrorType.DESTINATION_GONE:
@@ -417,13 +443,19 @@ class Delivery:
         task_queue: str,
         timeout_s: float,
         summary: str,
+        *,
+        cancellable: bool = False,
     ) -> Result:
         """Run a submit or poll on the destination's queue (its rate), with the outbox as its
-        fairness key; while one that projects its own transition is out, reports wait."""
+        fairness key; while one that projects its own transition is out, reports wait.
+
+        A `cancellable` one (a queued item's submit) is withdrawn by a cancel (see
+        `_withdraw_submit`); it is awaited directly all the same, so deliveries sharing a host
+        schedule their activities in the order they always did."""
         self._projecting_activity_out = request.projection is not None
         self.activity_out = True
         try:
-            return await workflow.execute_activity_method(
+            handle = workflow.start_activity_method(
                 activity,
                 request,
                 task_queue=task_queue,
@@ -431,7 +463,23 @@ class Delivery:
                 retry_policy=_INFRASTRUCTURE_RETRIES,
                 summary=summary,
                 priority=self._priority(),
+                cancellation_type=(
+                    ActivityCancellationType.WAIT_CANCELLATION_COMPLETED
+                    if cancellable
+                    else ActivityCancellationType.TRY_CANCEL
+                ),
             )
+            if not cancellable:
+                return await handle
+            self._submit_out = handle
+            try:
+                return await handle
+            except ActivityError as err:
+                if isinstance(err.cause, CancelledError) and self.state.cancel_requested:
+                    raise _SubmitWithdrawn from None
+                raise
+            finally:
+                self._submit_out = None
         finally:
             self._projecting_activity_out = False
             self.activity_out = False

@@ -100,6 +100,29 @@ async def test_pause_holds_every_submit_and_resume_delivers(dev_api: DevApi) -> 
     assert view.status == "sent"
 
 
+async def test_a_queued_item_on_a_paused_destination_cancels_at_once(dev_api: DevApi) -> None:
+    """Its submit waits on the paused queue, taken by no worker: a cancel withdraws it, and
+    the resume sends nothing (issue 31)."""
+    url = f"/v1/destinations/{dev_api.webhook}"
+    await dev_api.http.patch(url, json={"paused": True, "reason": "cancel while paused"})
+    try:
+        item_id = await enqueue(dev_api, "cancel-while-paused")
+        await asyncio.sleep(2)  # the submit is scheduled on the paused queue by now
+        cancelled = await dev_api.http.post(
+            "/v1/outboxes/tests/items/cancel-while-paused/cancel", json={"reason": "no longer"}
+        )
+        view = await dev_api.stack.result(item_id)
+    finally:
+        await dev_api.http.patch(url, json={"paused": False})
+    await asyncio.sleep(1)
+    stats = await dev_api.stack.fake.admin.key_stats(provider_idempotency_key(item_id))
+
+    assert cancelled.status_code == 200, cancelled.text
+    assert cancelled.json()["status"] == "cancelled"
+    assert view.status == "cancelled" and view.attempts == 0
+    assert stats["submits"] == 0
+
+
 async def test_bad_changes_are_problems(dev_api: DevApi) -> None:
     url = f"/v1/destinations/{dev_api.webhook}"
     assert_problem(await dev_api.http.patch("/v1/destinations/nope", json={"paused": True}), 404)

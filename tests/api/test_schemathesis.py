@@ -17,10 +17,11 @@ import pytest
 from tests.api.conftest import serve_stack
 from tests.conftest import webhook_destination
 
-MAX_EXAMPLES = 15
+MAX_EXAMPLES = 10
 # The whole run, generation and requests included; past it the run is stopped and the test
-# fails rather than hold up `make test`.
-BUDGET_S = 60
+# fails rather than hold up `make test`. About 2,000 cases over 50-odd operations: 40-60 s on a
+# quiet 2-core machine beside the rest of the suite, 150 s with the machine loaded twice over.
+BUDGET_S = 180
 
 
 @pytest.mark.timeout(BUDGET_S + 60)
@@ -33,14 +34,20 @@ async def test_no_server_errors_for_generated_input(
     async with serve_stack(stack) as url:
         report, returncode = await _schemathesis(url, tmp_path)
 
-    assert returncode == 0, report[-4000:]
-    assert "Server error" not in report, report[-4000:]
+    assert returncode == 0, _failures(report)
+    assert "Server error" not in report, _failures(report)
     selected = re.search(r"Selected: (\d+)/(\d+)", report)
     tested = re.search(r"Tested: (\d+)", report)
     assert selected and tested, report[-4000:]
     # Every operation of the schema was exercised, none skipped.
     assert selected[1] == selected[2] == tested[1], report[-4000:]
     assert re.search(r"\d+ generated, \d+ passed", report), report[-4000:]
+
+
+def _failures(report: str) -> str:
+    """The report's failures (with the request that reproduces each), else its end."""
+    start = report.find("FAILURES")
+    return report[start : start + 6000] if start >= 0 else report[-4000:]
 
 
 async def _schemathesis(url: str, tmp_path: Path) -> tuple[str, int | None]:
