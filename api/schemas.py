@@ -26,6 +26,12 @@ from contract.limits import (
     check_idempotency_key,
     check_ordering_key,
 )
+from flowcontrol.debounce import (
+    DEFAULT_MAX_WAIT_WINDOWS,
+    MAX_DEBOUNCE_S,
+    MAX_WAIT_LIMIT_S,
+    check_debounce_key,
+)
 from flowcontrol.priority import HIGHEST_PRIORITY, LOWEST_PRIORITY
 from flowcontrol.waiting import WaitingOn
 from readmodel.models import EventRecord
@@ -86,6 +92,36 @@ class EnqueueRequest(BaseModel):
         strict=True,
         description="Lower the destination's attempt limit for this item",
     )
+    debounce_key: Annotated[
+        str | None,
+        Field(
+            max_length=MAX_KEY_LENGTH,
+            pattern=TEXT_KEY_PATTERN,
+            description="Coalesce with the destination's other items of this key: they wait in"
+            " the key's window and one delivery carries them all; the others end `superseded`"
+            " (needs `debounce_s`; not with `ordering_key` or a due time)",
+        ),
+        AfterValidator(lambda key: None if key is None else check_debounce_key(key)),
+    ] = None
+    debounce_s: float | None = Field(
+        default=None,
+        gt=0,
+        le=MAX_DEBOUNCE_S,
+        description="The debounce window: it closes this many seconds after its last item",
+    )
+    debounce_mode: Literal["latest", "collect"] | None = Field(
+        default=None,
+        description="`latest` (default): the window's last payload goes; `collect` (webhook"
+        " destinations): one delivery whose body is the JSON array of every payload in"
+        " enqueue order",
+    )
+    max_wait_s: float | None = Field(
+        default=None,
+        gt=0,
+        le=MAX_WAIT_LIMIT_S,
+        description="The window closes at the latest this many seconds after its first item"
+        f" (at least `debounce_s`; default {DEFAULT_MAX_WAIT_WINDOWS} times `debounce_s`)",
+    )
 
     @model_validator(mode="after")
     def _one_due_time(self) -> Self:
@@ -130,11 +166,13 @@ class BatchEnqueueRequest(BaseModel):
 
 
 class Problem(BaseModel):
-    """An RFC 9457 problem; validation problems add `errors`, one per invalid field."""
+    """An RFC 9457 problem; validation problems add `errors`, one per invalid field. `code` is
+    stable (docs/reference/problems.md); `type` links to its page."""
 
     model_config = ConfigDict(extra="allow")
 
     type: str = Field(examples=["/problems/idempotency-conflict"])
+    code: str = Field(examples=["idempotency-conflict"])
     title: str
     status: int
     detail: str
@@ -191,8 +229,8 @@ class ItemResponse(OutboxItemView):
         kw_only=True,
         metadata={
             "description": "While queued (one item's GET): what holds it and until when where"
-            " known: not_before, backoff, throttled, destination_paused, lane, or its turn at"
-            " the destination's rate"
+            " known: debounce (its window, until it closes), not_before, backoff, throttled,"
+            " destination_paused, lane, or its turn at the destination's rate"
         },
     )
     source: Literal["workflow", "read-model"] = field(

@@ -79,10 +79,17 @@ class ItemStatus(StrEnum):
     SENT = "sent"
     FAILED = "failed"
     CANCELLED = "cancelled"
+    # Replaced by a later item of its debounce window, which carried it (`superseded_by`).
+    SUPERSEDED = "superseded"
 
     @property
     def is_final(self) -> bool:
-        return self in (ItemStatus.SENT, ItemStatus.FAILED, ItemStatus.CANCELLED)
+        return self in (
+            ItemStatus.SENT,
+            ItemStatus.FAILED,
+            ItemStatus.CANCELLED,
+            ItemStatus.SUPERSEDED,
+        )
 
 
 class ItemEventType(StrEnum):
@@ -100,6 +107,8 @@ class ItemEventType(StrEnum):
     DELIVERY_REPORT = "delivery-report"
     # The endpoint answered 410 Gone and the destination was paused; the item stays queued.
     DESTINATION_GONE = "destination_gone"
+    # Its debounce window closed and another item carried it (`flowcontrol/debounce.py`).
+    SUPERSEDED = "superseded"
 
 
 class OperationStatus(StrEnum):
@@ -325,6 +334,18 @@ POLICY_SETTINGS = tuple(
 
 
 @dataclass
+class DebounceSpec:
+    """How an item coalesces with the others of its debounce key at its destination
+    (`flowcontrol/debounce.py`): its window, its mode and its cap from the window's opening."""
+
+    key: str
+    window_s: float
+    max_wait_s: float
+    # `latest`: the last item's payload goes; `collect`: a JSON array of every payload.
+    mode: Literal["latest", "collect"] = "latest"
+
+
+@dataclass
 class ItemEvent:
     """One entry of an item's append-only history; `seq` is dense per item, starting at 1."""
 
@@ -361,6 +382,8 @@ class OutboxItemState:
     cancel_requested: bool = False
     cancel_reason: str | None = None
     recipients: list[Recipient] = field(default_factory=list)
+    # The item that carried this one out of its debounce window (status `superseded`).
+    superseded_by: str | None = None
     # Sequence of the newest event; a redriven item continues its predecessor's numbering.
     last_event_seq: int = 0
     # Events not yet written to the read model (cleared by each successful projection).
@@ -401,6 +424,9 @@ class OutboxItemInput:
     # Whose share of the destination's caps and quotas the item counts in: a tenant, a
     # customer (`flowcontrol/caps.py`); None: only the destination's own.
     concurrency_key: str | None = None
+    # Coalesce with the destination's other items of this debounce key (`flowcontrol/debounce.py`):
+    # the item waits in its key's window instead of going at once.
+    debounce: DebounceSpec | None = None
 
     def summary(self) -> str:
         """The workflow's static summary in the Web UI: where it goes, to whom, its key."""
@@ -451,6 +477,11 @@ class OutboxItemView:
     delivery: DeliveryOutcome | None = field(default=None, metadata={MAX_LENGTH: 16})
     # The newest event's seq: the read model's row only ever moves forward in it.
     last_event_seq: int = 0
+    # The debounce key of the window the item waits in or ended in (None: it goes on its own, as
+    # a window's carrier does once handed over).
+    debounce_key: str | None = field(default=None, metadata={MAX_LENGTH: MAX_KEY_LENGTH})
+    # The item that carried this one (status `superseded`): its debounce window's delivery.
+    superseded_by: str | None = field(default=None, metadata={MAX_LENGTH: MAX_ITEM_ID_LENGTH})
 
     @classmethod
     def of(cls, item_id: str, item: OutboxItemInput, state: OutboxItemState) -> "OutboxItemView":
@@ -467,6 +498,7 @@ class OutboxItemView:
             ordering_key=item.ordering_key,
             payload_hash=item.payload_hash,
             delivery=delivery_outcome(state.recipients),
+            debounce_key=item.debounce.key if item.debounce is not None else None,
             **progress,
         )
 

@@ -154,6 +154,8 @@ def describe_enqueue(item: OutboxItemInput) -> str:
     """The `enqueued` event's detail."""
     if item.not_before is not None:
         return f"to {item.destination}, not before {item.not_before.isoformat()}"
+    if item.debounce is not None:
+        return f"to {item.destination}, in debounce window {item.debounce.key}"
     return f"to {item.destination}"
 
 
@@ -179,4 +181,31 @@ def for_activity(item: OutboxItemInput, state: OutboxItemState) -> ProjectionCon
             recipients=[dataclasses.replace(r) for r in state.recipients],
             events=list(state.events),
         ),
+    )
+
+
+def left_window(
+    item_id: str,
+    item: OutboxItemInput,
+    status: ItemStatus,
+    event: ItemEventType,
+    at: datetime,
+    detail: str,
+    superseded_by: str | None = None,
+) -> ItemProjection:
+    """A debounce window's member ending without a workflow of its own: superseded by its
+    window's carrier, or cancelled while it waited. The events begin with its `enqueued` (the
+    same the enqueuer wrote, which the read model keeps), so a row the enqueuer could not write
+    is whole too; no payload: the enqueuer's row holds it."""
+    assert item.enqueued_at is not None, "a window's member has its enqueue time"
+    state = OutboxItemState(started=True, created_at=item.enqueued_at)
+    record(
+        state, ItemEventType.ENQUEUED, ItemStatus.QUEUED, item.enqueued_at, describe_enqueue(item)
+    )
+    state.superseded_by = superseded_by
+    finish(state, status, event, at, detail)
+    return ItemProjection(
+        view=OutboxItemView.of(item_id, item, state),
+        events=list(state.events),
+        enqueued_at=item.enqueued_at,
     )

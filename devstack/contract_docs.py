@@ -15,11 +15,13 @@ from typing import Any
 from temporalio.workflow import _Definition
 
 from contract.aggregate import AggregateView
+from contract.debounce import DebounceWindowView
 from contract.flow import FlowState
 from contract.ids import WORKFLOW_TASK_QUEUE
 from contract.item import OutboxItemView
 from contract.lane import LaneView
 from workflows.aggregate import AggregateWorkflow
+from workflows.debounce import DebounceWindowWorkflow
 from workflows.destination_flow import DestinationFlowWorkflow
 from workflows.lane import OutboxLaneWorkflow
 from workflows.outbox_item import OutboxItemWorkflow
@@ -99,6 +101,17 @@ _USES = {
     "shard": "what the workflow holds: items by status, lanes and the items in them",
     "redrive_head": "run a halted lane's failed head item again (a new generation)",
     "skip_head": "move a halted lane past its failed head item, which stays failed",
+    "join": (
+        "debounced items joining their key's window, in order (update-with-start, id conflict"
+        " policy USE_EXISTING); answers each item's outcome: `created`, `member` (the key is in"
+        " the window with the same request), `conflict` (with another request) or `mode`"
+        " (another debounce_mode than the window's). Sent by `OutboxClient`; not by hand"
+    ),
+    "leave": (
+        "cancel a member still in the window (by key): its cancelled view; none once the window"
+        " closed"
+    ),
+    "window": "the open window's member keys, its mode, when it opened and when it closes",
     "delivery_report": (
         "the provider's report on one recipient (the API sends it from Event Grid); a repeat"
         " or an older report changes nothing"
@@ -115,7 +128,7 @@ _CLI = {
     ),
 }
 # Handlers whose payload no one should write by hand (see their description).
-_NO_CLI = {"append_items", "append_items_unconfirmed", "enqueue_items"}
+_NO_CLI = {"append_items", "append_items_unconfirmed", "enqueue_items", "join"}
 # Examples by handler, where the payload's type alone does not say what a value looks like.
 _HANDLER_EXAMPLES = {
     "retry_effect": '"flight:BA117:2:mirror"',
@@ -134,6 +147,7 @@ _EXAMPLES = {
     "CancelRequest": '{"reason": "customer left"}',
     "RemoveRequest": '{"key": "invoice-8", "reason": "customer left"}',
     "RedriveHead": '{"key": "invoice-8"}',
+    "DebounceLeave": '{"key": "profile-42-edit-7", "reason": "customer left"}',
     "SkipHead": '{"key": "invoice-8", "reason": "bad address"}',
     "ItemCancel": '{"item_id": "outbox/demo/invoice-8", "request": {"reason": "customer left"}}',
     "str": '"8c1d9e52-0d4a-4f0e-9d7c-5b3f7a1e2c40"',
@@ -184,6 +198,16 @@ _WORKFLOWS = (
         " Retry-After, or by a worker whose submits keep failing; resumes the submit queue on a"
         " durable timer, or opens the circuit, probes and closes it; ends once the rate is whole,"
         " the circuit closed and nothing came for five minutes",
+    ),
+    _Workflow(
+        DebounceWindowWorkflow,
+        "debounce/{outbox}/{destination}/{debounce_key}",
+        "'debounce/demo/fake-webhook/profile-42'",
+        "DebounceInput",
+        DebounceWindowView,
+        "one debounce window (`flowcontrol/debounce.py`); started by its first item's `join`;"
+        " closes on a durable timer, hands its carrier to the item's usual placement and marks"
+        " the others superseded; ends when no item waits",
     ),
     _Workflow(
         AggregateWorkflow,

@@ -23,6 +23,9 @@
   partition ordered on its own), and in a bulk shard its own order for a slot and a batch.
   Each worker process's pacing serves its waiting requests most urgent first too. A shard that
   is continuing as new holds new submits until those out come back, urgent ones included.
+- **Debounce** (`debounce`): items of one `debounce_key` at a destination within a window
+  become one delivery (the last payload, or all of them as a JSON array); the others end
+  `superseded`. A workflow per key holds the window: exact across every process.
 
 - **Why is it waiting?** (`waiting`): a queued item's `GET` names what holds it (its own
   timers, its lane, its destination's pause, throttle or open circuit, else its turn at the

@@ -18,11 +18,14 @@ from temporalio.client import Client
 
 from common.destinations import Destination, DestinationRegistry
 from contract import limits
+from contract.debounce import DebounceWindowView
 from contract.ids import WORKFLOW_TASK_QUEUE, item_workflow_id, parse_item_workflow_id, payload_hash
-from contract.item import DeliveryReport, OutboxItemInput, OutboxItemView
+from contract.item import DeliveryReport, ItemStatus, OutboxItemInput, OutboxItemView
 from contract.lane import LaneDetail
+from flowcontrol import debounce
 from outbox_client import lanes
 from outbox_client.connection import TemporalConnection, check_stack_keys
+from outbox_client.debounce import Debouncer
 from outbox_client.errors import (
     InvalidRequest,
     UnknownDestination,
@@ -89,6 +92,7 @@ class OutboxClient:
         self._own = OwnWorkflows(self.temporal, destinations, task_queue)
         self._lanes = ItemLanes(self.temporal, destinations, task_queue)
         self._shards = Shards(self.temporal, destinations, task_queue)
+        self._debouncer = Debouncer(self.temporal, task_queue)
         self._destinations = destinations
 
     @property
@@ -145,6 +149,10 @@ class OutboxClient:
         record_queued: RecordQueued | None = None,
         priority: int | None = None,
         concurrency_key: str | None = None,
+        debounce_key: str | None = None,
+        debounce_s: float | None = None,
+        debounce_mode: str | None = None,
+        max_wait_s: float | None = None,
     ) -> EnqueueResult:
         """Hand the item to where it lives, or return the existing item for a repeated key.
 
@@ -162,6 +170,11 @@ class OutboxClient:
             priority: 1 (first) to 5 (last) under a backlog; None: 3.
             concurrency_key: whose share of the destination's caps and quotas the item counts
                 in (a tenant, a customer); see `flowcontrol/caps.py`.
+            debounce_key: coalesce with the destination's items of this key: they wait in the
+                key's window, which closes `debounce_s` after its last item (at most
+                `max_wait_s` after its first) and delivers one item for them all, the others
+                ending `superseded` (`flowcontrol/debounce.py`). `debounce_mode` `latest`
+                (default) delivers the last payload, `collect` (webhooks) a JSON array of all.
             record_queued: for a caller with the read model: writes the new item's `queued`
                 row (`contract.transitions.enqueued`) right after the hand-over, which spares
                 the item a local activity.
@@ -177,6 +190,10 @@ class OutboxClient:
             projected=record_queued is not None,
             priority=priority,
             concurrency_key=concurrency_key,
+            debounce_key=debounce_key,
+            debounce_s=debounce_s,
+            debounce_mode=debounce_mode,
+            max_wait_s=max_wait_s,
         )
         [result] = await self.hand_over([item])
         if isinstance(result, Exception):
@@ -200,9 +217,13 @@ class OutboxClient:
         In bulk mode a shard ignores an item it holds or finished lately, and the result says
         created: repeats of older items are a read model's to answer (`ItemService` asks it
         first)."""
-        groups: dict[int, tuple[Placement, list[int]]] = {}
+        groups: dict[int, tuple[Placement | Debouncer, list[int]]] = {}
         for index, item in enumerate(items):
-            place = self.placement(item.destination, item.ordering_key)
+            place: Placement | Debouncer = (
+                self._debouncer
+                if item.debounce is not None
+                else self.placement(item.destination, item.ordering_key)
+            )
             groups.setdefault(id(place), (place, []))[1].append(index)
         handed = await asyncio.gather(
             *(place.hand_over([items[i] for i in indexes]) for place, indexes in groups.values())
@@ -229,6 +250,10 @@ class OutboxClient:
         projected: bool = False,
         priority: int | None = None,
         concurrency_key: str | None = None,
+        debounce_key: str | None = None,
+        debounce_s: float | None = None,
+        debounce_mode: str | None = None,
+        max_wait_s: float | None = None,
     ) -> OutboxItemInput:
         """A new item's input, validated (the arguments are `enqueue`'s); starts nothing.
 
@@ -251,6 +276,19 @@ class OutboxClient:
             except ValueError as err:
                 raise InvalidRequest(str(err)) from None
         target = self._destination(destination)
+        try:
+            debounced = debounce.debounce_spec(
+                debounce_key,
+                debounce_s,
+                mode=debounce_mode,
+                max_wait_s=max_wait_s,
+                provider=target.provider,
+                ordering_key=ordering_key,
+                not_before=not_before,
+            )
+            debounce.check_payload(payload)
+        except ValueError as err:
+            raise InvalidRequest(str(err)) from None
         return OutboxItemInput(
             outbox=outbox,
             key=key,
@@ -266,6 +304,7 @@ class OutboxClient:
             enqueue_projected=projected,
             priority=priority,
             concurrency_key=concurrency_key,
+            debounce=debounced,
         )
 
     def _destination(self, name: str) -> Destination:
@@ -301,8 +340,16 @@ class OutboxClient:
         """
         validate_outbox(outbox)
         validate_key(key)
+        if known is not None and known.debounce_key and known.status is ItemStatus.QUEUED:
+            left = await self._debouncer.leave(known, reason)
+            if left is not None:
+                return left
         item = ItemRef.of(known) if known is not None else ItemRef(outbox, key, None, ordering_key)
         return await self.placement(item.destination, item.ordering_key).cancel(item, reason, wait)
+
+    async def debounce_window(self, view: OutboxItemView) -> DebounceWindowView | None:
+        """The open debounce window of the item's key (None: it has none)."""
+        return await self._debouncer.window(view)
 
     async def queued_keys(self, outbox: str, destination: str | None = None) -> list[str]:
         """Keys of the outbox's queued items that are workflows of their own (visibility)."""

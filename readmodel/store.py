@@ -152,6 +152,7 @@ def list_items(
     *,
     status: str | None = None,
     destination: str | None = None,
+    key_prefix: str | None = None,
     error_code: str | None = None,
     delivery: str | None = None,
     created_from: datetime | None = None,
@@ -169,6 +170,9 @@ def list_items(
         conditions.append(ITEMS.c.status == status)
     if destination is not None:
         conditions.append(ITEMS.c.destination == destination)
+    if key_prefix:
+        # Escaped: `%` and `_` in a key are themselves, not wildcards.
+        conditions.append(ITEMS.c.key.startswith(key_prefix, autoescape=True))
     if error_code is not None:
         conditions.append(ITEMS.c.last_error_code == error_code)
     if delivery is not None:

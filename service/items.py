@@ -60,7 +60,7 @@ from readmodel.writer import ProjectionWriter
 log = logging.getLogger("outbox.service")
 
 # Only a failed item can run again (redrive), so only a failed row can be behind its workflow.
-_SETTLED = frozenset({ItemStatus.SENT, ItemStatus.CANCELLED})
+_SETTLED = frozenset({ItemStatus.SENT, ItemStatus.CANCELLED, ItemStatus.SUPERSEDED})
 
 T = TypeVar("T")
 Progress = TypeVar("Progress")
@@ -79,6 +79,11 @@ class NewItem:
     priority: int | None = None
     # Whose share of the destination's caps and quotas it counts in (`flowcontrol/caps.py`).
     concurrency_key: str | None = None
+    # Its debounce window (`flowcontrol/debounce.py`): key, quiet seconds, mode, cap.
+    debounce_key: str | None = None
+    debounce_s: float | None = None
+    debounce_mode: str | None = None
+    max_wait_s: float | None = None
 
 
 @dataclass
@@ -260,6 +265,10 @@ class ItemService:
             projected=True,
             priority=item.priority,
             concurrency_key=item.concurrency_key,
+            debounce_key=item.debounce_key,
+            debounce_s=item.debounce_s,
+            debounce_mode=item.debounce_mode,
+            max_wait_s=item.max_wait_s,
         )
 
     async def _enqueued(
@@ -326,6 +335,7 @@ class ItemService:
         *,
         status: ItemStatus | None = None,
         destination: str | None = None,
+        key_prefix: str | None = None,
         error_code: str | None = None,
         delivery: DeliveryOutcome | None = None,
         created_from: datetime | None = None,
@@ -341,6 +351,7 @@ class ItemService:
             outbox,
             status=status.value if status else None,
             destination=destination,
+            key_prefix=key_prefix,
             error_code=error_code,
             delivery=delivery.value if delivery else None,
             created_from=created_from,

@@ -32,6 +32,7 @@ from activities.providers.base import (
     send,
 )
 from contract.item import PollRequest, PollResult, SubmitRequest, SubmitResult
+from flowcontrol.debounce import delivered_body
 
 
 def check_webhook_secret(secret: str) -> str:
@@ -97,7 +98,8 @@ class WebhookProvider:
         self._previous_until = settings.previous_secret_until
 
     async def submit(self, request: SubmitRequest) -> SubmitResult:
-        body = json.dumps(request.payload, separators=(",", ":"))
+        # A debounce window's collected payloads go as the JSON array itself.
+        body = json.dumps(delivered_body(request.payload), separators=(",", ":"))
         # Whole seconds: the signature covers the timestamp exactly as the header carries it.
         timestamp = int(time.time())
         signed_at = datetime.fromtimestamp(timestamp, UTC)

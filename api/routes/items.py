@@ -48,7 +48,7 @@ from api.schemas import (
     problem_responses,
 )
 from contract.item import CancelRequest, DeliveryOutcome, ItemStatus
-from contract.limits import MAX_DESTINATION_LENGTH
+from contract.limits import MAX_DESTINATION_LENGTH, MAX_KEY_LENGTH
 from contract.purge import MAX_REPORTED_KEYS
 from outbox_client import (
     CancelRequested,
@@ -166,6 +166,10 @@ async def list_items(
     items: ItemServiceDep,
     status_filter: Annotated[ItemStatus | None, Query(alias="status")] = None,
     destination: Annotated[str | None, Query(max_length=MAX_DESTINATION_LENGTH)] = None,
+    key_prefix: Annotated[
+        str | None,
+        Query(max_length=MAX_KEY_LENGTH, description="Only items whose key starts with this"),
+    ] = None,
     error_code: Annotated[
         str | None,
         Query(max_length=200, description="Only items that failed with this provider code"),
@@ -191,6 +195,7 @@ async def list_items(
         outbox,
         status=status_filter,
         destination=destination,
+        key_prefix=key_prefix,
         error_code=error_code,
         delivery=delivery,
         created_from=created_from,
@@ -372,6 +377,10 @@ def _new_item(body: EnqueueRequest, key: str) -> NewItem:
         max_attempts=body.max_attempts,
         priority=body.priority,
         concurrency_key=body.concurrency_key,
+        debounce_key=body.debounce_key,
+        debounce_s=body.debounce_s,
+        debounce_mode=body.debounce_mode,
+        max_wait_s=body.max_wait_s,
     )
 
 

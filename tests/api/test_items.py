@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from api.problem_codes import PROBLEM_CODES
 from contract.item import ItemProjection, ItemStatus
 from readmodel import store
 from tests.api.conftest import Api
@@ -28,6 +29,10 @@ def assert_problem(response: Any, status: int, type_suffix: str | None = None) -
     assert response.headers["content-type"].startswith(PROBLEM)
     body: dict[str, Any] = response.json()
     assert body["status"] == status and body["title"] and body["detail"]
+    # Every answer's code is listed, with this status, and its `type` names its kind's page.
+    listed = PROBLEM_CODES.get(body.get("code", ""))
+    assert listed is not None and listed.status in (status, None), body
+    assert body["type"].endswith(f"/problems/{listed.type_code}"), body
     if type_suffix is not None:
         assert body["type"].endswith(type_suffix), body
     return body
@@ -428,6 +433,9 @@ async def test_list_filters_and_paginates(api: Api) -> None:
     assert sorted(await ids(status="sent")) == sorted([*webhook_ids, email_id])
     assert await ids(status="failed") == [failed_id]
     assert await ids(destination=api.email.name) == [email_id]
+    assert await ids(key_prefix="list-f") == [failed_id]
+    assert len(await ids(key_prefix="list-")) == 6
+    assert await ids(key_prefix="list_") == []  # `_` is no wildcard
     assert sorted(await ids(status="sent", destination=api.webhook.name)) == sorted(webhook_ids)
     hour_before = started - timedelta(hours=1)
     east, west = timezone(timedelta(hours=5)), timezone(timedelta(hours=-3))

@@ -1,0 +1,166 @@
+"""A debounce window: the items of one debounce key at one destination become one delivery.
+
+Enqueues join by update-with-start (`join`): each is confirmed once the window holds it. The
+window closes on a durable timer (`flowcontrol.debounce.closes_at`); the workflow then hands
+its carrier (the last item, with every payload in `collect` mode) to the item's usual placement
+and marks the others superseded, both in one local activity that a retry repeats harmlessly.
+Items arriving meanwhile open the next window in the same workflow; with none, it ends. A
+cancel takes a member out (`leave`); the last one out ends the window with nothing delivered.
+Why this shape: docs/decisions/debounce.md.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from datetime import datetime, timedelta
+
+from temporalio import workflow
+
+with workflow.unsafe.imports_passed_through():
+    from contract.debounce import (
+        DEBOUNCE_WORKFLOW_TYPE,
+        JOIN_UPDATE,
+        LEAVE_UPDATE,
+        WINDOW_QUERY,
+        DebounceCancel,
+        DebounceClose,
+        DebounceInput,
+        DebounceJoin,
+        DebounceJoined,
+        DebounceLeave,
+        DebounceLeft,
+        DebounceMember,
+        DebounceWindowView,
+        JoinOutcome,
+    )
+    from contract.item import OutboxItemInput
+    from flowcontrol.debounce import MAX_MEMBERS, carried_payload, closes_at
+    from service.debounce import DebounceActivities
+
+# A hand-over is a start or a signal and a read-model write: far below this, retried after.
+HAND_OVER_TIMEOUT = timedelta(seconds=30)
+
+
+@workflow.defn(name=DEBOUNCE_WORKFLOW_TYPE)
+class DebounceWindowWorkflow:
+    @workflow.init
+    def __init__(self, start: DebounceInput) -> None:
+        self._start = start
+        self._members: list[DebounceMember] = list(start.members)
+        self._closed = start.closed
+
+    @workflow.query(name=WINDOW_QUERY)
+    def window(self) -> DebounceWindowView:
+        if not self._members:
+            return DebounceWindowView(keys=[])
+        first = self._members[0]
+        spec = first.item.debounce
+        return DebounceWindowView(
+            keys=[member.item.key for member in self._members[:MAX_MEMBERS]],
+            mode=spec.mode if spec is not None else None,
+            opened_at=first.joined_at,
+            closes_at=self._closes_at(),
+        )
+
+    @workflow.update(name=JOIN_UPDATE)
+    def join(self, join: DebounceJoin) -> DebounceJoined:
+        now = workflow.now()
+        outcomes: list[JoinOutcome] = []
+        for item in join.items:
+            outcomes.append(self._join(item))
+            if outcomes[-1] == "created":
+                self._members.append(DebounceMember(item=item, joined_at=now))
+        return DebounceJoined(outcomes)
+
+    def _join(self, item: OutboxItemInput) -> JoinOutcome:
+        known = next((m.item for m in self._members if m.item.key == item.key), None)
+        if known is not None:
+            return "member" if known.payload_hash == item.payload_hash else "conflict"
+        first = self._members[0].item.debounce if self._members else None
+        if first is not None and item.debounce is not None and first.mode != item.debounce.mode:
+            return "mode"
+        return "created"
+
+    @workflow.update(name=LEAVE_UPDATE)
+    async def leave(self, leave: DebounceLeave) -> DebounceLeft:
+        member = next((m for m in self._members if m.item.key == leave.key), None)
+        if member is None:
+            return DebounceLeft()
+        self._members.remove(member)
+        view = await workflow.execute_local_activity_method(
+            DebounceActivities.cancel_member,
+            DebounceCancel(item=_without_payload(member.item), reason=leave.reason),
+            start_to_close_timeout=HAND_OVER_TIMEOUT,
+            summary=f"cancel {member.item.key}",
+        )
+        return DebounceLeft(view)
+
+    @workflow.run
+    async def run(self, start: DebounceInput) -> int:
+        """Close windows until none is open; the number of windows closed (all runs)."""
+        while True:
+            await self._wait_for_close()
+            if self._members:
+                await self._close()
+            if workflow.info().is_continue_as_new_suggested() or not self._members:
+                await workflow.wait_condition(workflow.all_handlers_finished)
+                if not self._members:
+                    return self._closed
+                if workflow.info().is_continue_as_new_suggested():
+                    workflow.continue_as_new(
+                        dataclasses.replace(start, members=self._members, closed=self._closed)
+                    )
+
+    async def _wait_for_close(self) -> None:
+        """Until the open window's closing time; at once when every member left. A join that
+        moves the time later wakes nothing (the timer runs out and is set again for the rest),
+        so a burst of joins costs one timer, not one each."""
+        while self._members:
+            deadline = self._closes_at()
+            remaining = deadline - workflow.now()
+            if remaining <= timedelta(0):
+                return
+            try:
+                await workflow.wait_condition(
+                    functools.partial(self._closes_before, deadline),
+                    timeout=remaining,
+                    timeout_summary="debounce window",
+                )
+            except TimeoutError:
+                continue
+
+    def _closes_before(self, deadline: datetime) -> bool:
+        """Whether the window must close before `deadline` now (or every member left)."""
+        return not self._members or self._closes_at() < deadline
+
+    async def _close(self) -> None:
+        window, self._members = self._members[:MAX_MEMBERS], self._members[MAX_MEMBERS:]
+        spec = window[-1].item.debounce
+        mode = spec.mode if spec is not None else "latest"
+        last = window[-1].item
+        carrier = dataclasses.replace(
+            last,
+            payload=carried_payload(mode, [member.item.payload for member in window]),
+            debounce=None,
+        )
+        superseded = [_without_payload(member.item) for member in window[:-1]]
+        workflow.set_current_details(
+            f"closing a window of {len(window)} item(s): {last.key} carries them"
+        )
+        await workflow.execute_local_activity_method(
+            DebounceActivities.close_window,
+            DebounceClose(carrier=carrier, superseded=superseded),
+            start_to_close_timeout=HAND_OVER_TIMEOUT,
+            summary=f"hand over {last.key}, {len(superseded)} superseded",
+        )
+        self._closed += 1
+        workflow.set_current_details(f"{self._closed} window(s) closed")
+
+    def _closes_at(self) -> datetime:
+        joined = [(m.joined_at, m.item.debounce) for m in self._members if m.item.debounce]
+        return closes_at(joined) if joined else workflow.now()
+
+
+def _without_payload(item: OutboxItemInput) -> OutboxItemInput:
+    return dataclasses.replace(item, payload={}, state=None)
