@@ -3,8 +3,12 @@
 Each mode gets a stack of its own (`bench.stack`: a dev server, the fake provider, the workers)
 with a fast webhook destination (rate 1,000/s, so the destination is never the limit):
 
-- `lane_items_per_s`: 1,000 items into ONE lane, item mode, from the first enqueue to the last
-  delivery (appended together from one process, as a busy service would);
+- `lane_items_per_s`: 1,000 items into ONE lane, item mode with runs (`lane_run = LANE_RUN`,
+  held to the rate by a quota of 1,000 per second, as the destination's config must), from the
+  first enqueue to the last delivery (appended together from one process, as a busy service
+  would);
+- `lane_items_per_s_single`: the same without runs (`lane_run = 1`, the default: one submit
+  activity and one workflow task per item);
 - `bulk_lane_items_per_s`: the same in bulk mode (batches of 100, as `items:batch` sends them);
 - `lanes_items_per_s`: many keys x 5 items in bulk mode, beside `bulk_unordered_items_per_s`,
   the same number of items without keys on the same stack, in three alternating rounds
@@ -45,6 +49,11 @@ APPENDS_EACH = 10 if QUICK else 25
 BATCH = 100
 # A run is given up when nothing is delivered for this long.
 STALL_S = 60.0
+# Items one submit activity of an item-mode lane carries in the runs configuration, and the
+# quota that lets it (at most the destination's rate: `common.destinations`).
+LANE_RUN = 20
+RATE = 1000
+RUNS_IN_ITEM_MODE = {"lane_run": LANE_RUN, "flow": {"quotas": [{"per": "1s", "max": RATE}]}}
 
 
 async def delivered(stack: BenchStack, outbox: str, expected: int) -> float:
@@ -163,27 +172,33 @@ async def append_latency(stack: BenchStack, outbox: str) -> tuple[list[float], l
 async def lanes_figures() -> dict[str, Any]:
     figures: dict[str, Any] = {}
     problems: list[str] = []
-    for mode in ("item", "bulk"):
+    for mode in ("item", "item-runs", "bulk"):
         async with AsyncExitStack() as exits:
-            extra: dict[str, Any] = (
-                {"mode": "bulk", "shards": 4, "submit_batch": 100} if mode == "bulk" else {}
-            )
+            extra: dict[str, Any] = {
+                "item": {},
+                "item-runs": RUNS_IN_ITEM_MODE,
+                "bulk": {"mode": "bulk", "shards": 4, "submit_batch": 100},
+            }[mode]
             stack = await webhook_stack(
                 exits,
                 name=f"lanes-{mode}",
                 db_file=PROJECT_ROOT / ".bench" / f"lanes_{mode}.db",
                 workflow_task_queue=f"lanes-{mode}-workflows",
-                submit_rate=1000,
-                poll_rate=1000,
+                submit_rate=RATE,
+                poll_rate=RATE,
                 **extra,
             )
             if mode == "item":
                 rate, found = await one_lane(stack, "one-lane-item", batched=False)
-                figures["lane_items_per_s"] = round(rate, 1)
+                figures["lane_items_per_s_single"] = round(rate, 1)
                 latencies, more = await append_latency(stack, "appenders")
                 figures["lane_append_p50_ms"] = round(percentile(latencies, 0.5), 1)
                 figures["lane_append_p99_ms"] = round(percentile(latencies, 0.99), 1)
                 problems += found + more
+            elif mode == "item-runs":
+                rate, found = await one_lane(stack, "one-lane-item-runs", batched=False)
+                figures["lane_items_per_s"] = round(rate, 1)
+                problems += found
             else:
                 rate, found = await one_lane(stack, "one-lane-bulk", batched=True)
                 figures["bulk_lane_items_per_s"] = round(rate, 1)

@@ -21,6 +21,7 @@ field by `DEST_<NAME>_FLOW_<FIELD>` (e.g. `DEST_FAKE_WEBHOOK_FLOW_THROTTLE_PAUSE
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import re
 import tomllib
@@ -43,7 +44,7 @@ from contract.ids import poll_task_queue, submit_task_queue
 from contract.item import POLICY_SETTINGS, POLL_IN_SUBMIT_MAX_INTERVAL_S, DeliveryPolicy
 from contract.lane import LanePolicy
 from contract.limits import MAX_DESTINATION_LENGTH, check_destination_name, check_outbox_name
-from flowcontrol.policy import FlowPolicy
+from flowcontrol.policy import FlowPolicy, Quota
 
 _ENV_REFERENCE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 
@@ -78,6 +79,12 @@ def poll_queue_requests(poll_rate: float, submit_rate: float, poll_in_submit: bo
     destination's submits make (at most `submit_rate` a second), the provider sees at most
     `poll_rate`."""
     return poll_rate - submit_rate if poll_in_submit else poll_rate
+
+
+def _holds_to(quota: Quota, rate: float) -> bool:
+    """Whether `quota` keeps requests within `rate` a second, at the scale of a second."""
+    seconds = quota.window.total_seconds()
+    return seconds <= 1 and quota.max <= rate * seconds * (1 + 1e-9)
 
 
 def max_batch(rate: float) -> int:
@@ -157,6 +164,20 @@ class Destination(BaseModel):
         f" this many; at most 1/{QUEUE_PARTITIONS} of `submit_rate`.",
     )
 
+    # Item mode: an ordering lane's items go up to this many in one submit activity, one after
+    # another. The queue counts activities, so a quota holds the requests to the rate instead
+    # (`_lane_runs_are_held_to_the_rate`; docs/decisions/lanes-in-the-host.md).
+    lane_run: int = Field(
+        default=1,
+        ge=1,
+        le=MAX_BATCH,
+        description="Item mode: an ordering lane sends up to this many of its items in one"
+        " submit activity, one after another, each once the one before was delivered. Above 1"
+        " it needs a quota of the destination with `per` at most 1 s and `max`/`per` at most"
+        " `submit_rate` (the queue then counts runs, the quota requests). Bulk mode: see"
+        " `submit_batch`.",
+    )
+
     flow: FlowPolicy = Field(
         default_factory=FlowPolicy,
         description="Flow-control rules, the `[destinations.<name>.flow]` table (see below).",
@@ -177,6 +198,28 @@ class Destination(BaseModel):
                     f"{kind}_batch {batch} is more than {kind}_rate {rate:g} allows ("
                     f"{max_batch(rate)}): {BATCH_RULE}"
                 )
+        return self
+
+    @model_validator(mode="after")
+    def _lane_runs_are_held_to_the_rate(self) -> Destination:
+        """A run is one activity on the submit queue, however many requests it makes: only a
+        quota (counted per request, across workers) keeps the provider within `submit_rate`."""
+        if self.lane_run == 1:
+            return self
+        if self.mode != "item":
+            raise ValueError(
+                "lane_run: a bulk destination's lanes go in runs of up to submit_batch items;"
+                " set submit_batch instead"
+            )
+        if not any(_holds_to(quota, self.submit_rate) for quota in self.flow.quotas):
+            most = max(1, math.floor(self.submit_rate))
+            raise ValueError(
+                f"lane_run {self.lane_run} needs a quota that holds the destination's requests"
+                f" to submit_rate {self.submit_rate:g} (its submit queue counts a run of items as"
+                " one activity): add one with per at most 1 s and max/per at most submit_rate,"
+                f' e.g. [destinations.{self.name}.flow] quotas = [{{ per = "1s", max = {most} }}],'
+                " or set lane_run = 1"
+            )
         return self
 
     @model_validator(mode="after")

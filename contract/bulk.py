@@ -69,6 +69,9 @@ class ShardInput:
     recent: list[str] = field(default_factory=list)
     # The ordering lanes it holds: their waiting items, and their heads where they were.
     lanes: list[LaneState] = field(default_factory=list)
+    # An item-mode lane: how many of a destination's items one submit activity may carry, one
+    # after another (its `lane_run`, as the latest append said); 1 for a destination not named.
+    lane_runs: dict[str, int] = field(default_factory=dict)
     # Seconds it stays with nothing to do before it ends (the next item starts it again).
     linger_s: float = 30.0
     # It continues as new past this many history events, or when Temporal suggests it (None).

@@ -95,6 +95,9 @@ class LaneAppends:
 
     items: list[OutboxItemInput]
     policy: LanePolicy = LanePolicy.HALT
+    # Each of the items' destinations' `lane_run` as configured now (a destination not named
+    # keeps the one the lane has: 1 unless an earlier append said otherwise).
+    lane_runs: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass

@@ -90,7 +90,12 @@ class ItemLanes(HostedItems):
         """Whether this call added the item (False: it was there). Raises
         `IdempotencyConflict` or `LaneFull`."""
         assert item.ordering_key is not None
-        outcome = await self._appender.append(item, self.destinations.outbox(item.outbox))
+        destination = self.destinations.get(item.destination)
+        outcome = await self._appender.append(
+            item,
+            self.destinations.outbox(item.outbox),
+            destination.lane_run if destination is not None else 1,
+        )
         if outcome is AppendOutcome.CONFLICT:
             check_same_request(None, item.payload_hash)
         if outcome is AppendOutcome.FULL:
@@ -146,6 +151,7 @@ class ItemLanes(HostedItems):
 class _Append:
     item: OutboxItemInput
     settings: OutboxSettings
+    lane_run: int = 1
 
 
 def _append_bytes(append: _Append) -> int:
@@ -163,18 +169,22 @@ class LaneAppender:
             self._send, max_batch=MAX_APPEND_BATCH, size=_append_bytes, max_size=MAX_APPEND_BYTES
         )
 
-    async def append(self, item: OutboxItemInput, settings: OutboxSettings) -> AppendOutcome:
+    async def append(
+        self, item: OutboxItemInput, settings: OutboxSettings, lane_run: int = 1
+    ) -> AppendOutcome:
         """What the lane did with the item; `UNKNOWN` when no worker took it in time (it is
         recorded by the server all the same, and the lane takes it when a worker returns)."""
         assert item.ordering_key is not None
         lane_id = lane_workflow_id(item.outbox, item.ordering_key)
-        return await self._mailbox.call(lane_id, _Append(item, settings))
+        return await self._mailbox.call(lane_id, _Append(item, settings, lane_run))
 
     async def _send(self, lane_id: str, appends: list[_Append]) -> list[AppendOutcome]:
         first = appends[0]
         client = await self._temporal()
         batch = LaneAppends(
-            items=[append.item for append in appends], policy=first.settings.lane_policy
+            items=[append.item for append in appends],
+            policy=first.settings.lane_policy,
+            lane_runs={append.item.destination: append.lane_run for append in appends},
         )
         start_input, options = self._start(first.item, first.settings)
         try:

@@ -321,6 +321,8 @@ class DeliveryHostWorkflow:
             "poll",
             start.poll_batch,
         )
+        # Item mode: each destination's `lane_run`, as the latest append said (`run_length`).
+        self._lane_runs = dict(start.lane_runs)
         # Before any handler runs: an append in the first task finds its carried lane.
         for lane_state in start.lanes:
             self._add_lane(lane_state)
@@ -396,6 +398,7 @@ class DeliveryHostWorkflow:
     @workflow.update(name=APPEND_UPDATE)
     def append_items(self, appends: LaneAppends) -> LaneAppendsResult:
         """Append items to their lanes, in order; what became of each."""
+        self._lane_runs.update(appends.lane_runs)
         return LaneAppendsResult(
             outcomes=[self._admit(item, appends.policy, capped=True) for item in appends.items]
         )
@@ -403,6 +406,7 @@ class DeliveryHostWorkflow:
     @workflow.signal(name=APPEND_SIGNAL)
     def append_items_unconfirmed(self, appends: LaneAppends) -> None:
         """The same append, sent when no worker answered the update in time."""
+        self._lane_runs.update(appends.lane_runs)
         for item in appends.items:
             self._admit(item, appends.policy)
 
@@ -731,8 +735,9 @@ class DeliveryHostWorkflow:
     def submit_batched(self) -> bool:
         return self._submits.size > 1
 
-    def run_length(self) -> int:
-        """How many of a lane's items may go in one submit activity, one after another."""
+    def run_length(self, destination: str) -> int:
+        """How many of a lane's items may go in one submit activity, one after another: a
+        shard's `submit_batch`, whatever the destination (a shard holds one)."""
         return self._submits.size
 
     async def submit(
@@ -810,6 +815,7 @@ class DeliveryHostWorkflow:
                 items=items,
                 recent=list(self._recent),
                 lanes=[lane.carry() for lane in self._lanes.values()],
+                lane_runs=self._lane_runs,
             )
         )
 

@@ -6,6 +6,8 @@ updates (update-with-start, so the first starts the lane), which the server seri
 number of API processes into the lane's history; that order is the delivery order. The lane runs
 each item's delivery itself, one at a time, with the item's own submit and poll activities on
 the destination's queues; each item's story is in the read model, and the lane's in the Web UI.
+With a destination's `lane_run` above 1, up to that many of its items go in one submit
+activity, one after another (a run, as in a bulk shard), held to the rate by its quota.
 
 It carries its waiting items (keys and payloads, the policy once per destination) across
 continue-as-new; appends past `LANE_MAX_WAITING_BYTES` are refused (`full`) so that carry always
@@ -33,6 +35,16 @@ class OutboxLaneWorkflow(DeliveryHostWorkflow):
     async def run(self, start: ShardInput) -> LaneView:
         await self._run()
         return self._only_lane().view()
+
+    def run_length(self, destination: str) -> int:
+        """The destination's `lane_run` (1 unless an append said otherwise): the lane's submits
+        go in activities of that many while its items to that destination run. A run is one
+        activity on the submit queue, so the destination's quota holds its requests to the
+        rate (`common.destinations`; docs/decisions/lanes-in-the-host.md)."""
+        length = self._lane_runs.get(destination, 1)
+        # Only this lane submits here, one run at a time: the size is its current run's.
+        self._submits.size = length
+        return length
 
     def _only_lane(self) -> Lane:
         assert len(self._lanes) == 1, "an item-mode lane workflow holds exactly one lane"

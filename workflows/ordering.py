@@ -70,8 +70,9 @@ class LaneHost(DeliveryHost, Protocol):
     def keep_listening(self, delivery: Delivery) -> None:
         """The lane's sent head leaves the lane; keep it open for its delivery reports."""
 
-    def run_length(self) -> int:
-        """How many of the lane's items may go in one submit activity, one after another."""
+    def run_length(self, destination: str) -> int:
+        """How many of the lane's items to `destination` may go in one submit activity, one
+        after another (asked as each run begins)."""
 
     def keep_polling(self, delivery: Delivery, ended: asyncio.Task[Ended]) -> None:
         """The lane's head was accepted and the lane goes on (`order = "submit"`): see the
@@ -168,9 +169,10 @@ class Lane:
         entries = self.state.entries
         head = entries[0]
         run = [head]
+        length = self._host.run_length(head.destination)
         if head.state is not None or head.generation:
             return run
-        for entry in entries[1 : self._host.run_length()]:
+        for entry in entries[1:length]:
             if entry.state is not None or entry.generation or entry.destination != head.destination:
                 break
             run.append(entry)

@@ -283,3 +283,40 @@ def test_a_bad_flow_field_is_refused_by_name() -> None:
         load({"mail": {"provider": "webhook", "flow": {"throttle_paws": True}}})
     with pytest.raises(DestinationConfigError, match=r"'mail': flow.throttle_max_pause_s: "):
         load({"mail": {"provider": "webhook"}}, {"DEST_MAIL_FLOW_THROTTLE_MAX_PAUSE_S": "-1"})
+
+
+def test_lane_run_loads_from_the_file_and_the_environment_with_a_quota_that_holds_the_rate() -> (
+    None
+):
+    quota = {"quotas": [{"per": "100ms", "max": 20}]}
+    registry = load(
+        {"mail": {"provider": "webhook", "submit_rate": 200, "flow": quota}},
+        {"DEST_MAIL_LANE_RUN": "25"},
+    )
+    mail = registry.get("mail")
+    assert mail is not None and mail.lane_run == 25
+    default = load({"mail": {"provider": "webhook"}}).get("mail")
+    assert default is not None and default.lane_run == 1
+
+
+@pytest.mark.parametrize(
+    ("settings", "why"),
+    [
+        ({}, r"lane_run 5 needs a quota .* quotas = \[\{ per = \"1s\", max = 10 \}\]"),
+        # A quota looser than the rate, or one over a longer window, does not hold it.
+        ({"flow": {"quotas": [{"per": "1s", "max": 11}]}}, "lane_run 5 needs a quota"),
+        ({"flow": {"quotas": [{"per": "1m", "max": 60}]}}, "lane_run 5 needs a quota"),
+        (
+            {"mode": "bulk", "flow": {"quotas": [{"per": "1s", "max": 10}]}},
+            "lane_run: a bulk destination's lanes .* set submit_batch instead",
+        ),
+    ],
+)
+def test_lane_run_is_refused_where_nothing_would_hold_its_requests_to_the_rate(
+    settings: dict[str, Any], why: str
+) -> None:
+    hook = {"provider": "webhook", "submit_rate": 10, "lane_run": 5}
+    with pytest.raises(DestinationConfigError, match=rf"destination 'mail': .*{why}"):
+        load({"mail": {**hook, **settings}})
+    held = {"flow": {"quotas": [{"per": "1s", "max": 10}]}}
+    assert load({"mail": {**hook, **held}}).get("mail") is not None

@@ -1,4 +1,5 @@
-"""An ordering lane with `order = "submit"` while its worker is SIGKILLed, in item and bulk mode.
+"""An ordering lane with `order = "submit"` while its worker is SIGKILLed, in item mode (one
+item per submit activity, or runs of `lane_run`) and bulk mode.
 
 The worker runs as a process of its own and is killed twice while one lane's items are being
 submitted and polled (each operation takes a few polls, so the lane goes on past items still
@@ -24,17 +25,19 @@ from readmodel import store
 from readmodel.db import create_schema, make_engine
 from tests.conftest import email_destination, unique_name
 from tests.faults.test_faults import assert_exactly_once, start_worker, worker_env
-from tests.workflows.test_lane import numbered_email
+from tests.workflows.test_lane import numbered_email, runs_in_item_mode
 
 ITEMS = 24
 SETTLE_S = 120.0
 
 
-@pytest.mark.parametrize("mode", ["item", "bulk"])
+@pytest.mark.parametrize("mode", ["item", "bulk", "item-runs"])
 async def test_an_order_submit_lane_survives_worker_kills_in_order(
     dev_env: Any, fake_provider: Any, tmp_path: Path, mode: str
 ) -> None:
     bulk = {"mode": "bulk", "shards": 2, "submit_batch": 4} if mode == "bulk" else {}
+    if mode == "item-runs":
+        bulk = runs_in_item_mode(4, submit_rate=100)
     destination = email_destination(
         fake_provider,
         order="submit",
@@ -45,7 +48,12 @@ async def test_an_order_submit_lane_survives_worker_kills_in_order(
     )
     config = tmp_path / "destinations.toml"
     settings = "\n".join(f'{key} = "{value}"' for key, value in destination.settings.items())
-    bulk_lines = 'mode = "bulk"\nshards = 2\nsubmit_batch = 4\n' if bulk else ""
+    bulk_lines = 'mode = "bulk"\nshards = 2\nsubmit_batch = 4\n' if mode == "bulk" else ""
+    if mode == "item-runs":
+        bulk_lines = (
+            f"lane_run = 4\n[destinations.{destination.name}.flow]\n"
+            f'quotas = [{{ per = "1s", max = {int(destination.submit_rate)} }}]\n'
+        )
     config.write_text(
         f"""[destinations.{destination.name}]
 provider = "{destination.provider}"

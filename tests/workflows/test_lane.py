@@ -35,8 +35,15 @@ from tests.workflows.test_bulk import until_settled
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
 # `bulk-runs`: bulk mode with `submit_batch`, so a lane's items go in runs, one activity
-# submitting several one after another.
-MODES = ["item", "bulk", "bulk-runs"]
+# submitting several one after another; `item-runs`: item mode with `lane_run`, likewise, its
+# requests held to the rate by the quota it needs.
+MODES = ["item", "bulk", "bulk-runs", "item-runs"]
+
+
+def runs_in_item_mode(lane_run: int, submit_rate: float) -> dict[str, Any]:
+    """The fields of an item-mode destination whose lanes go in runs: `lane_run`, and a quota
+    of the rate per second (what lets it run them)."""
+    return {"lane_run": lane_run, "flow": {"quotas": [{"per": "1s", "max": int(submit_rate)}]}}
 
 
 def lane_destination(fake: FakeProvider, mode: str, **overrides: Any) -> Destination:
@@ -45,6 +52,9 @@ def lane_destination(fake: FakeProvider, mode: str, **overrides: Any) -> Destina
         overrides = {"mode": "bulk", "shards": 2, **overrides}
     if mode == "bulk-runs":
         overrides = {"mode": "bulk", "shards": 2, "submit_batch": 4, **overrides}
+    if mode == "item-runs":
+        rate = overrides.get("submit_rate", 100)
+        overrides = {**runs_in_item_mode(overrides.pop("lane_run", 4), rate), **overrides}
     return webhook_destination(fake, **overrides)
 
 
@@ -195,7 +205,7 @@ async def test_a_repeated_key_is_one_item_and_a_changed_one_is_refused(
     await wait_for(lambda: _lane_status(stack, destination, dups, LaneStatus.HALTED))
     lane = await stack.outbox.lane("tests", dups, bulk_name(destination))
     assert lane is not None and lane.view.length == 2 and lane.waiting == [waiting]
-    if mode != "item":
+    if destination.mode == "bulk":
         return  # a bulk shard takes repeats silently; the read model answers them (service)
     again = await stack.enqueue(destination, {"n": 1}, key=waiting, ordering_key=dups)
     with pytest.raises(IdempotencyConflict):
@@ -226,7 +236,7 @@ async def test_halt_stops_the_lane_until_the_head_is_redriven(
     assert lane.view.head_key == keys[1] and lane.view.length == 2
     assert "bad recipient" in (lane.view.halted_reason or "")
     assert await arrivals(fake_provider, destination) == [0]
-    if mode == "item":
+    if destination.mode == "item":
         # The Web UI finds it by its search attribute.
         description = await stack.client.get_workflow_handle(
             holder(destination, lane_key)
@@ -309,7 +319,7 @@ async def test_a_waiting_item_is_cancelled_in_its_lane(
     await wait_for(lambda: _lane_status(stack, destination, lane_key, LaneStatus.HALTED))
 
     item_id = item_workflow_id("tests", keys[1])
-    if mode == "item":
+    if destination.mode == "item":
         view = await stack.outbox.cancel("tests", keys[1], "not wanted", ordering_key=lane_key)
         assert not isinstance(view, Exception) and view.status is ItemStatus.CANCELLED
     else:
@@ -348,7 +358,7 @@ async def test_a_lane_continues_as_new_carrying_its_queue(
     await until_settled(stack, [item_workflow_id("tests", key) for key in keys])
 
     assert await arrivals(fake_provider, destination) == list(range(30))
-    if mode != "item":
+    if destination.mode == "bulk":
         return  # a shard continues as new when Temporal suggests it (test_bulk covers it)
     # The lane's latest run was continued from an earlier one.
     handle = stack.client.get_workflow_handle(lane_workflow_id("tests", ordering_key))
@@ -467,13 +477,16 @@ async def test_an_append_update_answers_each_item_and_the_signal_records_it_unco
     assert LANE_WORKFLOW_TYPE == "OutboxLane"
 
 
+@pytest.mark.parametrize("mode", ["bulk-runs", "item-runs"])
 async def test_a_run_of_items_goes_in_one_activity_and_stops_where_one_is_not_delivered(
-    stack_factory: Any, fake_provider: FakeProvider
+    stack_factory: Any, fake_provider: FakeProvider, mode: str
 ) -> None:
-    """In bulk mode with `submit_batch`, the items waiting in a lane go in runs: one activity
-    submits them one after another, each once the one before was delivered. A retried item
-    becomes the head on its own; one that fails halts the lane with nothing behind it sent."""
-    destination = lane_destination(fake_provider, "bulk-runs", submit_batch=5, backoff_initial_s=1)
+    """In bulk mode with `submit_batch` (item mode with `lane_run`), the items waiting in a lane
+    go in runs: one activity submits them one after another, each once the one before was
+    delivered. A retried item becomes the head on its own; one that fails halts the lane with
+    nothing behind it sent."""
+    runs = {"submit_batch": 5} if mode == "bulk-runs" else {"lane_run": 5}
+    destination = lane_destination(fake_provider, mode, backoff_initial_s=1, **runs)
     stack: Stack = await stack_factory(destination)
     lane_key = unique_name("runs")
     keys = [unique_name(f"run-{n}") for n in range(12)]
@@ -495,20 +508,57 @@ async def test_a_run_of_items_goes_in_one_activity_and_stops_where_one_is_not_de
     views = [await item_result(stack, key, skip_time=False) for key in keys[:9]]
     assert [view.attempts for view in views] == [1, 1, 1, 2, 1, 1, 1, 2, 1]
     await stack.outbox.resume_lane(
-        "tests", lane_key, skip_reason="test", destination=destination.name
+        "tests", lane_key, skip_reason="test", destination=bulk_name(destination)
     )
     await until_settled(
         stack, [item_workflow_id("tests", key) for key in keys[10:]], skip_time=False
     )
     assert await arrivals(fake_provider, destination) == [*range(9), 10, 11]
     # Runs: fewer submit activities than items (each retry goes alone).
-    shard = holder(destination, lane_key)
-    submits = [
-        event
-        async for event in stack.client.get_workflow_handle(shard).fetch_history_events()
+    assert len(await submit_activities(stack, holder(destination, lane_key))) < 12
+
+
+async def submit_activities(stack: Stack, workflow_id: str) -> list[Any]:
+    """The submit activities a lane's host scheduled (of its latest run): their events."""
+    return [
+        event.activity_task_scheduled_event_attributes
+        async for event in stack.client.get_workflow_handle(workflow_id).fetch_history_events()
         if event.HasField("activity_task_scheduled_event_attributes")
+        and event.activity_task_scheduled_event_attributes.activity_type.name.startswith("submit")
     ]
-    assert len(submits) < 12, len(submits)
+
+
+async def test_a_run_in_item_mode_is_held_to_the_rate_by_the_quota_request_by_request(
+    stack_factory: Any, fake_provider: FakeProvider
+) -> None:
+    """The submit queue counts a run as one activity; the quota counts each of its requests,
+    across workers: at most `max` of them reach the provider in any window of `per`."""
+    destination = lane_destination(
+        fake_provider,
+        "item",
+        submit_rate=5,
+        lane_run=10,
+        flow={"quotas": [{"per": "1s", "max": 2}]},
+    )
+    stack: Stack = await stack_factory(destination)
+    lane_key = unique_name("quota")
+    keys = [unique_name(f"q-{n}") for n in range(6)]
+    items = [
+        stack.outbox.new_item("tests", destination.name, {"n": n}, key=key, ordering_key=lane_key)
+        for n, key in enumerate(keys)
+    ]
+    await stack.outbox.hand_over(items, strict=True)
+    await until_settled(stack, [item_workflow_id("tests", key) for key in keys], skip_time=False)
+
+    received = await fake_provider.admin.deliveries(destination.name)
+    assert [entry["payload"]["n"] for entry in received] == list(range(6))
+    # Any three in a row span a whole second: never three in one window of 1 s.
+    times = [entry["at"] for entry in received]
+    assert all(
+        later - earlier >= 0.99 for earlier, later in zip(times[:-2], times[2:], strict=True)
+    ), times
+    # ... although the lane sent them in fewer activities than items.
+    assert len(await submit_activities(stack, holder(destination, lane_key))) < 6
 
 
 def numbered_email(n: int) -> dict[str, Any]:
@@ -520,16 +570,18 @@ def numbered_email(n: int) -> dict[str, Any]:
     }
 
 
-@pytest.mark.parametrize("mode", ["item", "bulk-runs"])
+@pytest.mark.parametrize("mode", ["item", "bulk-runs", "item-runs"])
 async def test_order_submit_goes_on_once_accepted_and_halts_only_on_a_refused_submit(
     stack_factory: Any, fake_provider: FakeProvider, mode: str
 ) -> None:
     """With `order = "submit"` the next item goes once the one before was accepted: a slow
     operation does not hold the lane, an operation that fails later fails its item alone, and
     a refused submit halts the lane as with `end`."""
-    extra: dict[str, Any] = (
-        {"mode": "bulk", "shards": 2, "submit_batch": 4} if mode != "item" else {}
-    )
+    extra: dict[str, Any] = {
+        "item": {},
+        "bulk-runs": {"mode": "bulk", "shards": 2, "submit_batch": 4},
+        "item-runs": runs_in_item_mode(4, submit_rate=100),
+    }[mode]
     destination = email_destination(
         fake_provider, order="submit", poll_interval_s=1, poll_backoff_multiplier=1, **extra
     )
