@@ -51,9 +51,11 @@ from flowcontrol.throttle import ThrottledQueue, ThrottleGate
 from outbox_client import OutboxClient, connect
 from outbox_client.aggregates import AggregateClient
 from readmodel.db import create_schema, make_engine
+from readmodel.flow_overrides import FlowPolicies
 from readmodel.payload_store import claim_checks, prune_forever
 from readmodel.writer import ProjectionWriter
 from service.dead_letters import DeadLetterActivities
+from service.debounce import DebounceActivities
 from service.effects import EffectActivities
 from service.flow_events import FlowEventActivities
 from service.items import ItemService, PurgeActivities
@@ -62,6 +64,7 @@ from service.relay import Relay
 from service.schedules import ScheduleActivities
 from workflows.aggregate import AggregateWorkflow
 from workflows.bulk_shard import BulkShardWorkflow
+from workflows.debounce import DebounceWindowWorkflow
 from workflows.destination_flow import DestinationFlowWorkflow
 from workflows.lane import OutboxLaneWorkflow
 from workflows.outbox_item import OutboxItemWorkflow
@@ -83,6 +86,7 @@ WORKFLOWS = [
     PurgeBatchWorkflow,
     ProjectorWorkflow,
     DestinationFlowWorkflow,
+    DebounceWindowWorkflow,
 ]
 
 
@@ -115,8 +119,8 @@ def build_workers(
     `workflow_task_queue`, see `default_operations_task_queue`); `registry` is every configured
     destination, which the operations activities enqueue to (default: `destinations`).
     `interceptors` go on every worker (the fault tests kill a process at a chosen point).
-    `ledger_engine` is the database the caps and quotas count in (default: `engine`; an
-    activities-only process delivering to a destination with caps needs one).
+    `ledger_engine` is the database the caps and quotas count in, and the flow rules changed at
+    run time are read from (default: `engine`; an activities-only process needs one for them).
     """
     workers: list[Worker] = []
     # One group-commit writer for every projection this process writes. Only a process that
@@ -127,6 +131,15 @@ def build_workers(
         if engine is None or writer is None:
             raise ValueError("the workflow worker needs the read-model engine for projections")
         projection = ProjectionActivities(engine, writer=writer)
+        # A debounce window hands its carrier to the item's placement, with every destination.
+        debounce = DebounceActivities(
+            OutboxClient(
+                client,
+                registry or DestinationRegistry({d.name: d for d in destinations}),
+                workflow_task_queue,
+            ),
+            writer,
+        )
         workers.append(
             Worker(
                 client,
@@ -139,6 +152,8 @@ def build_workers(
                     projection.project_lanes,
                     AggregateStoreActivities(engine).store_aggregate_events,
                     apply_flow_rate,
+                    debounce.close_window,
+                    debounce.cancel_member,
                 ],
                 # Projections are local activities; nothing remote runs on this queue, so no
                 # activity pollers wait on it.
@@ -188,6 +203,11 @@ def build_workers(
                 ],
             )
         )
+    ledger = ledger_engine or engine
+    # Caps, quotas and breaker settings changed at run time (`readmodel.flow_overrides`).
+    policies = (
+        None if ledger is None else FlowPolicies(ledger, {d.name: d.flow for d in destinations})
+    )
     delivery = DeliveryActivities(
         {
             destination.name: build_provider(destination, http_client)
@@ -197,8 +217,10 @@ def build_workers(
         RequestPacer(paced_queues(destinations), server_rate_reader(client)),
         ThrottleGate(throttled_queues(destinations)),
         flow_task_queue=workflow_task_queue,
-        breaker=BreakerGate(breaker_queues(destinations)),
-        gate=FlowGate(ledger_engine or engine, flow_limits(destinations)),
+        breaker=BreakerGate(
+            breaker_queues(destinations), policies=None if policies is None else policies.current
+        ),
+        gate=FlowGate(ledger, flow_limits(destinations), policies=policies),
         events_task_queue=operations_task_queue
         or default_operations_task_queue(workflow_task_queue),
     )
@@ -338,10 +360,9 @@ async def run_worker(
     storage_engine = engine
     if storage_engine is None and settings.claim_check_bytes > 0:
         storage_engine = make_engine(settings.database_url)
-    # Caps and quotas count in that database too (`flowcontrol/caps.py`).
-    ledger_engine = engine
-    if ledger_engine is None and any(d.flow.uses_ledger for d in destinations):
-        ledger_engine = storage_engine or make_engine(settings.database_url)
+    # Caps and quotas count in that database too (`flowcontrol/caps.py`), and the flow rules
+    # changed at run time are read from it (`readmodel.flow_overrides`).
+    ledger_engine = engine or storage_engine or make_engine(settings.database_url)
     converter = data_converter(
         codec_from_environment(), claim_checks(storage_engine, settings.claim_check_bytes)
     )

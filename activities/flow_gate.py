@@ -5,6 +5,9 @@ before the request; give the permits back after it.
 Waiting happens here, within the activity, for as long as its timeout leaves room for the
 request itself; past that the request is held (`Held`): its item waits and asks again without
 spending an attempt, and the activity's slot and the queue's rate token go to others.
+
+The caps and quotas in force are the destinations file's with the run-time overrides
+(`readmodel.flow_overrides.FlowPolicies`), read again every couple of seconds.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from datetime import UTC, datetime, timedelta
 from sqlalchemy import Engine
 
 from flowcontrol.caps import FlowLimits
+from readmodel.flow_overrides import FlowPolicies
 from readmodel.permits import return_permits, settle_requests, take_permits, take_requests
 
 # How soon to ask again when a permit was out (its return cannot be seen coming).
@@ -41,19 +45,35 @@ class FlowGate:
         engine: Engine | None,
         limits: Mapping[str, FlowLimits],
         clock: Callable[[], float] = time.time,
+        policies: FlowPolicies | None = None,
     ) -> None:
-        self._limits = {name: found for name, found in limits.items() if found.active}
-        if self._limits and engine is None:
-            names = ", ".join(sorted(self._limits))
+        """`limits` are each destination's as configured; with `policies`, the caps and quotas
+        changed at run time replace them."""
+        active = sorted(name for name, found in limits.items() if found.active)
+        if active and engine is None:
             raise ValueError(
-                f"destinations {names} have caps or quotas, which count in the read model's"
-                " database: this worker needs DATABASE_URL"
+                f"destinations {', '.join(active)} have caps or quotas, which count in the read"
+                " model's database: this worker needs DATABASE_URL"
             )
+        self._limits = dict(limits)
         self._engine = engine
         self._clock = clock
+        self._policies = policies if engine is not None else None
 
     def applies(self, destination: str) -> bool:
-        return destination in self._limits
+        """Whether a request of `destination` goes through `slot` (one that may get a cap at
+        run time does: `slot` lets it straight through while it has none)."""
+        found = self._limits.get(destination)
+        if found is None or self._engine is None:
+            return False
+        return found.active or self._policies is not None
+
+    async def _in_force(self, destination: str) -> FlowLimits | None:
+        found = self._limits.get(destination)
+        if found is None or self._policies is None:
+            return found
+        policy = await self._policies.fresh(destination)
+        return found if policy is None else found.under(policy)
 
     def request_time(self, destination: str) -> timedelta:
         """The time a request of `destination` needs once it has its permits."""
@@ -72,8 +92,8 @@ class FlowGate:
     ) -> AsyncIterator[None]:
         """Hold a request's permits (and record a submit in its quotas) while it runs; waits
         until `deadline` (epoch seconds) at most, then raises `Held`."""
-        limits = self._limits.get(destination)
-        if limits is None or self._engine is None:
+        limits = await self._in_force(destination)
+        if limits is None or not limits.active or self._engine is None:
             yield
             return
         engine = self._engine
@@ -93,12 +113,13 @@ class FlowGate:
                 if wait <= timedelta(0):
                     break
                 await asyncio.to_thread(return_permits, engine, [s for s, _ in permits], holder)
-                seconds, why = wait.total_seconds(), f"quota of {destination} full"
+                seconds = wait.total_seconds()
+                why = " or ".join(limits.holding(scope, key) for scope, _ in quotas)
             else:
-                seconds, why = pause, f"{full} at its cap"
+                seconds, why = pause, limits.holding(full, key)
                 pause = min(pause * 2, _PERMIT_POLL[1])
             if self._clock() + seconds > deadline:
-                raise Held(f"held: {why}", max(seconds, _PERMIT_POLL[0]))
+                raise Held(f"held by {why}", max(seconds, _PERMIT_POLL[0]))
             heartbeat()
             await asyncio.sleep(seconds)
         try:

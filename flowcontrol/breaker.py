@@ -19,12 +19,17 @@ held by one workflow; from the moment the server applies the pause, no worker di
 submit. Submits dispatched before then still go. A pause by hand is never undone by the circuit.
 Why probes rather than letting one real item through: docs/decisions/circuit-breaker.md.
 
+Its settings may change at run time (`readmodel.flow_overrides`): each process counts under the
+ones it read last; the probe interval and the probes to close reach the flow workflow with the
+next report, so a circuit already open keeps the ones it opened with.
+
 The state machine (`on_failing`, `due`, `on_probe`, `opened`, `closed`) is pure: the flow
 workflow runs it beside the throttle's.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections import deque
 from collections.abc import Callable, Mapping
@@ -39,6 +44,7 @@ from contract.flow import (
     RateApplied,
     RateChange,
 )
+from flowcontrol.policy import FlowPolicy
 
 CLOSED = "closed"
 OPEN = "open"
@@ -142,6 +148,18 @@ class BreakerQueue:
     probe_interval_s: float
     close_after: int
 
+    def under(self, policy: FlowPolicy) -> BreakerQueue:
+        """This queue with `policy`'s breaker settings (changed at run time, say)."""
+        return dataclasses.replace(
+            self,
+            enabled=policy.breaker,
+            window_s=policy.breaker_window_s,
+            min_failures=policy.breaker_min_failures,
+            failure_ratio=policy.breaker_failure_ratio,
+            probe_interval_s=policy.breaker_probe_interval_s,
+            close_after=policy.breaker_close_after,
+        )
+
 
 @dataclass
 class _Window:
@@ -153,23 +171,43 @@ class _Window:
 
 class BreakerGate:
     """The submit activity's side of the rule, one per worker process: counts each
-    destination's submit outcomes and says when to report the destination failing."""
+    destination's submit outcomes and says when to report the destination failing.
+
+    With `policies` (each destination's flow policy in force, `readmodel.flow_overrides`), the
+    settings changed at run time replace the configured ones from the next submit on."""
 
     def __init__(
-        self, queues: Mapping[str, BreakerQueue], clock: Callable[[], float] = time.time
+        self,
+        queues: Mapping[str, BreakerQueue],
+        clock: Callable[[], float] = time.time,
+        policies: Callable[[str], FlowPolicy | None] | None = None,
     ) -> None:
-        self._queues = {name: queue for name, queue in queues.items() if queue.enabled}
+        self._queues = dict(queues)
         self._clock = clock
+        self._policies = policies
         self._windows: dict[str, _Window] = {}
 
+    def _queue(self, destination: str) -> BreakerQueue | None:
+        """The destination's settings in force; None while its breaker is off."""
+        queue = self._queues.get(destination)
+        if queue is not None and self._policies is not None:
+            policy = self._policies(destination)
+            if policy is not None:
+                queue = queue.under(policy)
+        if queue is None or not queue.enabled:
+            # Counted afresh once it is on again: failures from before do not open it.
+            self._windows.pop(destination, None)
+            return None
+        return queue
+
     def succeeded(self, destination: str) -> None:
-        self._count(destination, failed=False)
+        self._count(destination, self._queue(destination), failed=False)
 
     def failed(self, destination: str, error: str) -> Failing | None:
         """A submit failed; the report to send the destination's flow, if this one crosses the
         threshold (at most one per `REPORT_EVERY_S` while failures go on)."""
-        window = self._count(destination, failed=True)
-        queue = self._queues.get(destination)
+        queue = self._queue(destination)
+        window = self._count(destination, queue, failed=True)
         if window is None or queue is None:
             return None
         now = self._clock()
@@ -207,8 +245,9 @@ class BreakerGate:
         self._queues.pop(destination, None)
         self._windows.pop(destination, None)
 
-    def _count(self, destination: str, *, failed: bool) -> _Window | None:
-        queue = self._queues.get(destination)
+    def _count(
+        self, destination: str, queue: BreakerQueue | None, *, failed: bool
+    ) -> _Window | None:
         if queue is None:
             return None
         window = self._windows.setdefault(destination, _Window())

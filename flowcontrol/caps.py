@@ -14,11 +14,16 @@ time is handed back to its item as held (`contract.item.ItemErrorType.HELD`), wh
 asks again without spending an attempt. A worker killed mid-request holds its permits until
 their lease (the request's timeout and a margin) ends.
 
+Caps and quotas changed at run time (`readmodel.flow_overrides`) apply to each request that
+starts once its worker has read them again (every couple of seconds); requests already out
+keep the permits they took.
+
 This module is pure: which scopes a request needs, and their limits.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 from dataclasses import dataclass
 from datetime import timedelta
@@ -60,12 +65,18 @@ class FlowLimits:
     ) -> FlowLimits:
         return cls(
             destination=destination,
+            lease=timedelta(seconds=activity_timeout_s) + LEASE_MARGIN,
+            request=timedelta(seconds=request_s),
+        ).under(policy)
+
+    def under(self, policy: FlowPolicy) -> FlowLimits:
+        """These limits with `policy`'s caps and quotas (one changed at run time, say)."""
+        return dataclasses.replace(
+            self,
             max_in_flight=policy.max_in_flight,
             key_max_in_flight=policy.key_max_in_flight,
             quotas=tuple((quota.window, quota.max) for quota in policy.quotas),
             key_quotas=tuple((quota.window, quota.max) for quota in policy.key_quotas),
-            lease=timedelta(seconds=activity_timeout_s) + LEASE_MARGIN,
-            request=timedelta(seconds=request_s),
         )
 
     @property
@@ -89,3 +100,32 @@ class FlowLimits:
         if self.key_quotas and key is not None:
             found.append((f"quota/{self.destination}/{_key(key)}", self.key_quotas))
         return found
+
+    def holding(self, scope: str, key: str | None) -> str:
+        """What a full `scope` of a request of `key` is, in words (`waiting_on`, held items)."""
+        of_key = key is not None and scope.count("/") > 1
+        if scope.startswith("inflight/"):
+            limit = self.key_max_in_flight if of_key else self.max_in_flight
+            whose = f"key {key!r}" if of_key else f"destination {self.destination}"
+            return f"the concurrency cap of {whose} ({limit} out at once)"
+        windows = self.key_quotas if of_key else self.quotas
+        shown = ", ".join(f"{most} per {per.total_seconds():g} s" for per, most in windows)
+        whose = f"key {key!r}" if of_key else f"destination {self.destination}"
+        return f"the quota of {whose} ({shown})"
+
+    def key_permits(self) -> tuple[str, int] | None:
+        """The scope every key's permits sit under (`scope/<key>`), with each key's limit."""
+        if not self.key_max_in_flight:
+            return None
+        return f"inflight/{self.destination}", self.key_max_in_flight
+
+    def key_submits(self) -> tuple[str, Windows] | None:
+        """The scope every key's quota windows sit under, with each key's windows."""
+        if not self.key_quotas:
+            return None
+        return f"quota/{self.destination}", self.key_quotas
+
+    def holding_scope(self, scope: str) -> str:
+        """`holding` of a scope found full, its key (if any) read from its name."""
+        parts = scope.split("/", 2)
+        return self.holding(scope, parts[2] if len(parts) == 3 else None)

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Mapping
 from datetime import timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, create_model, field_validator
 
 # A quota's window: a number of seconds, or a number and a unit (`1s`, `10m`, `1h`, `1d`).
 _WINDOW = re.compile(r"^\s*(?P<n>[0-9]+(?:\.[0-9]+)?)\s*(?P<unit>ms|s|m|h|d)?\s*$")
@@ -160,7 +161,55 @@ class FlowPolicy(BaseModel):
                 raise ValueError(f"quotas must be a JSON list: {err}") from None
         return value
 
-    @property
-    def uses_ledger(self) -> bool:
-        """Whether a rule here counts across workers in the read model's database."""
-        return bool(self.max_in_flight or self.key_max_in_flight or self.quotas or self.key_quotas)
+    def overridden(self, overrides: Mapping[str, Any]) -> FlowPolicy:
+        """This policy with `overrides` (field -> value) in place, validated as the file's values
+        are; raises pydantic's ValidationError naming each bad field."""
+        return FlowPolicy.model_validate({**self.model_dump(), **overrides})
+
+
+# The fields `PATCH /v1/destinations/{name}` may change at run time (`readmodel.flow_overrides`):
+# every worker reads them again within seconds. The throttle's fields and `events_destination`
+# are the destinations file's only: the flow workflow a throttle starts carries them.
+RUN_TIME_FIELDS = (
+    "breaker",
+    "breaker_window_s",
+    "breaker_min_failures",
+    "breaker_failure_ratio",
+    "breaker_probe_interval_s",
+    "breaker_close_after",
+    "max_in_flight",
+    "key_max_in_flight",
+    "quotas",
+    "key_quotas",
+)
+
+
+class FlowPolicyChanges(BaseModel):
+    """A run-time change of some of a destination's flow-control fields: each field given is set,
+    `null` puts it back to the destinations file's value, one omitted stays as it is."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    def changes(self) -> dict[str, Any]:
+        """The fields given, as JSON values (None: back to the file's)."""
+        return self.model_dump(mode="json", include=self.model_fields_set)
+
+
+def _changes_model() -> type[FlowPolicyChanges]:
+    """`FlowPolicyChanges` with FlowPolicy's own run-time fields (types, bounds, descriptions),
+    each optional: one definition of what a valid value is, for the file and the API alike."""
+    fields: dict[str, Any] = {}
+    for name in RUN_TIME_FIELDS:
+        info = FlowPolicy.model_fields[name]
+        kind: Any = info.annotation
+        if info.metadata:
+            kind = Annotated[(kind, *info.metadata)]
+        fields[name] = (kind | None, Field(default=None, description=info.description))
+    return create_model("FlowPolicyPatch", __base__=FlowPolicyChanges, **fields)
+
+
+if TYPE_CHECKING:
+    # Type checkers see the base; pydantic builds the fields at import time.
+    FlowPolicyPatch = FlowPolicyChanges
+else:
+    FlowPolicyPatch = _changes_model()

@@ -7,15 +7,25 @@ with none of them is waiting for its turn at the destination's rate.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Literal
 
 from contract.item import ItemStatus, OutboxItemView
 
 Reason = Literal[
-    "not_before", "backoff", "throttled", "circuit_open", "destination_paused", "lane", "rate"
+    "debounce",
+    "not_before",
+    "backoff",
+    "held",
+    "throttled",
+    "circuit_open",
+    "destination_paused",
+    "lane",
+    "rate",
 ]
+# The caps and quotas a `held` reason names at most.
+_HELD_SHOWN = 3
 
 
 @dataclass
@@ -41,6 +51,8 @@ class DestinationHold:
     circuit_open_since: datetime | None = None
     # Queued items of the destination ahead of this one (None: not known), for an estimate.
     ahead: int | None = None
+    # Its caps and quotas full now, in words (`flowcontrol/caps.py`): what holds a held item.
+    held_by: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -53,6 +65,14 @@ class LanePlace:
     halted: str | None = None
 
 
+def in_debounce_window(debounce_key: str, members: int, closes_at: datetime | None) -> WaitingOn:
+    """A member of an open debounce window (`flowcontrol/debounce.py`): nothing else holds it
+    until the window closes and its carrier goes (then the carrier's own reasons apply)."""
+    return WaitingOn(
+        "debounce", f"debounce window {debounce_key} ({members} items): it closes at", closes_at
+    )
+
+
 def waiting_on(
     view: OutboxItemView, now: datetime, destination: DestinationHold, lane: LanePlace | None
 ) -> list[WaitingOn]:
@@ -61,7 +81,10 @@ def waiting_on(
         return []
     found: list[WaitingOn] = []
     if view.next_attempt_at is not None and view.next_attempt_at > now:
-        if view.attempts == 0:
+        if destination.held_by and view.last_error is None:
+            # A held wait records no error (a backoff always has one): a full cap or quota.
+            found.append(_held(destination.held_by, view.next_attempt_at))
+        elif view.attempts == 0:
             found.append(WaitingOn("not_before", "delivered no earlier than", view.next_attempt_at))
         else:
             error = f" after: {view.last_error}" if view.last_error else ""
@@ -94,8 +117,26 @@ def waiting_on(
             WaitingOn("destination_paused", f"destination {destination.name} is paused: {reason}")
         )
     if not found:
+        if destination.held_by:
+            # Its submit may be waiting for room within its activity, before any hold.
+            found.append(_held(destination.held_by, None))
         found.append(_its_turn(destination, now))
     return found
+
+
+def _held(held_by: list[str], until: datetime | None) -> WaitingOn:
+    """Held by full caps or quotas: until its next ask (`until`), or, on no timer, full now
+    while its submit waits for room."""
+    shown = " and ".join(held_by[:_HELD_SHOWN])
+    if len(held_by) > _HELD_SHOWN:
+        shown += f" (and {len(held_by) - _HELD_SHOWN} more)"
+    if until is None:
+        return WaitingOn(
+            "held", f"{shown} full now: its submit waits for room if it counts in them"
+        )
+    return WaitingOn(
+        "held", f"held by {shown}: it asks again with backoff, spending no attempt", until
+    )
 
 
 def _its_turn(destination: DestinationHold, now: datetime) -> WaitingOn:

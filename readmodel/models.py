@@ -355,6 +355,16 @@ FLOW_REQUESTS = Table(
     Column("at", UTCDateTime(), nullable=False),
     Index("ix_flow_requests_scope_at", "scope", "at"),
 )
+# Flow-control rules changed at run time (`readmodel.flow_overrides`): one row per destination
+# and field of its `FlowPolicy`, the value as JSON; the destinations file holds the rest.
+FLOW_OVERRIDES = Table(
+    "flow_overrides",
+    metadata,
+    Column("destination", String(MAX_DESTINATION_LENGTH), primary_key=True),
+    Column("field", String(64), primary_key=True),
+    Column("value", JSON(), nullable=False),
+    Column("changed_at", UTCDateTime(), nullable=False),
+)
 
 
 @dataclass

@@ -147,3 +147,68 @@ def settle_requests(engine: Engine, ids: Sequence[int], answered_at: datetime) -
         connection.execute(
             update(FLOW_REQUESTS).where(FLOW_REQUESTS.c.id.in_(ids)).values(at=answered_at)
         )
+
+
+def scopes_full(
+    engine: Engine, scopes: Sequence[tuple[str, int]], prefix: tuple[str, int] | None, now: datetime
+) -> list[str]:
+    """Which of `scopes` (`scope`, `limit`), and which scopes under `prefix` (`scope/`, with one
+    limit for each), have every permit out now: what holds requests waiting for one."""
+    found = []
+    with engine.connect() as connection:
+        held = (
+            select(FLOW_PERMITS.c.scope, func.count().label("held"))
+            .where(FLOW_PERMITS.c.expires_at > now)
+            .group_by(FLOW_PERMITS.c.scope)
+        )
+        for scope, limit in scopes:
+            count = connection.execute(held.where(FLOW_PERMITS.c.scope == scope)).one_or_none()
+            if count is not None and count.held >= limit:
+                found.append(scope)
+        if prefix is not None:
+            under, limit = prefix
+            rows = connection.execute(
+                held.where(FLOW_PERMITS.c.scope.startswith(f"{under}/", autoescape=True))
+                .having(func.count() >= limit)
+                .order_by(FLOW_PERMITS.c.scope)
+            )
+            found.extend(row.scope for row in rows)
+    return found
+
+
+def windows_full(
+    engine: Engine,
+    scopes: Sequence[tuple[str, Windows]],
+    prefix: tuple[str, Windows] | None,
+    now: datetime,
+) -> list[str]:
+    """Which of `scopes`, and which scopes under `prefix`, have a window (`per`, `max`) with no
+    room for a request now."""
+    found = []
+    with engine.connect() as connection:
+        for scope, windows in scopes:
+            for per, most in windows:
+                count = connection.execute(
+                    select(func.count())
+                    .select_from(FLOW_REQUESTS)
+                    .where(FLOW_REQUESTS.c.scope == scope, FLOW_REQUESTS.c.at > now - per)
+                ).scalar_one()
+                if count >= most:
+                    found.append(scope)
+                    break
+        if prefix is not None:
+            under, windows = prefix
+            full: set[str] = set()
+            for per, most in windows:
+                rows = connection.execute(
+                    select(FLOW_REQUESTS.c.scope)
+                    .where(
+                        FLOW_REQUESTS.c.scope.startswith(f"{under}/", autoescape=True),
+                        FLOW_REQUESTS.c.at > now - per,
+                    )
+                    .group_by(FLOW_REQUESTS.c.scope)
+                    .having(func.count() >= most)
+                )
+                full.update(row.scope for row in rows)
+            found.extend(sorted(full))
+    return found

@@ -1,17 +1,24 @@
-"""Destination controls at run time: rates and pause, enforced by the Temporal server.
+"""Destination controls at run time: rates and pause, enforced by the Temporal server, and the
+flow-control rules changed at run time (breaker, caps, quotas), kept in the read model.
 
 A pause is a zero rate limit on both of the destination's queues (`flowcontrol.queue_rates`; why:
 docs/decisions/pause-as-zero-rate.md), so the server is the one source of truth for rates and
-pauses.
+pauses. A flow rule's override is a row in the read model's database
+(`readmodel.flow_overrides`), which every worker process reads again within seconds.
 """
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
-from dataclasses import dataclass
-from datetime import timedelta
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any, Literal
 
+from sqlalchemy import Engine
+from sqlalchemy.exc import SQLAlchemyError
 from temporalio.client import Client, RPCTimeoutOrCancelledError, WorkflowQueryRejectedError
 from temporalio.common import QueryRejectCondition
 from temporalio.service import RPCError, RPCStatusCode
@@ -24,6 +31,9 @@ from common.destinations import (
     poll_queue_requests,
 )
 from contract.flow import FLOW_QUERY, FlowState, flow_workflow_id
+from contract.item import POLICY_SETTINGS
+from flowcontrol.caps import FlowLimits
+from flowcontrol.policy import FlowPolicy
 from flowcontrol.queue_rates import (
     MAX_REASON,
     QueueRate,
@@ -33,13 +43,30 @@ from flowcontrol.queue_rates import (
 )
 from outbox_client import OutboxClient, UnknownDestination
 from outbox_client.errors import InvalidRequest
+from readmodel.flow_overrides import FieldOverride, in_force, read_overrides, write_overrides
+from readmodel.permits import scopes_full, windows_full
 
 # MAX_REASON and QueueRate are re-exported: the API validates and shows them.
 __all__ = ["MAX_REASON", "DestinationControls", "DestinationState", "QueueRate"]
 
+log = logging.getLogger("outbox.service")
+
 _IDENTITY = "durable-outbox-api"
 # A flow's query is answered by a worker; without one in this long the answer leaves it out.
 _FLOW_QUERY_WAIT = timedelta(seconds=2)
+
+
+@dataclass
+class FlowPolicyInForce:
+    """A destination's flow-control rules in force: the destinations file's, with the fields
+    changed at run time (`overrides`) in place."""
+
+    policy: FlowPolicy
+    overrides: Mapping[str, FieldOverride] = field(default_factory=dict)
+
+    def source(self, name: str) -> Literal["file", "api"]:
+        """Where a field's value comes from: the destinations file (or its env), or the API."""
+        return "api" if name in self.overrides else "file"
 
 
 @dataclass
@@ -52,6 +79,8 @@ class DestinationState:
     # The throttle rule and the circuit at work (`flowcontrol.throttle`, `flowcontrol.breaker`),
     # when asked for and running.
     flow: FlowState | None = None
+    # The flow-control rules in force, when asked for and the read model could say.
+    flow_policy: FlowPolicyInForce | None = None
 
     @property
     def paused(self) -> bool:
@@ -66,9 +95,17 @@ class DestinationState:
 class DestinationControls:
     """Reads and changes the rates in force on each destination's task queues."""
 
-    def __init__(self, outbox: OutboxClient, destinations: DestinationRegistry) -> None:
+    def __init__(
+        self,
+        outbox: OutboxClient,
+        destinations: DestinationRegistry,
+        engine: Engine | None = None,
+    ) -> None:
+        """`engine` is the read model, where flow rules changed at run time are kept (none:
+        they cannot be changed)."""
         self._outbox = outbox
         self._destinations = destinations
+        self._engine = engine
 
     def destination(self, name: str) -> Destination:
         found = self._destinations.get(name)
@@ -81,7 +118,54 @@ class DestinationControls:
         state = _in_requests(destination, *await self._queue_rates(destination))
         if with_flow:
             state.flow = await self._flow(destination)
+            state.flow_policy = await self._flow_policy_shown(destination)
         return state
+
+    async def flow_policy(self, name: str) -> FlowPolicyInForce:
+        """The destination's flow-control rules in force (raises if the read model cannot say)."""
+        destination = self.destination(name)
+        if self._engine is None:
+            return FlowPolicyInForce(destination.flow)
+        overrides = await asyncio.to_thread(read_overrides, self._engine, name)
+        found = overrides.get(name, {})
+        return FlowPolicyInForce(in_force(destination.flow, found), found)
+
+    async def _flow_policy_shown(self, destination: Destination) -> FlowPolicyInForce | None:
+        """As `flow_policy`, or None while the read model cannot say (a read never fails for
+        it)."""
+        try:
+            return await self.flow_policy(destination.name)
+        except SQLAlchemyError as err:
+            log.warning("flow policy of %s: the read model cannot say now (%s)", destination, err)
+            return None
+
+    async def holding(self, name: str) -> list[str]:
+        """The destination's caps and quotas that are full now (`flowcontrol/caps.py`), in
+        words: what holds its items that wait for them; empty when the read model cannot say."""
+        if self._engine is None:
+            return []
+        try:
+            current = await self.flow_policy(name)
+            limits = FlowLimits(name).under(current.policy)
+            if not limits.active:
+                return []
+            now = datetime.now(UTC)
+            full = await asyncio.to_thread(
+                scopes_full, self._engine, limits.permits(None), limits.key_permits(), now
+            )
+            full += await asyncio.to_thread(
+                windows_full, self._engine, limits.submits(None), limits.key_submits(), now
+            )
+        except SQLAlchemyError as err:
+            log.warning("caps of %s: the read model cannot say now (%s)", name, err)
+            return []
+        return [limits.holding_scope(scope) for scope in full]
+
+    async def _store_flow(self, destination: Destination, changes: Mapping[str, Any]) -> None:
+        assert self._engine is not None
+        await asyncio.to_thread(
+            write_overrides, self._engine, destination.name, changes, datetime.now(UTC)
+        )
 
     async def _flow(self, destination: Destination) -> FlowState | None:
         """The destination's flow workflow's state, if one is running (a query: a worker
@@ -123,11 +207,24 @@ class DestinationControls:
         poll_rate: float | None = None,
         paused: bool | None = None,
         reason: str | None = None,
+        flow: Mapping[str, Any] | None = None,
     ) -> DestinationState:
-        """Set rates and/or pause or resume; a rate set while paused applies on resume."""
+        """Set rates and/or pause or resume; a rate set while paused applies on resume. `flow`
+        changes flow-control fields (a None value: back to the file's), stored once the rates
+        are set, so a refused request changes nothing."""
         if reason is not None and len(reason) > MAX_REASON:
             raise InvalidRequest(f"reason longer than {MAX_REASON} characters")
         destination = self.destination(name)
+        if flow:
+            if self._engine is None:
+                raise InvalidRequest("flow rules cannot change at run time without the read model")
+            # Validated before any rate is set: a bad value changes nothing.
+            current = await self.flow_policy(name)
+            merged = {n: found.value for n, found in current.overrides.items()} | dict(flow)
+            _with_flow(
+                destination,
+                destination.flow.overridden({n: v for n, v in merged.items() if v is not None}),
+            )
         now_submit, now_poll = await self._queue_rates(destination)
         client = await self._outbox.temporal()
         for kind, rate, batch in (
@@ -182,7 +279,21 @@ class DestinationControls:
                 )
                 stored[queue] = new_rate
         await _until_stored(client, stored)
-        return await self.state(name)
+        state = await self.state(name)
+        if flow:
+            await self._store_flow(destination, flow)
+            state.flow_policy = await self.flow_policy(name)
+        return state
+
+
+def _with_flow(destination: Destination, policy: FlowPolicy) -> Destination:
+    """The destination with `policy` as its flow table, validated as the destinations file is:
+    a policy its mode cannot honour (a lane running several items per submit activity without
+    a quota holding them to the rate, say) raises pydantic's ValidationError saying why."""
+    fields = destination.model_dump(exclude={"delivery", "flow"})
+    fields.update({name: getattr(destination.delivery, name) for name in POLICY_SETTINGS})
+    fields["flow"] = policy.model_dump()
+    return Destination.model_validate(fields)
 
 
 def _in_requests(destination: Destination, submit: QueueRate, poll: QueueRate) -> DestinationState:

@@ -12,7 +12,13 @@ from sqlalchemy.exc import SQLAlchemyError
 from temporalio.service import RPCError, RPCStatusCode
 
 from contract.item import ItemStatus, OutboxItemView
-from flowcontrol.waiting import DestinationHold, LanePlace, WaitingOn, waiting_on
+from flowcontrol.waiting import (
+    DestinationHold,
+    LanePlace,
+    WaitingOn,
+    in_debounce_window,
+    waiting_on,
+)
 from outbox_client import OutboxClient, UnknownDestination, is_temporal_unavailable
 from readmodel.backlog import queued_ahead
 from service.destinations import DestinationControls
@@ -31,6 +37,10 @@ async def explain(
     an item waiting its turn at the rate says about when it comes."""
     if view.status is not ItemStatus.QUEUED:
         return None
+    if view.debounce_key is not None:
+        window = await _debounce_window(client, view)
+        if window is not None:
+            return [window]
     try:
         state = await controls.state(view.destination)
         lane = None
@@ -54,8 +64,25 @@ async def explain(
         submit_rate=state.submit.rate,
         circuit_open_since=state.submit.circuit_open_since,
         ahead=await _ahead(engine, view),
+        held_by=await controls.holding(view.destination),
     )
     return waiting_on(view, datetime.now(UTC), hold, lane)
+
+
+async def _debounce_window(client: OutboxClient, view: OutboxItemView) -> WaitingOn | None:
+    """The open debounce window holding `view`; None when it holds it no more (or Temporal
+    cannot say now)."""
+    assert view.debounce_key is not None
+    try:
+        window = await client.debounce_window(view)
+    except Exception as err:
+        if not is_temporal_unavailable(err) and not isinstance(err, RPCError):
+            raise
+        log.warning("why %s waits: its debounce window cannot say now (%s)", view.id, err)
+        return None
+    if window is None or view.key not in window.keys:
+        return None
+    return in_debounce_window(view.debounce_key, len(window.keys), window.closes_at)
 
 
 async def _ahead(engine: Engine | None, view: OutboxItemView) -> int | None:

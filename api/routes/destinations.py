@@ -1,21 +1,26 @@
-"""Destinations at run time: the rates in force, changed without a restart, and pause/resume.
+"""Destinations at run time: the rates in force, changed without a restart, pause/resume, and
+the flow-control rules (breaker, caps, quotas) changed at run time.
 
-The Temporal server enforces both on the destination's submit and poll task queues, across all
-workers, and keeps them across restarts of every process (see `service.destinations`).
+The Temporal server enforces rates and pauses on the destination's submit and poll task queues,
+across all workers, and keeps them across restarts of every process; flow rules changed here are
+kept in the read model, and every worker applies them within seconds (see
+`service.destinations`).
 """
 
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Annotated
+from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Body
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from api.deps import DestinationControlsDep
+from api.errors import validation_problem
 from api.schemas import problem_responses
 from common.destinations import MIN_RATE
-from service.destinations import MAX_REASON, DestinationState
+from flowcontrol.policy import FlowPolicyPatch
+from service.destinations import MAX_REASON, DestinationState, FlowPolicyInForce
 
 router = APIRouter(
     prefix="/v1/destinations",
@@ -61,6 +66,31 @@ class FlowInfo(BaseModel):
     events: list[FlowEventInfo] = Field(description="The newest transitions, oldest first")
 
 
+class FlowPolicyField(BaseModel):
+    """One flow-control field in force, and where its value comes from."""
+
+    value: Any
+    source: Literal["file", "api"] = Field(
+        description="'file': the destinations file (or its environment override); 'api': set"
+        " by `PATCH /v1/destinations/{name}` (`null` there puts it back)"
+    )
+    changed_at: datetime | None = Field(
+        default=None, description="When it was set at run time (source 'api')"
+    )
+
+
+def flow_policy_info(in_force: FlowPolicyInForce) -> dict[str, FlowPolicyField]:
+    values = in_force.policy.model_dump(mode="json")
+    return {
+        name: FlowPolicyField(
+            value=value,
+            source=in_force.source(name),
+            changed_at=found.changed_at if (found := in_force.overrides.get(name)) else None,
+        )
+        for name, value in values.items()
+    }
+
+
 class DestinationInfoFull(BaseModel):
     """A destination: its configuration, the rates the server enforces now, and pause state."""
 
@@ -92,6 +122,11 @@ class DestinationInfoFull(BaseModel):
     # While paused: the run-time rate a resume restores (null: the configured rate).
     resume_submit_rate: float | None
     resume_poll_rate: float | None
+    flow_policy: dict[str, FlowPolicyField] | None = Field(
+        default=None,
+        description="The flow-control rules in force (`[destinations.<name>.flow]`), each with"
+        " its source (one destination's GET, and a PATCH that changed `flow`)",
+    )
 
 
 class DestinationPatch(BaseModel):
@@ -105,6 +140,11 @@ class DestinationPatch(BaseModel):
     # true or false only: "yes" or 1 is a 422, not a pause.
     paused: bool | None = Field(default=None, strict=True)
     reason: str | None = Field(default=None, max_length=MAX_REASON)
+    flow: FlowPolicyPatch | None = Field(
+        default=None,
+        description="Flow-control fields to change at run time (breaker, caps, quotas), each"
+        " validated as in the destinations file; `null` for a field puts the file's back",
+    )
 
 
 def destination_info(state: DestinationState) -> DestinationInfoFull:
@@ -135,6 +175,7 @@ def destination_info(state: DestinationState) -> DestinationInfoFull:
         ),
         resume_submit_rate=state.submit.resume_rate,
         resume_poll_rate=state.poll.resume_rate,
+        flow_policy=None if state.flow_policy is None else flow_policy_info(state.flow_policy),
     )
 
 
@@ -149,18 +190,25 @@ async def get_destination(name: str, controls: DestinationControlsDep) -> Destin
     return destination_info(await controls.state(name, with_flow=True))
 
 
-@router.patch("/{name}", response_model=DestinationInfoFull, summary="Change rates, pause, resume")
+@router.patch(
+    "/{name}", response_model=DestinationInfoFull, summary="Change rates, pause, resume, flow rules"
+)
 async def patch_destination(
     name: str, controls: DestinationControlsDep, body: Annotated[DestinationPatch, Body()]
 ) -> DestinationInfoFull:
     """Rates apply at once across all workers; `paused: true` stops every new submit and poll
     (in-flight ones finish, nothing fails) until `paused: false`. A rate given while paused is
-    the one a resume restores."""
-    state = await controls.update(
-        name,
-        submit_rate=body.submit_rate,
-        poll_rate=body.poll_rate,
-        paused=body.paused,
-        reason=body.reason,
-    )
+    the one a resume restores. `flow` fields apply in every worker within a few seconds and
+    outlive restarts; `null` puts a field's configured value back."""
+    try:
+        state = await controls.update(
+            name,
+            submit_rate=body.submit_rate,
+            poll_rate=body.poll_rate,
+            paused=body.paused,
+            reason=body.reason,
+            flow=None if body.flow is None else body.flow.changes(),
+        )
+    except ValidationError as err:
+        raise validation_problem(err.errors(), ("body", "flow")) from None
     return destination_info(state)

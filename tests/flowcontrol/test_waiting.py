@@ -81,3 +81,20 @@ def test_an_open_circuit_says_so_and_since_when() -> None:
 
 def test_only_a_queued_item_waits() -> None:
     assert waiting_on(view(status=ItemStatus.SENDING), NOW, OPEN, None) == []
+
+
+def test_a_held_item_names_the_cap_or_quota_that_holds_it() -> None:
+    caps = [f"the concurrency cap of key {k!r} (1 out at once)" for k in "abcd"]
+    hold = dataclasses.replace(OPEN, held_by=caps)
+    retry = NOW + timedelta(seconds=0.5)
+    [held] = waiting_on(view(attempts=1, next_attempt_at=retry), NOW, hold, None)
+    assert held.reason == "held" and held.until == retry
+    assert "key 'a'" in held.detail and "key 'c'" in held.detail and "1 more" in held.detail
+    assert "asks again with backoff" in held.detail
+    # A retry after an error is its backoff, whatever caps are full.
+    assert reasons(view(attempts=1, next_attempt_at=retry, last_error="HTTP 500"), hold) == [
+        ("backoff", retry)
+    ]
+    # On no timer: its submit may be waiting for room, then its turn at the rate.
+    assert reasons(view(), hold) == [("held", None), ("rate", None)]
+    assert reasons(view()) == [("rate", None)]
