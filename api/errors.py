@@ -4,6 +4,11 @@ Bad input is always a 4xx with a `detail` that says what to fix; Temporal or the
 unreachable, or a Temporal call cancelled or past its deadline, is a 503 with `Retry-After`;
 anything else is a 500 whose body carries no stack trace (the trace is logged server-side).
 
+Every problem carries a stable `code` (`item-not-found`, `seat-taken`) beside its `type`, the URI
+of a page the API serves: `/problems/<code>`, or the broader code's a refinement keeps
+(`seat-taken` keeps `/problems/command-conflict`); `PUBLIC_BASE_URL` makes it absolute. The
+codes, their statuses and what to do about each are listed in `api/problem_codes.py`.
+
 A request body whose arrays and objects nest deeper than `MAX_JSON_DEPTH` is refused (422)
 before anything parses it: FastAPI's JSON parser, pydantic and the JSON encoders all recurse.
 """
@@ -27,6 +32,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from temporalio.client import RPCTimeoutOrCancelledError
 from temporalio.service import RPCError, RPCStatusCode
 
+from api.problem_codes import FALLBACK_CODE, PROBLEM_CODES, STATUS_CODES, domain_code
 from outbox_client import (
     CannotCancel,
     CommandConflict,
@@ -62,7 +68,7 @@ RETRY_AFTER_S = "5"
 # server cancelled, as it does under load. Retrying later is the fix, so it is a 503 too.
 _TEMPORAL_RETRY_LATER = (RPCStatusCode.CANCELLED,)
 
-# (HTTP status, problem slug, title) per client error.
+# (HTTP status, problem code, title) per client error.
 _OUTBOX_ERRORS: dict[type[OutboxError], tuple[int, str, str]] = {
     InvalidRequest: (422, "invalid-request", "Invalid request"),
     UnknownDestination: (404, "unknown-destination", "Unknown destination"),
@@ -97,7 +103,9 @@ _HTTP_TITLES = {
 
 
 class ApiProblem(Exception):
-    """Raise anywhere in the API to answer with a problem; `extra` adds members to the body."""
+    """Raise anywhere in the API to answer with a problem; `extra` adds members to the body.
+    `slug` names the problem's kind, its `type` (listed in `api/problem_codes.py`; `about:blank`
+    takes the status's general one), and is its `code` unless `code` is set to refine it."""
 
     def __init__(
         self,
@@ -109,7 +117,9 @@ class ApiProblem(Exception):
         **extra: Any,
     ) -> None:
         super().__init__(detail)
-        self.status, self.slug, self.title, self.detail = status, slug, title, detail
+        self.status, self.title, self.detail = status, title, detail
+        self.slug = problem_code(status, slug)
+        self.code = self.slug
         self.headers = headers or {}
         self.extra = extra
 
@@ -119,19 +129,55 @@ class ApiProblem(Exception):
         if isinstance(err, TemporalUnavailable):
             return _temporal_unavailable()
         status, slug, title = _OUTBOX_ERRORS.get(type(err), (400, "bad-request", "Bad request"))
-        return cls(status, slug, title, str(err), **extra)
+        # The domain's own reason is the more precise code (`SeatTaken`: `seat-taken`).
+        reason = domain_code(err.reason) if err.reason else None
+        problem = cls(status, slug, title, str(err), **extra)
+        if reason in PROBLEM_CODES:
+            problem.code = reason
+        return problem
 
     def body(self, request: Request | None) -> dict[str, Any]:
         """The JSON members; `instance` is the request path when there is a request."""
-        return problem_body(request, self.status, self.slug, self.title, self.detail, **self.extra)
+        return problem_body(
+            request, self.status, self.slug, self.title, self.detail, code=self.code, **self.extra
+        )
+
+
+def problem_code(status: int, slug: str) -> str:
+    """The problem's code: `slug` itself, or for `about:blank` the status's general code."""
+    if slug == "about:blank":
+        return STATUS_CODES.get(status, FALLBACK_CODE)
+    return slug
+
+
+def problem_type(request: Request | None, code: str) -> str:
+    """The URI of the code's page: under `PUBLIC_BASE_URL` when set, else relative to the API
+    (behind the proxy's path prefix, if any)."""
+    base = ""
+    if request is not None:
+        app = request.scope.get("app")
+        base = getattr(getattr(app, "state", None), "public_base_url", "") or str(
+            request.scope.get("root_path", "")
+        )
+    return f"{base.rstrip('/')}/problems/{code}"
 
 
 def problem_body(
-    request: Request | None, status: int, slug: str, title: str, detail: str, **extra: Any
+    request: Request | None,
+    status: int,
+    slug: str,
+    title: str,
+    detail: str,
+    *,
+    code: str | None = None,
+    **extra: Any,
 ) -> dict[str, Any]:
-    """The JSON members of a problem; `type` is a stable URI per kind of problem."""
+    """The JSON members of a problem: `type` is the URI of the page of its kind (`slug`),
+    `code` the kind or, given, a refinement of it."""
+    kind = problem_code(status, slug)
     body: dict[str, Any] = {
-        "type": f"/problems/{slug}" if slug != "about:blank" else slug,
+        "type": problem_type(request, kind),
+        "code": code or kind,
         "title": title,
         "status": status,
         "detail": detail,
@@ -364,7 +410,8 @@ class JsonDepthLimit:
         body = b"".join(m.get("body", b"") for m in received if m["type"] == "http.request")
         if json_nesting_exceeds(body, self.max_depth):
             problem = too_deeply_nested(self.max_depth)
-            content = json.dumps(problem.body(None) | {"instance": scope.get("path", "")})
+            members = problem.body(Request(scope)) | {"instance": scope.get("path", "")}
+            content = json.dumps(members)
             await send(
                 {
                     "type": "http.response.start",

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 
+from starlette.requests import Request
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from api.errors import PROBLEM_JSON, problem_body
@@ -63,7 +64,7 @@ class BodySizeLimit:
     async def _reject(self, scope: Scope, send: Send) -> None:
         body = json.dumps(
             problem_body(
-                None,
+                Request(scope),  # for the `type` URI's base
                 413,
                 "about:blank",
                 "Request body too large",

@@ -42,6 +42,7 @@ from api.routes import (
     lanes,
     live,
     outboxes,
+    problems,
     projectors,
     schedules,
 )
@@ -124,7 +125,7 @@ def create_app(
                 ),
                 db,
             ),
-            controls=DestinationControls(outbox, registry),
+            controls=DestinationControls(outbox, registry, db),
         )
         app.state.live = LiveHub(db)
         app.state.metrics.backlog.attach(db)
@@ -172,6 +173,7 @@ def create_app(
         settings.session_secret.encode() if settings.session_secret else secrets.token_bytes(32)
     )
     app.state.insecure = []
+    app.state.public_base_url = settings.public_base_url.rstrip("/")
     authenticated = [Depends(require_token), Depends(require_json)]
     app.include_router(token_route.router, dependencies=authenticated)
     app.include_router(codec_route.router, dependencies=authenticated)
@@ -188,6 +190,7 @@ def create_app(
     app.include_router(health.router)
     app.include_router(dashboard.router)
     app.include_router(docs.router)
+    app.include_router(problems.router)  # open: each problem's `type` links here
     app.mount(docs.ASSETS_PATH, docs.assets(), name="docs-assets")
     # The middleware added last runs first: metrics wrap the size limit and count its 413s.
     app.add_middleware(BodySizeLimit, max_bytes=settings.max_request_bytes)

@@ -61,6 +61,11 @@ class Settings(BaseSettings):
         description="Host names the API answers to (`Host` header), comma-separated, e.g."
         " `outbox.example.com`; `*`: any (set it in production against DNS rebinding).",
     )
+    public_base_url: str = Field(
+        default="",
+        description="The API's public URL (`https://outbox.example.com`), making each problem's"
+        " `type` an absolute link to its page; empty: relative (`/problems/<code>`).",
+    )
     websocket_origins: str = Field(
         default="",
         description="Browser origins, besides the API's own, whose pages may open the live"

@@ -50,6 +50,8 @@ class AggregateErrorType(StrEnum):
     INVALID = "InvalidCommand"  # can never succeed as given
     UNKNOWN_COMMAND = "UnknownCommand"
     UNKNOWN_EFFECT = "UnknownEffect"  # retry_effect for a key the ledger does not hold
+    # A command id already used by another command or payload (the API's 409).
+    IDEMPOTENCY_CONFLICT = "IdempotencyConflict"
 
 
 class EffectStatus(StrEnum):
@@ -81,6 +83,9 @@ class CommandRequest:
     expected_version: int | None = None
     # Who sent it, recorded with its events.
     actor: str | None = None
+    # Payload fields the sender fills with fresh random values (an effect's generated tokens):
+    # a repeat of the command id may differ there and still be the same command.
+    generated_fields: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -120,6 +125,8 @@ class CommandOutcome:
     # An `AggregateErrorType` and the refusal's message when the command was refused.
     error_type: str | None = None
     message: str | None = None
+    # The domain's own reason (its `DomainError` class, `SeatTaken`), when it gave one.
+    reason: str | None = None
 
 
 @dataclass
@@ -194,6 +201,9 @@ class AggregateCarry:
     views: dict[str, Any]
     # Recent command id -> the version its command left the aggregate at.
     seen_commands: dict[str, int] = field(default_factory=dict)
+    # Recent command id -> a hash of its command (name and payload); ids remembered before the
+    # hashes were kept have none, and a repeat of those is taken as the same command.
+    seen_command_hashes: dict[str, str] = field(default_factory=dict)
     rejected: list[RejectedCommand] = field(default_factory=list)
     updated_at: datetime | None = None
     unstored: list[RecordedEvent] = field(default_factory=list)

@@ -1,6 +1,7 @@
 """The reference pages under `docs/reference/`, generated from the code so they cannot drift:
 configuration (settings, environment variables, destination fields), the REST API (from the
-app's OpenAPI schema), the Temporal contract, the CLI (from its parser) and the metrics.
+app's OpenAPI schema), the Temporal contract, the CLI (from its parser), the metrics and the
+problem codes (from `api/problem_codes.py`).
 
     python -m devstack.reference_docs          # rewrite every page
     python -m devstack.reference_docs --check  # exit 1 if a page is stale (the tests run this)
@@ -34,6 +35,7 @@ from api.backlog_metrics import FAMILIES
 from api.destination_metrics import FAMILIES as DESTINATION_FAMILIES
 from api.main import create_app
 from api.metrics import ApiMetrics
+from api.problem_codes import SECTIONS
 from common.destinations import _ENV_REFERENCE, Destination, OutboxSettings
 from common.settings import PROJECT_ROOT, Settings
 from contract.item import DESCRIPTION, POLICY_SETTINGS, DeliveryPolicy
@@ -570,6 +572,17 @@ def cli_page() -> str:
         *_arguments_table(parser),
         "",
     ]
+    lines += [
+        "## Exit codes",
+        "",
+        "A failure prints one line on stderr (an API problem's title and detail), never a"
+        " traceback.",
+        "",
+        *_table(
+            ("Code", "Meaning"), ((f"`{int(code)}`", text) for code, text in cli.EXIT_CODES.items())
+        ),
+        "",
+    ]
     for name, command, help_text in _commands(parser):
         lines += [f"## `outbox {name}`", "", f"{help_text[:1].upper()}{help_text[1:]}.", ""]
         lines += ["```text", _usage(command), "```", ""]
@@ -702,6 +715,52 @@ def metrics_page() -> str:
     return "\n".join(lines)
 
 
+def problems_page() -> str:
+    """Every problem `code` the API answers with, each with its status, meaning and remedy."""
+    lines = [
+        "# Problem codes",
+        "",
+        _generated_from("the table in `api/problem_codes.py`"),
+        "",
+        "Every error the API answers is RFC 9457 `application/problem+json`: `type`, `code`,"
+        " `title`, `status`, `detail`, and `instance` (the request's path), plus members of its"
+        " own where a problem has them (`errors` per invalid field, `redrive`, `missing_scope`,"
+        " `actor`). `code` is stable: script against it, not against `title` or `detail`."
+        " `type` is the URI of the code's page, which the API serves at `/problems/<code>`"
+        " (all of them: `/problems`); it is relative unless `PUBLIC_BASE_URL` is set. The same"
+        " code always comes with the same status.",
+        "",
+    ]
+    for section, problems in SECTIONS.items():
+        lines += [f"## {section}", ""]
+        if section == "Aggregates' own refusals":
+            lines += [
+                "A command an aggregate's definition refuses with an error class of its own"
+                " answers with that class's code (its name in kebab case); a refusal without"
+                " one is `command-conflict` (409) or `invalid-command` (422). Such a code (and"
+                " `version-conflict`) refines a broader one, whose `type` the answer keeps.",
+                "",
+            ]
+        lines += _table(
+            ("Code", "Status", "Meaning"),
+            ((f"[`{p.code}`](#{p.code})", str(p.status or "any"), p.meaning) for p in problems),
+        )
+        lines.append("")
+        for problem in problems:
+            answers = f"Status {problem.status or 'any'}."
+            if problem.refines:
+                answers += f" Its `type` is `/problems/{problem.refines}`."
+            lines += [
+                f"### `{problem.code}`",
+                "",
+                f"{answers} {problem.meaning}",
+                "",
+                f"What to do: {problem.remedy}",
+                "",
+            ]
+    return "\n".join(lines)
+
+
 def _sample_name(name: str, kind: str) -> str:
     return f"{name}_total" if kind == "counter" else name
 
@@ -735,6 +794,7 @@ PAGES: dict[str, Callable[[], str]] = {
     "contract.md": contract_page,
     "cli.md": cli_page,
     "metrics.md": metrics_page,
+    "problems.md": problems_page,
 }
 
 

@@ -7,9 +7,11 @@
 
 A command is an update that creates the aggregate's workflow on first use (update-with-start),
 so it is answered with the events it appended, or refused with `CommandConflict` or
-`InvalidCommand`. `send` is the same command as a signal: recorded even while no worker runs,
-deduplicated by its `command_id`, and never answered; a refused one lands in the aggregate's
-rejected-commands log (`rejected`).
+`InvalidCommand` (whose `reason` names the definition's own error, `SeatTaken`, if it raised
+one), or `IdempotencyConflict` for a `command_id` already used by another command or payload.
+`send` is the same command as a signal: recorded even while no worker runs, deduplicated by its
+`command_id`, and never answered; a refused one lands in the aggregate's rejected-commands log
+(`rejected`).
 
 Concurrent commands to one aggregate from one client share updates: while one is in flight,
 the next ones wait in the client's mailbox for that aggregate and go together as one `commands`
@@ -24,7 +26,7 @@ of callers stay within Temporal's 10 updates in flight per workflow.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -71,8 +73,10 @@ from outbox_client.connection import TemporalConnection
 from outbox_client.errors import (
     CommandConflict,
     EffectNotFailed,
+    IdempotencyConflict,
     InvalidCommand,
     InvalidRequest,
+    OutboxError,
     UnknownAggregate,
     UnknownCommand,
     UnknownEffect,
@@ -81,10 +85,11 @@ from outbox_client.mailbox import Mailbox
 from outbox_client.updates import update_with_start
 from outbox_client.validation import validate_key
 
-_REFUSALS: dict[str | None, type[Exception]] = {
+_REFUSALS: dict[str | None, type[OutboxError]] = {
     AggregateErrorType.CONFLICT: CommandConflict,
     AggregateErrorType.INVALID: InvalidCommand,
     AggregateErrorType.UNKNOWN_COMMAND: UnknownCommand,
+    AggregateErrorType.IDEMPOTENCY_CONFLICT: IdempotencyConflict,
 }
 _EFFECT_REFUSALS: dict[str | None, type[Exception]] = {
     AggregateErrorType.UNKNOWN_EFFECT: UnknownEffect,
@@ -178,8 +183,11 @@ class AggregateClient:
         command_id: str | None = None,
         expected_version: int | None = None,
         actor: str | None = None,
+        generated_fields: Sequence[str] = (),
     ) -> CommandResult:
-        """Run a command and wait for its outcome; creates the aggregate on its first command."""
+        """Run a command and wait for its outcome; creates the aggregate on its first command.
+        A `command_id` already used for another command or payload is an `IdempotencyConflict`,
+        but for `generated_fields`: payload fields filled with fresh random values on each try."""
         self.check(aggregate_type, aggregate_id, name, payload)
         _check_command_id(command_id)
         request = CommandRequest(
@@ -188,6 +196,7 @@ class AggregateClient:
             command_id=command_id,
             expected_version=expected_version,
             actor=actor,
+            generated_fields=list(generated_fields),
         )
         outcome = await self._commands.call(
             aggregate_workflow_id(aggregate_type, aggregate_id),
@@ -195,7 +204,7 @@ class AggregateClient:
         )
         if outcome.result is None:
             refusal = _REFUSALS.get(outcome.error_type, InvalidCommand)
-            raise refusal(outcome.message or "refused")
+            raise refusal(outcome.message or "refused", reason=outcome.reason)
         return outcome.result
 
     async def send(
@@ -350,5 +359,6 @@ def _refusal(err: WorkflowUpdateFailedError) -> Exception:
     cause = err.cause
     if isinstance(cause, ApplicationError):
         error = _REFUSALS.get(cause.type, InvalidCommand)
-        return error(cause.message)
+        reason = cause.details[0] if cause.details and isinstance(cause.details[0], str) else None
+        return error(cause.message, reason=reason)
     return InvalidCommand(str(cause))

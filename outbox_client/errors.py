@@ -15,7 +15,12 @@ _UNAVAILABLE_CODES = (
 
 
 class OutboxError(Exception):
-    """Base of the client's errors."""
+    """Base of the client's errors; `reason` names the refusal more precisely where the domain
+    has a name for it (an aggregate's `SeatTaken`)."""
+
+    def __init__(self, *args: object, reason: str | None = None) -> None:
+        super().__init__(*args)
+        self.reason = reason
 
 
 class InvalidRequest(OutboxError):

@@ -84,6 +84,7 @@ class EffectActivities:
             payload,
             command_id=effect.key,
             actor=POLICY_ACTOR,
+            generated_fields=action.generated_tokens,
         )
         return {
             "target": f"{target_type}/{target_id}",

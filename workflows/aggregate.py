@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import json
 from datetime import datetime, timedelta
 from typing import Any
@@ -40,6 +41,7 @@ with workflow.unsafe.imports_passed_through():
         Timer,
         describe_invalid,
     )
+    from aggregates.definition import InvalidCommand as DomainInvalidCommand
     from contract.aggregate import (
         COMMAND_SIGNAL,
         COMMAND_UPDATE,
@@ -99,6 +101,8 @@ _EFFECT_RETRIES = RetryPolicy(
 _PROVIDER_CALL_ATTEMPTS = 6
 # Effects of one aggregate running at once: an event that fans out to many stays a trickle.
 _EFFECTS_IN_FLIGHT = 20
+# The bases a definition's own refusals derive from: raised as such, they name no reason.
+_DOMAIN_BASES = (DomainError, Conflict, DomainInvalidCommand)
 # Temporal refuses a run's 2,001st update and 10,001st signal: a run hands over well before,
 # leaving room for what arrives while the hand-over is tried again.
 UPDATES_PER_RUN = 1000
@@ -106,14 +110,17 @@ SIGNALS_PER_RUN = 2000
 
 
 class _Refused(Exception):
-    """A command refused before or by `decide`; becomes the update's ApplicationError."""
+    """A command refused before or by `decide`; becomes the update's ApplicationError, whose
+    details carry the domain's `reason` (its error's class name) when it gave one."""
 
-    def __init__(self, message: str, error_type: str) -> None:
+    def __init__(self, message: str, error_type: str, reason: str | None = None) -> None:
         super().__init__(message)
         self.error_type = error_type
+        self.reason = reason
 
     def to_application_error(self) -> ApplicationError:
-        return ApplicationError(str(self), type=self.error_type, non_retryable=True)
+        details = [self.reason] if self.reason else []
+        return ApplicationError(str(self), *details, type=self.error_type, non_retryable=True)
 
 
 @workflow.defn(name=WORKFLOW_TYPE)
@@ -137,6 +144,7 @@ class AggregateWorkflow:
             self._views = dict(carry.views)
         self._version = carry.version if carry else 0
         self._seen: dict[str, int] = dict(carry.seen_commands) if carry else {}
+        self._seen_hashes: dict[str, str] = dict(carry.seen_command_hashes) if carry else {}
         self._rejected: list[RejectedCommand] = list(carry.rejected) if carry else []
         self._updated_at: datetime | None = carry.updated_at if carry else None
         self._unstored: list[RecordedEvent] = list(carry.unstored) if carry else []
@@ -224,9 +232,9 @@ class AggregateWorkflow:
     def _validate_command(self, request: CommandRequest) -> None:
         # Refusing here keeps refused commands out of the history. The handler decides again:
         # another command accepted in the same task may have changed the state since.
-        if request.command_id is not None and request.command_id in self._seen:
-            return  # a repeat: the handler answers the first outcome
         try:
+            if self._repeated_version(request) is not None:
+                return  # a repeat: the handler answers the first outcome
             self._check(request)
         except _Refused as refused:
             raise refused.to_application_error() from None
@@ -263,7 +271,9 @@ class AggregateWorkflow:
         try:
             return CommandOutcome(result=self._apply(request))
         except _Refused as refused:
-            return CommandOutcome(error_type=refused.error_type, message=str(refused))
+            return CommandOutcome(
+                error_type=refused.error_type, message=str(refused), reason=refused.reason
+            )
 
     @workflow.update(name=RETRY_EFFECT_UPDATE)
     def retry_effect(self, key: str) -> EffectRecord:
@@ -326,6 +336,7 @@ class AggregateWorkflow:
             raise _Refused(
                 f"expected version {request.expected_version}, the aggregate is at {self._version}",
                 AggregateErrorType.CONFLICT,
+                "VersionConflict",
             )
         try:
             command = definition.parse_command(request.name, request.payload)
@@ -343,13 +354,30 @@ class AggregateWorkflow:
                 if isinstance(err, Conflict)
                 else AggregateErrorType.INVALID
             )
-            raise _Refused(f"{type(err).__name__}: {err}", kind) from None
+            # A definition's own error class names the reason; the bases name none.
+            reason = None if type(err) in _DOMAIN_BASES else type(err).__name__
+            raise _Refused(f"{type(err).__name__}: {err}", kind, reason) from None
+
+    def _repeated_version(self, request: CommandRequest) -> int | None:
+        """The version a repeat of a remembered command id left the aggregate at; None for a
+        new id. Refused when the id was used for another command or payload."""
+        if request.command_id is None or request.command_id not in self._seen:
+            return None
+        remembered = self._seen_hashes.get(request.command_id)
+        if remembered is not None and remembered != _command_hash(request):
+            raise _Refused(
+                f"command id {request.command_id!r} is already used by another command or"
+                " payload; use a new id for a new command",
+                AggregateErrorType.IDEMPOTENCY_CONFLICT,
+            )
+        return self._seen[request.command_id]
 
     def _apply(self, request: CommandRequest) -> CommandResult:
         definition = self._definition
         assert definition is not None
-        if request.command_id is not None and request.command_id in self._seen:
-            return CommandResult(events=[], version=self._seen[request.command_id], duplicate=True)
+        repeated = self._repeated_version(request)
+        if repeated is not None:
+            return CommandResult(events=[], version=repeated, duplicate=True)
         events = self._check(request)
         # Fold and plan on copies first: a policy that fails refuses the command whole, rather
         # than leaving half its events applied.
@@ -382,8 +410,11 @@ class AggregateWorkflow:
             self._add_effect(effect, now)
         if request.command_id is not None:
             self._seen[request.command_id] = self._version
+            self._seen_hashes[request.command_id] = _command_hash(request)
             while len(self._seen) > DEDUPE_WINDOW:
-                del self._seen[next(iter(self._seen))]
+                forgotten = next(iter(self._seen))
+                del self._seen[forgotten]
+                self._seen_hashes.pop(forgotten, None)
         return CommandResult(events=recorded, version=self._version)
 
     def _plan(self, seq: int, event: Event, state: Any) -> list[PlannedEffect]:
@@ -606,6 +637,7 @@ class AggregateWorkflow:
             version=self._version,
             views=to_jsonable_python(self._views),
             seen_commands=dict(self._seen),
+            seen_command_hashes=dict(self._seen_hashes),
             rejected=list(self._rejected),
             updated_at=self._updated_at,
             unstored=list(self._unstored),
@@ -644,6 +676,21 @@ class AggregateWorkflow:
             for r in unsettled[:10]
         ]
         return lines
+
+
+def _command_hash(request: CommandRequest) -> str:
+    """What a command id stands for: the command's name and payload (but the fields its sender
+    generates afresh on each try), as canonical JSON."""
+    payload = {
+        name: value
+        for name, value in request.payload.items()
+        if name not in request.generated_fields
+    }
+    canonical = json.dumps(
+        [request.name, payload], sort_keys=True, separators=(",", ":"), default=str
+    )
+    # 128 bits tell payloads apart; the carry holds up to `DEDUPE_WINDOW` of them.
+    return hashlib.sha256(canonical.encode()).hexdigest()[:32]
 
 
 def _describe(err: ActivityError) -> str:

@@ -138,7 +138,7 @@ async def test_unexpected_error_is_500_problem_without_internals(
 
     body = assert_problem(response, 500, "internal")
     assert "must not leak" not in response.text and "Traceback" not in response.text
-    assert set(body) == {"type", "title", "status", "detail", "instance"}
+    assert set(body) == {"type", "code", "title", "status", "detail", "instance"}
     assert any("KeyError" in record.getMessage() for record in caplog.records)
 
 

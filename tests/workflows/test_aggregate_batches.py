@@ -80,12 +80,14 @@ async def test_each_command_in_a_batch_is_decided_on_the_state_the_one_before_le
             assign("1A", "p1", "c1"),  # a repeat inside the batch
         ],
     )
-    # A repeat in a later batch answers the first outcome; expected_version still holds.
+    # A repeat in a later batch answers the first outcome; expected_version still holds; the
+    # id with another payload is refused.
     second = await send_batch(
         stack.client,
         stack.task_queue,
         flight,
         [
+            assign("1B", "p3", "c3"),
             assign("2A", "p9", "c3"),
             CommandRequest(
                 name="release_seat", payload={"seat": "1B"}, command_id="r", expected_version=2
@@ -110,8 +112,9 @@ async def test_each_command_in_a_batch_is_decided_on_the_state_the_one_before_le
     assert outcomes[1].result and outcomes[1].result.events[0].seq == 2
     assert outcomes[2].message and "1A" in outcomes[2].message
     assert outcomes[6].result and outcomes[6].result.duplicate and not outcomes[6].result.events
-    repeat, stale, released = second.outcomes
+    repeat, reused, stale, released = second.outcomes
     assert repeat.result and repeat.result.duplicate and repeat.result.version == 3
+    assert reused.error_type == "IdempotencyConflict" and "'c3'" in (reused.message or "")
     assert stale.error_type == "Conflict" and "expected version 2" in (stale.message or "")
     assert released.result and released.result.version == 4
     assert state["version"] == 4

@@ -92,6 +92,10 @@ class AsyncOutboxRest:
         concurrency_key: str | None = None,
         priority: int | None = None,
         max_attempts: int | None = None,
+        debounce_key: str | None = None,
+        debounce_s: float | None = None,
+        debounce_mode: str | None = None,
+        max_wait_s: float | None = None,
     ) -> Enqueued:
         """Hand one item to the outbox; repeating `idempotency_key` returns the same item
         (`created` false), another payload under it raises `Conflict`."""
@@ -105,6 +109,10 @@ class AsyncOutboxRest:
             concurrency_key=concurrency_key,
             priority=priority,
             max_attempts=max_attempts,
+            debounce_key=debounce_key,
+            debounce_s=debounce_s,
+            debounce_mode=debounce_mode,
+            max_wait_s=max_wait_s,
         )
         return await self._send(calls.enqueue(outbox, item))
 

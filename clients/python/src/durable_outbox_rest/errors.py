@@ -13,7 +13,9 @@ _MAX_QUOTED_BODY = 500
 
 
 class ProblemError(Exception):
-    """The API refused a call: its problem's members, and `retry_after` in seconds if it said."""
+    """The API refused a call: its problem's members, and `retry_after` in seconds if it said.
+    `code` is the problem's stable name (`seat-taken`, `item-not-found`): branch on it, not on
+    `title` or `detail`; `type` is the URI of its page on the API."""
 
     def __init__(
         self,
@@ -126,7 +128,7 @@ def problem_error(response: httpx.Response) -> ProblemError:
         str(body.get("type", "about:blank")),
         str(body.get("title", response.reason_phrase)),
         str(body.get("detail", "")),
-        code=_optional_text(body.get("code")),
+        code=_optional_text(body.get("code")) or _code_from_type(body.get("type")),
         instance=_optional_text(body.get("instance")),
         errors=errors if isinstance(errors, list) else None,
         body=body,
@@ -159,6 +161,13 @@ def _problem_body(response: httpx.Response) -> dict[str, Any] | None:
     except ValueError:
         return None
     return body if isinstance(body, dict) else None
+
+
+def _code_from_type(problem_type: Any) -> str | None:
+    # An API that answers without `code` still names it as its `type`'s last segment.
+    if isinstance(problem_type, str) and "/problems/" in problem_type:
+        return problem_type.rsplit("/", 1)[-1] or None
+    return None
 
 
 def _optional_text(value: Any) -> str | None:

@@ -21,14 +21,17 @@ class ApiModel(BaseModel):
 
 
 class ItemStatus:
-    """An item's status values: queued -> sending -> sent | failed, or cancelled."""
+    """An item's status values: queued -> sending -> sent | failed, or cancelled or
+    superseded."""
 
     QUEUED = "queued"
     SENDING = "sending"
     SENT = "sent"
     FAILED = "failed"
     CANCELLED = "cancelled"
-    FINAL = frozenset({SENT, FAILED, CANCELLED})
+    # Carried by a later item of its debounce window (`superseded_by`).
+    SUPERSEDED = "superseded"
+    FINAL = frozenset({SENT, FAILED, CANCELLED, SUPERSEDED})
 
 
 class NewItem(BaseModel):
@@ -47,12 +50,19 @@ class NewItem(BaseModel):
     concurrency_key: str | None = None
     priority: int | None = Field(default=None, description="1 (first) to 5 (last); unset: 3")
     max_attempts: int | None = None
+    # One delivery per window of this key (docs/how-to/debounce.md); needs `debounce_s`.
+    debounce_key: str | None = None
+    debounce_s: float | None = None
+    debounce_mode: str | None = Field(default=None, description="`latest` (default) or `collect`")
+    max_wait_s: float | None = None
 
 
 class Problem(ApiModel):
-    """An RFC 9457 problem, as a batch result carries it (a failed call raises instead)."""
+    """An RFC 9457 problem, as a batch result carries it (a failed call raises instead);
+    `code` is stable (`idempotency-conflict`), `type` links to its page."""
 
     type: str
+    code: str
     title: str
     status: int
     detail: str
@@ -139,6 +149,8 @@ class Item(ApiModel):
     recipients: list[Recipient] = Field(default_factory=list)
     delivery: str | None = None
     last_event_seq: int = 0
+    debounce_key: str | None = None
+    superseded_by: str | None = None
     payload: dict[str, Any] | None = None
     waiting_on: list[WaitingOn] | None = None
     source: str
@@ -254,6 +266,15 @@ class Flow(ApiModel):
     events: list[FlowEvent]
 
 
+class FlowPolicyField(ApiModel):
+    """One flow-control field in force: its value and whether the destinations file or the API
+    (`PATCH` with `flow`) set it."""
+
+    value: Any
+    source: str
+    changed_at: datetime | None = None
+
+
 class Destination(ApiModel):
     """A destination: its configured rates, the rates in force, pause and circuit state."""
 
@@ -271,6 +292,7 @@ class Destination(ApiModel):
     flow: Flow | None = None
     resume_submit_rate: float | None
     resume_poll_rate: float | None
+    flow_policy: dict[str, FlowPolicyField] | None = None
 
 
 class Lane(ApiModel):
