@@ -3,6 +3,7 @@
     outbox enqueue demo --destination fake-webhook --payload '{"hello": "world"}' --key k1
     outbox enqueue demo --file items.jsonl          # one JSON item per line, sent in batches
     outbox status demo k1
+    outbox items list demo [--status S] [--destination D] [--key-prefix P] [--limit N | --all]
     outbox tail demo [--since ID]                   # follow the outbox live
     outbox purge demo [--destination D] [--no-wait] # cancel all not yet submitted (a batch)
     outbox enqueue demo ... --ordering-key acct-7   # in order after acct-7's earlier items
@@ -11,30 +12,103 @@
     outbox schedules list | show ID | pause ID [--note N] | unpause ID | trigger ID | delete ID
     outbox destinations [NAME] [--pause --reason R | --resume] [--submit-rate N]
     outbox cancel demo k1 | outbox redrive demo k1 | outbox redrive demo --all-failed
+    outbox aggregates command flight BA1 assign_seat '{"seat": "1A", "passenger_id": "p1"}'
+    outbox aggregates state flight BA1 | outbox aggregates events flight BA1 [--all]
     outbox dev                                      # what `make dev` runs
 
 `--api` (or OUTBOX_API_URL) picks the API; API_TOKEN, when set, is sent as a bearer token.
+`--output table` prints a table, `--output json` the API's JSON; without it, a table on a
+terminal and JSON in a pipe or file (`tail` prints one line per event unless `--output json`).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
+import textwrap
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Sequence
+from enum import IntEnum
+from importlib import metadata
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
 import httpx
 
+from contract.item import DeliveryOutcome, ItemStatus
+
 BATCH_SIZE = 100
 
 
+class ExitCode(IntEnum):
+    """How `outbox` ends; scripts may branch on it (`EXIT_CODES` says what each means)."""
+
+    OK = 0
+    FAILURE = 1
+    USAGE = 2
+    NOT_FOUND = 3
+    CONFLICT = 4
+    UNAVAILABLE = 5
+    UNAUTHORIZED = 6
+    INVALID_INPUT = 7
+    # What a shell reports for a process killed by SIGPIPE, as `cat` or `yes` would be.
+    PIPE_CLOSED = 141
+
+
+EXIT_CODES: dict[ExitCode, str] = {
+    ExitCode.OK: "done",
+    ExitCode.FAILURE: "any other failure: an HTTP 500, a purge batch that failed, a bug",
+    ExitCode.USAGE: "the command line is wrong: an unknown option, a missing argument",
+    ExitCode.NOT_FOUND: "HTTP 404: no such item, destination, lane, aggregate, command, schedule",
+    ExitCode.CONFLICT: "HTTP 409 or 412: refused by the state it met (an Idempotency-Key reused"
+    " with another payload, a seat taken, an item no longer cancellable)",
+    ExitCode.UNAVAILABLE: "HTTP 429, 502, 503 or 504, or the API unreachable or silent past the"
+    " timeout: try again later",
+    ExitCode.UNAUTHORIZED: "HTTP 401 or 403: no token, a wrong one, or one without the scope",
+    ExitCode.INVALID_INPUT: "HTTP 400, 413, 415 or 422, or JSON the CLI cannot read; a JSONL"
+    " file with bad lines ends so after its good lines are sent",
+    ExitCode.PIPE_CLOSED: "the reader closed the pipe early (`outbox items list | head -1`)",
+}
+
+_STATUS_EXIT_CODES = {
+    400: ExitCode.INVALID_INPUT,
+    401: ExitCode.UNAUTHORIZED,
+    403: ExitCode.UNAUTHORIZED,
+    404: ExitCode.NOT_FOUND,
+    409: ExitCode.CONFLICT,
+    412: ExitCode.CONFLICT,
+    413: ExitCode.INVALID_INPUT,
+    415: ExitCode.INVALID_INPUT,
+    422: ExitCode.INVALID_INPUT,
+    429: ExitCode.UNAVAILABLE,
+    502: ExitCode.UNAVAILABLE,
+    503: ExitCode.UNAVAILABLE,
+    504: ExitCode.UNAVAILABLE,
+}
+
+OUTPUTS = ("json", "table")
+# The columns an item list shows as a table (the JSON has every field).
+ITEM_COLUMNS = ("key", "status", "destination", "attempts", "created_at", "updated_at")
+EVENT_COLUMNS = ("seq", "type", "recorded_at", "actor", "command_id", "data")
+# A table cell longer than this is cut (the JSON output has it whole).
+CELL_WIDTH = 60
+
+
+def exit_code_for(status: int) -> ExitCode:
+    """The exit code an HTTP error status stands for."""
+    return _STATUS_EXIT_CODES.get(status, ExitCode.FAILURE)
+
+
 class CliError(Exception):
-    """A failure to report as one line and exit status 1."""
+    """A failure to report as one line on stderr, exiting with `code`."""
+
+    def __init__(self, message: str, code: ExitCode = ExitCode.FAILURE) -> None:
+        super().__init__(message)
+        self.code = code
 
 
 def _client(args: argparse.Namespace) -> httpx.Client:
@@ -46,14 +120,23 @@ def _client(args: argparse.Namespace) -> httpx.Client:
 
 
 def _check(response: httpx.Response) -> Any:
+    """The answer's JSON; a `CliError` with the problem's title and detail otherwise."""
     if response.is_success:
         return response.json()
+    raise CliError(_problem_text(response), exit_code_for(response.status_code))
+
+
+def _problem_text(response: httpx.Response) -> str:
     try:
         problem = response.json()
-        message = f"{problem.get('title', 'error')}: {problem.get('detail', '')}"
     except ValueError:
-        message = response.text[:200]
-    raise CliError(f"HTTP {response.status_code}: {message}")
+        problem = None
+    if not isinstance(problem, dict):  # not problem+json: a proxy's page, say
+        return f"HTTP {response.status_code}: {response.text[:200] or response.reason_phrase}"
+    # A validation problem's detail already names each invalid field.
+    return (
+        f"HTTP {response.status_code}: {problem.get('title', 'error')}: {problem.get('detail', '')}"
+    )
 
 
 def _items_path(outbox: str, key: str | None = None) -> str:
@@ -61,8 +144,69 @@ def _items_path(outbox: str, key: str | None = None) -> str:
     return path if key is None else f"{path}/{quote(key, safe='')}"
 
 
-def _print(value: Any) -> None:
-    print(json.dumps(value, indent=2, sort_keys=True))
+def _print(args: argparse.Namespace, value: Any, columns: Sequence[str] | None = None) -> None:
+    """The API's answer as JSON (what scripts read), or as a table for a person."""
+    if _output(args) == "json":
+        print(json.dumps(value, indent=2, sort_keys=True))
+    else:
+        print(render_table(value, columns))
+
+
+def _output(args: argparse.Namespace) -> str:
+    chosen: str | None = args.output
+    return chosen or ("table" if sys.stdout.isatty() else "json")
+
+
+def render_table(value: Any, columns: Sequence[str] | None = None) -> str:
+    """A list as rows under a header; an object holding one list (a page) as that list's rows
+    and its other members below; any other object as one `field  value` line per member."""
+    if isinstance(value, list):
+        return _grid(value, columns)
+    if not isinstance(value, dict):
+        return _cell(value, width=None)
+    lists = [name for name, member in value.items() if isinstance(member, list)]
+    others = {name: member for name, member in value.items() if name not in lists}
+    if len(lists) == 1 and not any(isinstance(m, dict | list) for m in others.values()):
+        rows = value[lists[0]]
+        if all(isinstance(row, dict) for row in rows):
+            trailer = [f"{name}: {_cell(member, width=None)}" for name, member in others.items()]
+            return "\n".join([_grid(rows, columns), *trailer])
+    return _fields(value)
+
+
+def _grid(rows: list[Any], columns: Sequence[str] | None) -> str:
+    if not rows:
+        return "(none)"
+    records = [row if isinstance(row, dict) else {"value": row} for row in rows]
+    names = list(columns or _scalar_members(records[0]))
+    cells = [[_cell(record.get(name)) for name in names] for record in records]
+    widths = [max(len(name), *(len(row[i]) for row in cells)) for i, name in enumerate(names)]
+    lines = [[name.upper() for name in names], *cells]
+    return "\n".join(
+        "  ".join(text.ljust(width) for text, width in zip(line, widths, strict=True)).rstrip()
+        for line in lines
+    )
+
+
+def _scalar_members(record: dict[str, Any]) -> list[str]:
+    return [name for name, member in record.items() if not isinstance(member, dict | list)]
+
+
+def _fields(value: dict[str, Any]) -> str:
+    if not value:
+        return "(none)"
+    width = max(len(name) for name in value)
+    return "\n".join(
+        f"{name.ljust(width)}  {_cell(member, width=None)}" for name, member in value.items()
+    )
+
+
+def _cell(value: Any, width: int | None = CELL_WIDTH) -> str:
+    if value is None:
+        return ""
+    text = value if isinstance(value, str) else json.dumps(value, sort_keys=True)
+    text = " ".join(text.split("\n"))
+    return text if width is None or len(text) <= width else text[: width - 1] + "…"
 
 
 def enqueue(args: argparse.Namespace) -> None:
@@ -71,8 +215,11 @@ def enqueue(args: argparse.Namespace) -> None:
             _enqueue_file(client, args.outbox, Path(args.file))
             return
         if not args.destination or args.payload is None:
-            raise CliError("enqueue needs --destination and --payload (or --file)")
-        body: dict[str, Any] = {"destination": args.destination, "payload": _json(args.payload)}
+            raise CliError("enqueue needs --destination and --payload (or --file)", ExitCode.USAGE)
+        body: dict[str, Any] = {
+            "destination": args.destination,
+            "payload": _json(args.payload, "--payload"),
+        }
         if args.not_before:
             body["not_before"] = args.not_before
         if args.delay_seconds is not None:
@@ -80,38 +227,63 @@ def enqueue(args: argparse.Namespace) -> None:
         if args.ordering_key:
             body["ordering_key"] = args.ordering_key
         headers = {"Idempotency-Key": args.key} if args.key else {}
-        _print(_check(client.post(_items_path(args.outbox), json=body, headers=headers)))
+        _print(args, _check(client.post(_items_path(args.outbox), json=body, headers=headers)))
 
 
 def _enqueue_file(client: httpx.Client, outbox: str, path: Path) -> None:
-    items = list(_read_jsonl(path))
-    created = existing = failed = 0
+    """Send the file's good lines in batches and report each bad line (unreadable here or
+    refused by the API) by its number; then exit 7 if any was bad (5 if the API only said to
+    retry later)."""
+    items, bad_lines = _read_jsonl(path)
+    for number, reason in bad_lines:
+        print(f"line {number}: {reason}", file=sys.stderr)
+    created = existing = 0
+    failures = [ExitCode.INVALID_INPUT for _ in bad_lines]
     for start in range(0, len(items), BATCH_SIZE):
         batch = items[start : start + BATCH_SIZE]
-        result = _check(client.post(f"{_items_path(outbox)}:batch", json={"items": batch}))
-        created, existing, failed = (
-            created + result["created"],
-            existing + result["existing"],
-            failed + result["failed"],
-        )
+        body = {"items": [item for _, item in batch]}
+        try:
+            result = _check(client.post(f"{_items_path(outbox)}:batch", json=body))
+        except (CliError, httpx.TransportError):
+            # Earlier batches were sent (keyed lines are safe to send again).
+            print(f"\nnot sent: line {batch[0][0]} and after", file=sys.stderr)
+            raise
+        created, existing = created + result["created"], existing + result["existing"]
         for entry in result["results"]:
             if entry["problem"]:
-                line = start + entry["index"] + 1
-                print(f"line {line}: {entry['problem']['detail']}", file=sys.stderr)
+                number = batch[entry["index"]][0]
+                print(f"line {number}: {entry['problem']['detail']}", file=sys.stderr)
+                failures.append(exit_code_for(entry["status"]))
         _progress(start + len(batch), len(items))
-    print(f"\ncreated {created}, existing {existing}, failed {failed}", file=sys.stderr)
-    if failed:
-        raise SystemExit(1)
+    print(f"\ncreated {created}, existing {existing}, failed {len(failures)}", file=sys.stderr)
+    if failures:
+        # A line the API refused for what it says (4xx) is a bad line as much as broken JSON.
+        bad = [code for code in failures if code != ExitCode.UNAVAILABLE]
+        raise SystemExit(ExitCode.INVALID_INPUT if bad else ExitCode.UNAVAILABLE)
 
 
-def _read_jsonl(path: Path) -> Iterator[dict[str, Any]]:
-    with path.open() as lines:
-        for number, line in enumerate(lines, start=1):
-            if line.strip():
+def _read_jsonl(path: Path) -> tuple[list[tuple[int, Any]], list[tuple[int, str]]]:
+    """The file's items with their line numbers, and its bad lines with why (blank lines are
+    skipped)."""
+    items: list[tuple[int, Any]] = []
+    bad_lines: list[tuple[int, str]] = []
+    try:
+        with path.open(encoding="utf-8") as lines:
+            for number, line in enumerate(lines, start=1):
+                if not line.strip():
+                    continue
                 try:
-                    yield json.loads(line)
+                    item = json.loads(line)
                 except json.JSONDecodeError as err:
-                    raise CliError(f"{path}:{number}: not JSON: {err}") from err
+                    bad_lines.append((number, f"not JSON: {err}"))
+                    continue
+                if isinstance(item, dict):
+                    items.append((number, item))
+                else:
+                    bad_lines.append((number, "not a JSON object"))
+    except (OSError, UnicodeDecodeError) as err:
+        raise CliError(f"{path}: {err}", ExitCode.INVALID_INPUT) from err
+    return items, bad_lines
 
 
 def _progress(done: int, total: int, width: int = 30) -> None:
@@ -122,23 +294,23 @@ def _progress(done: int, total: int, width: int = 30) -> None:
 
 def status(args: argparse.Namespace) -> None:
     with _client(args) as client:
-        _print(_check(client.get(_items_path(args.outbox, args.key))))
+        _print(args, _check(client.get(_items_path(args.outbox, args.key))))
 
 
 def cancel(args: argparse.Namespace) -> None:
     with _client(args) as client:
-        _print(_check(client.post(f"{_items_path(args.outbox, args.key)}/cancel", json={})))
+        _print(args, _check(client.post(f"{_items_path(args.outbox, args.key)}/cancel", json={})))
 
 
 def redrive(args: argparse.Namespace) -> None:
     with _client(args) as client:
         if args.all_failed:
             url = f"{_items_path(args.outbox)}:redrive-failed"
-            _print(_check(client.post(url, json={"destination": args.destination})))
+            _print(args, _check(client.post(url, json={"destination": args.destination})))
         elif args.key:
-            _print(_check(client.post(f"{_items_path(args.outbox, args.key)}/redrive")))
+            _print(args, _check(client.post(f"{_items_path(args.outbox, args.key)}/redrive")))
         else:
-            raise CliError("redrive needs a KEY or --all-failed")
+            raise CliError("redrive needs a KEY or --all-failed", ExitCode.USAGE)
 
 
 def purge(args: argparse.Namespace) -> None:
@@ -150,10 +322,10 @@ def purge(args: argparse.Namespace) -> None:
         batch = _check(client.post(f"{_items_path(args.outbox)}:purge", json=body))
         if not args.no_wait:
             batch = _follow(client, batch, _purge_progress)
-        _print(batch)
+        _print(args, batch)
     if batch["state"] not in ("running", "completed"):
         print(f"purge {batch['state']}: {batch.get('failure')}", file=sys.stderr)
-        raise SystemExit(1)
+        raise SystemExit(ExitCode.FAILURE)
 
 
 def _purge_progress(batch: dict[str, Any]) -> str:
@@ -176,7 +348,7 @@ def _follow(
 def destinations(args: argparse.Namespace) -> None:
     with _client(args) as client:
         if args.name is None:
-            _print(_check(client.get("/v1/destinations")))
+            _print(args, _check(client.get("/v1/destinations")))
             return
         url = f"/v1/destinations/{quote(args.name, safe='')}"
         change: dict[str, Any] = {}
@@ -189,7 +361,7 @@ def destinations(args: argparse.Namespace) -> None:
         if args.reason is not None:
             change["reason"] = args.reason
         response = client.patch(url, json=change) if change else client.get(url)
-        _print(_check(response))
+        _print(args, _check(response))
 
 
 def lanes(args: argparse.Namespace) -> None:
@@ -197,18 +369,18 @@ def lanes(args: argparse.Namespace) -> None:
     with _client(args) as client:
         if args.ordering_key is None:
             if args.redrive or args.skip:
-                raise CliError("--redrive and --skip need the lane's ORDERING_KEY")
+                raise CliError("--redrive and --skip need the lane's ORDERING_KEY", ExitCode.USAGE)
             params = {"status": args.status} if args.status else {}
-            _print(_check(client.get(path, params=params)))
+            _print(args, _check(client.get(path, params=params)))
             return
         lane = f"{path}/{quote(args.ordering_key, safe='')}"
         if args.redrive:
-            _print(_check(client.post(f"{lane}/redrive")))
+            _print(args, _check(client.post(f"{lane}/redrive")))
         elif args.skip:
             body = {"reason": args.reason} if args.reason else {}
-            _print(_check(client.post(f"{lane}/skip", json=body)))
+            _print(args, _check(client.post(f"{lane}/skip", json=body)))
         else:
-            _print(_check(client.get(lane)))
+            _print(args, _check(client.get(lane)))
 
 
 def _redrive_progress(batch: dict[str, Any]) -> str:
@@ -227,41 +399,43 @@ def dead_letters(args: argparse.Namespace) -> None:
     with _client(args) as client:
         if args.discard:
             url = f"{path}/dead-letters/{quote(args.discard, safe='')}/discard"
-            _print(_check(client.post(url, json={"reason": args.reason} if args.reason else {})))
+            _print(
+                args, _check(client.post(url, json={"reason": args.reason} if args.reason else {}))
+            )
         elif args.redrive_all:
             batch = _check(client.post(f"{path}/dead-letters:redrive", json=which))
             if args.wait:
                 batch = _follow(client, batch, _redrive_progress)
-            _print(batch)
+            _print(args, batch)
         elif args.batch:
-            _print(_check(client.get(f"{path}/redrive-batches/{quote(args.batch, safe='')}")))
+            _print(args, _check(client.get(f"{path}/redrive-batches/{quote(args.batch, safe='')}")))
         else:
             params = {**which, "include_discarded": "true"} if args.all else which
-            _print(_check(client.get(f"{path}/dead-letters", params=params)))
+            _print(args, _check(client.get(f"{path}/dead-letters", params=params)))
 
 
 def schedules(args: argparse.Namespace) -> None:
     path = "/v1/schedules"
     with _client(args) as client:
         if args.action == "list":
-            _print(_check(client.get(path)))
+            _print(args, _check(client.get(path)))
             return
         if args.action == "create":
-            _print(_check(client.post(path, json=_schedule_body(args))))
+            _print(args, _check(client.post(path, json=_schedule_body(args))))
             return
         schedule = f"{path}/{quote(args.id, safe='')}"
         if args.action == "show":
-            _print(_check(client.get(schedule)))
+            _print(args, _check(client.get(schedule)))
         elif args.action in ("pause", "unpause"):
             body = {"note": args.note} if args.note else {}
-            _print(_check(client.post(f"{schedule}/{args.action}", json=body)))
+            _print(args, _check(client.post(f"{schedule}/{args.action}", json=body)))
         elif args.action == "trigger":
-            _print(_check(client.post(f"{schedule}/trigger")))
+            _print(args, _check(client.post(f"{schedule}/trigger")))
         else:
             response = client.delete(schedule)
             if not response.is_success:
                 _check(response)
-            _print({"id": args.id, "deleted": True})
+            _print(args, {"id": args.id, "deleted": True})
 
 
 def _schedule_body(args: argparse.Namespace) -> dict[str, Any]:
@@ -271,7 +445,7 @@ def _schedule_body(args: argparse.Namespace) -> dict[str, Any]:
         try:
             body = json.loads(Path(args.file).read_text())
         except (OSError, json.JSONDecodeError) as err:
-            raise CliError(f"{args.file}: {err}") from err
+            raise CliError(f"{args.file}: {err}", ExitCode.INVALID_INPUT) from err
     body["id"] = args.id
     for flag, field in (
         ("outbox", "outbox"),
@@ -292,13 +466,106 @@ def _schedule_body(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _schedule_item(text: str) -> Any:
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as err:
-        raise CliError(f"--item is not JSON: {err}") from err
+    return _json(text, "--item")
+
+
+def items_list(args: argparse.Namespace) -> None:
+    """A page of the outbox's items, newest first (every page with --all)."""
+    params = {
+        name: value
+        for name, value in (
+            ("status", args.status),
+            ("destination", args.destination),
+            ("key_prefix", args.key_prefix),
+            ("error_code", args.error_code),
+            ("delivery", args.delivery),
+            ("created_from", args.created_from),
+            ("created_to", args.created_to),
+            ("limit", args.limit),
+            ("cursor", args.cursor),
+        )
+        if value is not None
+    }
+    with _client(args) as client:
+        page = _check(client.get(_items_path(args.outbox), params=params))
+        items = page["items"]
+        while args.all and page["next_cursor"]:
+            params["cursor"] = page["next_cursor"]
+            page = _check(client.get(_items_path(args.outbox), params=params))
+            items += page["items"]
+    if args.key_prefix is not None:
+        # Also filtered here: an API that predates `key_prefix` ignores it.
+        items = [item for item in items if item["key"].startswith(args.key_prefix)]
+    _print(args, {"items": items, "next_cursor": page["next_cursor"]}, ITEM_COLUMNS)
+    if page["next_cursor"] and _output(args) == "table":
+        print(f"more: --cursor {page['next_cursor']} (or --all)", file=sys.stderr)
+
+
+def aggregates(args: argparse.Namespace) -> None:
+    with _client(args) as client:
+        if args.action == "types":
+            _print(args, _check(client.get("/v1/aggregates")), ("type", "events"))
+            return
+        if args.action == "list":
+            _print(args, _aggregate_ids(client, args))
+            return
+        path = f"/v1/aggregates/{quote(args.type, safe='')}/{quote(args.id, safe='')}"
+        if args.action == "command":
+            payload = _json(args.payload, "the command's payload")
+            if not isinstance(payload, dict):
+                raise CliError(
+                    "the command's payload must be a JSON object", ExitCode.INVALID_INPUT
+                )
+            headers = {"Idempotency-Key": args.idempotency_key} if args.idempotency_key else {}
+            params = (
+                {"expected_version": args.expected_version}
+                if args.expected_version is not None
+                else {}
+            )
+            url = f"{path}/commands/{quote(args.command, safe='')}"
+            result = _check(client.post(url, json=payload, headers=headers, params=params))
+            _print(args, result, EVENT_COLUMNS)
+            return
+        reader = {"actor": args.actor} if args.actor else {}
+        if args.action == "state":
+            _print(args, _check(client.get(path, params=reader)))
+        else:
+            _print(args, _aggregate_events(client, path, args, reader), EVENT_COLUMNS)
+
+
+def _aggregate_ids(client: httpx.Client, args: argparse.Namespace) -> dict[str, Any]:
+    path = f"/v1/aggregates/{quote(args.type, safe='')}"
+    params: dict[str, Any] = {"limit": args.limit} if args.limit is not None else {}
+    if args.after is not None:
+        params["after"] = args.after
+    page = _check(client.get(path, params=params))
+    ids = page["items"]
+    while args.all and page["next_after"]:
+        params["after"] = page["next_after"]
+        page = _check(client.get(path, params=params))
+        ids += page["items"]
+    return {"items": ids, "next_after": page["next_after"]}
+
+
+def _aggregate_events(
+    client: httpx.Client, path: str, args: argparse.Namespace, reader: dict[str, str]
+) -> list[Any]:
+    """Oldest first after `--after`; with --all, page on until an empty page."""
+    params: dict[str, Any] = {**reader, "after": args.after}
+    if args.limit is not None:
+        params["limit"] = args.limit
+    events: list[Any] = _check(client.get(f"{path}/events", params=params))
+    page = events
+    while args.all and page:
+        params["after"] = page[-1]["seq"]
+        page = _check(client.get(f"{path}/events", params=params))
+        events += page
+    return events
 
 
 def tail(args: argparse.Namespace) -> None:
+    """Each event as one line (`--output json`: one JSON object a line), as it happens."""
+    from websockets.exceptions import ConnectionClosedError, InvalidStatus
     from websockets.sync.client import connect
 
     url = args.api.replace("http", "ws", 1) + f"/v1/outboxes/{quote(args.outbox, safe='')}/live"
@@ -307,16 +574,31 @@ def tail(args: argparse.Namespace) -> None:
         query.append(f"token={quote(args.token)}")
     if query:
         url += "?" + "&".join(query)
-    with connect(url) as socket:
-        for seen, message in enumerate(socket, start=1):
-            event = json.loads(message)
-            detail = f"  {event['detail']}" if event.get("detail") else ""
-            transition = f"{event['type']} -> {event['status']}"
-            print(
-                f"{event['at']}  #{event['id']}  {event['key']}  {transition}{detail}", flush=True
-            )
-            if args.count is not None and seen >= args.count:
-                return
+    try:
+        with connect(url) as socket:
+            for seen, message in enumerate(socket, start=1):
+                print(_tail_line(args, json.loads(message)), flush=True)
+                if args.count is not None and seen >= args.count:
+                    return
+    except InvalidStatus as err:
+        status = err.response.status_code
+        raise CliError(f"HTTP {status}: the live stream refused", exit_code_for(status)) from err
+    except ConnectionClosedError as err:
+        refused = err.rcvd is not None and err.rcvd.code == 1008  # policy violation: our request
+        code = ExitCode.INVALID_INPUT if refused else ExitCode.UNAVAILABLE
+        raise CliError(f"the live stream closed: {err}", code) from err
+    except OSError as err:
+        if isinstance(err, BrokenPipeError):
+            raise
+        raise CliError(f"cannot reach the API at {args.api}: {err}", ExitCode.UNAVAILABLE) from err
+
+
+def _tail_line(args: argparse.Namespace, event: dict[str, Any]) -> str:
+    if args.output == "json":
+        return json.dumps(event, sort_keys=True)
+    detail = f"  {event['detail']}" if event.get("detail") else ""
+    transition = f"{event['type']} -> {event['status']}"
+    return f"{event['at']}  #{event['id']}  {event['key']}  {transition}{detail}"
 
 
 def dev(args: argparse.Namespace) -> None:
@@ -325,11 +607,11 @@ def dev(args: argparse.Namespace) -> None:
     raise SystemExit(run_dev_stack())
 
 
-def _json(text: str) -> Any:
+def _json(text: str, what: str) -> Any:
     try:
         return json.loads(text)
     except json.JSONDecodeError as err:
-        raise CliError(f"--payload is not JSON: {err}") from err
+        raise CliError(f"{what} is not JSON: {err}", ExitCode.INVALID_INPUT) from err
 
 
 def _add_outbox(command: argparse.ArgumentParser, help_text: str = "the outbox's name") -> None:
@@ -337,9 +619,35 @@ def _add_outbox(command: argparse.ArgumentParser, help_text: str = "the outbox's
     command.add_argument("outbox", help=help_text)
 
 
+def _version() -> str:
+    try:
+        return metadata.version("durable-outbox")
+    except metadata.PackageNotFoundError:  # run from a checkout that was never installed
+        return "unknown"
+
+
+def _exit_codes_text() -> str:
+    return "exit codes:\n" + "\n".join(
+        textwrap.fill(
+            meaning, width=90, initial_indent=f"  {int(code):>3}  ", subsequent_indent=" " * 7
+        )
+        for code, meaning in EXIT_CODES.items()
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="outbox", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+        prog="outbox",
+        description=__doc__,
+        epilog=_exit_codes_text(),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
+    parser.add_argument(
+        "--output",
+        choices=OUTPUTS,
+        help="json (the API's answer, what scripts read) or table; by default a table on a"
+        " terminal, else json (also accepted after the command)",
     )
     parser.add_argument(
         "--api",
@@ -496,6 +804,79 @@ def build_parser() -> argparse.ArgumentParser:
             action.add_argument("--note", help="why (shown with the schedule)")
     command.set_defaults(run=schedules)
 
+    command = commands.add_parser("items", help="list an outbox's items")
+    item_actions = command.add_subparsers(dest="action", required=True)
+    listing = item_actions.add_parser(
+        "list", help="the outbox's items, newest first, filtered; a page, or --all of them"
+    )
+    _add_outbox(listing)
+    listing.add_argument(
+        "--status",
+        choices=[status.value for status in ItemStatus],
+        help="only items in this status",
+    )
+    listing.add_argument("--destination", help="only this destination's items")
+    listing.add_argument("--key-prefix", help="only items whose key starts with this")
+    listing.add_argument("--error-code", help="only items that failed with the provider's code")
+    listing.add_argument(
+        "--delivery",
+        choices=[outcome.value for outcome in DeliveryOutcome],
+        help="only items whose delivery reports say so",
+    )
+    listing.add_argument("--created-from", help="created at or after (RFC 3339)")
+    listing.add_argument("--created-to", help="created before (RFC 3339)")
+    listing.add_argument(
+        "--limit", type=int, help="items per page (the API's default 50; with --all, per request)"
+    )
+    page = listing.add_mutually_exclusive_group()
+    page.add_argument("--cursor", help="the page after this `next_cursor`")
+    page.add_argument("--all", action="store_true", help="every page, not just the first")
+    listing.set_defaults(run=items_list)
+
+    command = commands.add_parser(
+        "aggregates", help="run an aggregate's commands; read its state and events"
+    )
+    aggregate_actions = command.add_subparsers(dest="action", required=True)
+    aggregate_actions.add_parser("types", help="the aggregate types with their commands")
+    listing = aggregate_actions.add_parser("list", help="a type's aggregates, by id")
+    listing.add_argument("type", help="the aggregate type, e.g. flight")
+    listing.add_argument("--after", help="ids after this one (the page's `next_after`)")
+    listing.add_argument("--limit", type=int, help="ids per page (the API's default 50)")
+    listing.add_argument("--all", action="store_true", help="every page, not just the first")
+    run_command = aggregate_actions.add_parser(
+        "command", help="run a command (the first one creates the aggregate)"
+    )
+    run_command.add_argument("type", help="the aggregate type, e.g. flight")
+    run_command.add_argument("id", help="the aggregate's id, e.g. BA117")
+    run_command.add_argument("command", help="the command, e.g. assign_seat")
+    run_command.add_argument(
+        "payload", nargs="?", default="{}", help="the command's JSON object (default {})"
+    )
+    run_command.add_argument(
+        "--idempotency-key",
+        help="the command id: a repeat answers the first outcome and appends nothing",
+    )
+    run_command.add_argument(
+        "--expected-version",
+        type=int,
+        help="refuse (409) unless the aggregate is at this version",
+    )
+    for name, help_text in (
+        ("state", "an aggregate's state, version, read models and effect counts"),
+        ("events", "an aggregate's events, oldest first"),
+    ):
+        action = aggregate_actions.add_parser(name, help=help_text)
+        action.add_argument("type", help="the aggregate type, e.g. flight")
+        action.add_argument("id", help="the aggregate's id")
+        action.add_argument("--actor", help="read as this actor (one the token may act as)")
+        if name == "events":
+            action.add_argument(
+                "--after", type=int, default=0, help="only events with a greater seq"
+            )
+            action.add_argument("--limit", type=int, help="events per page (the API's 100)")
+            action.add_argument("--all", action="store_true", help="every page, not just one")
+    command.set_defaults(run=aggregates)
+
     command = commands.add_parser("tail", help="follow an outbox's events live")
     _add_outbox(command)
     command.add_argument("--since", type=int, help="replay events after this id first")
@@ -504,21 +885,56 @@ def build_parser() -> argparse.ArgumentParser:
 
     command = commands.add_parser("dev", help="run the whole local stack (make dev)")
     command.set_defaults(run=dev)
+
+    groups = ("items", "aggregates", "schedules", "dev")
+    leaves = [parser for name, parser in commands.choices.items() if name not in groups]
+    for group in (item_actions, aggregate_actions, actions):
+        leaves += group.choices.values()
+    for leaf in leaves:
+        # Not set unless given, so the option before the command still counts.
+        leaf.add_argument(
+            "--output", choices=OUTPUTS, default=argparse.SUPPRESS, help="as `outbox --output`"
+        )
     return parser
 
 
 def main(argv: list[str] | None = None) -> None:
+    """Run one command; every failure ends as one line on stderr and an `ExitCode`."""
     args = build_parser().parse_args(argv)
     try:
         args.run(args)
+        sys.stdout.flush()  # here, so a closed pipe is met while we can still handle it
+    except BrokenPipeError:
+        _silence_stdout()
+        raise SystemExit(ExitCode.PIPE_CLOSED) from None
     except CliError as err:
-        print(f"outbox: {err}", file=sys.stderr)
-        raise SystemExit(1) from None
+        _fail(str(err), err.code)
+    except httpx.TimeoutException as err:
+        _fail(f"the API at {args.api} did not answer in time: {err!r}", ExitCode.UNAVAILABLE)
     except httpx.TransportError as err:
-        print(f"outbox: cannot reach the API at {args.api}: {err}", file=sys.stderr)
-        raise SystemExit(1) from None
+        _fail(f"cannot reach the API at {args.api}: {err}", ExitCode.UNAVAILABLE)
     except KeyboardInterrupt:
         raise SystemExit(130) from None
+    except Exception as err:  # a bug or an answer we do not understand: still one line
+        _fail(f"unexpected error: {type(err).__name__}: {err}", ExitCode.FAILURE)
+
+
+def _fail(message: str, code: ExitCode) -> None:
+    with contextlib.suppress(BrokenPipeError):
+        print(f"outbox: {message}", file=sys.stderr)
+    raise SystemExit(code) from None
+
+
+def _silence_stdout() -> None:
+    """Point stdout at /dev/null, so the interpreter's last flush of what is left in its buffer
+    does not fail again (and print a traceback) as it exits."""
+    try:
+        stdout = sys.stdout.fileno()
+    except (AttributeError, OSError, ValueError):  # not a real file: nothing will flush it
+        return
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, stdout)
+    os.close(devnull)
 
 
 if __name__ == "__main__":

@@ -84,7 +84,7 @@ async def test_create_show_trigger_pause_unpause_delete(
     assert unpaused["paused"] is False and unpaused["note"] == "go"
     assert unpaused["next_fire_times"] and paused["paused"] is True
     assert deleted == {"id": schedule_id, "deleted": True}
-    assert missing.value.code == 1 and "HTTP 404" in error
+    assert missing.value.code == 3 and "HTTP 404" in error
     payloads = [entry["payload"] for entry in await fake_provider.admin.deliveries(webhook.name)]
     assert len(payloads) == 2 and {"n": 0} in payloads
 
