@@ -16,6 +16,8 @@ from datetime import datetime
 FLOW_WORKFLOW_TYPE = "DestinationFlow"
 THROTTLED_SIGNAL = "throttled"
 FAILING_SIGNAL = "failing"
+# The breaker's settings changed at run time (`PATCH /v1/destinations/{name}`).
+BREAKER_SETTINGS_SIGNAL = "breaker_settings"
 FLOW_QUERY = "flow"
 # The local activity that sets the submit queue's rate as the ramp says.
 APPLY_RATE_ACTIVITY = "apply_flow_rate"
@@ -65,6 +67,16 @@ class Failing:
     seen_at: datetime
     last_error: str
     configured_rate: float
+    probe_interval_s: float
+    close_after: int
+
+
+@dataclass
+class BreakerSettings:
+    """The breaker settings in force after a change at run time: an open circuit probes at the
+    new interval and closes after the new count; a breaker turned off closes it at once."""
+
+    enabled: bool
     probe_interval_s: float
     close_after: int
 

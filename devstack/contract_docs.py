@@ -37,6 +37,10 @@ _USES = {
         " sent by the submit activity (signal-with-start), not by hand: the flow opens the"
         " circuit"
     ),
+    "breaker_settings": (
+        "the breaker's settings changed at run time; sent by `PATCH /v1/destinations/{name}`:"
+        " an open circuit follows them, and closes at once when the breaker is turned off"
+    ),
     "flow": (
         "the throttle rule's and the circuit's state: storms, the share of the rate in force,"
         " the circuit (open or closed, next probe), newest events"

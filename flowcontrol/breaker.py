@@ -20,8 +20,9 @@ submit. Submits dispatched before then still go. A pause by hand is never undone
 Why probes rather than letting one real item through: docs/decisions/circuit-breaker.md.
 
 Its settings may change at run time (`readmodel.flow_overrides`): each process counts under the
-ones it read last; the probe interval and the probes to close reach the flow workflow with the
-next report, so a circuit already open keeps the ones it opened with.
+ones it read last, and the API signals the flow workflow (`on_settings`): a circuit open now
+probes at the new interval and closes after the new count, and one whose breaker is turned off
+closes at once.
 
 The state machine (`on_failing`, `due`, `on_probe`, `opened`, `closed`) is pure: the flow
 workflow runs it beside the throttle's.
@@ -37,6 +38,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
 from contract.flow import (
+    BreakerSettings,
     Failing,
     FlowEvent,
     FlowState,
@@ -120,16 +122,38 @@ def on_probe(state: FlowState, result: ProbeResult, now: datetime) -> RateChange
     return None
 
 
-def closed(state: FlowState, result: RateApplied, now: datetime) -> None:
+def on_settings(state: FlowState, settings: BreakerSettings, now: datetime) -> RateChange | None:
+    """The breaker's settings changed at run time: the change that closes an open circuit if
+    the breaker is now off; else the new interval and count apply to the circuit open now."""
+    state.probe_interval_s = settings.probe_interval_s
+    state.close_after = settings.close_after
+    if state.circuit != OPEN:
+        return None
+    if not settings.enabled:
+        return RateChange(
+            task_queue=state.task_queue,
+            kind="close",
+            factor=1.0,
+            configured_rate=state.configured_rate,
+        )
+    sooner = now + timedelta(seconds=settings.probe_interval_s)
+    if state.next_probe_at is None or sooner < state.next_probe_at:
+        state.next_probe_at = sooner
+    return None
+
+
+def closed(
+    state: FlowState, result: RateApplied, now: datetime, why: str = "probes succeeded"
+) -> None:
     """The circuit is closed: the queue resumed (or was someone else's to resume)."""
     state.circuit = CLOSED
     state.closed_at = now
     state.next_probe_at = None
     if result.released:
-        detail = "probes succeeded; the submit queue was paused or set by hand meanwhile"
+        detail = f"{why}; the submit queue was paused or set by hand meanwhile"
     else:
         shown = "its configured rate" if result.rate is None else f"{result.rate:g}/s"
-        detail = f"probes succeeded: submits at {shown}"
+        detail = f"{why}: submits at {shown}"
     state.record(FlowEvent(at=now, kind="closed", detail=detail, rate=result.rate))
 
 

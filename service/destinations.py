@@ -30,7 +30,13 @@ from common.destinations import (
     max_batch,
     poll_queue_requests,
 )
-from contract.flow import FLOW_QUERY, FlowState, flow_workflow_id
+from contract.flow import (
+    BREAKER_SETTINGS_SIGNAL,
+    FLOW_QUERY,
+    BreakerSettings,
+    FlowState,
+    flow_workflow_id,
+)
 from contract.item import POLICY_SETTINGS
 from flowcontrol.caps import FlowLimits
 from flowcontrol.policy import FlowPolicy
@@ -215,15 +221,17 @@ class DestinationControls:
         if reason is not None and len(reason) > MAX_REASON:
             raise InvalidRequest(f"reason longer than {MAX_REASON} characters")
         destination = self.destination(name)
-        if flow:
-            if self._engine is None:
-                raise InvalidRequest("flow rules cannot change at run time without the read model")
-            # Validated before any rate is set: a bad value changes nothing.
+        if flow and self._engine is None:
+            raise InvalidRequest("flow rules cannot change at run time without the read model")
+        if flow or (submit_rate is not None and destination.lane_run > 1):
+            # Validated before any rate is set: a bad value changes nothing. A lane's runs are
+            # held to the submit rate by a quota, so a lower rate is checked against it too.
             current = await self.flow_policy(name)
-            merged = {n: found.value for n, found in current.overrides.items()} | dict(flow)
+            merged = {n: found.value for n, found in current.overrides.items()} | dict(flow or {})
             _with_flow(
                 destination,
                 destination.flow.overridden({n: v for n, v in merged.items() if v is not None}),
+                submit_rate=submit_rate,
             )
         now_submit, now_poll = await self._queue_rates(destination)
         client = await self._outbox.temporal()
@@ -283,16 +291,40 @@ class DestinationControls:
         if flow:
             await self._store_flow(destination, flow)
             state.flow_policy = await self.flow_policy(name)
+            if any(field.startswith("breaker") for field in flow):
+                await self._tell_flow(destination, state.flow_policy.policy)
         return state
 
+    async def _tell_flow(self, destination: Destination, policy: FlowPolicy) -> None:
+        """Give a running flow workflow the breaker settings now in force, so a circuit open
+        now follows them (a breaker turned off closes it); with none running, nothing is
+        open and the next failing report carries them."""
+        client = await self._outbox.temporal()
+        handle = client.get_workflow_handle(flow_workflow_id(destination.name))
+        settings = BreakerSettings(
+            enabled=policy.breaker,
+            probe_interval_s=policy.breaker_probe_interval_s,
+            close_after=policy.breaker_close_after,
+        )
+        try:
+            await handle.signal(BREAKER_SETTINGS_SIGNAL, settings)
+        except RPCError as err:
+            if err.status != RPCStatusCode.NOT_FOUND:
+                raise
 
-def _with_flow(destination: Destination, policy: FlowPolicy) -> Destination:
-    """The destination with `policy` as its flow table, validated as the destinations file is:
-    a policy its mode cannot honour (a lane running several items per submit activity without
-    a quota holding them to the rate, say) raises pydantic's ValidationError saying why."""
+
+def _with_flow(
+    destination: Destination, policy: FlowPolicy, *, submit_rate: float | None = None
+) -> Destination:
+    """The destination with `policy` as its flow table (and `submit_rate`, if given), validated
+    as the destinations file is: a policy its mode cannot honour (a lane running several items
+    per submit activity without a quota holding them to the rate, say) raises pydantic's
+    ValidationError saying why."""
     fields = destination.model_dump(exclude={"delivery", "flow"})
     fields.update({name: getattr(destination.delivery, name) for name in POLICY_SETTINGS})
     fields["flow"] = policy.model_dump()
+    if submit_rate is not None:
+        fields["submit_rate"] = submit_rate
     return Destination.model_validate(fields)
 
 

@@ -23,6 +23,7 @@ from temporalio.exceptions import ActivityError
 with workflow.unsafe.imports_passed_through():
     from activities.flow import apply_flow_rate
     from contract.flow import (
+        BREAKER_SETTINGS_SIGNAL,
         FAILING_SIGNAL,
         FLOW_EVENT_ACTIVITY,
         FLOW_QUERY,
@@ -30,6 +31,7 @@ with workflow.unsafe.imports_passed_through():
         NOTIFIED_KINDS,
         PROBE_ACTIVITY,
         THROTTLED_SIGNAL,
+        BreakerSettings,
         Failing,
         FlowNotice,
         FlowState,
@@ -64,6 +66,8 @@ class DestinationFlowWorkflow:
         self._seen_before = 0
         # The change that opens the circuit, asked for by a failing report.
         self._opening: RateChange | None = None
+        # The change that closes it, asked for by the breaker turned off at run time.
+        self._closing: RateChange | None = None
         # Events notified so far (`FlowState.events_recorded`), and the notices under way.
         self._notified = state.events_recorded
         self._notices: list[workflow.ActivityHandle[bool]] = []
@@ -83,6 +87,13 @@ class DestinationFlowWorkflow:
             self._opening = change
         self._seen += 1
 
+    @workflow.signal(name=BREAKER_SETTINGS_SIGNAL)
+    def breaker_settings(self, settings: BreakerSettings) -> None:
+        change = breaker.on_settings(self._state, settings, workflow.now())
+        if change is not None and self._closing is None:
+            self._closing = change
+        self._seen += 1
+
     @workflow.query(name=FLOW_QUERY)
     def flow(self) -> FlowState:
         return self._state
@@ -97,7 +108,8 @@ class DestinationFlowWorkflow:
             self._notify()
             self._seen_before = self._seen
             due = self._due()
-            if self._opening is None and (due is None or due > workflow.now()):
+            asked = self._opening is not None or self._closing is not None
+            if not asked and (due is None or due > workflow.now()):
                 wait = LINGER if due is None else due - workflow.now()
                 try:
                     await workflow.wait_condition(self._another_report, timeout=wait)
@@ -107,6 +119,11 @@ class DestinationFlowWorkflow:
             if self._opening is not None:
                 change, self._opening = self._opening, None
                 breaker.opened(self._state, change, await self._apply(change), workflow.now())
+                continue
+            if self._closing is not None:
+                change, self._closing = self._closing, None
+                applied = await self._apply(change)
+                breaker.closed(self._state, applied, workflow.now(), "breaker turned off")
                 continue
             probe_at = breaker.due(self._state)
             if probe_at is not None and probe_at <= workflow.now():
@@ -126,7 +143,7 @@ class DestinationFlowWorkflow:
         for notice in self._notices:
             with contextlib.suppress(ActivityError):
                 await notice
-        if self._due() is not None or self._opening is not None:
+        if self._due() is not None or self._opening is not None or self._closing is not None:
             # A report came as the flow was ending, or the history grew long: go on anew.
             workflow.continue_as_new(self._state)
         return self._state

@@ -168,8 +168,19 @@ async def test_the_breaker_turned_off_and_on_at_run_time(flow_api: FlowApi) -> N
 
     opened = await eventually(destination, lambda found: found["circuit"] == "open")
     assert opened["paused"] is True
+    # Off while the circuit is open (its probes still failing): it closes at once, and the
+    # waiting items spend their attempts.
+    await patch_flow(flow_api, breaker=False)
+    closed = await eventually(destination, lambda found: found["circuit"] == "closed")
+    statuses = await ended(flow_api, waiting)
     await fake.admin.clear_endpoint_fault(flow_api.webhook)
-    assert await ended(flow_api, waiting) == ["sent"] * 4
+    await patch_flow(flow_api, breaker=None)
+
+    assert closed["paused"] is False
+    assert [e["detail"] for e in closed["flow"]["events"] if e["kind"] == "closed"] == [
+        "breaker turned off: submits at its configured rate"
+    ]
+    assert statuses == ["failed"] * 4
 
 
 BAD_FLOWS = [

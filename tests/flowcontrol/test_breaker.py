@@ -6,7 +6,14 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from contract.flow import Failing, FlowState, ProbeResult, RateApplied, Throttled
+from contract.flow import (
+    BreakerSettings,
+    Failing,
+    FlowState,
+    ProbeResult,
+    RateApplied,
+    Throttled,
+)
 from flowcontrol import breaker, throttle
 from flowcontrol.breaker import BreakerGate, BreakerQueue, is_failure
 from tests.flowcontrol.test_throttle import T0, state
@@ -68,6 +75,31 @@ def test_failing_opens_the_circuit_probes_at_intervals_and_closes_after_probes_s
         "closed",
     ]
     assert flow.events[-1].detail == "probes succeeded: submits at its configured rate"
+
+
+def test_settings_changed_at_run_time_apply_to_the_open_circuit() -> None:
+    flow = state()
+    closed_now = BreakerSettings(enabled=True, probe_interval_s=2.0, close_after=3)
+    # Closed: the settings are kept for the next opening, nothing else happens.
+    assert breaker.on_settings(flow, closed_now, T0) is None
+    assert (flow.probe_interval_s, flow.close_after) == (2.0, 3)
+    open_circuit(flow, T0)
+    assert breaker.due(flow) == T0 + timedelta(seconds=15)  # the report's interval
+    # A shorter interval brings the next probe forward; a longer one leaves it.
+    now = T0 + timedelta(seconds=1)
+    sooner = BreakerSettings(enabled=True, probe_interval_s=3.0, close_after=1)
+    assert breaker.on_settings(flow, sooner, now) is None
+    assert breaker.due(flow) == now + timedelta(seconds=3) and flow.close_after == 1
+    later = BreakerSettings(enabled=True, probe_interval_s=60.0, close_after=1)
+    assert breaker.on_settings(flow, later, now) is None
+    assert breaker.due(flow) == now + timedelta(seconds=3)
+    # Off: the change that closes it, recorded as the operator's.
+    off = BreakerSettings(enabled=False, probe_interval_s=60.0, close_after=1)
+    close = breaker.on_settings(flow, off, now)
+    assert close is not None and close.kind == "close"
+    breaker.closed(flow, RateApplied(rate=None), now, "breaker turned off")
+    assert flow.circuit == "closed" and breaker.due(flow) is None
+    assert flow.events[-1].detail == "breaker turned off: submits at its configured rate"
 
 
 def test_a_report_counting_failures_from_before_the_close_is_stale() -> None:
