@@ -145,7 +145,7 @@ async def test_a_batch_answers_each_item_and_a_retried_batch_enqueues_nothing_tw
 
 async def test_pagination_yields_every_item_once_newest_first(served: ServedStack) -> None:
     outbox = f"restpages-{uuid.uuid4().hex[:6]}"
-    keys = [f"p-{n}" for n in range(7)]
+    keys = [f"p-{n}" for n in range(7)] + ["q-7"]
     async with AsyncOutboxRest(served.url) as rest:
         for key in keys:
             await rest.enqueue(outbox, served.webhook.name, {"key": key}, idempotency_key=key)
@@ -157,15 +157,21 @@ async def test_pagination_yields_every_item_once_newest_first(served: ServedStac
             item.key async for item in rest.iter_items(outbox, status=ItemStatus.SENT, page_size=2)
         ]
         none_failed = [item async for item in rest.iter_items(outbox, status="failed")]
+        prefixed = [item.key async for item in rest.iter_items(outbox, key_prefix="q-")]
 
     def listed_sync() -> list[str]:
         with OutboxRest(served.url) as rest:
             return [item.key for item in rest.iter_items(outbox, page_size=4)]
 
+    def prefixed_sync() -> list[str]:
+        with OutboxRest(served.url) as rest:
+            return [item.key for item in rest.list_items(outbox, key_prefix="p-", limit=2).items]
+
     assert len(first_page.items) == 3 and first_page.next_cursor is not None
     assert listed_async == list(reversed(keys))
     assert await asyncio.to_thread(listed_sync) == list(reversed(keys))
     assert sent_only == list(reversed(keys)) and none_failed == []
+    assert prefixed == ["q-7"] and await asyncio.to_thread(prefixed_sync) == ["p-6", "p-5"]
 
 
 async def test_cancel_and_redrive_through_the_client(served: ServedStack) -> None:

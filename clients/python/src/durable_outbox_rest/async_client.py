@@ -138,6 +138,7 @@ class AsyncOutboxRest:
         delivery: str | None = None,
         created_from: datetime | None = None,
         created_to: datetime | None = None,
+        key_prefix: str | None = None,
         cursor: str | None = None,
         limit: int | None = None,
     ) -> ItemPage:
@@ -149,6 +150,7 @@ class AsyncOutboxRest:
             "delivery": delivery,
             "created_from": created_from,
             "created_to": created_to,
+            "key_prefix": key_prefix,
             "limit": limit,
         }
         return await self._send(calls.list_items(outbox, filters, cursor))
@@ -163,6 +165,7 @@ class AsyncOutboxRest:
         delivery: str | None = None,
         created_from: datetime | None = None,
         created_to: datetime | None = None,
+        key_prefix: str | None = None,
         page_size: int | None = None,
     ) -> AsyncIterator[Item]:
         """Every item the filters select, newest first, fetching page after page."""
@@ -176,6 +179,7 @@ class AsyncOutboxRest:
                 delivery=delivery,
                 created_from=created_from,
                 created_to=created_to,
+                key_prefix=key_prefix,
                 cursor=cursor,
                 limit=page_size,
             )
