@@ -27,6 +27,14 @@ the fake provider:
 - `cap_key_max_in_flight` / `..._without`: the most of one tenant's out at once;
 - `quota_key_max_per_s` / `..._without`: the most of one tenant's in any second;
 - `caps_items_per_s` / `..._without`: items sent a second, first enqueue to last sent.
+
+And debounce (`flowcontrol/debounce.py`): 20 keys, 25 enqueues each from 20 concurrent callers
+(`debounce_s` 1, mode `latest`), to a webhook at 100/s; counted at the fake provider:
+
+- `debounce_deliveries_per_key`: deliveries per key (1: every window became one delivery);
+- `debounce_last_payload_share`: the share of keys whose delivery carried their last payload;
+- `debounce_enqueue_p50_ms` / `debounce_enqueue_p99_ms`: each enqueue's confirmation (the
+  window holds it), with 20 callers joining windows at once.
 """
 
 from __future__ import annotations
@@ -60,6 +68,9 @@ PRIORITY_RATE = 50.0
 CAP_TENANTS = {"a": 30, "b": 20, "c": 10}
 CAP_FLOW = {"max_in_flight": 4, "key_max_in_flight": 2, "key_quotas": [{"per": "1s", "max": 5}]}
 CAP_LATENCY_MS = 200
+DEBOUNCE_KEYS = 20
+DEBOUNCE_PER_KEY = 25
+DEBOUNCE_CALLERS = 20
 
 
 async def sent(stack: BenchStack, outbox: str) -> int:
@@ -225,6 +236,55 @@ async def cap_figures() -> dict[str, Any]:
     return figures
 
 
+async def debounce() -> dict[str, float]:
+    """Bursts of enqueues per debounce key: one delivery each, and what a join costs."""
+    name = "debounce"
+    async with AsyncExitStack() as exits:
+        stack = await webhook_stack(
+            exits,
+            name=name,
+            db_file=PROJECT_ROOT / ".bench" / f"{name}.db",
+            workflow_task_queue=f"{name}-workflows",
+            submit_rate=100.0,
+        )
+        # Each key's enqueues in order (n rising), keys interleaved across the callers.
+        todo = [(n, key) for n in range(DEBOUNCE_PER_KEY) for key in range(DEBOUNCE_KEYS)]
+        latencies: list[float] = []
+
+        async def caller(share: list[tuple[int, int]]) -> None:
+            for n, key in share:
+                began = time.monotonic()
+                await stack.outbox.enqueue(
+                    "debounce",
+                    name,
+                    {"key": key, "n": n},
+                    key=f"k{key}-{n}",
+                    debounce_key=f"k{key}",
+                    debounce_s=1.0,
+                )
+                latencies.append((time.monotonic() - began) * 1000)
+
+        shares = [todo[i::DEBOUNCE_CALLERS] for i in range(DEBOUNCE_CALLERS)]
+        await asyncio.gather(*(caller(share) for share in shares))
+        deadline = time.monotonic() + STALL_S
+        delivered: list[dict[str, Any]] = []
+        while time.monotonic() < deadline:
+            delivered = await stack.fake.admin.deliveries(name)
+            if len({d["payload"]["key"] for d in delivered}) == DEBOUNCE_KEYS:
+                await asyncio.sleep(2)  # any second delivery of a key would show by now
+                delivered = await stack.fake.admin.deliveries(name)
+                break
+            await asyncio.sleep(0.2)
+    last = {d["payload"]["key"] for d in delivered if d["payload"]["n"] == DEBOUNCE_PER_KEY - 1}
+    latencies.sort()
+    return {
+        "debounce_deliveries_per_key": round(len(delivered) / DEBOUNCE_KEYS, 3),
+        "debounce_last_payload_share": round(len(last) / DEBOUNCE_KEYS, 3),
+        "debounce_enqueue_p50_ms": round(latencies[len(latencies) // 2], 1),
+        "debounce_enqueue_p99_ms": round(latencies[int(len(latencies) * 0.99) - 1], 1),
+    }
+
+
 async def flow_figures() -> dict[str, Any]:
     on: list[dict[str, float]] = []
     off: list[dict[str, float]] = []
@@ -235,9 +295,12 @@ async def flow_figures() -> dict[str, Any]:
     waits = await priorities()
     print(f"  priorities: {waits}", flush=True)
     capped = await cap_figures()
+    debounced = await debounce()
+    print(f"  debounce: {debounced}", flush=True)
     return {
         **waits,
         **capped,
+        **debounced,
         "storm_submits_per_item": round(statistics.median(r["submits_per_item"] for r in on), 3),
         "storm_submits_per_item_without_pause": round(
             statistics.median(r["submits_per_item"] for r in off), 3
@@ -255,6 +318,7 @@ def main() -> int:
         figures["cap_max_in_flight"] <= CAP_FLOW["max_in_flight"]
         and figures["cap_key_max_in_flight"] <= CAP_FLOW["key_max_in_flight"]
         and figures["quota_key_max_per_s"] <= 5
+        and figures["debounce_deliveries_per_key"] == 1
     )
     return 0 if figures["storm_duplicates"] == 0 and held else 1
 
