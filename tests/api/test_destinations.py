@@ -123,6 +123,48 @@ async def test_a_queued_item_on_a_paused_destination_cancels_at_once(dev_api: De
     assert stats["submits"] == 0
 
 
+async def test_a_purge_of_a_paused_destinations_items_cancels_every_one(dev_api: DevApi) -> None:
+    """Their submits wait on the paused queue: the purge withdraws each (it once took 5 s per
+    item, issue 31), and the resume sends nothing."""
+    url = f"/v1/destinations/{dev_api.webhook}"
+    outbox = "purge-paused"
+    await dev_api.http.patch(url, json={"paused": True, "reason": "purge while paused"})
+    try:
+        batch = await dev_api.http.post(
+            f"/v1/outboxes/{outbox}/items:batch",
+            json={
+                "items": [
+                    {
+                        "destination": dev_api.webhook,
+                        "payload": {"n": n},
+                        "idempotency_key": f"p{n}",
+                    }
+                    for n in range(30)
+                ]
+            },
+        )
+        assert batch.json()["created"] == 30, batch.text
+        keys: list[str] = []
+        for _ in range(100):  # visibility trails the starts by a moment
+            keys += (await purge(dev_api.http, outbox))["keys"]
+            if len(keys) == 30:
+                break
+            await asyncio.sleep(0.1)
+    finally:
+        await dev_api.http.patch(url, json={"paused": False})
+    await asyncio.sleep(1)
+    items = (await dev_api.http.get(f"/v1/outboxes/{outbox}/items?limit=100")).json()["items"]
+    stats = [
+        await dev_api.stack.fake.admin.key_stats(provider_idempotency_key(item["id"]))
+        for item in items
+    ]
+
+    assert sorted(keys) == sorted(f"p{n}" for n in range(30))
+    assert {item["status"] for item in items} == {"cancelled"} and len(items) == 30
+    assert {item["attempts"] for item in items} == {0}
+    assert sum(stat["submits"] for stat in stats) == 0
+
+
 async def test_bad_changes_are_problems(dev_api: DevApi) -> None:
     url = f"/v1/destinations/{dev_api.webhook}"
     assert_problem(await dev_api.http.patch("/v1/destinations/nope", json={"paused": True}), 404)
