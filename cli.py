@@ -197,8 +197,21 @@ def _fields(value: dict[str, Any]) -> str:
         return "(none)"
     width = max(len(name) for name in value)
     return "\n".join(
-        f"{name.ljust(width)}  {_cell(member, width=None)}" for name, member in value.items()
+        f"{name.ljust(width)}  {_member(name, member)}" for name, member in value.items()
     )
+
+
+def _member(name: str, member: Any) -> str:
+    """One member of an object: an item's `waiting_on` in words ("what holds it, until
+    when"), anything else as its JSON."""
+    if name == "waiting_on" and isinstance(member, list) and member:
+        return "; ".join(
+            f"{reason.get('detail') or reason.get('reason')}"
+            + (f" (until {reason['until']})" if reason.get("until") else "")
+            for reason in member
+            if isinstance(reason, dict)
+        )
+    return _cell(member, width=None)
 
 
 def _cell(value: Any, width: int | None = CELL_WIDTH) -> str:

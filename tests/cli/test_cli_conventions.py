@@ -18,6 +18,7 @@ from typing import Any
 import httpx
 import pytest
 
+import cli
 from cli import ExitCode, exit_code_for
 from contract.ids import item_workflow_id, provider_idempotency_key
 from tests.cli.test_cli import run
@@ -325,3 +326,23 @@ async def test_a_jsonl_file_sends_its_good_lines_and_names_the_bad(
     assert "line 5: unknown destination 'nowhere'" in err  # the blank line 4 still counts
     assert "created 2, existing 0, failed 3" in err
     assert "Traceback" not in err
+
+
+def test_a_waiting_item_says_in_words_what_holds_it() -> None:
+    item = {
+        "status": "queued",
+        "recipients": [],
+        "links": {"self": "/v1/outboxes/o/items/k"},
+        "waiting_on": [
+            {"reason": "paused", "detail": "destination paused: maintenance", "until": None},
+            {"reason": "debounce", "detail": "debounce window", "until": "2026-11-27T01:40:00Z"},
+        ],
+    }
+
+    shown = cli.render_table(item)
+
+    assert (
+        "waiting_on  destination paused: maintenance; debounce window (until 2026-11-27T01:40:00Z)"
+        in shown
+    )
+    assert "status      queued" in shown
