@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -384,7 +385,8 @@ async def _until_stored(client: Client, stored: dict[str, float | None]) -> None
         if all(
             (rate.source == "worker")
             if want is None
-            else (rate.source == "api" and rate.rate == want)
+            # The server keeps a rate as a float32: 0.001 reads back as 0.0010000000474974513.
+            else (rate.source == "api" and math.isclose(rate.rate, want, rel_tol=1e-6))
             for rate, want in zip(rates, stored.values(), strict=True)
         ):
             return
