@@ -6,7 +6,8 @@ by idempotency key (`Operation-Id`, `webhook-id`) and counts what it sees so tes
 Given `--report-url`, it also reports each email recipient's fate there as Event Grid would
 (`devstack/fake_reports.py`), with the events secret from `FAKE_EMAIL_EVENTS_SECRET` (never on
 the command line, where `ps` would show it); an address whose local part starts with `bounce`
-always bounces.
+always bounces. A send-email body the real service would refuse (see `email_body_problem`) gets
+its 400 `BadRequest`, after the signature check and before any fault.
 
 Faults come from four places, most specific first: a per-key script (`POST /_admin/script`),
 per-request headers (`X-Fake-Status`, `X-Fake-Retry-After`, `X-Fake-Latency-Ms`, `X-Fake-Hang-S`,
@@ -413,6 +414,10 @@ def create_app(state: FakeProviderState) -> Starlette:
         stats = state.record(key, request.url.path, "submit")
         if not _valid_acs_signature(request, body, state.acs_access_key):
             return _acs_error(401, "Denied", "Denied by the HMAC-SHA256 authentication policy")
+        problem = email_body_problem(body)
+        if problem is not None:
+            log.info("ACS send %s -> 400 (%s)", key, problem)
+            return _acs_error(400, "BadRequest", problem)
         step = state.next_step(key, request, "emails")
         fault = await _apply_fault(state, step, stats)
         if fault is not None:
@@ -633,6 +638,90 @@ def _where(request: Request) -> dict[str, str]:
 
 def _where_params(where: Mapping[str, str] | None) -> dict[str, str]:
     return {f"{_WHERE}{field}": value for field, value in (where or {}).items()}
+
+
+# The service's limit on to + cc + bcc addresses in one send.
+MAX_EMAIL_RECIPIENTS = 50
+
+
+def email_body_problem(body: bytes) -> str | None:
+    """Why ACS would refuse this send-email body with a 400, naming the field; None if valid."""
+    try:
+        email = json.loads(body)
+    except ValueError:
+        return "The request body is not valid JSON."
+    if not isinstance(email, dict):
+        return "The request body must be a JSON object."
+    if not _non_empty_string(email.get("senderAddress")):
+        return "The senderAddress field is required and must be a non-empty string."
+    problem = _recipients_problem(email.get("recipients"))
+    if problem is not None:
+        return problem
+    problem = _content_problem(email.get("content"))
+    if problem is not None:
+        return problem
+    return _attachments_problem(email.get("attachments"))
+
+
+def _non_empty_string(value: object) -> bool:
+    return isinstance(value, str) and value != ""
+
+
+def _recipients_problem(recipients: object) -> str | None:
+    if not isinstance(recipients, dict):
+        return "The recipients field is required and must be an object."
+    count = 0
+    for kind in ("to", "cc", "bcc"):
+        entries = recipients.get(kind)
+        if entries is None:
+            continue
+        if not isinstance(entries, list):
+            return f"The recipients.{kind} field must be an array of email addresses."
+        for index, entry in enumerate(entries):
+            where = f"recipients.{kind}[{index}]"
+            if not isinstance(entry, dict) or not _non_empty_string(entry.get("address")):
+                return f"The {where}.address field is required and must be a non-empty string."
+            if "displayName" in entry and not isinstance(entry["displayName"], str):
+                return f"The {where}.displayName field must be a string."
+        count += len(entries)
+    if count == 0:
+        return "The recipients field must have at least one address in to, cc or bcc."
+    if count > MAX_EMAIL_RECIPIENTS:
+        return (
+            f"The recipients field has {count} addresses in to, cc and bcc;"
+            f" at most {MAX_EMAIL_RECIPIENTS} are allowed."
+        )
+    return None
+
+
+def _content_problem(content: object) -> str | None:
+    if not isinstance(content, dict):
+        return "The content field is required and must be an object."
+    if not _non_empty_string(content.get("subject")):
+        return "The content.subject field is required and must be a non-empty string."
+    for part in ("plainText", "html"):
+        if part in content and not isinstance(content[part], str):
+            return f"The content.{part} field must be a string."
+    if not (_non_empty_string(content.get("plainText")) or _non_empty_string(content.get("html"))):
+        return "The content field must have a non-empty content.plainText or content.html."
+    return None
+
+
+def _attachments_problem(attachments: object) -> str | None:
+    if attachments is None:
+        return None
+    if not isinstance(attachments, list):
+        return "The attachments field must be an array."
+    for index, attachment in enumerate(attachments):
+        if not isinstance(attachment, dict):
+            return f"The attachments[{index}] field must be an object."
+        for name in ("name", "contentType", "contentInBase64"):
+            if not _non_empty_string(attachment.get(name)):
+                return (
+                    f"The attachments[{index}].{name} field is required"
+                    " and must be a non-empty string."
+                )
+    return None
 
 
 def _email_parties(body: bytes) -> tuple[str, list[str]]:

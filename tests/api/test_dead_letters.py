@@ -17,12 +17,14 @@ from outbox_client import InvalidRequest
 from service.dead_letters import DeadLetterService
 from service.items import ItemService
 from tests.api.conftest import Api, api_settings, open_api
+from tests.api.test_items import EMAIL
 
 
 async def enqueue(api: Api, outbox: str, key: str, destination: str) -> None:
+    payload = EMAIL if destination == api.email.name else {"key": key}
     response = await api.http.post(
         f"/v1/outboxes/{outbox}/items",
-        json={"destination": destination, "payload": {"key": key}},
+        json={"destination": destination, "payload": payload},
         headers={"Idempotency-Key": key},
     )
     assert response.status_code == 202, response.text

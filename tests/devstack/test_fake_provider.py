@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import dataclasses
 import json
@@ -26,6 +27,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from activities.providers.acs_email import API_VERSION, sign_request
+from contract.item import ItemStatus
 from devstack.fake_provider import (
     FakeProvider,
     FakeProviderAdmin,
@@ -39,7 +41,8 @@ from devstack.fake_provider import (
     with_secret,
 )
 from devstack.serving import serve_in_background
-from tests.conftest import ACS_ACCESS_KEY, WEBHOOK_SECRET
+from tests.conftest import ACS_ACCESS_KEY, WEBHOOK_SECRET, email_destination
+from tests.fakes import deliveries, submits
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -136,21 +139,28 @@ async def http() -> AsyncIterator[httpx.AsyncClient]:
 
 
 async def post_acs(
-    http: httpx.AsyncClient, url: str, key: str, recipients: tuple[str, ...] = ()
+    http: httpx.AsyncClient, url: str, key: str, recipients: tuple[str, ...] = ("ada@example.com",)
 ) -> httpx.Response:
     email = {
         "senderAddress": "noreply@example.com",
         "recipients": {"to": [{"address": address} for address in recipients]},
-        "content": {"subject": "s"},
+        "content": {"subject": "s", "plainText": "p"},
     }
+    return await send_acs_body(http, url, key, json.dumps(email).encode())
+
+
+async def send_acs_body(
+    http: httpx.AsyncClient, url: str, key: str, body: bytes, access_key: str = ACS_ACCESS_KEY
+) -> httpx.Response:
+    """POST `body` as a send-email request, signed with `access_key`."""
     request = http.build_request(
         "POST",
         f"{url}/emails:send",
         params={"api-version": API_VERSION},
-        content=json.dumps(email).encode(),
+        content=body,
         headers={"Content-Type": "application/json", "Operation-Id": key},
     )
-    sign_request(request, ACS_ACCESS_KEY)
+    sign_request(request, access_key)
     return await http.send(request)
 
 
@@ -497,3 +507,147 @@ async def test_deliveries_are_listed_in_arrival_order_per_endpoint(fake, http) -
     assert webhooks[0]["payload"] == {"n": 1}
     await fake.admin.reset()
     assert await fake.admin.deliveries() == []
+
+
+MINIMAL_EMAIL: dict[str, Any] = {
+    "senderAddress": "noreply@example.com",
+    "recipients": {"to": [{"address": "ada@example.com"}]},
+    "content": {"subject": "Hello", "plainText": "Hi Ada"},
+}
+
+
+def email_with(**changes: Any) -> bytes:
+    """MINIMAL_EMAIL with top-level fields replaced (a value of None removes the field)."""
+    email = {**MINIMAL_EMAIL, **changes}
+    return json.dumps({name: value for name, value in email.items() if value is not None}).encode()
+
+
+def content_with(**changes: Any) -> bytes:
+    content = {**MINIMAL_EMAIL["content"], **changes}
+    return email_with(content={name: value for name, value in content.items() if value is not None})
+
+
+ATTACHMENT = {"name": "a.txt", "contentType": "text/plain", "contentInBase64": "aGk="}
+
+
+@pytest.mark.parametrize(
+    ("body", "field"),
+    [
+        (b"not json", "JSON"),
+        (b"[]", "JSON object"),
+        (email_with(senderAddress=None), "senderAddress"),
+        (email_with(senderAddress=7), "senderAddress"),
+        (email_with(senderAddress=""), "senderAddress"),
+        (email_with(recipients=None), "recipients"),
+        (email_with(recipients=["ada@example.com"]), "recipients"),
+        (email_with(recipients={}), "recipients"),
+        (email_with(recipients={"to": [], "cc": [], "bcc": []}), "recipients"),
+        (email_with(recipients={"to": "ada@example.com"}), "recipients.to"),
+        (email_with(recipients={"to": ["ada@example.com"]}), "recipients.to[0].address"),
+        (email_with(recipients={"cc": [{"displayName": "Ada"}]}), "recipients.cc[0].address"),
+        (email_with(recipients={"bcc": [{"address": ""}]}), "recipients.bcc[0].address"),
+        (
+            email_with(recipients={"to": [{"address": "a@example.com", "displayName": 1}]}),
+            "recipients.to[0].displayName",
+        ),
+        (
+            email_with(
+                recipients={
+                    "to": [{"address": f"to{n}@example.com"} for n in range(30)],
+                    "bcc": [{"address": f"bcc{n}@example.com"} for n in range(21)],
+                }
+            ),
+            "at most 50",
+        ),
+        (email_with(content=None), "content"),
+        (email_with(content="Hi"), "content"),
+        (content_with(subject=None), "content.subject"),
+        (content_with(subject=""), "content.subject"),
+        (content_with(plainText=None), "content.plainText or content.html"),
+        (content_with(plainText="", html=""), "content.plainText or content.html"),
+        (content_with(html=["<p>Hi</p>"]), "content.html"),
+        (email_with(attachments={"name": "a.txt"}), "attachments"),
+        (email_with(attachments=["a.txt"]), "attachments[0]"),
+        (email_with(attachments=[{**ATTACHMENT, "name": None}]), "attachments[0].name"),
+        (
+            email_with(attachments=[ATTACHMENT, {**ATTACHMENT, "contentType": ""}]),
+            "attachments[1].contentType",
+        ),
+        (
+            email_with(attachments=[{"name": "a.txt", "contentType": "text/plain"}]),
+            "contentInBase64",
+        ),
+    ],
+)
+async def test_a_send_the_real_service_would_refuse_is_a_400_naming_the_field(
+    fake, http, body: bytes, field: str
+) -> None:
+    await fake.admin.set_faults(error_rate=1.0)  # the body is checked before any fault
+
+    response = await send_acs_body(http, fake.url, "bad", body)
+
+    assert response.status_code == 400
+    error = response.json()["error"]
+    assert error["code"] == "BadRequest" and field in error["message"]
+    assert await fake.admin.deliveries("emails") == []
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        email_with(),
+        email_with(recipients={"bcc": [{"address": "audit@example.com"}]}),
+        email_with(
+            recipients={"to": [{"address": f"to{n}@example.com"} for n in range(50)]},
+            content={"subject": "Hello", "html": "<p>Hi</p>"},
+        ),
+        email_with(
+            senderAddress="DoNotReply@example.com",
+            recipients={
+                "to": [{"address": "ada@example.com", "displayName": "Ada"}],
+                "cc": [{"address": "bob@example.com", "displayName": "Bob"}],
+                "bcc": [{"address": "audit@example.com"}],
+            },
+            content={"subject": "Hello", "plainText": "Hi", "html": "<p>Hi</p>"},
+            attachments=[ATTACHMENT],
+            replyTo=[{"address": "support@example.com", "displayName": "Support"}],
+            headers={"x-order": "42"},
+            userEngagementTrackingDisabled=True,
+        ),
+    ],
+    ids=["minimal", "bcc-only", "fifty-recipients-html", "full"],
+)
+async def test_a_valid_send_is_accepted(fake, http, body: bytes) -> None:
+    response = await send_acs_body(http, fake.url, "good", body)
+
+    assert response.status_code == 202
+    assert [d["key"] for d in await fake.admin.deliveries("emails")] == ["good"]
+
+
+async def test_a_bad_signature_is_401_before_the_body_is_checked(fake, http) -> None:
+    wrong_key = base64.b64encode(b"some-other-key").decode()
+
+    invalid = await send_acs_body(http, fake.url, "k", b"not json", access_key=wrong_key)
+    valid = await send_acs_body(http, fake.url, "k", email_with(), access_key=wrong_key)
+
+    assert (invalid.status_code, valid.status_code) == (401, 401)
+    assert invalid.json()["error"]["code"] == "Denied"
+
+
+async def test_an_item_whose_email_the_service_would_refuse_fails_at_once_naming_the_field(
+    stack_factory, fake_provider
+) -> None:
+    destination = email_destination(fake_provider)
+    stack = await stack_factory(destination)
+    no_subject = {**MINIMAL_EMAIL, "content": {"plainText": "Hi Ada"}}
+
+    item = await stack.enqueue(destination, no_subject)
+    failure = await stack.failure(item.item_id)
+
+    assert failure.type == "PermanentDeliveryError"
+    view = await stack.outbox.status("tests", item.key)
+    assert view.status is ItemStatus.FAILED and view.attempts == 1
+    assert view.last_error and "HTTP 400" in view.last_error
+    assert "content.subject" in view.last_error
+    assert await submits(fake_provider, item.item_id) == 1
+    assert await deliveries(fake_provider, item.item_id) == 0

@@ -24,7 +24,11 @@ from devstack.outcomes import outcomes
 from outbox_client import OutboxClient
 from tests.conftest import email_destination, unique_name
 
-EMAIL = {"senderAddress": "a@example.com", "recipients": {"to": [{"address": "b@example.com"}]}}
+EMAIL = {
+    "senderAddress": "a@example.com",
+    "recipients": {"to": [{"address": "b@example.com"}]},
+    "content": {"subject": "Hello", "plainText": "Hi"},
+}
 
 
 def start_worker(env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:

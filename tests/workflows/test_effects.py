@@ -201,6 +201,7 @@ async def test_a_retried_enqueue_effect_returns_the_same_item(stack_factory, fak
             "payload": {
                 "senderAddress": "a@example.com",
                 "recipients": {"to": [{"address": "b@example.com"}]},
+                "content": {"subject": "Hello", "plainText": "Hi"},
             },
             "ordering_key": None,
         },

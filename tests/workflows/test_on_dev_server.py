@@ -63,7 +63,7 @@ async def test_long_polling_continues_as_new_and_keeps_state(
     stack = await stack_factory(destination, env=dev_env)
     item = await stack.enqueue(
         destination,
-        {"senderAddress": "a@example.com", "recipients": {}},
+        EMAIL,
         script=[{"running_polls": 12}],
     )
 
