@@ -221,6 +221,7 @@ def build_workers(
             breaker_queues(destinations), policies=None if policies is None else policies.current
         ),
         gate=FlowGate(ledger, flow_limits(destinations), policies=policies),
+        attempt_log=ledger,
         events_task_queue=operations_task_queue
         or default_operations_task_queue(workflow_task_queue),
     )

@@ -17,6 +17,7 @@ from collections.abc import AsyncIterator, Awaitable, Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
 
+from sqlalchemy import Engine
 from temporalio import activity
 from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
 from temporalio.service import RPCError, RPCStatusCode
@@ -61,10 +62,12 @@ from flowcontrol.pacing import RequestPacer
 from flowcontrol.policy import FlowPolicy
 from flowcontrol.queue_rates import pause_queues_not_paused, read_queue_rate, throttle_queue
 from flowcontrol.throttle import ThrottleGate
+from readmodel import attempts
 from readmodel.store import last_event_seq
 from readmodel.writer import ProjectionWriter
 
 Result = TypeVar("Result", SubmitResult, PollResult)
+T = TypeVar("T")
 
 
 class DeliveryActivities:
@@ -85,6 +88,7 @@ class DeliveryActivities:
         breaker: BreakerGate | None = None,
         events_task_queue: str | None = None,
         gate: FlowGate | None = None,
+        attempt_log: Engine | None = None,
     ) -> None:
         self._providers = dict(providers)
         self._writer = writer
@@ -99,6 +103,8 @@ class DeliveryActivities:
         self._events_task_queue = events_task_queue
         # Caps and quotas, counted across workers in the read model (`flowcontrol/caps.py`).
         self._gate = gate
+        # Where each request to a provider is logged (`readmodel/attempts.py`), if anywhere.
+        self._attempt_log = attempt_log
 
     @activity.defn(name=SUBMIT_ACTIVITY)
     async def submit_item(self, request: SubmitRequest) -> SubmitResult:
@@ -111,7 +117,7 @@ class DeliveryActivities:
             self._slot(request.destination, request.concurrency_key, submit=True),
         ):
             try:
-                result = await provider.submit(request)
+                result = await self._logged(request.item_id, "submit", provider.submit(request))
             except TransientProviderError as err:
                 await self._throttled(request.destination, err)
                 await self._failed(request.destination, err)
@@ -160,7 +166,7 @@ class DeliveryActivities:
             _typed_errors(request.destination),
             self._slot(request.destination, request.concurrency_key, submit=False),
         ):
-            result = await provider.poll(request)
+            result = await self._logged(request.item_id, "poll", provider.poll(request))
         if request.projection is not None:
             context, at = request.projection, _server_now(began)
             renumbered = await self._follow_earlier_attempt(request.item_id, context)
@@ -239,6 +245,21 @@ class DeliveryActivities:
             *(_outcome(self.poll_operation(request)) for request in requests)
         )
         return [PollOutcome(result, *failure) for result, failure in outcomes]
+
+    async def _logged(self, item_id: str, kind: str, call: Awaitable[T]) -> T:
+        """The provider call, its HTTP exchanges written to the item's attempt log (best
+        effort: a failed write never fails the delivery)."""
+        with attempts.capture(kind) as made:
+            try:
+                return await call
+            finally:
+                if made and self._attempt_log is not None:
+                    try:
+                        await asyncio.to_thread(
+                            attempts.write_attempts, self._attempt_log, item_id, made
+                        )
+                    except Exception as err:
+                        activity.logger.warning("attempt log of %s not written: %s", item_id, err)
 
     async def _follow_earlier_attempt(self, item_id: str, context: ProjectionContext) -> bool:
         """On a retry, number this attempt's events after any an earlier attempt wrote; whether

@@ -229,6 +229,18 @@ _ITEMS = (
         "Read the item: it is still under way, or it was sent.",
     ),
     ProblemCode(
+        "item-erased",
+        409,
+        "The item's payload was erased (`DELETE .../payload`): there is nothing to send again.",
+        "Enqueue a new item with the payload under a new key.",
+    ),
+    ProblemCode(
+        "not-erasable",
+        409,
+        "Only an item that has ended (sent, failed or cancelled) can have its payload erased.",
+        "Wait for the item to end, or cancel it first.",
+    ),
+    ProblemCode(
         "not-a-dead-letter",
         409,
         "The item has not failed, so it is not a dead letter.",

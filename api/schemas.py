@@ -237,6 +237,14 @@ class ItemResponse(OutboxItemView):
         kw_only=True, metadata={"description": "'workflow' (live) or 'read-model'"}
     )
     links: ItemLinks = field(kw_only=True)
+    erased_at: datetime | None = field(
+        default=None,
+        kw_only=True,
+        metadata={
+            "description": "When its payload and attempt bodies were erased"
+            " (`DELETE .../items/{key}/payload`), if they were"
+        },
+    )
 
 
 class CancelRequestedResponse(BaseModel):

@@ -51,6 +51,14 @@ class NotRedrivable(OutboxError):
     """Only failed (or terminated, or timed-out) items can be redriven."""
 
 
+class ItemErased(OutboxError):
+    """The item's payload was erased: it cannot be redriven (there is nothing to send)."""
+
+
+class NotErasable(OutboxError):
+    """Only an ended (sent, failed or cancelled) item's payload can be erased."""
+
+
 class LaneFull(OutboxError):
     """The item's ordering lane carries as many waiting items as it can; retry later."""
 

@@ -388,3 +388,32 @@ read_view = record_reader(OutboxItemView)
 read_lane = record_reader(LaneView)
 read_aggregate_event = record_reader(RecordedEvent)
 read_event = record_reader(EventRecord)
+
+# The attempt log (`readmodel/attempts.py`): each request an item's activities made to its
+# provider, numbered per item; the newest few are kept.
+ITEM_ATTEMPTS = Table(
+    "item_attempts",
+    metadata,
+    Column("item_id", String(MAX_ITEM_ID_LENGTH), primary_key=True),
+    Column("n", Integer(), primary_key=True, autoincrement=False),
+    Column("kind", String(16), nullable=False),
+    Column("started_at", UTCDateTime(), nullable=False),
+    Column("latency_ms", Integer(), nullable=False),
+    Column("method", String(16), nullable=False),
+    Column("host", String(255), nullable=False),
+    Column("path", String(2048), nullable=False),
+    Column("request_headers", JSON(), nullable=False),
+    Column("status", Integer(), nullable=True),
+    Column("response_headers", JSON(), nullable=False),
+    Column("body", String(), nullable=True),
+    Column("body_truncated", Boolean(), nullable=False),
+    Column("error", String(255), nullable=True),
+)
+
+# Items whose payload and attempt bodies were erased (`DELETE .../items/{key}/payload`).
+ITEM_ERASURES = Table(
+    "item_erasures",
+    metadata,
+    Column("item_id", String(MAX_ITEM_ID_LENGTH), primary_key=True),
+    Column("erased_at", UTCDateTime(), nullable=False),
+)

@@ -51,7 +51,9 @@ from outbox_client.client import (
     check_same_request,
     failed_use_redrive,
 )
+from outbox_client.errors import ItemErased
 from outbox_client.lanes import check_capacity
+from readmodel import attempts as attempt_log
 from readmodel import lanes as lane_store
 from readmodel import store
 from readmodel.models import EventRecord, ItemRecord
@@ -503,6 +505,8 @@ class ItemService:
         if record is None:
             return await self.client.redrive(outbox, key)
         view = record.view
+        if await asyncio.to_thread(attempt_log.erased_at, self.engine, view.id) is not None:
+            raise ItemErased(f"item {key!r} had its payload erased: there is nothing to send")
         events = await asyncio.to_thread(store.item_events, self.engine, view.id)
         # Each generation has its own provider key: the redriven ones so far, plus this one.
         generation = 1 + sum(1 for event in events if event.type == "redriven")

@@ -12,6 +12,7 @@ import binascii
 import email.utils
 import math
 import re
+import time
 from datetime import UTC, datetime
 from typing import Annotated, ClassVar, Protocol
 from urllib.parse import urlsplit
@@ -20,6 +21,7 @@ import httpx
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 from contract.item import PollRequest, PollResult, SubmitRequest, SubmitResult
+from readmodel import attempts
 
 
 class ProviderError(Exception):
@@ -231,9 +233,36 @@ def error_code(response: httpx.Response) -> str | None:
 
 async def send(client: httpx.AsyncClient, request: httpx.Request, what: str) -> httpx.Response:
     """Send `request`, mapping timeouts and connection errors to transient errors."""
+    started_at, began = datetime.now(UTC), time.monotonic()
     try:
-        return await client.send(request)
-    except httpx.TimeoutException as err:
-        raise TransientProviderError(f"{what}: timed out ({type(err).__name__})") from err
-    except httpx.TransportError as err:
-        raise TransientProviderError(f"{what}: connection failed: {err!r}") from err
+        response = await client.send(request)
+    except httpx.HTTPError as err:
+        _note(request, started_at, began, error=err)
+        if isinstance(err, httpx.TimeoutException):
+            raise TransientProviderError(f"{what}: timed out ({type(err).__name__})") from err
+        if isinstance(err, httpx.TransportError):
+            raise TransientProviderError(f"{what}: connection failed: {err!r}") from err
+        raise
+    _note(request, started_at, began, response=response)
+    return response
+
+
+def _note(
+    request: httpx.Request,
+    started_at: datetime,
+    began: float,
+    response: httpx.Response | None = None,
+    error: BaseException | None = None,
+) -> None:
+    """The exchange, in the item's attempt log (`readmodel/attempts.py`)."""
+    attempts.note(
+        request.method,
+        str(request.url),
+        request.headers,
+        started_at,
+        round((time.monotonic() - began) * 1000),
+        status=None if response is None else response.status_code,
+        response_headers=None if response is None else response.headers,
+        body=None if response is None else response.text,
+        error=error,
+    )

@@ -10,6 +10,7 @@ that itself contains `:` never collides with an action.
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from datetime import UTC, datetime
 from typing import Annotated
@@ -58,6 +59,7 @@ from outbox_client import (
     validate_outbox,
 )
 from readmodel import store
+from readmodel.attempts import erased_at
 from service.items import (
     Enqueued,
     ItemService,
@@ -320,6 +322,8 @@ async def get_item(
     snapshot = await items.get(outbox, key)
     response = _item_response(snapshot)
     response.waiting_on = await explain(snapshot.view, controls, client, items.engine)
+    if snapshot.view.status.is_final:
+        response.erased_at = await asyncio.to_thread(erased_at, items.engine, snapshot.view.id)
     return response
 
 

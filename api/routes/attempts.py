@@ -1,0 +1,99 @@
+"""An item's attempt log (each request its activities made to the provider) and erasing an
+ended item's payload (`readmodel/attempts.py`)."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import datetime
+from typing import Any
+
+from fastapi import APIRouter
+from pydantic import BaseModel, Field
+
+from api.deps import ItemServiceDep
+from api.errors import ApiProblem
+from api.schemas import problem_responses
+from contract.item import ItemStatus
+from outbox_client.errors import NotErasable
+from readmodel import attempts as attempt_log
+
+router = APIRouter(
+    prefix="/v1/outboxes/{outbox}",
+    tags=["items"],
+    responses=problem_responses(401, 403, 404, 503),
+)
+
+# The statuses an item's payload may be erased in: it has ended and will not be sent again.
+ERASABLE = frozenset({ItemStatus.SENT, ItemStatus.FAILED, ItemStatus.CANCELLED})
+
+
+class AttemptRequest(BaseModel):
+    method: str
+    host: str
+    path: str = Field(description="without the query")
+    headers: dict[str, str] = Field(description="without credentials and signatures")
+
+
+class AttemptResponse(BaseModel):
+    status: int | None = Field(description="HTTP status; null when no answer came (`error`)")
+    headers: dict[str, str] = Field(
+        description="`retry-after`, `operation-location` and `location`, when sent"
+    )
+    body: str | None = Field(description="the body's first 2 KiB, as text")
+    body_truncated: bool
+
+
+class Attempt(BaseModel):
+    """One request to the provider and what came of it."""
+
+    n: int = Field(description="the item's attempt number, from 1")
+    kind: str = Field(description="`submit` or `poll`")
+    started_at: datetime
+    latency_ms: int
+    request: AttemptRequest
+    response: AttemptResponse
+    error: str | None = Field(description="the error class when no answer came (timeout, …)")
+
+
+class AttemptsResponse(BaseModel):
+    attempts: list[Attempt] = Field(description="newest last; the newest 50 are kept")
+    erased_at: datetime | None = Field(
+        default=None, description="when the item's payload and attempt bodies were erased"
+    )
+
+
+class ErasedResponse(BaseModel):
+    erased_at: datetime
+
+
+@router.get(
+    "/items/{key}/attempts", response_model=AttemptsResponse, summary="One item's attempt log"
+)
+async def get_attempts(outbox: str, key: str, items: ItemServiceDep) -> dict[str, Any]:
+    """Each request made to the provider for the item (submits and polls), newest last: the
+    request without secrets, the status or error, the timing headers, the body's start."""
+    snapshot = await items.get(outbox, key)
+    found = await asyncio.to_thread(attempt_log.read_attempts, items.engine, snapshot.view.id)
+    erased = await asyncio.to_thread(attempt_log.erased_at, items.engine, snapshot.view.id)
+    return {"attempts": found, "erased_at": erased}
+
+
+@router.delete(
+    "/items/{key}/payload",
+    response_model=ErasedResponse,
+    summary="Erase an ended item's payload",
+    responses=problem_responses(409),
+)
+async def erase_payload(outbox: str, key: str, items: ItemServiceDep) -> ErasedResponse:
+    """Remove the item's payload (read model and claim-check blob) and its attempts' headers
+    and bodies, keeping its statuses, times and attempt numbers; only once it has ended."""
+    snapshot = await items.get(outbox, key)
+    if snapshot.view.status not in ERASABLE:
+        raise ApiProblem.from_outbox_error(
+            NotErasable(
+                f"item {key!r} is {snapshot.view.status}: only a sent, failed or cancelled"
+                " item's payload can be erased"
+            )
+        )
+    at = await asyncio.to_thread(attempt_log.erase_item, items.engine, snapshot.view.id)
+    return ErasedResponse(erased_at=at)

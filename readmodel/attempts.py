@@ -1,0 +1,245 @@
+"""The attempt log: each request an item's activities made to its provider (issue 32).
+
+`send` (`activities/providers/base.py`) notes every HTTP exchange in the `capture()` the
+submit or poll activity opened around its provider call; the activity then writes them here,
+one INSERT each, best effort (a failed write is logged, never a failed delivery). Secrets stay
+out: the URL keeps its host and path only, request headers that carry credentials are dropped,
+the response keeps only `Retry-After`, `Operation-Location` and `Location`, and the body is
+capped. Each item keeps its newest `KEEP_PER_ITEM` attempts. Erasing an ended item's payload
+(`erase_item`) blanks the bodies and headers and keeps the numbers, statuses and times.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import logging
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any, cast
+from urllib.parse import urlsplit
+
+from sqlalchemy import Engine, and_, delete, func, insert, literal, select, update
+
+from readmodel.models import ITEM_ATTEMPTS, ITEM_ERASURES, ITEMS, PAYLOAD_BLOBS
+
+log = logging.getLogger(__name__)
+
+# Newest attempts kept per item; older ones go as new ones are written.
+KEEP_PER_ITEM = 50
+# Response bodies are kept up to this many characters.
+BODY_LIMIT = 2048
+# Response headers worth keeping: what the next attempt was timed or pointed by.
+KEPT_RESPONSE_HEADERS = ("retry-after", "operation-location", "location")
+# Request headers never stored: credentials, signatures, keys, cookies.
+_SECRET_HEADER = re.compile(r"(?i)auth|signature|secret|token|key|cookie|credential|sas")
+# A credential in a kept header's URL query, written `***` (as `common/redaction.py` does for
+# log lines; the read model imports nothing of `common`).
+_SECRET_IN_QUERY = re.compile(r"(?i)([?&](?:token|secret|access_token|api_key|sig)=)[^&\s\"']*")
+
+
+def redact(text: str) -> str:
+    """`text` with every query credential's value replaced by `***`."""
+    return _SECRET_IN_QUERY.sub(r"\1***", text)
+
+
+@dataclass
+class Attempt:
+    """One request and what came of it, as stored."""
+
+    kind: str
+    started_at: datetime
+    latency_ms: int
+    method: str
+    host: str
+    path: str
+    request_headers: dict[str, str]
+    status: int | None = None
+    response_headers: dict[str, str] = field(default_factory=dict)
+    body: str | None = None
+    body_truncated: bool = False
+    error: str | None = None
+    n: int = 0
+
+
+_CAPTURE: contextvars.ContextVar[list[Attempt] | None] = contextvars.ContextVar(
+    "attempt_capture", default=None
+)
+
+
+@contextlib.contextmanager
+def capture(kind: str) -> Iterator[list[Attempt]]:
+    """Collect the HTTP exchanges `note` sees in this context (a submit's or a poll's)."""
+    attempts: list[Attempt] = []
+    _kind.set(kind)
+    token = _CAPTURE.set(attempts)
+    try:
+        yield attempts
+    finally:
+        _CAPTURE.reset(token)
+
+
+_kind: contextvars.ContextVar[str] = contextvars.ContextVar("attempt_kind", default="submit")
+
+
+def note(
+    method: str,
+    url: str,
+    request_headers: Any,
+    started_at: datetime,
+    latency_ms: int,
+    *,
+    status: int | None = None,
+    response_headers: Any = None,
+    body: str | None = None,
+    error: BaseException | None = None,
+) -> None:
+    """Record one exchange in the open capture, if any; never raises."""
+    attempts = _CAPTURE.get()
+    if attempts is None:
+        return
+    try:
+        parts = urlsplit(url)
+        kept_body = None if body is None else body[:BODY_LIMIT]
+        attempts.append(
+            Attempt(
+                kind=_kind.get(),
+                started_at=started_at,
+                latency_ms=latency_ms,
+                method=method,
+                host=parts.hostname or "",
+                path=parts.path or "/",
+                request_headers={
+                    str(k): str(v)
+                    for k, v in dict(request_headers or {}).items()
+                    if not _SECRET_HEADER.search(str(k))
+                },
+                status=status,
+                response_headers={
+                    str(k).lower(): redact(str(v))
+                    for k, v in dict(response_headers or {}).items()
+                    if str(k).lower() in KEPT_RESPONSE_HEADERS
+                },
+                body=kept_body,
+                body_truncated=body is not None and len(body) > BODY_LIMIT,
+                error=None if error is None else type(error).__name__,
+            )
+        )
+    except Exception as err:  # noqa: BLE001 - the log never fails a delivery
+        log.warning("attempt not noted: %s", err)
+
+
+def write_attempts(engine: Engine, item_id: str, attempts: list[Attempt]) -> None:
+    """Each attempt as the item's next number (one INSERT ... SELECT each); prunes the item's
+    oldest beyond `KEEP_PER_ITEM` every tenth. Never raises."""
+    for attempt in attempts:
+        try:
+            _write_one(engine, item_id, attempt)
+        except Exception as err:  # noqa: BLE001 - the log never fails a delivery
+            log.warning("attempt of %s not logged: %s", item_id, err)
+
+
+def _write_one(engine: Engine, item_id: str, attempt: Attempt) -> None:
+    t = ITEM_ATTEMPTS
+    values: dict[str, Any] = {
+        "kind": attempt.kind,
+        "started_at": attempt.started_at,
+        "latency_ms": attempt.latency_ms,
+        "method": attempt.method,
+        "host": attempt.host,
+        "path": attempt.path,
+        "request_headers": attempt.request_headers,
+        "status": attempt.status,
+        "response_headers": attempt.response_headers,
+        "body": attempt.body,
+        "body_truncated": attempt.body_truncated,
+        "error": attempt.error,
+    }
+    next_n = select(func.coalesce(func.max(t.c.n), 0) + 1).where(t.c.item_id == item_id)
+    with engine.begin() as connection:
+        n = connection.execute(
+            insert(t)
+            .from_select(
+                ["item_id", "n", *values],
+                select(
+                    literal(item_id),
+                    next_n.scalar_subquery(),
+                    *(literal(v, t.c[k].type) for k, v in values.items()),
+                ),
+            )
+            .returning(t.c.n)
+        ).scalar_one()
+        attempt.n = n
+        if n % 10 == 0 and n > KEEP_PER_ITEM:
+            connection.execute(
+                delete(t).where(and_(t.c.item_id == item_id, t.c.n <= n - KEEP_PER_ITEM))
+            )
+
+
+def read_attempts(engine: Engine, item_id: str) -> list[dict[str, Any]]:
+    """The item's attempts, oldest first, as the API answers them."""
+    t = ITEM_ATTEMPTS
+    with engine.connect() as connection:
+        rows = connection.execute(
+            select(t).where(t.c.item_id == item_id).order_by(t.c.n)
+        ).mappings()
+        return [
+            {
+                "n": row["n"],
+                "kind": row["kind"],
+                "started_at": row["started_at"],
+                "latency_ms": row["latency_ms"],
+                "request": {
+                    "method": row["method"],
+                    "host": row["host"],
+                    "path": row["path"],
+                    "headers": row["request_headers"],
+                },
+                "response": {
+                    "status": row["status"],
+                    "headers": row["response_headers"],
+                    "body": row["body"],
+                    "body_truncated": row["body_truncated"],
+                },
+                "error": row["error"],
+            }
+            for row in rows
+        ]
+
+
+def erased_at(engine: Engine, item_id: str) -> datetime | None:
+    """When the item's payload was erased, if it was."""
+    with engine.connect() as connection:
+        return connection.execute(
+            select(ITEM_ERASURES.c.erased_at).where(ITEM_ERASURES.c.item_id == item_id)
+        ).scalar_one_or_none()
+
+
+def erase_item(engine: Engine, item_id: str, now: datetime | None = None) -> datetime:
+    """Remove the item's payload (the read model's and its claim-check blobs) and its attempts'
+    headers and bodies; keep statuses, numbers and times; mark it erased. Returns when."""
+    now = now or datetime.now(UTC)
+    t = ITEM_ATTEMPTS
+    with engine.begin() as connection:
+        connection.execute(update(ITEMS).where(ITEMS.c.id == item_id).values(payload=None))
+        connection.execute(delete(PAYLOAD_BLOBS).where(PAYLOAD_BLOBS.c.workflow_id == item_id))
+        connection.execute(
+            update(t)
+            .where(t.c.item_id == item_id)
+            .values(request_headers={}, response_headers={}, body=None, body_truncated=False)
+        )
+        found = connection.execute(
+            select(ITEM_ERASURES.c.erased_at).where(ITEM_ERASURES.c.item_id == item_id)
+        ).scalar_one_or_none()
+        if found is not None:
+            return cast(datetime, found)
+        connection.execute(insert(ITEM_ERASURES).values(item_id=item_id, erased_at=now))
+    return now
+
+
+def delete_attempts(engine: Engine, item_ids: list[str]) -> None:
+    """Drop the attempt log of items being purged from the read model."""
+    with engine.begin() as connection:
+        connection.execute(delete(ITEM_ATTEMPTS).where(ITEM_ATTEMPTS.c.item_id.in_(item_ids)))

@@ -1,0 +1,53 @@
+"""The attempt log's store: secrets left out, bodies capped, numbering and retention."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from sqlalchemy import Engine
+
+from readmodel import attempts
+
+
+def test_headers_without_secrets_and_a_capped_body_are_stored_numbered(engine: Engine) -> None:
+    with attempts.capture("submit") as made:
+        attempts.note(
+            "POST",
+            "https://host.example/emails:send?api-version=1&token=abc",
+            {"Authorization": "HMAC x", "webhook-signature": "v1,s", "Content-Type": "a/b"},
+            datetime.now(UTC),
+            12,
+            status=202,
+            response_headers={"Operation-Location": "https://h/op?token=abc", "X-Other": "1"},
+            body="x" * 5000,
+        )
+    attempts.write_attempts(engine, "outbox/t/a", made)
+    attempts.write_attempts(engine, "outbox/t/a", made)
+
+    stored = attempts.read_attempts(engine, "outbox/t/a")
+    assert [a["n"] for a in stored] == [1, 2]
+    first = stored[0]
+    assert first["request"] == {
+        "method": "POST",
+        "host": "host.example",
+        "path": "/emails:send",
+        "headers": {"Content-Type": "a/b"},
+    }
+    assert first["response"]["headers"] == {"operation-location": "https://h/op?token=***"}
+    assert len(first["response"]["body"]) == attempts.BODY_LIMIT
+    assert first["response"]["body_truncated"] is True
+
+
+def test_only_the_newest_attempts_are_kept(engine: Engine) -> None:
+    with attempts.capture("poll") as made:
+        for _ in range(attempts.KEEP_PER_ITEM + 20):
+            attempts.note("GET", "https://h/op", {}, datetime.now(UTC), 1, status=200)
+    attempts.write_attempts(engine, "outbox/t/b", made)
+
+    numbers = [a["n"] for a in attempts.read_attempts(engine, "outbox/t/b")]
+    assert numbers[-1] == attempts.KEEP_PER_ITEM + 20
+    assert len(numbers) == attempts.KEEP_PER_ITEM
+
+
+def test_no_capture_no_note() -> None:
+    attempts.note("GET", "https://h/", {}, datetime.now(UTC), 1, status=200)  # does nothing
