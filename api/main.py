@@ -32,7 +32,9 @@ from api.limits import BodySizeLimit
 from api.live import LiveHub
 from api.metrics import ApiMetrics, MetricsMiddleware
 from api.routes import (
+    activity,
     aggregates,
+    attempts,
     dashboard,
     dead_letters,
     docs,
@@ -178,11 +180,13 @@ def create_app(
     app.include_router(token_route.router, dependencies=authenticated)
     app.include_router(codec_route.router, dependencies=authenticated)
     app.include_router(items.router, dependencies=authenticated)
+    app.include_router(attempts.router, dependencies=authenticated)
     app.include_router(outboxes.router, dependencies=authenticated)
     app.include_router(lanes.router, dependencies=authenticated)
     app.include_router(dead_letters.router, dependencies=authenticated)
     app.include_router(aggregates.router, dependencies=authenticated)
     app.include_router(destination_routes.router, dependencies=authenticated)
+    app.include_router(activity.router, dependencies=authenticated)
     app.include_router(schedules.router, dependencies=authenticated)
     app.include_router(projectors.router, dependencies=authenticated)
     app.include_router(live.router)  # checks its own token: browsers cannot send headers

@@ -118,9 +118,11 @@ class ServedApi:
 async def served_api_factory(stack_factory, fake_provider) -> AsyncIterator[Callable[..., Any]]:
     async with contextlib.AsyncExitStack() as servers:
 
-        async def build(**settings_overrides: Any) -> ServedApi:
+        async def build(
+            env: WorkflowEnvironment | None = None, **settings_overrides: Any
+        ) -> ServedApi:
             webhook = webhook_destination(fake_provider)
-            stack = await stack_factory(webhook)
+            stack = await stack_factory(webhook, env=env)
             settings_overrides.setdefault(
                 "operations_task_queue", default_operations_task_queue(stack.task_queue)
             )
