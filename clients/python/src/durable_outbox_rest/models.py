@@ -153,6 +153,8 @@ class Item(ApiModel):
     superseded_by: str | None = None
     payload: dict[str, Any] | None = None
     waiting_on: list[WaitingOn] | None = None
+    # When its payload was erased (`DELETE .../payload`), if it was.
+    erased_at: datetime | None = None
     source: str
     links: ItemLinks
 
