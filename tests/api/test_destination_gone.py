@@ -41,9 +41,11 @@ async def gone_api(stack_factory, fake_provider, dev_env) -> AsyncIterator[GoneA
         await fake_provider.admin.clear_endpoint_fault(webhook.name)
 
 
-async def eventually(read: Callable[[], Awaitable[Any]], done: Callable[[Any], bool]) -> Any:
-    """`read()` until `done` holds for what it returns (10 s at most)."""
-    for _ in range(100):
+async def eventually(
+    read: Callable[[], Awaitable[Any]], done: Callable[[Any], bool], tries: int = 100
+) -> Any:
+    """`read()` until `done` holds for what it returns (`tries` reads 0.1 s apart)."""
+    for _ in range(tries):
         value = await read()
         if done(value):
             return value

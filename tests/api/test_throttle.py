@@ -109,6 +109,9 @@ async def test_a_throttle_storm_pauses_the_destination_and_it_resumes_by_itself(
             and found["flow"] is not None
             and found["flow"]["events"][-1]["kind"] == "recovered"
         ),
+        # The ramp back takes a few 2 s steps, each a workflow task and a local activity: on a
+        # loaded machine (the fresh-clone suite) more than 10 s.
+        tries=600,
     )
 
     assert paused["paused"] is True and paused["submit"]["rate"] == 0
