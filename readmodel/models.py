@@ -183,6 +183,9 @@ ITEMS = Table(
     Index("ix_outbox_items_outbox_delivery", "outbox", "delivery", "created_at", "id"),
     # The dead-letter view: an outbox's failed items by when they failed.
     Index("ix_outbox_items_outbox_status_finished", "outbox", "status", "finished_at", "id"),
+    # The dashboard's health strip: a destination's items ended per minute
+    # (`readmodel/activity.py`).
+    Index("ix_outbox_items_destination_status_finished", "destination", "status", "finished_at"),
     # Delivery reports name only the provider's message id: this finds their item.
     Index("ix_outbox_items_provider_message_id", "provider_message_id"),
 )
