@@ -142,6 +142,38 @@ async def test_deep_link_opens_a_sent_item_without_cancel(
     await expect(page.locator("#detail table").first).to_contain_text(year)
 
 
+async def test_an_item_on_a_paused_destination_says_so_and_can_be_cancelled(
+    served_api_factory: ApiFactory, browser: Browser, dev_env: Any
+) -> None:
+    # The dev server: the time-skipping one cannot pause a destination's queue.
+    api = await served_api_factory(env=dev_env)
+    outbox = "glance-paused"
+    async with httpx.AsyncClient(base_url=api.url) as http:
+        url = f"/v1/destinations/{api.webhook.name}"
+        paused = await http.patch(url, json={"paused": True, "reason": "provider maintenance"})
+        assert paused.status_code == 200, paused.text
+        try:
+            response = await http.post(
+                f"/v1/outboxes/{outbox}/items",
+                json={"destination": api.webhook.name, "payload": {"n": 1}},
+                headers={"Idempotency-Key": "held-0"},
+            )
+            assert response.status_code == 202, response.text
+            page = await open_dashboard(
+                browser, api.url + f"/#/outboxes/{outbox}/items/held-0", outbox
+            )
+            await expect(page.locator("#detail-status")).to_have_text("queued", timeout=15_000)
+            await expect(page.locator("#detail-waiting")).to_contain_text(
+                "provider maintenance", timeout=15_000
+            )
+            await expect(page.locator("#cancel-button")).to_be_visible()
+            await expect(page.locator("#redrive-button")).to_have_count(0)
+            tile = page.locator(f"#health .tile[data-destination='{api.webhook.name}'] .state")
+            await expect(tile).to_contain_text("paused", timeout=15_000)
+        finally:
+            await http.patch(url, json={"paused": False})
+
+
 async def test_items_are_paged_and_filtered(
     served_api_factory: ApiFactory, browser: Browser
 ) -> None:
