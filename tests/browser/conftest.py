@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest_asyncio
-from playwright.async_api import Browser, async_playwright
+from playwright.async_api import Browser, Locator, Page, async_playwright, expect
 
 from tests.api.conftest import served_api_factory  # noqa: F401  (the app on a real port)
 
@@ -34,3 +35,14 @@ async def browser() -> AsyncIterator[Browser]:
         browser = await playwright.chromium.launch(executable_path=executable, args=CHROMIUM_ARGS)
         yield browser
         await browser.close()
+
+
+async def reload_until(page: Page, locator: Locator, text: str, reloads: int = 20) -> None:
+    """Reload `page` until `locator` shows `text`: parts of the dashboard (the destinations,
+    the health strip) read their state when the page loads."""
+    for _ in range(reloads):
+        await page.reload()
+        with contextlib.suppress(AssertionError):
+            await expect(locator).to_contain_text(text, timeout=500)
+            return
+    await expect(locator).to_contain_text(text)

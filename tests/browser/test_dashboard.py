@@ -15,7 +15,7 @@ from contract.flow import flow_workflow_id
 from devstack.fake_provider import run_fake_provider
 from devstack.serving import serve_in_background
 from tests.api.conftest import api_settings, serve_stack
-from tests.browser.conftest import ARTIFACTS
+from tests.browser.conftest import ARTIFACTS, reload_until
 from tests.conftest import email_destination, webhook_destination
 
 
@@ -247,11 +247,7 @@ async def test_a_throttled_destination_says_until_when_and_that_it_resumes_by_it
             page = await browser.new_page()
             await page.goto(url + "/")
             row = page.locator(f"#destinations [data-destination='{webhook.name}']")
-            for _ in range(20):  # the dashboard reads the destinations when it loads
-                await page.reload()
-                with contextlib.suppress(AssertionError):
-                    await expect(row).to_contain_text("throttled until", timeout=500)
-                    break
+            await reload_until(page, row, "throttled until")
             await expect(row).to_contain_text("resumes by itself")
             # The item says why it waits (until the throttle's end, or its own Retry-After).
             await page.click("tr.item[data-key='throttled-1']")
@@ -288,11 +284,7 @@ async def test_a_destination_whose_circuit_is_open_says_so(
             page = await browser.new_page()
             await page.goto(url + "/")
             row = page.locator(f"#destinations [data-destination='{webhook.name}']")
-            for _ in range(20):  # the dashboard reads the destinations when it loads
-                await page.reload()
-                with contextlib.suppress(AssertionError):
-                    await expect(row).to_contain_text("circuit open", timeout=500)
-                    break
+            await reload_until(page, row, "circuit open")
             await expect(row).to_contain_text("closes when a probe succeeds")
             await page.click("tr.item[data-key='circuit-1']")
             waiting = page.locator("#detail-waiting")

@@ -15,7 +15,7 @@ from playwright.async_api import Browser, Page, expect
 
 from contract.ids import item_workflow_id, provider_idempotency_key
 from tests.api.conftest import ServedApi
-from tests.browser.conftest import ARTIFACTS
+from tests.browser.conftest import ARTIFACTS, reload_until
 
 ApiFactory = Callable[..., Awaitable[ServedApi]]
 
@@ -98,12 +98,7 @@ async def test_health_strip_and_failures_first(
     await expect(tile.locator("svg.spark polyline.spark-failed")).to_have_count(1)
     await expect(tile.locator(".state")).to_be_visible()
     # The strip refreshes every 30 s; a reload reads the settled read model now.
-    for _ in range(20):
-        if "3 sent" in (await tile.inner_text()) and "1 failed" in (await tile.inner_text()):
-            break
-        await page.reload()
-        tile = page.locator(f"#health .tile[data-destination='{api.webhook.name}']")
-        await expect(tile.locator(".legend")).to_be_visible(timeout=10_000)
+    await reload_until(page, tile.locator(".legend"), "3 sent, 1 failed")
     await expect(tile.locator(".sent-count")).to_have_text("3 sent")
     await expect(tile.locator(".failed-count")).to_have_text("1 failed")
     await expect(tile.locator(".queue")).to_contain_text("queued 0")
