@@ -201,7 +201,10 @@ class BacklogMetrics:
             await asyncio.wait_for(asyncio.shield(self._reading), self.timeout_s)
         except TimeoutError:
             log.warning("backlog metrics: the read model took over %ss to answer", self.timeout_s)
-            self._backlog = None
+            # The reading may have ended while `wait_for` was cancelling its wait: then its
+            # backlog is the latest, and blanking it would hide it until the cache expires.
+            if not self._reading.done():
+                self._backlog = None
 
     async def _read(self, engine: Engine) -> None:
         started = time.perf_counter()
