@@ -11,6 +11,7 @@
     outbox schedules create daily --outbox demo --cron '0 6 * * *' --item '{"destination": ...}'
     outbox schedules list | show ID | pause ID [--note N] | unpause ID | trigger ID | delete ID
     outbox destinations [NAME] [--pause --reason R | --resume] [--submit-rate N]
+    outbox destinations NAME --flow breaker=false --flow max_in_flight=5  # flow rules
     outbox cancel demo k1 | outbox redrive demo k1 | outbox redrive demo --all-failed
     outbox aggregates command flight BA1 assign_seat '{"seat": "1A", "passenger_id": "p1"}'
     outbox aggregates state flight BA1 | outbox aggregates events flight BA1 [--all]
@@ -94,6 +95,7 @@ OUTPUTS = ("json", "table")
 # The columns an item list shows as a table (the JSON has every field).
 ITEM_COLUMNS = ("key", "status", "destination", "attempts", "created_at", "updated_at")
 EVENT_COLUMNS = ("seq", "type", "recorded_at", "actor", "command_id", "data")
+DESTINATION_COLUMNS = ("name", "provider", "state", "submit", "poll", "reason")
 # A table cell longer than this is cut (the JSON output has it whole).
 CELL_WIDTH = 60
 
@@ -361,10 +363,18 @@ def _follow(
 def destinations(args: argparse.Namespace) -> None:
     with _client(args) as client:
         if args.name is None:
-            _print(args, _check(client.get("/v1/destinations")))
+            if args.flow:
+                raise CliError("--flow needs the destination's NAME", ExitCode.USAGE)
+            listed = _check(client.get("/v1/destinations"))
+            if _output(args) == "json":
+                _print(args, listed)
+            else:
+                _print(args, [_destination_row(d) for d in listed], DESTINATION_COLUMNS)
             return
         url = f"/v1/destinations/{quote(args.name, safe='')}"
         change: dict[str, Any] = {}
+        if args.flow:
+            change["flow"] = dict(_flow_change(text) for text in args.flow)
         if args.pause or args.resume:
             change["paused"] = bool(args.pause)
         if args.submit_rate is not None:
@@ -374,7 +384,76 @@ def destinations(args: argparse.Namespace) -> None:
         if args.reason is not None:
             change["reason"] = args.reason
         response = client.patch(url, json=change) if change else client.get(url)
-        _print(args, _check(response))
+        shown = _check(response)
+        if _output(args) == "json":
+            _print(args, shown)
+        else:
+            print(_destination_fields(shown))
+
+
+def _flow_change(text: str) -> tuple[str, Any]:
+    """`--flow FIELD=VALUE`: the value as JSON (`false`, `5`, `[...]`, `null`), else as text."""
+    name, equals, value = text.partition("=")
+    if not equals or not name.strip():
+        raise CliError(f"--flow {text!r}: not FIELD=VALUE", ExitCode.USAGE)
+    try:
+        return name.strip(), json.loads(value)
+    except json.JSONDecodeError:
+        return name.strip(), value
+
+
+def _destination_state(destination: dict[str, Any]) -> str:
+    """A destination's state in words: what a person checks first."""
+    if destination.get("circuit") == "open":
+        return "circuit open"
+    if destination.get("paused_until"):
+        return f"paused until {destination['paused_until']}"
+    if destination.get("paused"):
+        return "paused"
+    return "running"
+
+
+def _rate(rate: dict[str, Any] | None) -> str:
+    """A rate in force and who set it: `5.0/s` from the destinations file, `3.0/s (api)`."""
+    if not rate:
+        return ""
+    shown = f"{rate['rate']}/s"
+    return shown if rate.get("source") in (None, "worker") else f"{shown} ({rate['source']})"
+
+
+def _destination_row(destination: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "name": destination["name"],
+        "provider": destination["provider"],
+        "state": _destination_state(destination),
+        "submit": _rate(destination.get("submit")),
+        "poll": _rate(destination.get("poll")),
+        "reason": destination.get("pause_reason"),
+    }
+
+
+def _destination_fields(destination: dict[str, Any]) -> str:
+    """One destination for a person: its state and rates, then each flow-control rule in
+    force with where its value comes from (the destinations file or a PATCH, and when)."""
+    lines = {**_destination_row(destination)}
+    if destination.get("in_flight") is not None:
+        cap = ((destination.get("flow_policy") or {}).get("max_in_flight") or {}).get("value")
+        lines["in_flight"] = f"{destination['in_flight']} of {cap} out now"
+    flow = destination.get("flow") or {}
+    for name in ("storms", "opened_at", "next_probe_at", "probes_failed", "last_error"):
+        if flow.get(name) not in (None, 0, ""):
+            lines[f"flow.{name}"] = flow[name]
+    shown = _fields(lines)
+    policy = destination.get("flow_policy") or {}
+    if not policy:
+        return shown
+    width = max(len(name) for name in policy)
+    rules = [
+        f"  {name.ljust(width)}  {_cell(field['value'], width=None) or '-'}"
+        + (f"  (set by the API at {field['changed_at']})" if field.get("source") == "api" else "")
+        for name, field in policy.items()
+    ]
+    return "\n".join([shown, "flow policy in force:", *rules])
 
 
 def lanes(args: argparse.Namespace) -> None:
@@ -735,6 +814,13 @@ def build_parser() -> argparse.ArgumentParser:
     command.add_argument("--submit-rate", type=float, help="submits per second, at once")
     command.add_argument("--poll-rate", type=float, help="polls per second, at once")
     command.add_argument("--reason", help="why (shown while paused)")
+    command.add_argument(
+        "--flow",
+        action="append",
+        metavar="FIELD=VALUE",
+        help="change a flow-control rule at run time, e.g. --flow breaker=false "
+        "--flow max_in_flight=5 --flow max_in_flight=null (back to the file's); repeatable",
+    )
     command.set_defaults(run=destinations)
 
     command = commands.add_parser(

@@ -280,16 +280,7 @@ def paced_queues(destinations: Sequence[Destination]) -> dict[str, PacedQueue]:
 def throttled_queues(destinations: Sequence[Destination]) -> dict[str, ThrottledQueue]:
     """Each destination's submit queue as its throttle rule sees it (`flowcontrol.throttle`)."""
     return {
-        d.name: ThrottledQueue(
-            destination=d.name,
-            task_queue=d.submit_task_queue,
-            configured_rate=d.submit_queue_rate,
-            pause=d.flow.throttle_pause,
-            max_pause_s=d.flow.throttle_max_pause_s,
-            ramp_step_s=d.flow.throttle_ramp_step_s,
-            storm_window_s=d.flow.throttle_storm_window_s,
-            events_destination=d.flow.events_destination,
-        )
+        d.name: ThrottledQueue.of(d.name, d.submit_task_queue, d.submit_queue_rate, d.flow)
         for d in destinations
     }
 
@@ -311,17 +302,8 @@ def flow_limits(destinations: Sequence[Destination]) -> dict[str, FlowLimits]:
 def breaker_queues(destinations: Sequence[Destination]) -> dict[str, BreakerQueue]:
     """Each destination's submit queue as its circuit breaker sees it (`flowcontrol.breaker`)."""
     return {
-        d.name: BreakerQueue(
-            destination=d.name,
-            task_queue=d.submit_task_queue,
-            poll_task_queue=d.poll_task_queue,
-            configured_rate=d.submit_queue_rate,
-            enabled=d.flow.breaker,
-            window_s=d.flow.breaker_window_s,
-            min_failures=d.flow.breaker_min_failures,
-            failure_ratio=d.flow.breaker_failure_ratio,
-            probe_interval_s=d.flow.breaker_probe_interval_s,
-            close_after=d.flow.breaker_close_after,
+        d.name: BreakerQueue.of(
+            d.name, d.submit_task_queue, d.poll_task_queue, d.submit_queue_rate, d.flow
         )
         for d in destinations
     }

@@ -30,7 +30,6 @@ workflow runs it beside the throttle's.
 
 from __future__ import annotations
 
-import dataclasses
 import time
 from collections import deque
 from collections.abc import Callable, Mapping
@@ -172,16 +171,33 @@ class BreakerQueue:
     probe_interval_s: float
     close_after: int
 
-    def under(self, policy: FlowPolicy) -> BreakerQueue:
-        """This queue with `policy`'s breaker settings (changed at run time, say)."""
-        return dataclasses.replace(
-            self,
+    @classmethod
+    def of(
+        cls,
+        destination: str,
+        task_queue: str,
+        poll_task_queue: str,
+        configured_rate: float,
+        policy: FlowPolicy,
+    ) -> BreakerQueue:
+        """A destination's queues under `policy`'s breaker settings."""
+        return cls(
+            destination=destination,
+            task_queue=task_queue,
+            poll_task_queue=poll_task_queue,
+            configured_rate=configured_rate,
             enabled=policy.breaker,
             window_s=policy.breaker_window_s,
             min_failures=policy.breaker_min_failures,
             failure_ratio=policy.breaker_failure_ratio,
             probe_interval_s=policy.breaker_probe_interval_s,
             close_after=policy.breaker_close_after,
+        )
+
+    def under(self, policy: FlowPolicy) -> BreakerQueue:
+        """This queue with `policy`'s breaker settings (changed at run time, say)."""
+        return BreakerQueue.of(
+            self.destination, self.task_queue, self.poll_task_queue, self.configured_rate, policy
         )
 
 

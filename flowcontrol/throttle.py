@@ -23,6 +23,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING
 
 from contract.flow import (
     FlowEvent,
@@ -31,6 +32,9 @@ from contract.flow import (
     RateChange,
     Throttled,
 )
+
+if TYPE_CHECKING:
+    from flowcontrol.policy import FlowPolicy
 
 # The statuses a provider throttles with (503 counts only with a Retry-After).
 THROTTLE_STATUSES = (429, 503)
@@ -135,6 +139,22 @@ class ThrottledQueue:
     storm_window_s: float
     # Where the destination's flow sends operational events (`FlowPolicy.events_destination`).
     events_destination: str | None = None
+
+    @classmethod
+    def of(
+        cls, destination: str, task_queue: str, configured_rate: float, policy: FlowPolicy
+    ) -> ThrottledQueue:
+        """A destination's submit queue under `policy`'s throttle settings."""
+        return cls(
+            destination=destination,
+            task_queue=task_queue,
+            configured_rate=configured_rate,
+            pause=policy.throttle_pause,
+            max_pause_s=policy.throttle_max_pause_s,
+            ramp_step_s=policy.throttle_ramp_step_s,
+            storm_window_s=policy.throttle_storm_window_s,
+            events_destination=policy.events_destination,
+        )
 
 
 class ThrottleGate:

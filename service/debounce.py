@@ -4,6 +4,7 @@ placement, and write the members that end in the window to the read model."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from datetime import UTC, datetime
 
 from temporalio import activity
@@ -16,9 +17,18 @@ from contract.debounce import (
     DebounceClose,
 )
 from contract.ids import item_workflow_id
-from contract.item import ItemEventType, ItemStatus, OutboxItemView
-from outbox_client import OutboxClient
+from contract.item import ItemEventType, ItemStatus, OutboxItemInput, OutboxItemView
+from outbox_client import (
+    IdempotencyConflict,
+    LaneFull,
+    OutboxClient,
+    OutboxError,
+    TemporalUnavailable,
+)
 from readmodel.writer import ProjectionWriter
+
+# Hand-over errors that pass: the local activity retries them (Temporal back, a lane's room).
+WAITED_OUT = (TemporalUnavailable, LaneFull)
 
 
 class DebounceActivities:
@@ -31,12 +41,51 @@ class DebounceActivities:
 
     @activity.defn(name=CLOSE_WINDOW_ACTIVITY)
     async def close_window(self, close: DebounceClose) -> None:
-        """Hand the carrier over (a repeat finds it there), then end the others superseded."""
+        """Hand the carrier over (a repeat finds it there), then end the others superseded.
+
+        A hand-over that can never succeed ends the window's items failed, saying why, rather
+        than retrying for ever; only an unreachable Temporal or a full lane is waited out."""
         carrier = close.carrier
         [result] = await self.client.hand_over([carrier])
         if isinstance(result, Exception):
-            raise result
+            if not isinstance(result, OutboxError) or isinstance(result, WAITED_OUT):
+                raise result
+            await self._fail_window(close, result)
+            return
         carrier_id = item_workflow_id(carrier.outbox, carrier.key)
+        await self._end(
+            close.superseded,
+            ItemStatus.SUPERSEDED,
+            ItemEventType.SUPERSEDED,
+            f"carried by {carrier.key}",
+            superseded_by=carrier_id,
+        )
+
+    async def _fail_window(self, close: DebounceClose, error: OutboxError) -> None:
+        carrier = close.carrier
+        activity.logger.warning(
+            "debounce window carried by %s: the hand-over was refused (%s: %s); its %d item(s)"
+            " end failed",
+            carrier.key,
+            type(error).__name__,
+            error,
+            len(close.superseded) + 1,
+        )
+        detail = f"its debounce window's carrier {carrier.key} was refused: {error}"
+        members = list(close.superseded)
+        if not isinstance(error, IdempotencyConflict):
+            # The carrier's key is its own; under a conflict it is another item's row.
+            members.append(dataclasses.replace(carrier, payload={}, state=None))
+        await self._end(members, ItemStatus.FAILED, ItemEventType.FAILED, detail)
+
+    async def _end(
+        self,
+        members: list[OutboxItemInput],
+        status: ItemStatus,
+        event: ItemEventType,
+        detail: str,
+        superseded_by: str | None = None,
+    ) -> None:
         at = datetime.now(UTC)
         await asyncio.gather(
             *(
@@ -44,14 +93,14 @@ class DebounceActivities:
                     transitions.left_window(
                         item_workflow_id(member.outbox, member.key),
                         member,
-                        ItemStatus.SUPERSEDED,
-                        ItemEventType.SUPERSEDED,
+                        status,
+                        event,
                         at,
-                        f"carried by {carrier.key}",
-                        superseded_by=carrier_id,
+                        detail,
+                        superseded_by=superseded_by,
                     )
                 )
-                for member in close.superseded
+                for member in members
             )
         )
 

@@ -51,7 +51,7 @@ from flowcontrol.queue_rates import (
 from outbox_client import OutboxClient, UnknownDestination
 from outbox_client.errors import InvalidRequest
 from readmodel.flow_overrides import FieldOverride, in_force, read_overrides, write_overrides
-from readmodel.permits import scopes_full, windows_full
+from readmodel.permits import permits_held, scopes_full, windows_full
 
 # MAX_REASON and QueueRate are re-exported: the API validates and shows them.
 __all__ = ["MAX_REASON", "DestinationControls", "DestinationState", "QueueRate"]
@@ -88,6 +88,8 @@ class DestinationState:
     flow: FlowState | None = None
     # The flow-control rules in force, when asked for and the read model could say.
     flow_policy: FlowPolicyInForce | None = None
+    # Requests out now under its `max_in_flight` (permits held, fleet-wide), when one is set.
+    in_flight: int | None = None
 
     @property
     def paused(self) -> bool:
@@ -126,7 +128,21 @@ class DestinationControls:
         if with_flow:
             state.flow = await self._flow(destination)
             state.flow_policy = await self._flow_policy_shown(destination)
+            if state.flow_policy is not None:
+                state.in_flight = await self._in_flight(name, state.flow_policy.policy)
         return state
+
+    async def _in_flight(self, name: str, policy: FlowPolicy) -> int | None:
+        """The permits of the destination's concurrency cap held now; None without a cap."""
+        permits = FlowLimits(name).under(policy).permits(None)
+        if self._engine is None or not permits:
+            return None
+        [(scope, _)] = permits
+        try:
+            return await asyncio.to_thread(permits_held, self._engine, scope, datetime.now(UTC))
+        except SQLAlchemyError as err:
+            log.warning("in flight at %s: the read model cannot say now (%s)", name, err)
+            return None
 
     async def flow_policy(self, name: str) -> FlowPolicyInForce:
         """The destination's flow-control rules in force (raises if the read model cannot say)."""

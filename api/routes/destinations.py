@@ -127,6 +127,11 @@ class DestinationInfoFull(BaseModel):
         description="The flow-control rules in force (`[destinations.<name>.flow]`), each with"
         " its source (one destination's GET, and a PATCH that changed `flow`)",
     )
+    in_flight: int | None = Field(
+        default=None,
+        description="Submits and polls out now under `max_in_flight`, counted across every"
+        " worker (one destination's GET, while a cap is set)",
+    )
 
 
 class DestinationPatch(BaseModel):
@@ -176,6 +181,7 @@ def destination_info(state: DestinationState) -> DestinationInfoFull:
         resume_submit_rate=state.submit.resume_rate,
         resume_poll_rate=state.poll.resume_rate,
         flow_policy=None if state.flow_policy is None else flow_policy_info(state.flow_policy),
+        in_flight=state.in_flight,
     )
 
 

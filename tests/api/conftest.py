@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -119,10 +119,13 @@ async def served_api_factory(stack_factory, fake_provider) -> AsyncIterator[Call
     async with contextlib.AsyncExitStack() as servers:
 
         async def build(
-            env: WorkflowEnvironment | None = None, **settings_overrides: Any
+            env: WorkflowEnvironment | None = None,
+            destinations: Sequence[Destination] = (),
+            **settings_overrides: Any,
         ) -> ServedApi:
+            """`destinations` go beside the stack's own webhook (`ServedApi.webhook`)."""
             webhook = webhook_destination(fake_provider)
-            stack = await stack_factory(webhook, env=env)
+            stack = await stack_factory(webhook, *destinations, env=env)
             settings_overrides.setdefault(
                 "operations_task_queue", default_operations_task_queue(stack.task_queue)
             )

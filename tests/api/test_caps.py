@@ -83,8 +83,22 @@ async def enqueue_and_wait(http: httpx.AsyncClient, destination: str) -> list[st
 
 async def test_caps_hold_per_destination_and_per_key(caps_api: CapsApi) -> None:
     http, fake, name = caps_api.http, caps_api.fake, caps_api.capped
-    statuses = await enqueue_and_wait(http, name)
+    seen: list[int] = []
+
+    async def sample_in_flight() -> None:
+        # What an operator reads meanwhile: the requests out now under the destination's cap.
+        while True:
+            seen.append((await http.get(f"/v1/destinations/{name}")).json()["in_flight"])
+            await asyncio.sleep(0.05)
+
+    sampler = asyncio.create_task(sample_in_flight())
+    try:
+        statuses = await enqueue_and_wait(http, name)
+    finally:
+        sampler.cancel()
     assert statuses == ["sent"] * sum(TENANTS.values()), statuses
+    assert 1 <= max(seen) <= 3 and min(seen) >= 0, seen
+    assert (await http.get(f"/v1/destinations/{name}")).json()["in_flight"] == 0
     prefix = f"/webhook/{name}"
     per_tenant = {t: await fake.admin.max_in_flight(prefix, where={"tenant": t}) for t in TENANTS}
     assert per_tenant == {"a": 1, "b": 1, "c": 1}, per_tenant

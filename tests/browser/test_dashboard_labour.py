@@ -4,45 +4,65 @@ effect ledger, updating live, with a Retry button on a failed effect."""
 from __future__ import annotations
 
 import asyncio
+import urllib.parse
 from typing import Any
 
 import httpx
-from playwright.async_api import Browser, expect
+from playwright.async_api import Browser, Page, expect
 
+from aggregates.labour import EMAIL_DESTINATION, NOTIFICATIONS_OUTBOX
 from tests.browser.conftest import ARTIFACTS
+from tests.conftest import email_destination
+
+
+class Labour:
+    """Commands to one labour through the API, as the page's user would send them."""
+
+    def __init__(self, http: httpx.AsyncClient, api_url: str, labour_id: str) -> None:
+        self.http = http
+        self.url = f"{api_url}/v1/aggregates/labour/{labour_id}"
+
+    async def run(self, command: str, **payload: Any) -> None:
+        response = await self.http.post(f"{self.url}/commands/{command}", json=payload)
+        assert response.status_code == 200, response.text
+
+    async def with_subscriber(self, role: str) -> None:
+        """Planned by `m1`, with `s1` subscribed (by the token its policy sets) and approved."""
+        await self.run("plan_labour", actor="m1", mother_name="Ada", contact={"email": "a@x.io"})
+        token = None
+        while not token:  # set by the token policy's effect a moment later
+            await asyncio.sleep(0.05)
+            # Secret: the mother reads it (no tokens here, so `?actor=` says who reads).
+            state = (await self.http.get(self.url, params={"actor": "m1"})).json()["state"]
+            token = state["subscription_token"]
+        contact = {"email": "bo@example.com"}
+        await self.run("request_access", actor="s1", token=token, name="Bo", contact=contact)
+        await self.run("approve_subscriber", actor="m1", subscriber="s1", role=role)
+
+
+async def open_labour(browser: Browser, api_url: str, labour_id: str) -> Page:
+    page = await browser.new_page()
+    await page.goto(api_url + "/aggregates")
+    await page.locator("#types li", has_text="labour").click()
+    await page.fill("#open-id", labour_id)
+    await page.click("#open-form button")
+    return page
 
 
 async def test_labour_view_and_effects_update_live(served_api_factory, browser: Browser) -> None:
     # This stack has no `fake-email` destination: the announcement's notification fails, and
     # an operator can retry it from the page (it fails again, with the same reason).
     api = await served_api_factory()
-    url = f"{api.url}/v1/aggregates/labour/lab-ui"
-    email = {"email": "bo@example.com"}
     async with httpx.AsyncClient() as http:
-
-        async def run(command: str, **payload: Any) -> None:
-            response = await http.post(f"{url}/commands/{command}", json=payload)
-            assert response.status_code == 200, response.text
-
-        await run("plan_labour", actor="m1", mother_name="Ada", contact={"email": "a@x.io"})
-        token = None
-        while not token:  # set by the token policy's effect a moment later
-            await asyncio.sleep(0.05)
-            # Secret: the mother reads it (no tokens here, so `?actor=` says who reads).
-            state = (await http.get(url, params={"actor": "m1"})).json()["state"]
-            token = state["subscription_token"]
-        await run("request_access", actor="s1", token=token, name="Bo", contact=email)
-        await run("approve_subscriber", actor="m1", subscriber="s1", role="birth_partner")
+        labour = Labour(http, api.url, "lab-ui")
+        run = labour.run
+        await labour.with_subscriber("birth_partner")
         await run("start_contraction", actor="s1")
         await run("end_contraction", actor="s1")
         await run("post_update", actor="s1", message="4 cm", kind="status")
         await run("post_update", actor="m1", message="It's a girl!", kind="announcement")
 
-        page = await browser.new_page()
-        await page.goto(api.url + "/aggregates")
-        await page.locator("#types li", has_text="labour").click()
-        await page.fill("#open-id", "lab-ui")
-        await page.click("#open-form button")
+        page = await open_labour(browser, api.url, "lab-ui")
 
         await expect(page.locator("#labour-title")).to_have_text("Ada · planned", timeout=10_000)
         await expect(page.locator("#contractions tr")).to_have_count(1)
@@ -63,3 +83,32 @@ async def test_labour_view_and_effects_update_live(served_api_factory, browser: 
         await expect(failed.locator("td").nth(3)).to_have_text("2", timeout=10_000)
         await expect(failed).to_contain_text("failed")
         await page.screenshot(path=str(ARTIFACTS / "labour.png"), full_page=True)
+
+
+async def test_an_effect_that_enqueued_an_item_links_to_it(
+    served_api_factory, browser: Browser, fake_provider, own_time_skipping_env
+) -> None:
+    # The labour's notifications go to `fake-email`, a fixed name: on a server of its own, so
+    # no other test's worker serves that destination's queues.
+    email = email_destination(fake_provider, name=EMAIL_DESTINATION)
+    api = await served_api_factory(env=own_time_skipping_env, destinations=[email])
+    async with httpx.AsyncClient() as http:
+        labour = Labour(http, api.url, "lab-link")
+        await labour.with_subscriber("observer")
+        await labour.run("post_update", actor="m1", message="It's a boy!", kind="announcement")
+
+        page = await open_labour(browser, api.url, "lab-link")
+
+        notify = page.locator("#effects tr", has_text="notify.s1.email")
+        await expect(notify).to_contain_text("done", timeout=10_000)
+        link = notify.locator("a.item-link")
+        await expect(link).to_contain_text(f"in {NOTIFICATIONS_OUTBOX}")
+        href = await link.get_attribute("href")
+        assert href is not None and href.startswith(f"/#/outboxes/{NOTIFICATIONS_OUTBOX}/items/")
+
+        await link.click()
+        # The dashboard opens that item: the same key, the email destination, its status.
+        key = href.rsplit("/", 1)[1]
+        detail = page.locator("#detail")
+        await expect(detail).to_contain_text(EMAIL_DESTINATION, timeout=10_000)
+        await expect(detail).to_contain_text(urllib.parse.unquote(key))

@@ -127,3 +127,45 @@ async def test_purge_follows_its_batch_to_the_end(
     assert "3 cancelled, 0 skipped, 1 page(s) (completed)" in captured.err
     for key in keys:
         assert (await stack.outbox.status("cli-purge", key)).status == "cancelled"
+
+
+async def test_destinations_show_state_and_flow_rules_and_change_them(
+    dev_env, stack_factory, fake_provider, capsys
+) -> None:
+    webhook = webhook_destination(fake_provider)
+    name = webhook.name
+    stack = await stack_factory(webhook, env=dev_env)
+    async with serve_stack(stack) as url:
+        await run(url, "destinations", name, "--flow", "breaker=false", "--flow", "max_in_flight=5")
+        changed = json.loads(capsys.readouterr().out)
+        await run(url, "--output", "table", "destinations", name)
+        shown = capsys.readouterr().out
+        await run(url, "--output", "table", "destinations")
+        listed = capsys.readouterr().out
+        await run(url, "destinations", name, "--flow", "max_in_flight=null")
+        reverted = json.loads(capsys.readouterr().out)
+        with pytest.raises(SystemExit) as unknown_field:
+            await run(url, "destinations", name, "--flow", "colour=blue")
+        with pytest.raises(SystemExit) as not_a_pair:
+            await run(url, "destinations", name, "--flow", "breaker")
+
+    policy = changed["flow_policy"]
+    assert (policy["breaker"]["value"], policy["breaker"]["source"]) == (False, "api")
+    assert (policy["max_in_flight"]["value"], policy["max_in_flight"]["source"]) == (5, "api")
+    assert "state      running" in shown and "flow policy in force:" in shown
+    assert "in_flight  0 of 5 out now" in shown
+    breaker_line = next(line for line in shown.splitlines() if line.split()[:1] == ["breaker"])
+    assert breaker_line.split()[1] == "false" and "set by the API at" in breaker_line
+    window = next(line for line in shown.splitlines() if "breaker_window_s" in line)
+    assert "set by the API" not in window  # the file's value
+    header, *rows = listed.splitlines()
+    assert header.split() == ["NAME", "PROVIDER", "STATE", "SUBMIT", "POLL", "REASON"]
+    assert any(row.split()[:3] == [name, "webhook", "running"] for row in rows)
+    assert reverted["flow_policy"]["max_in_flight"] == {
+        "value": None,
+        "source": "file",
+        "changed_at": None,
+    }
+    assert (unknown_field.value.code, not_a_pair.value.code) == (7, 2)
+    err = capsys.readouterr().err
+    assert "colour" in err and "not FIELD=VALUE" in err

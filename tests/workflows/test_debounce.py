@@ -189,6 +189,40 @@ async def test_cancelling_every_member_ends_the_window_with_nothing_delivered(
         assert _row(stack, key).status is ItemStatus.CANCELLED
 
 
+async def test_a_window_whose_carrier_is_refused_ends_its_items_failed_not_retrying(
+    stack_factory: Any, fake_provider: Any
+) -> None:
+    # Two requests raced for the carrier's key: a plain item took it with another payload
+    # before the window closed. The hand-over can never succeed; the window says so and ends.
+    stack, destination = await _stack(stack_factory, fake_provider, "item")
+    writer = ProjectionWriter(stack.engine)
+    debounce_key = unique_name("raced")
+    first, carrier = [
+        await _enqueue(
+            stack,
+            destination,
+            debounce_key,
+            n,
+            debounce_mode="collect",
+            record_queued=_record(writer),
+        )
+        for n in (1, 2)
+    ]
+    await stack.outbox.enqueue("tests", destination.name, {"plain": True}, key=carrier)
+
+    assert await _windows_closed(stack, destination, debounce_key) == 1
+    await until_settled(stack, [item_workflow_id("tests", carrier)])
+
+    row = _row(stack, first)
+    assert row.status is ItemStatus.FAILED and row.superseded_by is None
+    assert row.last_error is not None
+    assert f"debounce window's carrier {carrier} was refused" in row.last_error
+    # The carrier's key is the plain item's: delivered once, its row its own.
+    assert _row(stack, carrier).status is ItemStatus.SENT
+    delivered = await _delivered(fake_provider, destination)
+    assert [entry["payload"] for entry in delivered] == [{"plain": True}]
+
+
 def _record(writer: ProjectionWriter) -> Any:
     async def record(item_id: str, item: Any) -> None:
         await writer.write(transitions.enqueued(item_id, item))
