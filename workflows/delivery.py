@@ -79,6 +79,8 @@ Outcome = TypeVar("Outcome", SubmitOutcome, PollOutcome)
 _MAX_EARLY_REPORTS = 100
 # The patch that lets a cancel withdraw a submit no worker has taken.
 _CANCEL_WAITING_SUBMIT = "cancel-waiting-submit"
+# The same for a submit waiting in, or for, an activity shared with other items' submits.
+_CANCEL_SHARED_SUBMIT = "cancel-shared-submit"
 
 
 class DeliveryHost(Protocol):
@@ -118,6 +120,10 @@ class DeliveryHost(Protocol):
         self, request: SubmitRequest, policy: DeliveryPolicy, priority: int | None = None
     ) -> SubmitOutcome:
         """The outcome of one submit, run in an activity shared with other items' submits."""
+
+    def withdraw_submit(self, request: SubmitRequest, error: Exception) -> bool:
+        """Take back a shared submit no worker has sent (answered with `error`); False when
+        it cannot be (gone out, a lane run's, or submits are not shared)."""
 
     def poll_batched(self) -> bool:
         """Whether polls go through `poll` (shared activities) rather than one activity each."""
@@ -196,6 +202,8 @@ class Delivery:
         self.activity_out = False
         # A queued item's submit while it is scheduled: a cancel withdraws it (`_execute`).
         self._submit_out: asyncio.Task[Any] | None = None
+        # The same while it waits to go in an activity shared with others (`DeliveryHost.submit`).
+        self._shared_submit: SubmitRequest | None = None
         # Set by a lane for the item's first submit: the run of items it goes in, in order.
         self.sequence: str | None = None
         self._resumed_in_backoff = (
@@ -298,6 +306,9 @@ class Delivery:
         out = self._submit_out
         if out is not None and not out.done() and workflow.patched(_CANCEL_WAITING_SUBMIT):
             out.cancel()
+        shared = self._shared_submit
+        if shared is not None and workflow.patched(_CANCEL_SHARED_SUBMIT):
+            self._host.withdraw_submit(shared, _SubmitWithdrawn())
 
     async def delivery_report(self, report: DeliveryReport) -> None:
         """Record the provider's report on one recipient; a repeat or an older report changes
@@ -373,9 +384,13 @@ class Delivery:
             result: SubmitResult
             try:
                 if self._host.submit_batched():
-                    result = await self._shared(
-                        request, self._host.submit(request, policy, self.item.priority)
-                    )
+                    self._shared_submit = request
+                    try:
+                        result = await self._shared(
+                            request, self._host.submit(request, policy, self.item.priority)
+                        )
+                    finally:
+                        self._shared_submit = None
                 else:
                     result = await self._execute(
                         DeliveryActivities.submit_item,

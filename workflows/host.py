@@ -39,7 +39,8 @@ from typing import Generic, TypeVar
 
 from temporalio import workflow
 from temporalio.common import Priority, RetryPolicy
-from temporalio.exceptions import ActivityError, ApplicationError
+from temporalio.exceptions import ActivityError, ApplicationError, CancelledError
+from temporalio.workflow import ActivityCancellationType
 
 with workflow.unsafe.imports_passed_through():
     from activities.delivery import DeliveryActivities, went_through
@@ -115,6 +116,17 @@ Request = TypeVar("Request", SubmitRequest, PollRequest)
 Outcome = TypeVar("Outcome", SubmitOutcome, PollOutcome)
 
 
+@dataclass(eq=False)
+class _OutBatch(Generic[Request, Outcome]):
+    """A batch whose activity is out, and the errors its withdrawn requests are answered with
+    should the activity be cancelled before any worker took it (by their outcome's id)."""
+
+    entries: list[tuple[Request, DeliveryPolicy, asyncio.Future[Outcome]]]
+    priorities: dict[int, int | None]
+    handle: workflow.ActivityHandle[list[Outcome]] | None = None
+    withdrawn: dict[int, Exception] = field(default_factory=dict)
+
+
 @dataclass
 class _Batcher(Generic[Request, Outcome]):
     """Submits (or polls) asked for by the shard's deliveries, sent in activities of up to
@@ -152,6 +164,30 @@ class _Batcher(Generic[Request, Outcome]):
     _stopped: dict[str, None] = field(default_factory=dict)
     _gathering: bool = False
     _out: int = 0
+    _out_batches: list[_OutBatch[Request, Outcome]] = field(default_factory=list)
+
+    def withdraw(self, request: Request, error: Exception) -> bool:
+        """Take back a request no worker has sent (its item was cancelled): one still waiting
+        here is answered `error` at once; one whose batch's activity waits on the server has
+        that activity cancelled, and if no worker had taken it, `error` answers it and the
+        batch's other requests are asked again. False: not a request this batcher can take back
+        (a lane run's, or one already answered)."""
+        if self.sequence_of(request) is not None:
+            return False
+        for index, (asked, _, outcome) in enumerate(self._asked):
+            if asked is request:
+                del self._asked[index]
+                self._priorities.pop(id(outcome), None)
+                outcome.set_exception(error)
+                return True
+        for out in self._out_batches:
+            for asked, _, outcome in out.entries:
+                if asked is request and out.handle is not None:
+                    if not out.withdrawn:
+                        out.handle.cancel()
+                    out.withdrawn[id(outcome)] = error
+                    return True
+        return False
 
     async def ask(
         self, request: Request, policy: DeliveryPolicy, priority: int | None = None
@@ -225,9 +261,10 @@ class _Batcher(Generic[Request, Outcome]):
     ) -> None:
         policy = batch[0][1]
         sequences = [self.sequence_of(request) for request, _, _ in batch]
+        out = _OutBatch(batch, {id(o): self._priorities.get(id(o)) for _, _, o in batch})
         priority = self._batch_priority(batch)
         try:
-            outcomes = await workflow.execute_activity_method(
+            out.handle = workflow.start_activity_method(
                 self.activity,
                 [request for request, _, _ in batch],
                 task_queue=self.task_queue(policy),
@@ -235,8 +272,15 @@ class _Batcher(Generic[Request, Outcome]):
                 retry_policy=BATCH_RETRIES,
                 summary=f"{self.noun} {len(batch)} items",
                 priority=priority,
+                # Only a withdrawal cancels it (`withdraw`): one a worker runs then finishes,
+                # and its outcomes stand, so a cancel never leaves a submit's fate unknown.
+                cancellation_type=ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
             )
+            self._out_batches.append(out)
+            outcomes = await out.handle
         except ActivityError as err:
+            # Withdrawn before any worker took it (`withdraw`): no request of it went.
+            withdrawn = isinstance(err.cause, CancelledError) and not err.started_event_id
             # The whole activity failed (after its retries): each item counts a failed request;
             # in a run, only its first (the rest are sent again, under their own idempotency
             # keys, when their turn comes again).
@@ -247,8 +291,15 @@ class _Batcher(Generic[Request, Outcome]):
                 else self._untried()
                 for index, sequence in enumerate(sequences)
             ]
+        else:
+            withdrawn = False
         finally:
             self._out -= 1
+            if out in self._out_batches:
+                self._out_batches.remove(out)
+        if withdrawn and out.withdrawn:
+            self._ask_again(out)
+            return
         for (request, _, _), sequence, answered in zip(batch, sequences, outcomes, strict=True):
             if sequence is None:
                 continue
@@ -265,6 +316,30 @@ class _Batcher(Generic[Request, Outcome]):
     def _untried(self) -> Outcome:
         assert self.untried is not None
         return self.untried()
+
+    def _ask_again(self, out: _OutBatch[Request, Outcome]) -> None:
+        """A withdrawn batch that never went: its withdrawn requests are answered with their
+        errors, the others wait again ahead of those asked since, each run in its order."""
+        again: list[tuple[Request, DeliveryPolicy, asyncio.Future[Outcome]]] = []
+        runs: dict[str, list[tuple[Request, DeliveryPolicy, asyncio.Future[Outcome]]]] = {}
+        for entry in out.entries:
+            request, _, outcome = entry
+            error = out.withdrawn.get(id(outcome))
+            sequence = self.sequence_of(request)
+            if error is not None:
+                outcome.set_exception(error)
+            elif sequence is None:
+                again.append(entry)
+                if out.priorities.get(id(outcome)) is not None:
+                    self._priorities[id(outcome)] = out.priorities[id(outcome)]
+            else:
+                runs.setdefault(sequence, []).append(entry)
+        self._asked[:0] = again
+        for sequence, entries in runs.items():
+            self._sequences_out.discard(sequence)
+            self._sequences[sequence] = entries + self._sequences.get(sequence, [])
+        if self._asked or self._sequences:
+            self._send_soon()
 
 
 class DeliveryHostWorkflow:
@@ -734,6 +809,9 @@ class DeliveryHostWorkflow:
 
     def submit_batched(self) -> bool:
         return self._submits.size > 1
+
+    def withdraw_submit(self, request: SubmitRequest, error: Exception) -> bool:
+        return self._submits.withdraw(request, error)
 
     def run_length(self, destination: str) -> int:
         """How many of a lane's items may go in one submit activity, one after another: a

@@ -135,6 +135,10 @@ class OutboxItemWorkflow:
         """An item's submits are its own activities."""
         return False
 
+    def withdraw_submit(self, request: SubmitRequest, error: Exception) -> bool:
+        """An item's submits are its own activities (`Delivery._withdraw_submit` cancels one)."""
+        return False
+
     async def submit(
         self, request: SubmitRequest, policy: DeliveryPolicy, priority: int | None = None
     ) -> SubmitOutcome:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
+from typing import Any
 
 import httpx
 import pytest
@@ -281,3 +282,68 @@ def test_temporal_not_answering_in_time_is_a_503_with_retry_after(status: RPCSta
     assert problem is not None
     assert (problem.status, problem.slug) == (503, "temporal-unavailable")
     assert problem.headers["Retry-After"].isdigit()
+
+
+async def test_a_paused_bulk_destinations_shared_submits_are_withdrawn_by_a_purge(
+    stack_factory, fake_provider, dev_env
+) -> None:
+    """With `submit_batch`, queued items wait in shared submit activities scheduled on the
+    paused queue (4 out at once) and behind them: the purge takes each out of its batch (a
+    batch no worker took is cancelled and the rest asked again), and the resume sends none."""
+    webhook = webhook_destination(
+        fake_provider, submit_rate=50.0, mode="bulk", shards=1, submit_batch=3
+    )
+    stack = await stack_factory(webhook, env=dev_env)
+    settings = api_settings(
+        workflow_task_queue=stack.task_queue,
+        operations_task_queue=default_operations_task_queue(stack.task_queue),
+    )
+    outbox = "purge-paused-bulk"
+    count = 20  # 12 in the 4 batches out, 8 waiting for a batch
+    async for http in open_api(stack, settings):
+        url = f"/v1/destinations/{webhook.name}"
+        await http.patch(url, json={"paused": True, "reason": "purge while paused"})
+        try:
+            batch = await http.post(
+                f"/v1/outboxes/{outbox}/items:batch",
+                json={
+                    "items": [
+                        {
+                            "destination": webhook.name,
+                            "payload": {"n": n},
+                            "idempotency_key": f"b{n}",
+                        }
+                        for n in range(count)
+                    ]
+                },
+            )
+            assert batch.json()["created"] == count, batch.text
+            await asyncio.sleep(2)  # the shard has scheduled its batches on the paused queue
+            keys: list[str] = []
+            for _ in range(100):
+                keys += (await purge(http, outbox))["keys"]
+                if len(keys) >= count:
+                    break
+                await asyncio.sleep(0.1)
+
+            items = await every_one_ended(http, outbox, count)
+        finally:
+            await http.patch(url, json={"paused": False})
+        await asyncio.sleep(1.5)
+        delivered = await fake_provider.admin.deliveries(webhook.name)
+
+        assert sorted(set(keys)) == sorted(f"b{n}" for n in range(count))
+        assert {item["status"] for item in items} == {"cancelled"}
+        assert {item["attempts"] for item in items} == {0}
+        assert delivered == []
+
+
+async def every_one_ended(http: httpx.AsyncClient, outbox: str, count: int) -> list[dict[str, Any]]:
+    """The outbox's `count` items once none is queued any more."""
+    for _ in range(200):
+        page = await http.get(f"/v1/outboxes/{outbox}/items?limit=100")
+        items: list[dict[str, Any]] = page.json()["items"]
+        if len(items) == count and all(item["status"] != "queued" for item in items):
+            return items
+        await asyncio.sleep(0.1)
+    raise AssertionError(f"items never ended: {items}")
