@@ -26,6 +26,7 @@ from temporalio.runtime import PrometheusConfig, Runtime, TelemetryConfig
 from temporalio.worker import (
     Interceptor,
     PollerBehaviorAutoscaling,
+    PollerBehaviorSimpleMaximum,
     UnsandboxedWorkflowRunner,
     Worker,
 )
@@ -155,9 +156,11 @@ def build_workers(
                     debounce.close_window,
                     debounce.cancel_member,
                 ],
-                # Projections are local activities; nothing remote runs on this queue, so no
-                # activity pollers wait on it.
-                no_remote_activities=True,
+                # Projections are local activities. A debounce window's hand-over and a
+                # member's cancel run here as regular activities, scheduled only once the
+                # window's decision is recorded (`workflows/debounce.py` `_run`): rare, so two
+                # pollers wait for them.
+                activity_task_poller_behavior=PollerBehaviorSimpleMaximum(maximum=2),
                 # Pollers scale with the work waiting (the SDK's default is 5 fixed), so more
                 # tasks meet a waiting poller instead of the server's backlog.
                 # Why: docs/decisions/autoscaling-pollers.md

@@ -27,7 +27,9 @@ from outbox_client import lanes
 from outbox_client.connection import TemporalConnection, check_stack_keys
 from outbox_client.debounce import Debouncer
 from outbox_client.errors import (
+    CannotCancel,
     InvalidRequest,
+    ItemNotFound,
     UnknownDestination,
     check_same_request,
     failed_use_redrive,
@@ -340,12 +342,22 @@ class OutboxClient:
         """
         validate_outbox(outbox)
         validate_key(key)
+        item = ItemRef.of(known) if known is not None else ItemRef(outbox, key, None, ordering_key)
+        place = self.placement(item.destination, item.ordering_key)
         if known is not None and known.debounce_key and known.status is ItemStatus.QUEUED:
             left = await self._debouncer.leave(known, reason)
             if left is not None:
                 return left
-        item = ItemRef.of(known) if known is not None else ItemRef(outbox, key, None, ordering_key)
-        return await self.placement(item.destination, item.ordering_key).cancel(item, reason, wait)
+            # Its window closed meanwhile: it is the carrier, an item of its own now, or one
+            # the carrier took along (no item of its own to cancel).
+            try:
+                return await place.cancel(item, reason, wait)
+            except ItemNotFound:
+                raise CannotCancel(
+                    "its debounce window closed meanwhile: the item that carried it is being"
+                    " delivered"
+                ) from None
+        return await place.cancel(item, reason, wait)
 
     async def debounce_window(self, view: OutboxItemView) -> DebounceWindowView | None:
         """The open debounce window of the item's key (None: it has none)."""

@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+from collections.abc import Awaitable, Callable
 from datetime import datetime, timedelta
+from typing import TypeVar
 
 from temporalio import workflow
 
@@ -34,12 +36,16 @@ with workflow.unsafe.imports_passed_through():
         DebounceWindowView,
         JoinOutcome,
     )
-    from contract.item import OutboxItemInput
+    from contract.item import OutboxItemInput, OutboxItemView
     from flowcontrol.debounce import MAX_MEMBERS, carried_payload, closes_at
     from service.debounce import DebounceActivities
 
 # A hand-over is a start or a signal and a read-model write: far below this, retried after.
 HAND_OVER_TIMEOUT = timedelta(seconds=30)
+# The patch that made the window's I/O regular activities (`_run`).
+_DURABLE_HAND_OVER = "debounce-durable-hand-over"
+Arg = TypeVar("Arg", DebounceCancel, DebounceClose)
+Result = TypeVar("Result", OutboxItemView, None)
 
 
 @workflow.defn(name=DEBOUNCE_WORKFLOW_TYPE)
@@ -88,11 +94,10 @@ class DebounceWindowWorkflow:
         if member is None:
             return DebounceLeft()
         self._members.remove(member)
-        view = await workflow.execute_local_activity_method(
+        view: OutboxItemView = await _run(
             DebounceActivities.cancel_member,
             DebounceCancel(item=_without_payload(member.item), reason=leave.reason),
-            start_to_close_timeout=HAND_OVER_TIMEOUT,
-            summary=f"cancel {member.item.key}",
+            f"cancel {member.item.key}",
         )
         return DebounceLeft(view)
 
@@ -148,11 +153,10 @@ class DebounceWindowWorkflow:
         workflow.set_current_details(
             f"closing a window of {len(window)} item(s): {last.key} carries them"
         )
-        await workflow.execute_local_activity_method(
+        await _run(
             DebounceActivities.close_window,
             DebounceClose(carrier=carrier, superseded=superseded),
-            start_to_close_timeout=HAND_OVER_TIMEOUT,
-            summary=f"hand over {last.key}, {len(superseded)} superseded",
+            f"hand over {last.key}, {len(superseded)} superseded",
         )
         self._closed += 1
         workflow.set_current_details(f"{self._closed} window(s) closed")
@@ -160,6 +164,30 @@ class DebounceWindowWorkflow:
     def _closes_at(self) -> datetime:
         joined = [(m.joined_at, m.item.debounce) for m in self._members if m.item.debounce]
         return closes_at(joined) if joined else workflow.now()
+
+
+async def _run(
+    activity: Callable[[DebounceActivities, Arg], Awaitable[Result]], arg: Arg, summary: str
+) -> Result:
+    """Run a window's I/O (a hand-over, a member's cancel) once its decision is durable.
+
+    A regular activity is scheduled by the workflow task that decided it, so it runs only once
+    that task is recorded. A local activity ran inside the task: when that task was not recorded
+    (a worker lost, an update's task dropped), its write stayed while the next attempt could
+    decide otherwise, the close timer and a cancel taken in the other order (a member written
+    `cancelled` and carried in the window's delivery). Histories from before kept theirs.
+    Why: docs/decisions/debounce.md"""
+    if workflow.patched(_DURABLE_HAND_OVER):
+        return await workflow.execute_activity_method(
+            activity,
+            arg,
+            task_queue=workflow.info().task_queue,
+            start_to_close_timeout=HAND_OVER_TIMEOUT,
+            summary=summary,
+        )
+    return await workflow.execute_local_activity_method(
+        activity, arg, start_to_close_timeout=HAND_OVER_TIMEOUT, summary=summary
+    )
 
 
 def _without_payload(item: OutboxItemInput) -> OutboxItemInput:

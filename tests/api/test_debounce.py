@@ -4,15 +4,18 @@ refused, never accepted and ignored."""
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from typing import Any
 
+import httpx
 import pytest
 
-from contract.debounce import COLLECTED_KEY, debounce_workflow_id
+from contract.debounce import CLOSE_WINDOW_ACTIVITY, COLLECTED_KEY, debounce_workflow_id
 from contract.ids import item_workflow_id
-from tests.api.conftest import Api
+from tests.api.conftest import Api, api_settings, open_api
 from tests.api.test_items import EMAIL, assert_problem
+from tests.conftest import webhook_destination
 
 ITEMS = "/v1/outboxes/tests/items"
 
@@ -174,3 +177,78 @@ async def test_a_cancelled_member_leaves_its_window_and_the_rest_still_goes(api:
     assert (await _item(api, first))["superseded_by"] is None
     # Cancelled for good: a second cancel is refused, not sent to the window again.
     assert_problem(await api.http.post(f"{ITEMS}/{last}/cancel"), 409)
+
+
+async def test_cancels_racing_the_close_never_call_a_delivered_member_cancelled(
+    stack_factory: Any, fake_provider: Any, dev_env: Any
+) -> None:
+    """Twenty members, each cancelled about when their window closes (dev server, two rounds):
+    an item the cancel answered 200 for is `cancelled` and in no delivery; every other one is in
+    exactly one delivery (superseded by, or itself, the carrier). The window records each
+    decision before its I/O runs: the hand-over and the cancels are scheduled activities."""
+    webhook = webhook_destination(fake_provider)
+    stack = await stack_factory(webhook, env=dev_env)
+    settings = api_settings(workflow_task_queue=stack.task_queue)
+    async for http in open_api(stack, settings):
+        for round_, wait_s in enumerate((0.9, 1.0)):
+            debounce_key = _key(f"race{round_}")
+            keys = [f"{debounce_key}-{n}" for n in range(20)]
+            batch = await http.post(
+                f"{ITEMS}:batch",
+                json={
+                    "items": [
+                        {
+                            "destination": webhook.name,
+                            "payload": {"key": key},
+                            "idempotency_key": key,
+                            "debounce_key": debounce_key,
+                            "debounce_s": 1,
+                            "debounce_mode": "collect",
+                        }
+                        for key in keys
+                    ]
+                },
+            )
+            assert batch.json()["created"] == 20, batch.text
+            await asyncio.sleep(wait_s)
+            answers = await asyncio.gather(
+                *(http.post(f"{ITEMS}/{key}/cancel", json={"reason": "race"}) for key in keys)
+            )
+            assert {answer.status_code for answer in answers} <= {200, 409}, [
+                answer.text for answer in answers if answer.status_code not in (200, 409)
+            ]
+            statuses = await _ended(http, keys)
+            window = stack.client.get_workflow_handle(
+                debounce_workflow_id("tests", webhook.name, debounce_key)
+            )
+            await window.result()
+            await asyncio.sleep(1)  # the carrier's delivery, if any
+            delivered = [
+                member["key"]
+                for entry in await fake_provider.admin.deliveries(endpoint=webhook.name)
+                if isinstance(entry["payload"], list)
+                for member in entry["payload"]
+                if str(member.get("key", "")).startswith(debounce_key)
+            ]
+
+            for key, answer in zip(keys, answers, strict=True):
+                cancelled = statuses[key] == "cancelled"
+                assert cancelled == (answer.status_code == 200), (key, statuses[key], answer.text)
+                assert delivered.count(key) == (0 if cancelled else 1), (key, statuses[key])
+            history = await window.fetch_history()
+            scheduled = [
+                event.activity_task_scheduled_event_attributes.activity_type.name
+                for event in history.events
+                if event.HasField("activity_task_scheduled_event_attributes")
+            ]
+            assert CLOSE_WINDOW_ACTIVITY in scheduled or not delivered
+
+
+async def _ended(http: httpx.AsyncClient, keys: list[str]) -> dict[str, str]:
+    """Each key's status once none is queued any more."""
+    for _ in range(300):
+        found = [(await http.get(f"{ITEMS}/{key}")).json()["status"] for key in keys]
+        if "queued" not in found:
+            return dict(zip(keys, found, strict=True))
+        await asyncio.sleep(0.1)
+    raise AssertionError(f"never ended: {found}")
