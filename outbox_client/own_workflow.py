@@ -136,6 +136,12 @@ class OwnWorkflows(Reach):
             cause = err.cause
             message = cause.message if isinstance(cause, ApplicationError) else str(cause)
             raise CannotCancel(message) from err
+        except RPCError as err:
+            if err.status != RPCStatusCode.NOT_FOUND:
+                raise
+            # It ended between the describe and the update (a fast provider): too late.
+            ended = await self.status(item.outbox, item.key)
+            raise CannotCancel(f"too late: the item is already {ended.status.value}") from None
         if view.status is not ItemStatus.CANCELLED:
             raise CannotCancel(f"too late: the item is already {view.status.value}")
         return view

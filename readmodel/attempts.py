@@ -15,7 +15,7 @@ import contextlib
 import contextvars
 import logging
 import re
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, cast
@@ -217,13 +217,25 @@ def erased_at(engine: Engine, item_id: str) -> datetime | None:
         ).scalar_one_or_none()
 
 
-def erase_item(engine: Engine, item_id: str, now: datetime | None = None) -> datetime:
+def erase_item(
+    engine: Engine, item_id: str, erasable: Collection[str], now: datetime | None = None
+) -> datetime | None:
     """Remove the item's payload (the read model's and its claim-check blobs) and its attempts'
-    headers and bodies; keep statuses, numbers and times; mark it erased. Returns when."""
+    headers and bodies; keep statuses, numbers and times; mark it erased. Returns when, or None
+    when its row's status is not one of `erasable` at that moment (a redrive took it meanwhile:
+    `readmodel.store.claim_redrive`), and nothing is erased."""
     now = now or datetime.now(UTC)
     t = ITEM_ATTEMPTS
     with engine.begin() as connection:
-        connection.execute(update(ITEMS).where(ITEMS.c.id == item_id).values(payload=None))
+        # One statement decides: a concurrent redrive's claim and this erase never both win.
+        erased = connection.execute(
+            update(ITEMS)
+            .where(ITEMS.c.id == item_id, ITEMS.c.status.in_(list(erasable)))
+            .values(payload=None)
+        )
+        if erased.rowcount != 1:
+            connection.rollback()
+            return None
         connection.execute(delete(PAYLOAD_BLOBS).where(PAYLOAD_BLOBS.c.workflow_id == item_id))
         connection.execute(
             update(t)
@@ -237,6 +249,37 @@ def erase_item(engine: Engine, item_id: str, now: datetime | None = None) -> dat
             return cast(datetime, found)
         connection.execute(insert(ITEM_ERASURES).values(item_id=item_id, erased_at=now))
     return now
+
+
+def claim_redrive(engine: Engine, item_id: str) -> bool:
+    """Mark a failed item whose payload was not erased `queued` for the redrive about to start,
+    in one statement against `erase_item`'s: True when taken. Its own events follow once the
+    redriven run writes them (`release_redrive` gives it back if the redrive is refused)."""
+    with engine.begin() as connection:
+        claimed = connection.execute(
+            update(ITEMS)
+            .where(
+                ITEMS.c.id == item_id,
+                ITEMS.c.status == "failed",
+                ~select(ITEM_ERASURES.c.item_id).where(ITEM_ERASURES.c.item_id == item_id).exists(),
+            )
+            .values(status="queued")
+        )
+        return bool(claimed.rowcount == 1)
+
+
+def release_redrive(engine: Engine, item_id: str, last_event_seq: int) -> None:
+    """Undo `claim_redrive` for a redrive that did not start (no event of a new run since)."""
+    with engine.begin() as connection:
+        connection.execute(
+            update(ITEMS)
+            .where(
+                ITEMS.c.id == item_id,
+                ITEMS.c.status == "queued",
+                ITEMS.c.last_event_seq == last_event_seq,
+            )
+            .values(status="failed")
+        )
 
 
 def delete_attempts(engine: Engine, item_ids: list[str]) -> None:

@@ -20,7 +20,15 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import RowMapping
 
 from contract.item import ItemProjection, ItemStatus
-from readmodel.models import EVENTS, ITEMS, EventRecord, ItemRecord, read_event, read_view
+from readmodel.models import (
+    EVENTS,
+    ITEM_ERASURES,
+    ITEMS,
+    EventRecord,
+    ItemRecord,
+    read_event,
+    read_view,
+)
 
 MAX_PAGE = 500
 
@@ -106,9 +114,15 @@ def _projection_statements(dialect: str) -> tuple[Executable, Executable, Execut
         set_=updates,
         where=ITEMS.c.last_event_seq < upsert.excluded.last_event_seq,
     )
+    # Never an erased item's (`readmodel/attempts.py` `erase_item`): a late projection carrying
+    # the payload would bring it back.
     fill_payload = (
         update(ITEMS)
-        .where(ITEMS.c.id == bindparam("item_id"), ITEMS.c.payload.is_(None))
+        .where(
+            ITEMS.c.id == bindparam("item_id"),
+            ITEMS.c.payload.is_(None),
+            ~select(ITEM_ERASURES.c.item_id).where(ITEM_ERASURES.c.item_id == ITEMS.c.id).exists(),
+        )
         .values(payload=bindparam("item_payload"))
     )
     return insert_events, upsert_items, fill_payload

@@ -51,7 +51,7 @@ from outbox_client.client import (
     check_same_request,
     failed_use_redrive,
 )
-from outbox_client.errors import ItemErased
+from outbox_client.errors import ItemErased, NotRedrivable
 from outbox_client.lanes import check_capacity
 from readmodel import attempts as attempt_log
 from readmodel import lanes as lane_store
@@ -505,19 +505,33 @@ class ItemService:
         if record is None:
             return await self.client.redrive(outbox, key)
         view = record.view
-        if await asyncio.to_thread(attempt_log.erased_at, self.engine, view.id) is not None:
+        if view.status in _SETTLED:  # for good; a superseded item has no run of its own
+            raise NotRedrivable(f"item is {view.status.value}; only failed items can be redriven")
+        erased = functools.partial(attempt_log.erased_at, self.engine, view.id)
+        if await asyncio.to_thread(erased) is not None:
+            raise ItemErased(f"item {key!r} had its payload erased: there is nothing to send")
+        # Against a concurrent erase: one statement marks it taken, or finds it erased.
+        claimed = await asyncio.to_thread(attempt_log.claim_redrive, self.engine, view.id)
+        if not claimed and await asyncio.to_thread(erased) is not None:
             raise ItemErased(f"item {key!r} had its payload erased: there is nothing to send")
         events = await asyncio.to_thread(store.item_events, self.engine, view.id)
         # Each generation has its own provider key: the redriven ones so far, plus this one.
         generation = 1 + sum(1 for event in events if event.type == "redriven")
-        return await self.client.redrive(
-            outbox,
-            key,
-            last_event_seq=view.last_event_seq,
-            known=view,
-            payload=record.payload or {},
-            generation=generation,
-        )
+        try:
+            return await self.client.redrive(
+                outbox,
+                key,
+                last_event_seq=view.last_event_seq,
+                known=view,
+                payload=record.payload or {},
+                generation=generation,
+            )
+        except BaseException:
+            if claimed:
+                await asyncio.to_thread(
+                    attempt_log.release_redrive, self.engine, view.id, view.last_event_seq
+                )
+            raise
 
     async def redrive_failed(self, outbox: str, destination: str | None = None) -> RedriveSweep:
         """Redrive every failed item of the outbox (optionally of one destination)."""

@@ -24,7 +24,9 @@ router = APIRouter(
 )
 
 # The statuses an item's payload may be erased in: it has ended and will not be sent again.
-ERASABLE = frozenset({ItemStatus.SENT, ItemStatus.FAILED, ItemStatus.CANCELLED})
+ERASABLE = frozenset(
+    {ItemStatus.SENT, ItemStatus.FAILED, ItemStatus.CANCELLED, ItemStatus.SUPERSEDED}
+)
 
 
 class AttemptRequest(BaseModel):
@@ -89,11 +91,19 @@ async def erase_payload(outbox: str, key: str, items: ItemServiceDep) -> ErasedR
     and bodies, keeping its statuses, times and attempt numbers; only once it has ended."""
     snapshot = await items.get(outbox, key)
     if snapshot.view.status not in ERASABLE:
-        raise ApiProblem.from_outbox_error(
-            NotErasable(
-                f"item {key!r} is {snapshot.view.status}: only a sent, failed or cancelled"
-                " item's payload can be erased"
-            )
-        )
-    at = await asyncio.to_thread(attempt_log.erase_item, items.engine, snapshot.view.id)
+        raise _not_erasable(key, snapshot.view.status)
+    at = await asyncio.to_thread(
+        attempt_log.erase_item, items.engine, snapshot.view.id, [str(s) for s in ERASABLE]
+    )
+    if at is None:  # a redrive took it meanwhile: it is running again
+        raise _not_erasable(key, ItemStatus.QUEUED)
     return ErasedResponse(erased_at=at)
+
+
+def _not_erasable(key: str, status: ItemStatus) -> ApiProblem:
+    return ApiProblem.from_outbox_error(
+        NotErasable(
+            f"item {key!r} is {status}: only a sent, failed, cancelled or superseded item's"
+            " payload can be erased"
+        )
+    )

@@ -3,6 +3,7 @@ fake provider, read model (issue 32)."""
 
 from __future__ import annotations
 
+import asyncio
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -100,3 +101,58 @@ async def test_an_erased_failed_item_cannot_be_redriven(api: Api) -> None:
     assert_problem(redrive, 409, "item-erased")
     stats = await api.stack.fake.admin.key_stats(provider_idempotency_key(item["id"]))
     assert stats["submits"] == 1  # the redrive sent nothing
+
+
+async def test_an_erase_and_a_redrive_at_once_never_both_win(api: Api) -> None:
+    """Both check the item, then act: the read model's row decides between them in one
+    statement each, so a failed item is either erased (and stays failed, with no payload) or
+    redriven (and sent again with its payload), never both (issue 32, two API processes)."""
+    keys = [f"race-erase-{n}" for n in range(8)]
+    for key in keys:
+        await script(api.stack.fake, f"outbox/tests/{key}", [{"status": 400}])
+        await enqueue(api, key)
+    for key in keys:
+        await until_status(api, key, "failed")
+
+    answers = [
+        await asyncio.gather(
+            api.http.delete(f"/v1/outboxes/tests/items/{key}/payload"),
+            api.http.post(f"/v1/outboxes/tests/items/{key}/redrive", json={}),
+        )
+        for key in keys
+    ]
+
+    for key, (erase, redrive) in zip(keys, answers, strict=True):
+        assert (erase.status_code, redrive.status_code) in ((200, 409), (409, 202)), (
+            key,
+            erase.text,
+            redrive.text,
+        )
+        if redrive.status_code == 202:
+            assert erase.json()["code"] == "not-erasable"
+            item = await until_status(api, key, "sent")
+            assert item["payload"] is not None and item["erased_at"] is None
+        else:
+            assert redrive.json()["code"] == "item-erased"
+            item = (await api.http.get(f"/v1/outboxes/tests/items/{key}")).json()
+            assert (item["status"], item["payload"]) == ("failed", None)
+
+
+async def test_a_superseded_item_is_erasable_and_not_redrivable(api: Api) -> None:
+    body = {"destination": api.webhook.name, "debounce_key": "erase-sup", "debounce_s": 1}
+    for n, key in enumerate(("sup-1", "sup-2")):
+        created = await api.http.post(
+            "/v1/outboxes/tests/items",
+            json={**body, "payload": {"n": n}},
+            headers={"Idempotency-Key": key},
+        )
+        assert created.status_code == 202, created.text
+    await until_status(api, "sup-1", "superseded")
+
+    redrive = await api.http.post("/v1/outboxes/tests/items/sup-1/redrive", json={})
+    erased = await api.http.delete("/v1/outboxes/tests/items/sup-1/payload")
+    item = (await api.http.get("/v1/outboxes/tests/items/sup-1")).json()
+
+    assert_problem(redrive, 409, "not-redrivable")
+    assert erased.status_code == 200, erased.text
+    assert item["payload"] is None and item["erased_at"] is not None

@@ -16,6 +16,7 @@ from contract.ids import item_workflow_id
 from tests.api.conftest import Api, api_settings, open_api
 from tests.api.test_items import EMAIL, assert_problem
 from tests.conftest import webhook_destination
+from tests.workflows.test_debounce import window_result
 
 ITEMS = "/v1/outboxes/tests/items"
 
@@ -41,7 +42,7 @@ async def _close_window(api: Api, debounce_key: str) -> int:
         debounce_workflow_id("tests", api.webhook.name, debounce_key)
     )
     async with stack.env.time_skipping_unlocked():
-        closed: int = await handle.result()
+        closed: int = await window_result(handle)
     return closed
 
 
