@@ -11,6 +11,9 @@ codes, their statuses and what to do about each are listed in `api/problem_codes
 
 A request body whose arrays and objects nest deeper than `MAX_JSON_DEPTH` is refused (422)
 before anything parses it: FastAPI's JSON parser, pydantic and the JSON encoders all recurse.
+So is one holding a value no JSON body can carry on (a lone surrogate, which has no UTF-8 form,
+or NaN, Infinity, 1e400): it would fail a hash, a response, a read-model row or a provider's
+body later. `items:batch` refuses such values per item instead (its item model checks them).
 """
 
 from __future__ import annotations
@@ -56,7 +59,7 @@ from outbox_client import (
     UnknownEffect,
     is_temporal_unavailable,
 )
-from outbox_client.validation import MAX_JSON_DEPTH
+from outbox_client.validation import MAX_JSON_DEPTH, unsendable_json_value
 from readmodel.store import InvalidCursor
 from service.dead_letters import NotADeadLetter, RedriveBatchNotFound
 from service.schedules import InvalidSchedule, ScheduleExists, ScheduleNotFound
@@ -255,7 +258,7 @@ def validation_problem(
     """A 422 listing each invalid field from pydantic's errors (never echoing the input)."""
     listed = [
         {
-            "location": [str(part) for part in (*location_prefix, *error.get("loc", ()))],
+            "location": [_printable(part) for part in (*location_prefix, *error.get("loc", ()))],
             "message": error.get("msg", ""),
             "type": error.get("type", ""),
         }
@@ -269,7 +272,7 @@ def install_error_handlers(app: FastAPI) -> None:
     """Route every exception the API can meet to a problem+json response, and refuse bodies
     nested too deeply to parse safely."""
     # Added first, so it runs innermost: the body size limit has bounded the body by then.
-    app.add_middleware(JsonDepthLimit, max_depth=MAX_JSON_DEPTH)
+    app.add_middleware(JsonBodyCheck, max_depth=MAX_JSON_DEPTH)
 
     async def _known(request: Request, err: Exception) -> JSONResponse:
         problem = known_problem(err)
@@ -328,6 +331,12 @@ def install_error_handlers(app: FastAPI) -> None:
         # Starlette re-raises after this answer, so the server logs the traceback itself.
         log.error("unhandled %s on %s %s", type(err).__name__, request.method, request.url.path)
         return problem_response(request, _internal_error())
+
+
+def _printable(part: object) -> str:
+    """A location part as text with a UTF-8 form: a lone surrogate (in an unknown field's name,
+    say) is written as its escape, or the answer itself could not be encoded."""
+    return str(part).encode("utf-8", "backslashreplace").decode("utf-8")
 
 
 def _field_name(location: list[str]) -> str:
@@ -393,9 +402,38 @@ def too_deeply_nested(max_depth: int) -> ApiProblem:
     )
 
 
-class JsonDepthLimit:
-    """422 problem+json for a request body nested deeper than `max_depth`, before any route (or
-    FastAPI's parser) reads it; the body is then handed on unchanged."""
+# What a body needs to hold for a value in it to be unsendable: a surrogate's escape (or its
+# bytes, which Python's JSON parser takes too), NaN, Infinity, or a number that may overflow
+# (an exponent of 100 or more, or 200 digits and one below 100).
+_MAYBE_UNSENDABLE = re.compile(
+    rb"\\u[dD][89a-fA-F]|\xed[\xa0-\xbf]|NaN|Infinity|[0-9][eE]\+?0*[1-9][0-9]{2}|[0-9]{200}"
+)
+# The batch answers each item on its own, and its item model refuses these values per item:
+# one bad item must not refuse the others.
+_CHECKS_VALUES_PER_ITEM = re.compile(r"/items:batch$")
+
+
+def unsendable_json_problem(body: bytes) -> ApiProblem | None:
+    """The 422 naming a value of the JSON text `body` that no JSON body can carry on (see
+    `unsendable_json_value`); None when there is none, or `body` is no JSON (the parser's
+    answer stands then)."""
+    if not _MAYBE_UNSENDABLE.search(body):
+        return None
+    try:
+        document = json.loads(body)
+    except ValueError:
+        return None
+    unsendable = unsendable_json_value(document)
+    if unsendable is None:
+        return None
+    path, problem = unsendable
+    return validation_problem([{"loc": ("body", *path), "msg": problem, "type": "value_error"}])
+
+
+class JsonBodyCheck:
+    """422 problem+json for a request body nested deeper than `max_depth`, or holding a value no
+    JSON body can carry on, before any route (or FastAPI's parser) reads it; the body is then
+    handed on unchanged."""
 
     def __init__(self, app: ASGIApp, max_depth: int) -> None:
         self.app = app
@@ -412,8 +450,12 @@ class JsonDepthLimit:
             if message["type"] != "http.request" or not message.get("more_body", False):
                 break
         body = b"".join(m.get("body", b"") for m in received if m["type"] == "http.request")
+        problem: ApiProblem | None = None
         if json_nesting_exceeds(body, self.max_depth):
             problem = too_deeply_nested(self.max_depth)
+        elif not _CHECKS_VALUES_PER_ITEM.search(scope.get("path", "")):
+            problem = unsendable_json_problem(body)
+        if problem is not None:
             members = problem.body(Request(scope)) | {"instance": scope.get("path", "")}
             content = json.dumps(members)
             await send(

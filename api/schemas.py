@@ -34,6 +34,8 @@ from flowcontrol.debounce import (
 )
 from flowcontrol.priority import HIGHEST_PRIORITY, LOWEST_PRIORITY
 from flowcontrol.waiting import WaitingOn
+from outbox_client.errors import InvalidRequest
+from outbox_client.validation import unsendable_json_value, validate_json_values
 from readmodel.models import EventRecord
 
 MAX_BATCH = 100
@@ -42,16 +44,41 @@ MAX_BATCH = 100
 MAX_SQL_INTEGER = 2**63 - 1
 
 
+def _sendable(document: dict[str, Any]) -> dict[str, Any]:
+    """`document` if a provider can be sent it as JSON; ValueError naming the value otherwise."""
+    try:
+        validate_json_values(document)
+    except InvalidRequest as err:
+        raise ValueError(str(err)) from None
+    return document
+
+
+def _text(value: str) -> str:
+    """`value` if it has a UTF-8 form (no lone surrogate); ValueError otherwise."""
+    unsendable = unsendable_json_value(value)
+    if unsendable is not None:
+        raise ValueError(unsendable[1])
+    return value
+
+
+# A JSON object that goes to a provider: refused (per field, so per batch item) when it holds a
+# lone surrogate or a number that is not finite, which no JSON body can carry.
+SendableJson = Annotated[dict[str, Any], AfterValidator(_sendable)]
+
+
 class EnqueueRequest(BaseModel):
     """One item to deliver."""
 
     model_config = ConfigDict(extra="forbid")
 
-    destination: str = Field(
-        min_length=1, max_length=MAX_DESTINATION_LENGTH, examples=["fake-email"]
-    )
-    payload: dict[str, Any] = Field(
-        description="What the provider receives (ACS body, webhook JSON)"
+    destination: Annotated[
+        str,
+        Field(min_length=1, max_length=MAX_DESTINATION_LENGTH, examples=["fake-email"]),
+        AfterValidator(_text),
+    ]
+    payload: SendableJson = Field(
+        description="What the provider receives (ACS body, webhook JSON); refused when it holds"
+        " a lone surrogate or a number that is not finite (NaN, Infinity, 1e400)"
     )
     ordering_key: Annotated[
         str | None,

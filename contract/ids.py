@@ -96,4 +96,6 @@ def payload_hash(destination: str, payload: Any, ordering_key: str | None = None
         separators=(",", ":"),
         ensure_ascii=False,
     )
-    return hashlib.sha256(canonical.encode()).hexdigest()
+    # The API refuses lone surrogates, but a hash must never be what fails (in a lane's workflow
+    # it would fail the task forever): they hash as themselves, every other text as its UTF-8.
+    return hashlib.sha256(canonical.encode("utf-8", "surrogatepass")).hexdigest()

@@ -184,11 +184,18 @@ RUN_TIME_FIELDS = (
 )
 
 
+class StrictQuota(Quota):
+    """A quota as a run-time change gives it: JSON of the right types only (`"5"` is no `max`)."""
+
+    model_config = ConfigDict(strict=True)
+
+
 class FlowPolicyChanges(BaseModel):
     """A run-time change of some of a destination's flow-control fields: each field given is set,
-    `null` puts it back to the destinations file's value, one omitted stays as it is."""
+    `null` puts it back to the destinations file's value, one omitted stays as it is. Strict,
+    unlike the file (whose environment overrides are text): `"3"` is no `max_in_flight`."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
     def changes(self) -> dict[str, Any]:
         """The fields given, as JSON values (None: back to the file's)."""
@@ -201,7 +208,7 @@ def _changes_model() -> type[FlowPolicyChanges]:
     fields: dict[str, Any] = {}
     for name in RUN_TIME_FIELDS:
         info = FlowPolicy.model_fields[name]
-        kind: Any = info.annotation
+        kind: Any = list[StrictQuota] if info.annotation == list[Quota] else info.annotation
         if info.metadata:
             kind = Annotated[(kind, *info.metadata)]
         fields[name] = (kind | None, Field(default=None, description=info.description))

@@ -3,6 +3,8 @@ raising the client's `InvalidRequest`."""
 
 from __future__ import annotations
 
+import math
+import re
 from collections.abc import Iterable
 from datetime import UTC, datetime
 
@@ -14,6 +16,10 @@ from outbox_client.errors import InvalidRequest
 # provider's body, and far below the depth where a recursive walk (a JSON encoder, pydantic, the
 # payload codec, a template's placeholders) meets Python's recursion limit.
 MAX_JSON_DEPTH = 64
+
+# A surrogate code point only ever appears alone: a JSON decoder pairs the escapes of one
+# character outside the Basic Multilingual Plane into that character.
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 
 DELAYED_LANE_ITEM = (
     "not_before and delay_seconds cannot be combined with ordering_key: a delayed item would"
@@ -95,6 +101,7 @@ def validate_new_item(
         validate_not_before(not_before, now)
     if payload is not None:
         validate_json_depth(payload)
+        validate_json_values(payload)
 
 
 def validate_json_depth(document: object, what: str = "payload") -> None:
@@ -114,3 +121,45 @@ def validate_json_depth(document: object, what: str = "payload") -> None:
                 f"{what} nests arrays and objects more than {MAX_JSON_DEPTH} levels deep"
             )
         pending.extend((child, depth + 1) for child in children)
+
+
+def validate_json_values(document: object, what: str = "payload") -> None:
+    """Raises `InvalidRequest` naming the first value of `document` that no provider can be sent
+    as JSON (see `unsendable_json_value`)."""
+    found = unsendable_json_value(document)
+    if found is not None:
+        path, problem = found
+        raise InvalidRequest(f"{json_path(what, path)} is {problem}")
+
+
+def unsendable_json_value(document: object) -> tuple[tuple[str | int, ...], str] | None:
+    """The path to a value of `document` that no JSON body can carry, and why; None when there
+    is none. That is a string (or an object's key) holding a lone surrogate, which is not
+    Unicode and has no UTF-8 form, or a number that is not finite (`NaN`, `Infinity`, or
+    `1e400` once parsed), which JSON has no way to write. Walks it without recursion."""
+    pending: list[tuple[object, tuple[str | int, ...]]] = [(document, ())]
+    while pending:
+        node, path = pending.pop()
+        if isinstance(node, str):
+            if _LONE_SURROGATE.search(node):
+                return path, "not valid Unicode: it holds a lone surrogate"
+        elif isinstance(node, float):
+            if not math.isfinite(node):
+                return (
+                    path,
+                    "not a finite number (NaN, Infinity, or past 1.8e308), which JSON cannot carry",
+                )
+        elif isinstance(node, dict):
+            for key, child in node.items():
+                if isinstance(key, str) and _LONE_SURROGATE.search(key):
+                    # The key itself is left out of the path: no answer could carry it.
+                    return path, "an object whose key is not valid Unicode (a lone surrogate)"
+                pending.append((child, (*path, key)))
+        elif isinstance(node, list | tuple):
+            pending.extend((child, (*path, index)) for index, child in enumerate(node))
+    return None
+
+
+def json_path(root: str, path: tuple[str | int, ...]) -> str:
+    """`root.key[0].other`: where a value is in a document, as a reader writes it."""
+    return root + "".join(f"[{part}]" if isinstance(part, int) else f".{part}" for part in path)

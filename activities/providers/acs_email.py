@@ -79,7 +79,11 @@ class AcsEmailProvider:
         self._client = http_client
 
     async def submit(self, request: SubmitRequest) -> SubmitResult:
-        body = json.dumps(request.payload, separators=(",", ":")).encode()
+        try:
+            body = json.dumps(request.payload, separators=(",", ":"), allow_nan=False).encode()
+        except ValueError as err:
+            # NaN or Infinity: ACS's JSON parser refuses them, and no retry changes that.
+            raise PermanentProviderError(f"ACS send: the payload is not JSON: {err}") from None
         http_request = self._client.build_request(
             "POST",
             f"{self._endpoint}/emails:send",

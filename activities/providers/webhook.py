@@ -99,7 +99,13 @@ class WebhookProvider:
 
     async def submit(self, request: SubmitRequest) -> SubmitResult:
         # A debounce window's collected payloads go as the JSON array itself.
-        body = json.dumps(delivered_body(request.payload), separators=(",", ":"))
+        try:
+            body = json.dumps(
+                delivered_body(request.payload), separators=(",", ":"), allow_nan=False
+            )
+        except ValueError as err:
+            # NaN or Infinity: no receiver's JSON parser takes them, and no retry changes that.
+            raise PermanentProviderError(f"webhook: the payload is not JSON: {err}") from None
         # Whole seconds: the signature covers the timestamp exactly as the header carries it.
         timestamp = int(time.time())
         signed_at = datetime.fromtimestamp(timestamp, UTC)

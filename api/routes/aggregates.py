@@ -25,7 +25,7 @@ from pydantic import BaseModel, ValidationError
 from aggregates import REGISTRY
 from api.deps import AggregateServiceDep, Caller, CallerDep
 from api.errors import ApiProblem, validation_problem
-from api.schemas import MAX_SQL_INTEGER, problem_responses
+from api.schemas import MAX_SQL_INTEGER, SendableJson, problem_responses
 from contract.aggregate import (
     MAX_COMMAND_ID_LENGTH,
     AggregateView,
@@ -94,7 +94,7 @@ async def run_command(
     name: str,
     aggregates: AggregateServiceDep,
     caller: CallerDep,
-    payload: Annotated[dict[str, Any], Body(description="The command's payload")],
+    payload: Annotated[SendableJson, Body(description="The command's payload")],
     expected_version: Annotated[int | None, Query(ge=0)] = None,
     idempotency_key: Annotated[
         str | None, Header(max_length=MAX_COMMAND_ID_LENGTH, description="The command id")

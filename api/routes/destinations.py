@@ -13,7 +13,14 @@ from datetime import datetime
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Body
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+)
 
 from api.deps import DestinationControlsDep
 from api.errors import validation_problem
@@ -144,12 +151,28 @@ class DestinationPatch(BaseModel):
     poll_rate: float | None = Field(default=None, ge=MIN_RATE, le=10_000)
     # true or false only: "yes" or 1 is a 422, not a pause.
     paused: bool | None = Field(default=None, strict=True)
-    reason: str | None = Field(default=None, max_length=MAX_REASON)
+    reason: str | None = Field(
+        default=None,
+        max_length=MAX_REASON,
+        description="With `paused`: why it is paused (`pause_reason`), or resumed (recorded on"
+        " its task queues); refused without `paused`",
+    )
     flow: FlowPolicyPatch | None = Field(
         default=None,
         description="Flow-control fields to change at run time (breaker, caps, quotas), each"
-        " validated as in the destinations file; `null` for a field puts the file's back",
+        ' validated as in the destinations file but strictly (`"3"` is no number); `null`'
+        " for a field puts the file's back",
     )
+
+    @field_validator("reason")
+    @classmethod
+    def _reason_with_paused(cls, reason: str | None, info: ValidationInfo) -> str | None:
+        # A reason is a pause's (shown as `pause_reason`) or a resume's (the dashboard sends
+        # one); without either nobody would ever read it. (`paused` is validated first, and
+        # is missing from `data` when it was invalid: that error says enough.)
+        if reason is not None and "paused" in info.data and info.data["paused"] is None:
+            raise ValueError("a reason goes with paused: true (why) or paused: false")
+        return reason
 
 
 def destination_info(state: DestinationState) -> DestinationInfoFull:

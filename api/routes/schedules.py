@@ -17,7 +17,7 @@ from fastapi import APIRouter, Body, Depends, Request, Response, status
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
 from api.deps import get_resources
-from api.schemas import problem_responses
+from api.schemas import SendableJson, problem_responses
 from contract.limits import (
     MAX_DESTINATION_LENGTH,
     MAX_KEY_LENGTH,
@@ -72,7 +72,7 @@ class ScheduleItem(BaseModel):
     destination: str = Field(
         min_length=1, max_length=MAX_DESTINATION_LENGTH, examples=["fake-email"]
     )
-    payload: dict[str, Any] = Field(
+    payload: SendableJson = Field(
         description=f"What the provider receives; placeholders in its strings: {_PLACEHOLDER_DOC}"
     )
     key_suffix: str | None = Field(
