@@ -42,21 +42,35 @@ async def update_with_start(
 
     `start` makes a fresh operation per attempt (an operation is used once)."""
     for attempt in range(NOT_READY_RETRIES + 1):
+        operation = start()
         try:
             result: Result = await client.execute_update_with_start_workflow(
                 update,
                 arg,
-                start_workflow_operation=start(),
+                start_workflow_operation=operation,
                 result_type=result_type,
                 rpc_timeout=rpc_timeout,
             )
         except RPCError as err:
+            _read_start_error(operation)
             if not not_ready(err) or attempt == NOT_READY_RETRIES:
                 raise
             await asyncio.sleep(0.05 * 2**attempt)
             continue
+        except BaseException:
+            _read_start_error(operation)
+            raise
         return result
     raise AssertionError("unreachable: the last attempt returns or raises")
+
+
+def _read_start_error(operation: WithStartWorkflowOperation[Any, Any]) -> None:
+    """The SDK hands a failed call's error to its start operation's handle too, which nothing
+    here awaits: read it, or asyncio logs "Future exception was never retrieved" with its
+    traceback for every timed-out update (seen in the API's log during worker kills)."""
+    handle = getattr(operation, "_workflow_handle", None)
+    if isinstance(handle, asyncio.Future) and handle.done() and not handle.cancelled():
+        handle.exception()
 
 
 def not_ready(err: RPCError) -> bool:

@@ -68,7 +68,7 @@ from outbox_client import (
     UnknownDestination,
 )
 from outbox_client.client import RPC_TIMEOUT
-from outbox_client.validation import validate_json_depth
+from outbox_client.validation import validate_json_depth, validate_json_values
 
 # The schedule's memo entry: the spec as it was asked for (Temporal keeps a cron expression only
 # compiled into calendars) and what the template enqueues.
@@ -297,6 +297,8 @@ class ScheduleService:
             errors.append((f"{at}.max_attempts", "must be at least 1"))
         try:
             validate_json_depth(item.payload)
+            # A value no JSON body carries (a lone surrogate, NaN): every fire would fail.
+            validate_json_values(item.payload)
         except InvalidRequest as err:
             # The placeholder walk below recurses: a payload this deep is refused before it.
             errors.append((f"{at}.payload", str(err)))

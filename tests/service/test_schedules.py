@@ -60,6 +60,9 @@ def service(fake_provider: FakeProvider) -> ScheduleService:
         ({"items": [webhook_item(), webhook_item(key_suffix="0")]}, "items.1.key_suffix"),
         ({"items": [webhook_item(ordering_key="a/b")]}, "items.0.ordering_key"),
         ({"items": [webhook_item(max_attempts=0)]}, "items.0.max_attempts"),
+        # Values no provider can be sent (issue 32): refused without the API too.
+        ({"items": [webhook_item(payload={"n": float("nan")})]}, "items.0.payload"),
+        ({"items": [webhook_item(payload={"s": "\ud800"})]}, "items.0.payload"),
         (
             {"items": [webhook_item(payload={"to": ["x", {"when": "{{fire_time}}"}]})]},
             "items.0.payload.to.1.when",
