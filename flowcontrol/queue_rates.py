@@ -16,7 +16,7 @@ from __future__ import annotations
 import contextlib
 import re
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 from temporalio.api.enums.v1 import RateLimitSource, TaskQueueType
 from temporalio.api.taskqueue.v1 import TaskQueue
@@ -53,7 +53,9 @@ class QueueRate:
     circuit_open_since: datetime | None = None
 
 
-async def read_queue_rate(client: Client, task_queue: str) -> QueueRate:
+async def read_queue_rate(
+    client: Client, task_queue: str, *, rpc_timeout: timedelta | None = None
+) -> QueueRate:
     """The rate the server holds an activity task queue to, and whether it is paused: a limit
     set through the API from the moment it is set."""
     response = await client.workflow_service.describe_task_queue(
@@ -62,7 +64,8 @@ async def read_queue_rate(client: Client, task_queue: str) -> QueueRate:
             task_queue=TaskQueue(name=task_queue),
             task_queue_type=TaskQueueType.TASK_QUEUE_TYPE_ACTIVITY,
             report_config=True,
-        )
+        ),
+        timeout=rpc_timeout,
     )
     effective = response.effective_rate_limit
     queue_limit = response.config.queue_rate_limit
@@ -100,7 +103,13 @@ def circuit_reason(since: datetime, detail: str) -> str:
 
 
 async def set_queue_rate(
-    client: Client, task_queue: str, rate: float | None, reason: str, *, identity: str
+    client: Client,
+    task_queue: str,
+    rate: float | None,
+    reason: str,
+    *,
+    identity: str,
+    rpc_timeout: timedelta | None = None,
 ) -> None:
     """Set (or with None, unset: back to the workers' rate) the queue's rate limit."""
     request = UpdateTaskQueueConfigRequest(
@@ -112,7 +121,7 @@ async def set_queue_rate(
     request.update_queue_rate_limit.reason = reason
     if rate is not None:
         request.update_queue_rate_limit.rate_limit.requests_per_second = rate
-    await client.workflow_service.update_task_queue_config(request)
+    await client.workflow_service.update_task_queue_config(request, timeout=rpc_timeout)
 
 
 async def pause_queue(
@@ -123,6 +132,7 @@ async def pause_queue(
     *,
     identity: str,
     resume_rate: float | None = None,
+    rpc_timeout: timedelta | None = None,
 ) -> None:
     """Hold the queue at zero, remembering the rate a resume restores: `resume_rate` if given,
     else the one an earlier pause remembered, else a run-time rate in force, else the
@@ -131,7 +141,35 @@ async def pause_queue(
         resume_rate = now.resume_rate if now.paused else (now.rate if now.source == "api" else None)
     remembered = "configured" if resume_rate is None else f"{resume_rate:g}"
     text = f"paused; resume at {remembered}/s; {reason}"
-    await set_queue_rate(client, task_queue, 0.0, text, identity=identity)
+    await set_queue_rate(client, task_queue, 0.0, text, identity=identity, rpc_timeout=rpc_timeout)
+
+
+async def restore_queue(
+    client: Client,
+    task_queue: str,
+    before: QueueRate,
+    *,
+    identity: str,
+    rpc_timeout: timedelta | None = None,
+) -> None:
+    """Put the queue back as `before` read it: paused with its reason and the rate a resume
+    restores, or at its run-time rate, or at the workers' rate."""
+    if before.paused:
+        await pause_queue(
+            client,
+            task_queue,
+            before,
+            before.pause_reason or "paused",
+            identity=identity,
+            resume_rate=before.resume_rate,
+            rpc_timeout=rpc_timeout,
+        )
+    else:
+        rate = before.rate if before.source == "api" else None
+        reason = "put back: a change to it did not complete"
+        await set_queue_rate(
+            client, task_queue, rate, reason, identity=identity, rpc_timeout=rpc_timeout
+        )
 
 
 async def pause_queues_not_paused(

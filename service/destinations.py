@@ -5,18 +5,27 @@ A pause is a zero rate limit on both of the destination's queues (`flowcontrol.q
 docs/decisions/pause-as-zero-rate.md), so the server is the one source of truth for rates and
 pauses. A flow rule's override is a row in the read model's database
 (`readmodel.flow_overrides`), which every worker process reads again within seconds.
+
+A change reads both queues, then updates one after the other: two changes at once (two API
+processes, say) could interleave and leave one queue paused and the other running. So a change
+holds its destination for its whole read-update-read, in this process and, through a lease in
+the read model (`readmodel.locks`), in every API process; and a change refused by the server
+after one queue changed asks again for a while, then puts that queue back. Why:
+docs/decisions/destination-controls-lease.md
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import logging
 import math
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import Any, Literal
+from functools import partial
+from typing import Any, Literal, TypeVar
 
 from sqlalchemy import Engine
 from sqlalchemy.exc import SQLAlchemyError
@@ -46,11 +55,13 @@ from flowcontrol.queue_rates import (
     QueueRate,
     pause_queue,
     read_queue_rate,
+    restore_queue,
     set_queue_rate,
 )
 from outbox_client import OutboxClient, UnknownDestination
-from outbox_client.errors import InvalidRequest
+from outbox_client.errors import InvalidRequest, TemporalUnavailable, is_temporal_unavailable
 from readmodel.flow_overrides import FieldOverride, in_force, read_overrides, write_overrides
+from readmodel.locks import LockBusy, held
 from readmodel.permits import permits_held, scopes_full, windows_full
 
 # MAX_REASON and QueueRate are re-exported: the API validates and shows them.
@@ -61,6 +72,18 @@ log = logging.getLogger("outbox.service")
 _IDENTITY = "durable-outbox-api"
 # A flow's query is answered by a worker; without one in this long the answer leaves it out.
 _FLOW_QUERY_WAIT = timedelta(seconds=2)
+# A change holds its destination's lease at most this long (each of its calls to the server is
+# cut at `_CALL_TIMEOUT`, its retries at `_RETRY_FOR_S`: it ends well within it). A change
+# waits for the lease longer than that, so a holder that died never refuses one.
+_LEASE = timedelta(seconds=60)
+_LEASE_WAIT = timedelta(seconds=65)
+_CALL_TIMEOUT = timedelta(seconds=5)
+# The server refuses an update under load (RESOURCE_EXHAUSTED, saying no time to wait): the
+# second queue's update is asked again, backing off from `_RETRY_FIRST_S`, for this long.
+_RETRY_FOR_S = 5.0
+_RETRY_FIRST_S = 0.2
+
+T = TypeVar("T")
 
 
 @dataclass
@@ -115,6 +138,8 @@ class DestinationControls:
         self._outbox = outbox
         self._destinations = destinations
         self._engine = engine
+        # One change at a time per destination in this process (the lease holds the others).
+        self._changing_now: dict[str, asyncio.Lock] = {}
 
     def destination(self, name: str) -> Destination:
         found = self._destinations.get(name)
@@ -210,14 +235,35 @@ class DestinationControls:
             raise
         return flow
 
-    async def _queue_rates(self, destination: Destination) -> tuple[QueueRate, QueueRate]:
+    async def _queue_rates(
+        self, destination: Destination, rpc_timeout: timedelta | None = None
+    ) -> tuple[QueueRate, QueueRate]:
         """The submit and poll queues' rates as the server holds them, in activities."""
         client = await self._outbox.temporal()
         submit, poll = await asyncio.gather(
-            read_queue_rate(client, destination.submit_task_queue),
-            read_queue_rate(client, destination.poll_task_queue),
+            read_queue_rate(client, destination.submit_task_queue, rpc_timeout=rpc_timeout),
+            read_queue_rate(client, destination.poll_task_queue, rpc_timeout=rpc_timeout),
         )
         return submit, poll
+
+    @contextlib.asynccontextmanager
+    async def _changing(self, destination: Destination) -> AsyncIterator[None]:
+        """Hold the destination against every other change to it: this process's, and with the
+        read model every API process's (without one, the API must run as one process). A read
+        model that does not answer refuses the change (503): nothing is changed then."""
+        async with self._changing_now.setdefault(destination.name, asyncio.Lock()):
+            if self._engine is None:
+                yield
+                return
+            scope = f"controls/{destination.name}"
+            try:
+                async with held(self._engine, scope, lease=_LEASE, wait=_LEASE_WAIT):
+                    yield
+            except LockBusy as err:
+                log.warning("change to %s refused: %s", destination, err)
+                raise TemporalUnavailable(
+                    f"other changes to destination {destination.name!r} kept it; retry later"
+                ) from err
 
     async def states(self) -> list[DestinationState]:
         return list(await asyncio.gather(*map(self.state, self._destinations.names)))
@@ -234,83 +280,71 @@ class DestinationControls:
     ) -> DestinationState:
         """Set rates and/or pause or resume; a rate set while paused applies on resume. `flow`
         changes flow-control fields (a None value: back to the file's), stored once the rates
-        are set, so a refused request changes nothing."""
+        are set, so a refused request changes nothing.
+
+        Both queues change, or neither: one change at a time per destination across every API
+        process, run to its end even if the request is cancelled meanwhile."""
         if reason is not None and len(reason) > MAX_REASON:
             raise InvalidRequest(f"reason longer than {MAX_REASON} characters")
         destination = self.destination(name)
         if flow and self._engine is None:
             raise InvalidRequest("flow rules cannot change at run time without the read model")
-        if flow or (submit_rate is not None and destination.lane_run > 1):
-            # Validated before any rate is set: a bad value changes nothing. A lane's runs are
-            # held to the submit rate by a quota, so a lower rate is checked against it too.
-            current = await self.flow_policy(name)
-            merged = {n: found.value for n, found in current.overrides.items()} | dict(flow or {})
-            _with_flow(
+        return await _to_the_end(
+            self._update(
                 destination,
-                destination.flow.overridden({n: v for n, v in merged.items() if v is not None}),
                 submit_rate=submit_rate,
+                poll_rate=poll_rate,
+                paused=paused,
+                reason=reason,
+                flow=flow,
             )
-        now_submit, now_poll = await self._queue_rates(destination)
-        client = await self._outbox.temporal()
-        for kind, rate, batch in (
-            ("submit", submit_rate, destination.submit_batch),
-            ("poll", poll_rate, destination.poll_batch),
-        ):
-            if rate is not None and batch > max_batch(rate):
-                raise InvalidRequest(
-                    f"{kind}_rate {rate:g} is too low for the destination's {kind}_batch"
-                    f" {batch}: {BATCH_RULE}"
+        )
+
+    async def _update(
+        self,
+        destination: Destination,
+        *,
+        submit_rate: float | None,
+        poll_rate: float | None,
+        paused: bool | None,
+        reason: str | None,
+        flow: Mapping[str, Any] | None,
+    ) -> DestinationState:
+        name = destination.name
+        async with self._changing(destination):
+            if flow or (submit_rate is not None and destination.lane_run > 1):
+                # Validated before any rate is set: a bad value changes nothing. A lane's runs
+                # are held to the submit rate by a quota, so a lower rate is checked against it.
+                current = await self.flow_policy(name)
+                merged = {n: found.value for n, found in current.overrides.items()} | dict(
+                    flow or {}
                 )
-        # The queues count activities; a batching destination's activities carry `batch` each.
-        new_poll_queue = None if poll_rate is None else poll_rate / destination.poll_batch
-        if destination.poll_in_submit and (submit_rate is not None or poll_rate is not None):
-            # The poll queue leaves room for the first polls the submits make: a new submit rate
-            # moves it too.
-            shown = _in_requests(destination, now_submit, now_poll)
-            submits = _running(shown.submit, destination.submit_rate, submit_rate)
-            polls = _running(shown.poll, destination.poll_rate, poll_rate)
-            if polls <= submits:
-                raise InvalidRequest(
-                    f"poll_rate {polls:g} must stay above submit_rate {submits:g}: the"
-                    " destination polls in its submits (poll_in_submit), so the poll queue runs"
-                    " poll_rate - submit_rate"
+                _with_flow(
+                    destination,
+                    destination.flow.overridden({n: v for n, v in merged.items() if v is not None}),
+                    submit_rate=submit_rate,
                 )
-            new_poll_queue = poll_queue_requests(polls, submits, poll_in_submit=True)
-        stored: dict[str, float | None] = {}
-        for queue, now, new_rate in (
-            (
-                destination.submit_task_queue,
+            now_submit, now_poll = await self._queue_rates(destination, _CALL_TIMEOUT)
+            client = await self._outbox.temporal()
+            changes = _queue_changes(
+                client,
+                destination,
                 now_submit,
-                None if submit_rate is None else submit_rate / destination.submit_batch,
-            ),
-            (destination.poll_task_queue, now_poll, new_poll_queue),
-        ):
-            pause = now.paused if paused is None else paused
-            if pause:
-                text = reason if reason is not None else (now.pause_reason or "paused by request")
-                await pause_queue(
-                    client, queue, now, text, identity=_IDENTITY, resume_rate=new_rate
-                )
-                stored[queue] = 0.0
-            elif now.paused:
-                rate = new_rate if new_rate is not None else now.resume_rate
-                await set_queue_rate(
-                    client, queue, rate, f"resumed: {reason or 'by request'}", identity=_IDENTITY
-                )
-                stored[queue] = rate
-            elif new_rate is not None:
-                await set_queue_rate(
-                    client, queue, new_rate, reason or "rate set by request", identity=_IDENTITY
-                )
-                stored[queue] = new_rate
-        await _until_stored(client, stored)
-        state = await self.state(name)
-        if flow:
-            await self._store_flow(destination, flow)
-            state.flow_policy = await self.flow_policy(name)
-            if any(field.startswith("breaker") for field in flow):
-                await self._tell_flow(destination, state.flow_policy.policy)
-        return state
+                now_poll,
+                submit_rate=submit_rate,
+                poll_rate=poll_rate,
+                paused=paused,
+                reason=reason,
+            )
+            await _apply(client, changes)
+            await _until_stored(client, {change.queue: change.stored for change in changes})
+            state = await self.state(name)
+            if flow:
+                await self._store_flow(destination, flow)
+                state.flow_policy = await self.flow_policy(name)
+                if any(field.startswith("breaker") for field in flow):
+                    await self._tell_flow(destination, state.flow_policy.policy)
+            return state
 
     async def _tell_flow(self, destination: Destination, policy: FlowPolicy) -> None:
         """Give a running flow workflow the breaker settings now in force, so a circuit open
@@ -328,6 +362,203 @@ class DestinationControls:
         except RPCError as err:
             if err.status != RPCStatusCode.NOT_FOUND:
                 raise
+
+
+@dataclass
+class _QueueChange:
+    """One queue's update in a change, what it is to read back after, and how it was before."""
+
+    queue: str
+    before: QueueRate
+    write: Callable[[], Awaitable[None]]
+    # The limit it is to read back (None: the workers' rate).
+    stored: float | None
+
+
+def _queue_changes(
+    client: Client,
+    destination: Destination,
+    now_submit: QueueRate,
+    now_poll: QueueRate,
+    *,
+    submit_rate: float | None,
+    poll_rate: float | None,
+    paused: bool | None,
+    reason: str | None,
+) -> list[_QueueChange]:
+    """The updates that bring the destination's queues from how they are now to the rates and
+    pause asked for (raises InvalidRequest for rates it cannot run at)."""
+    for kind, rate, batch in (
+        ("submit", submit_rate, destination.submit_batch),
+        ("poll", poll_rate, destination.poll_batch),
+    ):
+        if rate is not None and batch > max_batch(rate):
+            raise InvalidRequest(
+                f"{kind}_rate {rate:g} is too low for the destination's {kind}_batch"
+                f" {batch}: {BATCH_RULE}"
+            )
+    # The queues count activities; a batching destination's activities carry `batch` each.
+    new_poll_queue = None if poll_rate is None else poll_rate / destination.poll_batch
+    if destination.poll_in_submit and (submit_rate is not None or poll_rate is not None):
+        # The poll queue leaves room for the first polls the submits make: a new submit rate
+        # moves it too.
+        shown = _in_requests(destination, now_submit, now_poll)
+        submits = _running(shown.submit, destination.submit_rate, submit_rate)
+        polls = _running(shown.poll, destination.poll_rate, poll_rate)
+        if polls <= submits:
+            raise InvalidRequest(
+                f"poll_rate {polls:g} must stay above submit_rate {submits:g}: the"
+                " destination polls in its submits (poll_in_submit), so the poll queue runs"
+                " poll_rate - submit_rate"
+            )
+        new_poll_queue = poll_queue_requests(polls, submits, poll_in_submit=True)
+    changes = []
+    for queue, now, new_rate in (
+        (
+            destination.submit_task_queue,
+            now_submit,
+            None if submit_rate is None else submit_rate / destination.submit_batch,
+        ),
+        (destination.poll_task_queue, now_poll, new_poll_queue),
+    ):
+        pause = now.paused if paused is None else paused
+        stored: float | None
+        if pause:
+            text = reason if reason is not None else (now.pause_reason or "paused by request")
+            stored = 0.0
+            write = partial(
+                pause_queue,
+                client,
+                queue,
+                now,
+                text,
+                identity=_IDENTITY,
+                resume_rate=new_rate,
+                rpc_timeout=_CALL_TIMEOUT,
+            )
+        elif now.paused:
+            stored = new_rate if new_rate is not None else now.resume_rate
+            text = f"resumed: {reason or 'by request'}"
+            write = partial(
+                set_queue_rate,
+                client,
+                queue,
+                stored,
+                text,
+                identity=_IDENTITY,
+                rpc_timeout=_CALL_TIMEOUT,
+            )
+        elif new_rate is not None:
+            stored = new_rate
+            text = reason or "rate set by request"
+            write = partial(
+                set_queue_rate,
+                client,
+                queue,
+                stored,
+                text,
+                identity=_IDENTITY,
+                rpc_timeout=_CALL_TIMEOUT,
+            )
+        else:
+            continue
+        changes.append(_QueueChange(queue, now, write, stored))
+    return changes
+
+
+async def _apply(client: Client, changes: list[_QueueChange]) -> None:
+    """Make each queue's update, all or none. An update refused once one has been made is asked
+    again for a while (the server refuses them under load); still refused, the queues updated
+    are put back as they were and the refusal raised: the caller answers it (503, retry later)
+    with nothing changed."""
+    for index, change in enumerate(changes):
+        try:
+            if index == 0:
+                await change.write()
+            else:
+                await _again_while_refused(change.write)
+        except (RPCError, RPCTimeoutOrCancelledError) as err:
+            # A call cut short may have been made all the same.
+            made = changes[:index] + ([change] if _maybe_made(err) else [])
+            if made:
+                log.warning(
+                    "%s not updated (%s): putting back %s",
+                    change.queue,
+                    err,
+                    ", ".join(done.queue for done in made),
+                )
+                await _put_back(client, made)
+            raise
+
+
+async def _put_back(client: Client, changes: list[_QueueChange]) -> None:
+    """Put each queue back as it was before the change (asked again while refused)."""
+    restored: dict[str, float | None] = {}
+    for change in reversed(changes):
+        before = change.before
+        try:
+            await _again_while_refused(
+                partial(
+                    restore_queue,
+                    client,
+                    change.queue,
+                    before,
+                    identity=_IDENTITY,
+                    rpc_timeout=_CALL_TIMEOUT,
+                )
+            )
+        except (RPCError, RPCTimeoutOrCancelledError) as err:
+            # Left changed: the destination reads as paused if either queue is, and the next
+            # change (the refused request sent again) sets both.
+            log.error("%s could not be put back (%s): it stays as changed", change.queue, err)
+            continue
+        restored[change.queue] = (
+            0.0 if before.paused else (before.rate if before.source == "api" else None)
+        )
+    await _until_stored(client, restored)
+
+
+def _maybe_made(err: RPCError | RPCTimeoutOrCancelledError) -> bool:
+    """Whether a call that raised `err` may have been made all the same (its answer lost)."""
+    return isinstance(err, RPCTimeoutOrCancelledError) or err.status in (
+        RPCStatusCode.DEADLINE_EXCEEDED,
+        RPCStatusCode.CANCELLED,
+        RPCStatusCode.UNAVAILABLE,
+        RPCStatusCode.UNKNOWN,
+    )
+
+
+async def _again_while_refused(call: Callable[[], Awaitable[None]]) -> None:
+    """Make `call`, again while the server refuses it or does not answer, backing off, for up
+    to `_RETRY_FOR_S`; raises its last error past that."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + _RETRY_FOR_S
+    delay = _RETRY_FIRST_S
+    while True:
+        try:
+            await call()
+            return
+        except (RPCError, RPCTimeoutOrCancelledError) as err:
+            retry_later = is_temporal_unavailable(err) or (
+                isinstance(err, RPCError) and err.status == RPCStatusCode.CANCELLED
+            )
+            if not retry_later or loop.time() + delay > deadline:
+                raise
+            log.info("queue update refused (%s): asking again in %g s", err, delay)
+        await asyncio.sleep(delay)
+        delay *= 2
+
+
+async def _to_the_end(work: Coroutine[Any, Any, T]) -> T:
+    """Run `work` to its end even if the caller is cancelled meanwhile (a client gone): a change
+    cut between its two queues' updates would leave them split."""
+    task = asyncio.ensure_future(work)
+    try:
+        return await asyncio.shield(task)
+    except asyncio.CancelledError:
+        # Its outcome is nobody's now; retrieved, so it is not reported as lost.
+        task.add_done_callback(lambda done: done.cancelled() or done.exception())
+        raise
 
 
 def _with_flow(
@@ -397,7 +628,9 @@ async def _until_stored(client: Client, stored: dict[str, float | None]) -> None
     loop = asyncio.get_running_loop()
     deadline = loop.time() + _STORED_WAIT_S
     while stored and loop.time() < deadline:
-        rates = await asyncio.gather(*(read_queue_rate(client, queue) for queue in stored))
+        rates = await asyncio.gather(
+            *(read_queue_rate(client, queue, rpc_timeout=_CALL_TIMEOUT) for queue in stored)
+        )
         if all(
             (rate.source == "worker")
             if want is None
