@@ -295,6 +295,8 @@ class Destination(ApiModel):
     resume_submit_rate: float | None
     resume_poll_rate: float | None
     flow_policy: dict[str, FlowPolicyField] | None = None
+    # Requests out now under `max_in_flight`, across every worker (one destination's GET).
+    in_flight: int | None = None
 
 
 class Lane(ApiModel):
