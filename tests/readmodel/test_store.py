@@ -320,7 +320,7 @@ def test_schema_creation_twice_and_concurrently(
 
     # Rounds, each on a new database, because the races are brief; SQLite's (connections switching
     # a new file to WAL together) is the briefer, so it gets more.
-    rounds = {"sqlite": 100, "postgresql": 10}[engine_factory("probe").dialect.name]
+    rounds = {"sqlite": 40, "postgresql": 10}[engine_factory("probe").dialect.name]
     for round_ in range(rounds):
         engines = [engine_factory(f"db{round_}") for _ in range(8)]
         barrier = threading.Barrier(len(engines))
