@@ -8,6 +8,7 @@ others superseded. Plain data only.
 """
 
 # No `from __future__ import annotations`: Temporal's converter reads real annotations.
+import dataclasses
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Literal
@@ -111,3 +112,8 @@ class DebounceCancel:
 
     item: OutboxItemInput
     reason: str
+
+
+def without_payload(item: OutboxItemInput) -> OutboxItemInput:
+    """A window's member as its read-model rows need it: the enqueuer's row holds the payload."""
+    return dataclasses.replace(item, payload={}, state=None)

@@ -4,7 +4,6 @@ placement, and write the members that end in the window to the read model."""
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 from datetime import UTC, datetime
 
 from temporalio import activity
@@ -15,6 +14,7 @@ from contract.debounce import (
     CLOSE_WINDOW_ACTIVITY,
     DebounceCancel,
     DebounceClose,
+    without_payload,
 )
 from contract.ids import item_workflow_id
 from contract.item import ItemEventType, ItemStatus, OutboxItemInput, OutboxItemView
@@ -75,7 +75,7 @@ class DebounceActivities:
         members = list(close.superseded)
         if not isinstance(error, IdempotencyConflict):
             # The carrier's key is its own; under a conflict it is another item's row.
-            members.append(dataclasses.replace(carrier, payload={}, state=None))
+            members.append(without_payload(carrier))
         await self._end(members, ItemStatus.FAILED, ItemEventType.FAILED, detail)
 
     async def _end(

@@ -436,21 +436,12 @@ def _queue_changes(
                 resume_rate=new_rate,
                 rpc_timeout=_CALL_TIMEOUT,
             )
-        elif now.paused:
-            stored = new_rate if new_rate is not None else now.resume_rate
-            text = f"resumed: {reason or 'by request'}"
-            write = partial(
-                set_queue_rate,
-                client,
-                queue,
-                stored,
-                text,
-                identity=_IDENTITY,
-                rpc_timeout=_CALL_TIMEOUT,
-            )
-        elif new_rate is not None:
-            stored = new_rate
-            text = reason or "rate set by request"
+        elif now.paused or new_rate is not None:
+            if now.paused:
+                stored = new_rate if new_rate is not None else now.resume_rate
+                text = f"resumed: {reason or 'by request'}"
+            else:
+                stored, text = new_rate, reason or "rate set by request"
             write = partial(
                 set_queue_rate,
                 client,

@@ -35,6 +35,7 @@ with workflow.unsafe.imports_passed_through():
         DebounceMember,
         DebounceWindowView,
         JoinOutcome,
+        without_payload,
     )
     from contract.item import OutboxItemInput, OutboxItemView
     from flowcontrol.debounce import MAX_MEMBERS, carried_payload, closes_at
@@ -96,7 +97,7 @@ class DebounceWindowWorkflow:
         self._members.remove(member)
         view: OutboxItemView = await _run(
             DebounceActivities.cancel_member,
-            DebounceCancel(item=_without_payload(member.item), reason=leave.reason),
+            DebounceCancel(item=without_payload(member.item), reason=leave.reason),
             f"cancel {member.item.key}",
         )
         return DebounceLeft(view)
@@ -149,7 +150,7 @@ class DebounceWindowWorkflow:
             payload=carried_payload(mode, [member.item.payload for member in window]),
             debounce=None,
         )
-        superseded = [_without_payload(member.item) for member in window[:-1]]
+        superseded = [without_payload(member.item) for member in window[:-1]]
         workflow.set_current_details(
             f"closing a window of {len(window)} item(s): {last.key} carries them"
         )
@@ -188,7 +189,3 @@ async def _run(
     return await workflow.execute_local_activity_method(
         activity, arg, start_to_close_timeout=HAND_OVER_TIMEOUT, summary=summary
     )
-
-
-def _without_payload(item: OutboxItemInput) -> OutboxItemInput:
-    return dataclasses.replace(item, payload={}, state=None)

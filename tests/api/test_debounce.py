@@ -215,15 +215,20 @@ async def test_cancels_racing_the_close_never_call_a_delivered_member_cancelled(
             answers = await asyncio.gather(
                 *(http.post(f"{ITEMS}/{key}/cancel", json={"reason": "race"}) for key in keys)
             )
-            assert {answer.status_code for answer in answers} <= {200, 409}, [
-                answer.text for answer in answers if answer.status_code not in (200, 409)
+            # 503: the server aborted the cancel's update as the window ended (under load); its
+            # outcome is then the item's status, checked against the deliveries below.
+            assert {answer.status_code for answer in answers} <= {200, 409, 503}, [
+                answer.text for answer in answers if answer.status_code not in (200, 409, 503)
             ]
             statuses = await _ended(http, keys)
             window = stack.client.get_workflow_handle(
                 debounce_workflow_id("tests", webhook.name, debounce_key)
             )
             await window.result()
-            await asyncio.sleep(1)  # the carrier's delivery, if any
+            # The carrier's delivery, if any: it ends `sent` once the provider has it.
+            carried = [key for key in keys if statuses[key] != "cancelled"]
+            if carried:
+                await _ended_as(http, carried, {"superseded", "sent", "failed"})
             delivered = [
                 member["key"]
                 for entry in await fake_provider.admin.deliveries(endpoint=webhook.name)
@@ -234,7 +239,8 @@ async def test_cancels_racing_the_close_never_call_a_delivered_member_cancelled(
 
             for key, answer in zip(keys, answers, strict=True):
                 cancelled = statuses[key] == "cancelled"
-                assert cancelled == (answer.status_code == 200), (key, statuses[key], answer.text)
+                if answer.status_code != 503:
+                    assert cancelled == (answer.status_code == 200), (key, statuses[key])
                 assert delivered.count(key) == (0 if cancelled else 1), (key, statuses[key])
             history = await window.fetch_history()
             scheduled = [
@@ -253,3 +259,13 @@ async def _ended(http: httpx.AsyncClient, keys: list[str]) -> dict[str, str]:
             return dict(zip(keys, found, strict=True))
         await asyncio.sleep(0.1)
     raise AssertionError(f"never ended: {found}")
+
+
+async def _ended_as(http: httpx.AsyncClient, keys: list[str], ended: set[str]) -> None:
+    """Until one of `keys` is `sent` and the others are in `ended` (the carrier went)."""
+    for _ in range(300):
+        found = [(await http.get(f"{ITEMS}/{key}")).json()["status"] for key in keys]
+        if "sent" in found and set(found) <= ended:
+            return
+        await asyncio.sleep(0.1)
+    raise AssertionError(f"the window's carrier never went: {found}")
