@@ -30,8 +30,9 @@ $(BIN)/python:
 venv: $(BIN)/python
 
 # Reinstall only when the dependency pins change.
-$(STAMP): pyproject.toml clients/python/pyproject.toml | $(BIN)/python
+$(STAMP): pyproject.toml clients/python/pyproject.toml clients/temporal/pyproject.toml | $(BIN)/python
 	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e 'clients/temporal[sqlalchemy,opentelemetry]'
 	$(BIN)/pip install --quiet -e '.[dev]'
 	$(BIN)/pip install --quiet -e clients/python
 	touch $@

@@ -39,8 +39,7 @@ from typing import Any
 from urllib.parse import quote
 
 import httpx
-
-from contract.item import DeliveryOutcome, ItemStatus
+from durable_outbox_temporal.contract.item import DeliveryOutcome, ItemStatus
 
 BATCH_SIZE = 100
 

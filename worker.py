@@ -2,8 +2,8 @@
 operations worker (scheduled fan-out, dead-letter redrive batches, aggregate effects, the async
 projectors' runners) beside the workflow worker; it starts each projector's workflow.
 
-Run `python worker.py` (settings from the environment, see `common/settings.py`). Any number of
-these processes can run against one cluster: the per-destination rates are enforced by the
+Run `python worker.py` (settings from the environment, see `configuration/settings.py`). Any number
+of these processes can run against one cluster: the per-destination rates are enforced by the
 Temporal server on the task queues, not by this process.
 """
 
@@ -19,6 +19,11 @@ from datetime import timedelta
 from typing import Any
 
 import httpx
+from durable_outbox_temporal import OutboxClient, connect
+from durable_outbox_temporal.aggregates import AggregateClient
+from durable_outbox_temporal.codec import codec_from_environment, data_converter
+from durable_outbox_temporal.destinations import Destination, DestinationRegistry
+from durable_outbox_temporal.tracing import configure_tracing
 from opentelemetry.instrumentation.httpx import HTTPXClientInstrumentor
 from sqlalchemy import Engine
 from temporalio.client import Client
@@ -40,17 +45,12 @@ from activities.projection import ProjectionActivities
 from activities.projectors import ProjectorActivities
 from activities.providers import build_provider, load_destinations
 from activities.providers.base import HttpProviderSettings
-from common.codec import codec_from_environment, data_converter
-from common.destinations import Destination, DestinationRegistry
-from common.redaction import install_log_redaction
-from common.settings import Settings, get_settings
-from common.tracing import configure_tracing
+from configuration.redaction import install_log_redaction
+from configuration.settings import Settings, get_settings
 from flowcontrol.breaker import BreakerGate, BreakerQueue
 from flowcontrol.caps import FlowLimits
 from flowcontrol.pacing import PacedQueue, RequestPacer, server_rate_reader
 from flowcontrol.throttle import ThrottledQueue, ThrottleGate
-from outbox_client import OutboxClient, connect
-from outbox_client.aggregates import AggregateClient
 from readmodel.db import create_schema, make_engine
 from readmodel.flow_overrides import FlowPolicies
 from readmodel.payload_store import claim_checks, prune_forever

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import asyncio
 
+from durable_outbox_temporal.contract.aggregate import STORE_ACTIVITY, StoreEvents
 from sqlalchemy import Engine
 from temporalio import activity
 
-from contract.aggregate import STORE_ACTIVITY, StoreEvents
 from readmodel import aggregates
 
 

@@ -17,20 +17,8 @@ from collections.abc import AsyncIterator, Awaitable, Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
 
-from sqlalchemy import Engine
-from temporalio import activity
-from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
-from temporalio.service import RPCError, RPCStatusCode
-
-from activities.flow_gate import FlowGate, Held
-from activities.providers.base import (
-    EndpointGoneError,
-    PermanentProviderError,
-    Provider,
-    TransientProviderError,
-)
-from contract import transitions
-from contract.flow import (
+from durable_outbox_temporal.contract import transitions
+from durable_outbox_temporal.contract.flow import (
     FAILING_SIGNAL,
     FLOW_WORKFLOW_TYPE,
     PROBE_ACTIVITY,
@@ -41,8 +29,9 @@ from contract.flow import (
     Throttled,
     flow_workflow_id,
 )
-from contract.ids import poll_task_queue, submit_task_queue
-from contract.item import (
+from durable_outbox_temporal.contract.flow_policy import FlowPolicy
+from durable_outbox_temporal.contract.ids import poll_task_queue, submit_task_queue
+from durable_outbox_temporal.contract.item import (
     POLL_ACTIVITY,
     POLL_BATCH_ACTIVITY,
     SUBMIT_ACTIVITY,
@@ -57,9 +46,20 @@ from contract.item import (
     SubmitRequest,
     SubmitResult,
 )
+from sqlalchemy import Engine
+from temporalio import activity
+from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
+from temporalio.service import RPCError, RPCStatusCode
+
+from activities.flow_gate import FlowGate, Held
+from activities.providers.base import (
+    EndpointGoneError,
+    PermanentProviderError,
+    Provider,
+    TransientProviderError,
+)
 from flowcontrol.breaker import BreakerGate, is_failure
 from flowcontrol.pacing import RequestPacer
-from flowcontrol.policy import FlowPolicy
 from flowcontrol.queue_rates import pause_queues_not_paused, read_queue_rate, throttle_queue
 from flowcontrol.throttle import ThrottleGate
 from readmodel import attempts
@@ -327,7 +327,8 @@ class DeliveryActivities:
             await self._throttle.hold(task_queue)
         if self._pacer is not None:
             # The activity's priority (its item's, or its batch's most urgent): what this
-            # process was dispatched goes most urgent first too (`flowcontrol/priority.py`).
+            # process was dispatched goes most urgent first too
+            # (`durable_outbox_temporal/contract/priority.py`).
             await self._pacer.acquire(task_queue, activity.info().priority.priority_key)
 
     async def _throttled(self, destination: str, err: TransientProviderError) -> None:

@@ -7,9 +7,9 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
+from durable_outbox_temporal.contract.flow import APPLY_RATE_ACTIVITY, RateApplied, RateChange
 from temporalio import activity
 
-from contract.flow import APPLY_RATE_ACTIVITY, RateApplied, RateChange
 from flowcontrol.queue_rates import (
     QueueRate,
     circuit_reason,

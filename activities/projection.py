@@ -6,12 +6,12 @@ from __future__ import annotations
 import asyncio
 import functools
 
+from durable_outbox_temporal.contract.bulk import PROJECT_ITEMS_ACTIVITY
+from durable_outbox_temporal.contract.item import PROJECT_ACTIVITY, ItemProjection
+from durable_outbox_temporal.contract.lane import PROJECT_LANES_ACTIVITY, LaneProjection
 from sqlalchemy import Engine
 from temporalio import activity
 
-from contract.bulk import PROJECT_ITEMS_ACTIVITY
-from contract.item import PROJECT_ACTIVITY, ItemProjection
-from contract.lane import PROJECT_LANES_ACTIVITY, LaneProjection
 from readmodel.lanes import apply_lane_projections
 from readmodel.writer import MAX_BATCH, ProjectionWriter
 

@@ -13,11 +13,11 @@ import asyncio
 import logging
 from collections.abc import Mapping
 
+from durable_outbox_temporal.contract.projector import RUN_ACTIVITY
 from sqlalchemy import Engine
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from contract.projector import RUN_ACTIVITY
 from readmodel.projectors import PROJECTORS
 from readmodel.projectors import base as projectors
 from readmodel.projectors.base import BATCH, AsyncProjector

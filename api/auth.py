@@ -45,7 +45,7 @@ from fastapi import Depends, Request, WebSocket
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from api.errors import ApiProblem
-from common.settings import Settings
+from configuration.settings import Settings
 
 # auto_error=False: we answer with our own problem+json; the scheme still shows in /docs.
 _bearer = HTTPBearer(auto_error=False, description="A token from `API_TOKEN` or `API_TOKENS_FILE`")

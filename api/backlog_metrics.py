@@ -19,11 +19,11 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Literal
 
+from durable_outbox_temporal.contract.item import ItemStatus
 from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from sqlalchemy import Engine
 
-from contract.item import ItemStatus
 from readmodel.backlog import (
     BACKLOG_STATUSES,
     BUSY_LANE_STATUSES,

@@ -5,15 +5,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Annotated
 
+from durable_outbox_temporal import OutboxClient
+from durable_outbox_temporal.destinations import DestinationRegistry
 from fastapi import Depends, Request
 from sqlalchemy import Engine
 
 from aggregates.definition import RESERVED_ACTORS
 from api.auth import ANY_ACTOR, ApiToken
 from api.metrics import ApiMetrics
-from common.destinations import DestinationRegistry
-from common.settings import Settings
-from outbox_client import OutboxClient
+from configuration.settings import Settings
 from service.aggregates import AggregateService
 from service.destinations import DestinationControls
 from service.items import ItemService

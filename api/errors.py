@@ -26,17 +26,7 @@ from collections.abc import Sequence
 from itertools import accumulate
 from typing import Any
 
-from fastapi import FastAPI, Request
-from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
-from sqlalchemy.exc import DBAPIError
-from starlette.exceptions import HTTPException as StarletteHTTPException
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
-from temporalio.client import RPCTimeoutOrCancelledError
-from temporalio.service import RPCError, RPCStatusCode
-
-from api.problem_codes import FALLBACK_CODE, PROBLEM_CODES, STATUS_CODES, domain_code
-from outbox_client import (
+from durable_outbox_temporal import (
     CannotCancel,
     CommandConflict,
     EffectNotFailed,
@@ -59,7 +49,17 @@ from outbox_client import (
     UnknownEffect,
     is_temporal_unavailable,
 )
-from outbox_client.validation import MAX_JSON_DEPTH, unsendable_json_value
+from durable_outbox_temporal.validation import MAX_JSON_DEPTH, unsendable_json_value
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from sqlalchemy.exc import DBAPIError
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from temporalio.client import RPCTimeoutOrCancelledError
+from temporalio.service import RPCError, RPCStatusCode
+
+from api.problem_codes import FALLBACK_CODE, PROBLEM_CODES, STATUS_CODES, domain_code
 from readmodel.store import InvalidCursor
 from service.dead_letters import NotADeadLetter, RedriveBatchNotFound
 from service.schedules import InvalidSchedule, ScheduleExists, ScheduleNotFound

@@ -17,11 +17,11 @@ from typing import Any
 
 from azure.core.messaging import CloudEvent
 from azure.eventgrid import EventGridEvent, SystemEventNames
+from durable_outbox_temporal.contract.item import DeliveryReport, RecipientStatus
+from durable_outbox_temporal.validation import MAX_JSON_DEPTH
 
 from api.dates import in_utc
 from api.errors import ApiProblem, json_nesting_exceeds, too_deeply_nested
-from contract.item import DeliveryReport, RecipientStatus
-from outbox_client.validation import MAX_JSON_DEPTH
 
 log = logging.getLogger("outbox.api.events")
 

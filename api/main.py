@@ -7,7 +7,7 @@ Tests inject their own client and engine so the real app runs against a test ser
 With `OUTBOX_ENV=production` (the image's default) the lifespan refuses an open configuration
 (no token, no payload keys, a public events secret) unless `ALLOW_INSECURE` is set
 (`api/security.py`). Every log line has its `token=` and `secret=` values replaced with `***`
-(`common/redaction.py`).
+(`configuration/redaction.py`).
 """
 
 from __future__ import annotations
@@ -18,6 +18,11 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from datetime import timedelta
 
+from durable_outbox_temporal import OutboxClient, TemporalConnection
+from durable_outbox_temporal.aggregates import AggregateClient
+from durable_outbox_temporal.codec import codec_from_environment, data_converter
+from durable_outbox_temporal.destinations import DestinationRegistry
+from durable_outbox_temporal.tracing import configure_tracing
 from fastapi import Depends, FastAPI
 from opentelemetry.instrumentation.fastapi import FastAPIInstrumentor
 from sqlalchemy import Engine
@@ -52,13 +57,8 @@ from api.routes import codec as codec_route
 from api.routes import destinations as destination_routes
 from api.routes import token as token_route
 from api.security import AllowedHosts, CodecCors, check_configuration
-from common.codec import codec_from_environment, data_converter
-from common.destinations import DestinationRegistry
-from common.redaction import install_log_redaction
-from common.settings import Settings, get_settings
-from common.tracing import configure_tracing
-from outbox_client import OutboxClient, TemporalConnection
-from outbox_client.aggregates import AggregateClient
+from configuration.redaction import install_log_redaction
+from configuration.settings import Settings, get_settings
 from readmodel.db import create_schema, make_engine
 from readmodel.payload_store import claim_checks
 from service.aggregates import AggregateService

@@ -6,6 +6,25 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Annotated, Any, Literal, Self
 
+from durable_outbox_temporal.contract.debounce_rules import (
+    DEFAULT_MAX_WAIT_WINDOWS,
+    MAX_DEBOUNCE_S,
+    MAX_WAIT_LIMIT_S,
+    check_debounce_key,
+)
+from durable_outbox_temporal.contract.item import OutboxItemView
+from durable_outbox_temporal.contract.limits import (
+    MAX_DESTINATION_LENGTH,
+    MAX_KEY_LENGTH,
+    MAX_START_DELAY,
+    TEXT_KEY_PATTERN,
+    check_concurrency_key,
+    check_idempotency_key,
+    check_ordering_key,
+)
+from durable_outbox_temporal.contract.priority import HIGHEST_PRIORITY, LOWEST_PRIORITY
+from durable_outbox_temporal.errors import InvalidRequest
+from durable_outbox_temporal.validation import unsendable_json_value, validate_json_values
 from pydantic import (
     AfterValidator,
     BaseModel,
@@ -16,26 +35,7 @@ from pydantic import (
 )
 
 from api.dates import AwareUtcDatetime
-from contract.item import OutboxItemView
-from contract.limits import (
-    MAX_DESTINATION_LENGTH,
-    MAX_KEY_LENGTH,
-    MAX_START_DELAY,
-    TEXT_KEY_PATTERN,
-    check_concurrency_key,
-    check_idempotency_key,
-    check_ordering_key,
-)
-from flowcontrol.debounce import (
-    DEFAULT_MAX_WAIT_WINDOWS,
-    MAX_DEBOUNCE_S,
-    MAX_WAIT_LIMIT_S,
-    check_debounce_key,
-)
-from flowcontrol.priority import HIGHEST_PRIORITY, LOWEST_PRIORITY
 from flowcontrol.waiting import WaitingOn
-from outbox_client.errors import InvalidRequest
-from outbox_client.validation import unsendable_json_value, validate_json_values
 from readmodel.models import EventRecord
 
 MAX_BATCH = 100

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import logging
 
+from durable_outbox_temporal.codec import EncryptionCodec
+from durable_outbox_temporal.destinations import DestinationRegistry
 from fastapi import FastAPI
 from fastapi.middleware.cors import CORSMiddleware
 from starlette.datastructures import Headers
@@ -13,9 +15,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from api.auth import CODEC_PATH, ApiToken
 from api.errors import ApiProblem, problem_response
-from common.codec import EncryptionCodec
-from common.destinations import DestinationRegistry
-from common.settings import PUBLIC_EVENTS_SECRETS, Settings
+from configuration.settings import PUBLIC_EVENTS_SECRETS, Settings
 
 log = logging.getLogger("outbox.api")
 

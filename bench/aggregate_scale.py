@@ -22,14 +22,14 @@ from collections import Counter
 from contextlib import AsyncExitStack
 from typing import Any
 
+from durable_outbox_temporal.aggregates import AggregateClient
+from durable_outbox_temporal.contract.aggregate import RecordedEvent
 from sqlalchemy import Engine
 
 from bench.run import machine
 from bench.stack import webhook_stack
 from bench.verdict import verdict
-from common.settings import PROJECT_ROOT
-from contract.aggregate import RecordedEvent
-from outbox_client.aggregates import AggregateClient
+from configuration.settings import PROJECT_ROOT
 from readmodel import aggregates as event_store
 from readmodel.aggregates import MAX_PAGE
 

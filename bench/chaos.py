@@ -33,6 +33,8 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import httpx
+from durable_outbox_temporal.contract.ids import provider_idempotency_key
+from durable_outbox_temporal.destinations import Destination, DestinationRegistry
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from temporalio.client import Client
 
@@ -47,9 +49,7 @@ from bench.chaos_analysis import (
     judge,
 )
 from bench.run import machine
-from common.destinations import Destination, DestinationRegistry
-from common.settings import PROJECT_ROOT
-from contract.ids import provider_idempotency_key
+from configuration.settings import PROJECT_ROOT
 from devstack.dev import Child, StartupError, build_children, start, stop
 from devstack.fake_provider import (
     DEFAULT_ACS_ACCESS_KEY,

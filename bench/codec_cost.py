@@ -1,4 +1,5 @@
-"""What payload encryption costs per item: the AES-256-GCM codec (`common.codec`) run over
+"""What payload encryption costs per item: the AES-256-GCM codec (`durable_outbox_temporal.codec`)
+run over
 every payload in the histories of delivered items, as a client and worker with `PAYLOAD_KEYS`
 would encode each once and decode it once.
 
@@ -11,11 +12,10 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator
 
+from durable_outbox_temporal.codec import EncryptionCodec, new_key_setting
 from google.protobuf.message import Message
 from temporalio.api.common.v1 import Payload
 from temporalio.client import Client
-
-from common.codec import EncryptionCodec, new_key_setting
 
 # Encode and decode each item's payloads this many times, so the timer sees milliseconds.
 ROUNDS = 20

@@ -21,10 +21,11 @@ from contextlib import AsyncExitStack
 from pathlib import Path
 from typing import Any
 
+from durable_outbox_temporal.contract.ids import provider_idempotency_key
+
 from bench.run import machine
 from bench.stack import webhook_stack
-from common.settings import PROJECT_ROOT
-from contract.ids import provider_idempotency_key
+from configuration.settings import PROJECT_ROOT
 from devstack.fake_provider import FakeProvider
 
 QUICK = os.environ.get("QUICK") == "1"

@@ -11,9 +11,9 @@ Retry-After), in alternating rounds, each round a stack of its own:
 - `storm_early_requests`: requests the fake saw before a Retry-After it gave had elapsed (0);
 - `storm_s`: seconds from the first enqueue to the last item sent, rule on.
 
-And priorities (`flowcontrol/priority.py`): a bulk destination at 50/s gets a backlog of 2,000
-priority-5 items (500 with `QUICK=1`), then, once it drains, 50 priority-1 items; each item's
-wait is from its hand-over to its arrival at the fake provider:
+And priorities (`durable_outbox_temporal/contract/priority.py`): a bulk destination at 50/s gets a
+backlog of 2,000 priority-5 items (500 with `QUICK=1`), then, once it drains, 50 priority-1 items;
+each item's wait is from its hand-over to its arrival at the fake provider:
 
 - `priority_high_wait_median_s` / `priority_low_wait_median_s`, and their ratio
   `priority_wait_ratio` (bar: at most 0.1).
@@ -28,8 +28,9 @@ the fake provider:
 - `quota_key_max_per_s` / `..._without`: the most of one tenant's in any second;
 - `caps_items_per_s` / `..._without`: items sent a second, first enqueue to last sent.
 
-And debounce (`flowcontrol/debounce.py`): 20 keys, 25 enqueues each from 20 concurrent callers
-(`debounce_s` 1, mode `latest`), to a webhook at 100/s; counted at the fake provider:
+And debounce (`durable_outbox_temporal/contract/debounce_rules.py`): 20 keys, 25 enqueues each from
+20 concurrent callers (`debounce_s` 1, mode `latest`), to a webhook at 100/s; counted at the fake
+provider:
 
 - `debounce_deliveries_per_key`: deliveries per key (1: every window became one delivery);
 - `debounce_last_payload_share`: the share of keys whose delivery carried their last payload;
@@ -51,7 +52,7 @@ from typing import Any
 from sqlalchemy import func, select
 
 from bench.stack import BenchStack, webhook_stack
-from common.settings import PROJECT_ROOT
+from configuration.settings import PROJECT_ROOT
 from readmodel.models import ITEMS
 
 ITEMS_IN_STORM = 40

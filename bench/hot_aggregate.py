@@ -21,14 +21,19 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import httpx
+from durable_outbox_temporal.aggregates import AggregateClient
+from durable_outbox_temporal.client import RPC_TIMEOUT as CLIENT_RPC_TIMEOUT
+from durable_outbox_temporal.contract.aggregate import (
+    COMMAND_SIGNAL,
+    COMMAND_UPDATE,
+    CommandRequest,
+    CommandResult,
+)
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WithStartWorkflowOperation
 from temporalio.common import WorkflowIDConflictPolicy
 
 from bench.actions import billable_actions, run_histories
-from contract.aggregate import COMMAND_SIGNAL, COMMAND_UPDATE, CommandRequest, CommandResult
-from outbox_client.aggregates import AggregateClient
-from outbox_client.client import RPC_TIMEOUT as CLIENT_RPC_TIMEOUT
 from readmodel.aggregates import MAX_PAGE as PAGE
 
 CLIENTS = 30

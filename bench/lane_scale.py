@@ -36,6 +36,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from durable_outbox_temporal import LaneFull, OutboxClient, connect
+from durable_outbox_temporal.contract.bulk import shard_of, shard_workflow_id
+from durable_outbox_temporal.contract.ids import (
+    WORKFLOW_TASK_QUEUE,
+    item_workflow_id,
+    lane_workflow_id,
+    provider_idempotency_key,
+)
 from sqlalchemy import Engine, select
 from temporalio.client import Client
 
@@ -52,14 +60,7 @@ from bench.chaos import (
 from bench.chaos_analysis import SubmitAnswer
 from bench.run import machine
 from bench.verdict import verdict
-from common.settings import PROJECT_ROOT
-from contract.bulk import shard_of, shard_workflow_id
-from contract.ids import (
-    WORKFLOW_TASK_QUEUE,
-    item_workflow_id,
-    lane_workflow_id,
-    provider_idempotency_key,
-)
+from configuration.settings import PROJECT_ROOT
 from devstack.dev import Child, StartupError, build_children, stop
 from devstack.fake_provider import (
     DEFAULT_ACS_ACCESS_KEY,
@@ -69,7 +70,6 @@ from devstack.fake_provider import (
     create_app,
 )
 from devstack.serving import serve_in_background
-from outbox_client import LaneFull, OutboxClient, connect
 from readmodel.db import make_engine
 from readmodel.lanes import get_lane
 from readmodel.models import ITEMS
@@ -89,7 +89,8 @@ OUTBOX = "lane-scale"
 LANE = "one-lane"
 DESTINATION = "lane-webhook"
 FINAL_STATUSES = ("sent", "failed", "cancelled")
-# A lane's default `lane_history_events` (common/destinations.py OutboxSettings) and its floor.
+# A lane's default `lane_history_events` (durable_outbox_temporal/destinations.py OutboxSettings)
+# and its floor.
 DEFAULT_HISTORY_EVENTS, MIN_HISTORY_EVENTS = 10_000, 100
 # Retries of a full lane (LaneFull, the API's 429) wait this long.
 LANE_FULL_WAIT_S = 1.0

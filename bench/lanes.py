@@ -35,7 +35,7 @@ from sqlalchemy import func, select
 
 from bench.hot_aggregate import percentile
 from bench.stack import BenchStack, webhook_stack
-from common.settings import PROJECT_ROOT
+from configuration.settings import PROJECT_ROOT
 from readmodel.models import ITEMS
 
 QUICK = os.environ.get("QUICK") == "1"
@@ -50,7 +50,7 @@ BATCH = 100
 # A run is given up when nothing is delivered for this long.
 STALL_S = 60.0
 # Items one submit activity of an item-mode lane carries in the runs configuration, and the
-# quota that lets it (at most the destination's rate: `common.destinations`).
+# quota that lets it (at most the destination's rate: `durable_outbox_temporal.destinations`).
 LANE_RUN = 20
 RATE = 1000
 RUNS_IN_ITEM_MODE = {"lane_run": LANE_RUN, "flow": {"quotas": [{"per": "1s", "max": RATE}]}}

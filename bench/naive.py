@@ -14,9 +14,15 @@ from temporalio.worker import Worker
 
 with workflow.unsafe.imports_passed_through():
     import httpx
+    from durable_outbox_temporal.contract.item import (
+        OperationStatus,
+        PollRequest,
+        PollResult,
+        SubmitRequest,
+        SubmitResult,
+    )
 
     from activities.providers.acs_email import AcsEmailProvider, AcsEmailSettings
-    from contract.item import OperationStatus, PollRequest, PollResult, SubmitRequest, SubmitResult
 
 TASK_QUEUE = "naive"
 ACCESS_KEY = "ZmFrZS1hY3MtYWNjZXNzLWtleQ=="

@@ -1,7 +1,7 @@
 """The payload converter's cost per round trip (`python -m bench.payload_json`): the SDK's
-default JSON converter beside the product's (`common/payload_json.py`), on the payloads a
-delivery sends most (an item's input, a submit request with its projection context, a shard's
-enqueue of two items), encoded and decoded in alternating rounds."""
+default JSON converter beside the product's (`durable_outbox_temporal/payload_json.py`), on the
+payloads a delivery sends most (an item's input, a submit request with its projection context, a
+shard's enqueue of two items), encoded and decoded in alternating rounds."""
 
 from __future__ import annotations
 
@@ -11,12 +11,9 @@ import time
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from temporalio.converter import DataConverter, PayloadConverter
-
-from common.codec import data_converter
-from common.destinations import Destination
-from contract.bulk import ShardEnqueue
-from contract.item import (
+from durable_outbox_temporal.codec import data_converter
+from durable_outbox_temporal.contract.bulk import ShardEnqueue
+from durable_outbox_temporal.contract.item import (
     ItemEvent,
     ItemEventType,
     ItemStatus,
@@ -25,6 +22,8 @@ from contract.item import (
     ProjectionContext,
     SubmitRequest,
 )
+from durable_outbox_temporal.destinations import Destination
+from temporalio.converter import DataConverter, PayloadConverter
 
 ROUNDS = 5
 PER_ROUND = 500

@@ -9,10 +9,10 @@ import time
 import uuid
 from typing import Any
 
+from durable_outbox_temporal.transactional import enqueue_in
 from sqlalchemy import Engine, select
 from sqlalchemy.orm import Session
 
-from outbox_client.transactional import enqueue_in
 from readmodel.db import make_engine
 from readmodel.models import OUTBOX_PENDING
 

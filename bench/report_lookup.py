@@ -31,6 +31,14 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+from durable_outbox_temporal.contract import search_attributes
+from durable_outbox_temporal.contract.item import (
+    DeliveryOutcome,
+    ItemStatus,
+    OutboxItemView,
+    Recipient,
+    RecipientStatus,
+)
 from sqlalchemy import Engine, inspect, text
 from sqlalchemy.exc import DBAPIError
 from temporalio.api.workflowservice.v1 import ListWorkflowExecutionsRequest
@@ -40,15 +48,7 @@ from temporalio.service import RPCError, RPCStatusCode
 from temporalio.testing import WorkflowEnvironment
 
 from bench.run import machine
-from common.settings import PROJECT_ROOT
-from contract import search_attributes
-from contract.item import (
-    DeliveryOutcome,
-    ItemStatus,
-    OutboxItemView,
-    Recipient,
-    RecipientStatus,
-)
+from configuration.settings import PROJECT_ROOT
 from devstack.temporal_server import dev_server_extra_args, temporal_cli_path
 from readmodel import store
 from readmodel.db import create_schema, make_engine

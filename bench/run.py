@@ -26,6 +26,15 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+from durable_outbox_temporal import OutboxClient
+from durable_outbox_temporal.contract import transitions
+from durable_outbox_temporal.contract.bulk import SHARD_WORKFLOW_TYPE
+from durable_outbox_temporal.contract.ids import (
+    WORKFLOW_TASK_QUEUE,
+    item_workflow_id,
+    provider_idempotency_key,
+)
+from durable_outbox_temporal.contract.item import OutboxItemInput, SubmitRequest
 from temporalio.client import Client
 
 from activities.providers import load_destinations
@@ -38,15 +47,10 @@ from bench.lanes import lanes_figures
 from bench.naive import TASK_QUEUE as NAIVE_TASK_QUEUE
 from bench.naive import NaiveItemWorkflow
 from bench.relay import relay_lag
-from common.settings import PROJECT_ROOT
-from contract import transitions
-from contract.bulk import SHARD_WORKFLOW_TYPE
-from contract.ids import WORKFLOW_TASK_QUEUE, item_workflow_id, provider_idempotency_key
-from contract.item import OutboxItemInput, SubmitRequest
+from configuration.settings import PROJECT_ROOT
 from devstack.dev import Child, build_children, http_ok, start, stop
 from devstack.fake_provider import FakeProviderAdmin
 from devstack.temporal_server import temporal_cli_path
-from outbox_client import OutboxClient
 from readmodel.db import make_engine
 from readmodel.store import counts_by_status
 from readmodel.writer import ProjectionWriter

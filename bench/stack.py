@@ -10,14 +10,14 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+from durable_outbox_temporal import OutboxClient
+from durable_outbox_temporal.codec import data_converter
+from durable_outbox_temporal.destinations import Destination, DestinationRegistry
 from sqlalchemy import Engine
 from temporalio.testing import WorkflowEnvironment
 
-from common.codec import data_converter
-from common.destinations import Destination, DestinationRegistry
 from devstack.fake_provider import FakeProvider, FaultConfig, run_fake_provider
 from devstack.temporal_server import dev_server_extra_args, temporal_cli_path
-from outbox_client import OutboxClient
 from readmodel.db import create_schema, make_engine
 from worker import build_workers
 

@@ -12,14 +12,14 @@ import types
 import typing
 from typing import Any
 
+from durable_outbox_temporal.contract.aggregate import AggregateView
+from durable_outbox_temporal.contract.debounce import DebounceWindowView
+from durable_outbox_temporal.contract.flow import FlowState
+from durable_outbox_temporal.contract.ids import WORKFLOW_TASK_QUEUE
+from durable_outbox_temporal.contract.item import OutboxItemView
+from durable_outbox_temporal.contract.lane import LaneView
 from temporalio.workflow import _Definition
 
-from contract.aggregate import AggregateView
-from contract.debounce import DebounceWindowView
-from contract.flow import FlowState
-from contract.ids import WORKFLOW_TASK_QUEUE
-from contract.item import OutboxItemView
-from contract.lane import LaneView
 from workflows.aggregate import AggregateWorkflow
 from workflows.debounce import DebounceWindowWorkflow
 from workflows.destination_flow import DestinationFlowWorkflow
@@ -209,7 +209,8 @@ _WORKFLOWS = (
         "'debounce/demo/fake-webhook/profile-42'",
         "DebounceInput",
         DebounceWindowView,
-        "one debounce window (`flowcontrol/debounce.py`); started by its first item's `join`;"
+        "one debounce window (`durable_outbox_temporal/contract/debounce_rules.py`); started by"
+        " its first item's `join`;"
         " closes on a durable timer, hands its carrier to the item's usual placement and marks"
         " the others superseded; ends when no item waits",
     ),

@@ -38,8 +38,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
-from common.codec import new_key_setting
-from common.settings import DEV_EVENTS_SECRET, PROJECT_ROOT
+from durable_outbox_temporal.codec import new_key_setting
+
+from configuration.settings import DEV_EVENTS_SECRET, PROJECT_ROOT
 from devstack.temporal_server import (
     STOP_GRACE_S,
     dev_server_command,

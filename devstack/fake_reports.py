@@ -19,7 +19,7 @@ from typing import Any
 
 import httpx
 
-from common.redaction import redact
+from configuration.redaction import redact
 
 log = logging.getLogger("fake_provider.reports")
 

@@ -22,6 +22,10 @@ from pathlib import Path
 from typing import Any
 
 import annotated_types
+from durable_outbox_temporal.connection import RETIRED_VARIABLES
+from durable_outbox_temporal.contract.flow_policy import FlowPolicy
+from durable_outbox_temporal.contract.item import DESCRIPTION, POLICY_SETTINGS, DeliveryPolicy
+from durable_outbox_temporal.destinations import _ENV_REFERENCE, Destination, OutboxSettings
 from fastapi.routing import APIRoute, APIWebSocketRoute, iter_route_contexts
 from prometheus_client.metrics import MetricWrapperBase
 from pydantic import BaseModel, SecretStr
@@ -36,12 +40,8 @@ from api.destination_metrics import FAMILIES as DESTINATION_FAMILIES
 from api.main import create_app
 from api.metrics import ApiMetrics
 from api.problem_codes import SECTIONS
-from common.destinations import _ENV_REFERENCE, Destination, OutboxSettings
-from common.settings import PROJECT_ROOT, Settings
-from contract.item import DESCRIPTION, POLICY_SETTINGS, DeliveryPolicy
+from configuration.settings import PROJECT_ROOT, Settings
 from devstack.contract_docs import contract_page
-from flowcontrol.policy import FlowPolicy
-from outbox_client.connection import RETIRED_VARIABLES
 
 REFERENCE_DIR = PROJECT_ROOT / "docs" / "reference"
 COMMAND = "python -m devstack.reference_docs"
@@ -57,8 +57,8 @@ class Variable:
     meaning: str
 
 
-# Read by `temporalio.envconfig` (through `outbox_client.connect`), not by our code: the names
-# are Temporal's standard, so they are listed here (a test checks that each one takes effect).
+# Read by `temporalio.envconfig` (through `durable_outbox_temporal.connect`), not by our code: the
+# names are Temporal's standard, so they are listed here (a test checks that each one takes effect).
 TEMPORAL_VARIABLES = (
     Variable("TEMPORAL_ADDRESS", "`localhost:7233`", "Temporal frontend, `host:port`"),
     Variable("TEMPORAL_NAMESPACE", "`default`", "namespace"),
@@ -80,7 +80,7 @@ TEMPORAL_VARIABLES = (
     ),
     Variable("TEMPORAL_PROFILE", "`default`", "the profile to read from that file"),
 )
-# Read by `common/codec.py`, in every process that connects to Temporal.
+# Read by `durable_outbox_temporal/codec.py`, in every process that connects to Temporal.
 PAYLOAD_VARIABLES = (
     Variable(
         "PAYLOAD_KEYS_FILE",
@@ -89,7 +89,8 @@ PAYLOAD_VARIABLES = (
         " keeps its keys in `.data/payload-keys`)",
     ),
 )
-# Read by `common/tracing.py`; the OpenTelemetry SDK reads the other standard `OTEL_*` ones.
+# Read by `durable_outbox_temporal/tracing.py`; the OpenTelemetry SDK reads the other standard
+# `OTEL_*` ones.
 TRACING_VARIABLES = (
     Variable(
         "OTEL_EXPORTER_OTLP_ENDPOINT",
@@ -214,13 +215,15 @@ def configuration_page() -> str:
         "# Configuration reference",
         "",
         _generated_from(
-            "`common/settings.py`, `common/destinations.py`, the destinations file and the lists"
+            "`configuration/settings.py`, `durable_outbox_temporal/destinations.py`, the"
+            " destinations file and the lists"
             " of other variables in `devstack/reference_docs.py`"
         ),
         "",
         "## Worker and API",
         "",
-        "`Settings` (`common/settings.py`), read once at start from the environment or a `.env`"
+        "`Settings` (`configuration/settings.py`), read once at start from the environment or a"
+        " `.env`"
         " file in the working directory; names are case-insensitive.",
         "",
         *_table(("Variable", "Type", "Default", "Meaning"), _settings_rows()),
@@ -228,7 +231,8 @@ def configuration_page() -> str:
         "## Temporal connection",
         "",
         "Temporal's own standard (`temporalio.envconfig`, as the `temporal` CLI and every SDK read"
-        " it), for the worker, the API and `OutboxClient` alike (`outbox_client.connect`).",
+        " it), for the worker, the API and `OutboxClient` alike"
+        " (`durable_outbox_temporal.connect`).",
         "",
         *_variables_table(TEMPORAL_VARIABLES),
         "",
@@ -237,14 +241,16 @@ def configuration_page() -> str:
         + ", ".join(f"`{old}` (`{new}`)" for old, new in RETIRED_VARIABLES.items())
         + ".",
         "",
-        "The payload codec (`common/codec.py`) reads `PAYLOAD_KEYS` (above) in every process that"
+        "The payload codec (`durable_outbox_temporal/codec.py`) reads `PAYLOAD_KEYS` (above) in"
+        " every process that"
         " connects to Temporal, or else:",
         "",
         *_variables_table(PAYLOAD_VARIABLES),
         "",
         "## Tracing",
         "",
-        "Off unless one of these asks for it (`common/tracing.py`); the OpenTelemetry SDK reads"
+        "Off unless one of these asks for it (`durable_outbox_temporal/tracing.py`); the"
+        " OpenTelemetry SDK reads"
         " the other standard `OTEL_*` variables (headers, sampling, resource attributes).",
         "",
         *_variables_table(TRACING_VARIABLES),
@@ -284,14 +290,16 @@ def configuration_page() -> str:
         "## Destination fields",
         "",
         "One `[destinations.<name>]` table per destination in the destinations file"
-        " (`OUTBOX_CONFIG`), validated by `Destination` (`common/destinations.py`). The delivery"
+        " (`OUTBOX_CONFIG`), validated by `Destination`"
+        " (`durable_outbox_temporal/destinations.py`). The delivery"
         " policy's fields sit in the same table; an item keeps the policy it was enqueued with.",
         "",
         *_table(("Field", "Type", "Default", "Meaning"), _destination_rows()),
         "",
         "### Flow control",
         "",
-        "The `[destinations.<name>.flow]` table (`FlowPolicy`, `flowcontrol/policy.py`); every"
+        "The `[destinations.<name>.flow]` table (`FlowPolicy`,"
+        " `durable_outbox_temporal/contract/flow_policy.py`); every"
         " field has a default, so the table is optional.",
         "",
         *_table(("Field", "Type", "Default", "Meaning"), _model_rows(FlowPolicy)),

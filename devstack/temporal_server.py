@@ -15,11 +15,10 @@ import time
 from pathlib import Path
 from typing import IO
 
+from durable_outbox_temporal.contract.search_attributes import ALL, dev_server_flags
 from temporalio.api.operatorservice.v1 import ListSearchAttributesRequest
 from temporalio.client import Client
 from temporalio.service import RPCError
-
-from contract.search_attributes import ALL, dev_server_flags
 
 # WAL + synchronous=normal: faster than the default journal, still crash-safe.
 # Why: docs/decisions/sqlite-wal.md

@@ -18,14 +18,14 @@ from __future__ import annotations
 
 from datetime import datetime
 
+from durable_outbox_temporal.transactional import enqueue_in
 from fastapi import FastAPI, HTTPException
 from pydantic import BaseModel
 from sqlalchemy import Column, DateTime, Engine, MetaData, String, Table, insert
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from common.settings import get_settings
-from outbox_client.transactional import enqueue_in
+from configuration.settings import get_settings
 from readmodel.db import create_schema, make_engine
 
 booking_metadata = MetaData()

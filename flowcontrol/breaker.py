@@ -4,9 +4,10 @@ Each worker process counts its own submits' outcomes per destination over a slid
 (`BreakerGate`). A failure is a 5xx, a timeout or a connection error (a throttle is the throttle
 rule's, a 4xx is the item's own fault). When a process sees at least `breaker_min_failures`
 failures and they are at least `breaker_failure_ratio` of its submits in the window, it tells the
-destination's flow workflow (`contract.flow`), which **opens** the circuit: it pauses the submit
-queue on the Temporal server (as a pause by hand would, with a reason saying why), so no worker
-dispatches another submit. Items wait; none fails for it, and no attempt is counted.
+destination's flow workflow (`durable_outbox_temporal.contract.flow`), which **opens** the circuit:
+it pauses the submit queue on the Temporal server (as a pause by hand would, with a reason saying
+why), so no worker dispatches another submit. Items wait; none fails for it, and no attempt is
+counted.
 
 While the circuit is open, the flow sends **one probe** every `breaker_probe_interval_s` (an
 activity on the destination's poll queue, which the circuit leaves running: the provider's
@@ -36,7 +37,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
-from contract.flow import (
+from durable_outbox_temporal.contract.flow import (
     BreakerSettings,
     Failing,
     FlowEvent,
@@ -45,7 +46,7 @@ from contract.flow import (
     RateApplied,
     RateChange,
 )
-from flowcontrol.policy import FlowPolicy
+from durable_outbox_temporal.contract.flow_policy import FlowPolicy
 
 CLOSED = "closed"
 OPEN = "open"

@@ -10,9 +10,10 @@ Where they hold: each submit and poll activity takes its permits (and records it
 in the read model's database just before the request (`readmodel.permits`), the same in item
 mode, in bulk shards and in lanes. So they are exact across every worker process that shares
 the database, whichever host the item is in. A request that cannot go within its activity's
-time is handed back to its item as held (`contract.item.ItemErrorType.HELD`), which waits and
-asks again without spending an attempt. A worker killed mid-request holds its permits until
-their lease (the request's timeout and a margin) ends.
+time is handed back to its item as held
+(`durable_outbox_temporal.contract.item.ItemErrorType.HELD`), which waits and asks again without
+spending an attempt. A worker killed mid-request holds its permits until their lease (the request's
+timeout and a margin) ends.
 
 Caps and quotas changed at run time (`readmodel.flow_overrides`) apply to each request that
 starts once its worker has read them again (every couple of seconds); requests already out
@@ -28,7 +29,7 @@ import hashlib
 from dataclasses import dataclass
 from datetime import timedelta
 
-from flowcontrol.policy import FlowPolicy
+from durable_outbox_temporal.contract.flow_policy import FlowPolicy
 
 # A permit outlives its request's timeout by this much before it counts as lost.
 LEASE_MARGIN = timedelta(seconds=5)

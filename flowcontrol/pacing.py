@@ -21,9 +21,9 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
+from durable_outbox_temporal.contract.priority import rank
 from temporalio.client import Client
 
-from flowcontrol.priority import rank
 from flowcontrol.queue_rates import read_queue_rate
 
 # A quarter second's worth at once: a batch (at most a quarter of its rate, see `BATCH_RULE`)
@@ -83,7 +83,7 @@ class RequestPacer:
         """Return when one request to `task_queue` may go; a queue not paced goes at once.
 
         Requests that must wait get their slots most urgent `priority` first (1 before 5;
-        `flowcontrol/priority.py`), in arrival order within one priority."""
+        `durable_outbox_temporal/contract/priority.py`), in arrival order within one priority."""
         queue = self._queues.get(task_queue)
         if queue is None:
             return

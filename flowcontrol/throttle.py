@@ -3,9 +3,10 @@
 A 429 (or 503) with `Retry-After` from one submit pauses the destination's submit queue on the
 Temporal server until that time (`queue_rates.throttle_queue`), so no worker process dispatches
 another submit meanwhile; each process that saw it also holds its own submits already
-dispatched (`ThrottleGate.hold`). The destination's flow workflow (`contract.flow`) owns the
-resume: a durable timer to the Retry-After time, then the rate back. A storm that comes back
-within `storm_window_s` of a resume halves the rate the queue resumes at (down to 1/16); every
+dispatched (`ThrottleGate.hold`). The destination's flow workflow
+(`durable_outbox_temporal.contract.flow`) owns the resume: a durable timer to the Retry-After time,
+then the rate back. A storm that comes back within `storm_window_s` of a resume halves the rate the
+queue resumes at (down to 1/16); every
 `ramp_step_s` without one doubles it, until it is whole again.
 
 How exact: the pause holds across every worker from the moment the server applies it (a moment
@@ -25,7 +26,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
 
-from contract.flow import (
+from durable_outbox_temporal.contract.flow import (
     FlowEvent,
     FlowState,
     RateApplied,
@@ -34,7 +35,7 @@ from contract.flow import (
 )
 
 if TYPE_CHECKING:
-    from flowcontrol.policy import FlowPolicy
+    from durable_outbox_temporal.contract.flow_policy import FlowPolicy
 
 # The statuses a provider throttles with (503 counts only with a Retry-After).
 THROTTLE_STATUSES = (429, 503)

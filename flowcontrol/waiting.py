@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Literal
 
-from contract.item import ItemStatus, OutboxItemView
+from durable_outbox_temporal.contract.item import ItemStatus, OutboxItemView
 
 Reason = Literal[
     "debounce",
@@ -66,7 +66,8 @@ class LanePlace:
 
 
 def in_debounce_window(debounce_key: str, members: int, closes_at: datetime | None) -> WaitingOn:
-    """A member of an open debounce window (`flowcontrol/debounce.py`): nothing else holds it
+    """A member of an open debounce window (`durable_outbox_temporal/contract/debounce_rules.py`):
+    nothing else holds it
     until the window closes and its carrier goes (then the carrier's own reasons apply)."""
     return WaitingOn(
         "debounce", f"debounce window {debounce_key} ({members} items): it closes at", closes_at

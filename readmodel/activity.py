@@ -12,9 +12,9 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from durable_outbox_temporal.contract.item import ItemStatus
 from sqlalchemy import ColumnElement, Engine, Integer, cast, func, select
 
-from contract.item import ItemStatus
 from readmodel.models import ITEMS
 
 MAX_MINUTES = 24 * 60

@@ -12,10 +12,10 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from durable_outbox_temporal.contract.aggregate import RecordedEvent, StoreEvents
 from sqlalchemy import Engine, Executable, and_, select, text
 from sqlalchemy.dialects import postgresql, sqlite
 
-from contract.aggregate import RecordedEvent, StoreEvents
 from readmodel.models import AGGREGATE_EVENTS, AGGREGATES, read_aggregate_event
 
 MAX_PAGE = 500

@@ -14,10 +14,10 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from durable_outbox_temporal.contract.item import ItemEventType, ItemStatus
+from durable_outbox_temporal.contract.lane import LaneStatus
 from sqlalchemy import Connection, Engine, Select, and_, func, or_, select
 
-from contract.item import ItemEventType, ItemStatus
-from contract.lane import LaneStatus
 from readmodel.models import EVENTS, ITEMS, LANES
 
 # Items the outbox still owes someone: waiting, handed to the provider, or failed (dead letters,

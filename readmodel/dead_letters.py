@@ -11,11 +11,11 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from durable_outbox_temporal.contract.dead_letters import DeadLetterFilter
+from durable_outbox_temporal.contract.item import ItemStatus
 from sqlalchemy import Engine, and_, or_, select
 from sqlalchemy.dialects import postgresql, sqlite
 
-from contract.dead_letters import DeadLetterFilter
-from contract.item import ItemStatus
 from readmodel.models import DISCARDS, ITEMS, ItemRecord, read_view
 from readmodel.store import MAX_PAGE, decode_cursor, encode_cursor
 

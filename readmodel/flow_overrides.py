@@ -1,9 +1,10 @@
 """Flow-control rules changed at run time (`PATCH /v1/destinations/{name}` with `flow`), kept in
 the read model's database so that every worker process applies them and they outlive restarts.
 
-A row per destination and field of its `FlowPolicy` (`flowcontrol.policy.RUN_TIME_FIELDS`); a
-field without a row is the destinations file's. Each worker process reads them again at most
-every `REFRESH_S` (`FlowPolicies`), so a change is in force everywhere within a few seconds.
+A row per destination and field of its `FlowPolicy`
+(`durable_outbox_temporal.contract.flow_policy.RUN_TIME_FIELDS`); a field without a row is the
+destinations file's. Each worker process reads them again at most every `REFRESH_S`
+(`FlowPolicies`), so a change is in force everywhere within a few seconds.
 """
 
 from __future__ import annotations
@@ -16,11 +17,11 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from durable_outbox_temporal.contract.flow_policy import FlowPolicy
 from pydantic import ValidationError
 from sqlalchemy import Engine, delete, insert, select
 from sqlalchemy.exc import SQLAlchemyError
 
-from flowcontrol.policy import FlowPolicy
 from readmodel.models import FLOW_OVERRIDES
 
 log = logging.getLogger("outbox.flow")

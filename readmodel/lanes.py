@@ -11,11 +11,11 @@ import dataclasses
 import functools
 from collections.abc import Sequence
 
+from durable_outbox_temporal.contract.ids import lane_workflow_id
+from durable_outbox_temporal.contract.lane import LaneProjection, LaneStatus, LaneView
 from sqlalchemy import Engine, Executable, select
 from sqlalchemy.dialects import postgresql, sqlite
 
-from contract.ids import lane_workflow_id
-from contract.lane import LaneProjection, LaneStatus, LaneView
 from readmodel.models import LANES, read_lane
 from readmodel.store import MAX_PAGE, apply_projections
 

@@ -13,16 +13,28 @@ import enum
 import types
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any, TypeVar, Union, cast, get_args, get_origin, get_type_hints
 
+from durable_outbox_temporal.contract.aggregate import (
+    MAX_AGGREGATE_ID_LENGTH,
+    MAX_AGGREGATE_TYPE_LENGTH,
+    RecordedEvent,
+)
+from durable_outbox_temporal.contract.item import MAX_LENGTH, ItemEvent, OutboxItemView
+from durable_outbox_temporal.contract.lane import LaneView
+from durable_outbox_temporal.contract.limits import (
+    MAX_DESTINATION_LENGTH,
+    MAX_ITEM_ID_LENGTH,
+    MAX_OUTBOX_LENGTH,
+)
+from durable_outbox_temporal.contract.outbox_pending import OUTBOX_PENDING_TABLE, UTCDateTime
 from pydantic import TypeAdapter
 from sqlalchemy import (
     JSON,
     BigInteger,
     Boolean,
     Column,
-    DateTime,
     Dialect,
     Float,
     Index,
@@ -36,39 +48,9 @@ from sqlalchemy import (
 from sqlalchemy.engine import RowMapping
 from sqlalchemy.types import TypeDecorator, TypeEngine
 
-from contract.aggregate import MAX_AGGREGATE_ID_LENGTH, MAX_AGGREGATE_TYPE_LENGTH, RecordedEvent
-from contract.item import MAX_LENGTH, ItemEvent, OutboxItemView
-from contract.lane import LaneView
-from contract.limits import (
-    MAX_DESTINATION_LENGTH,
-    MAX_ITEM_ID_LENGTH,
-    MAX_KEY_LENGTH,
-    MAX_OUTBOX_LENGTH,
-)
-
 metadata = MetaData()
 
 T = TypeVar("T")
-
-
-class UTCDateTime(TypeDecorator[datetime]):
-    """A timestamp stored in UTC and read back time-zone aware, on SQLite as on PostgreSQL."""
-
-    impl = DateTime(timezone=True)
-    cache_ok = True
-
-    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
-        if value is None:
-            return None
-        # Naive values are UTC by convention (Temporal and the API only produce aware ones).
-        value = value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
-        # SQLite keeps text without an offset: all-UTC text sorts and compares chronologically.
-        return value.replace(tzinfo=None) if dialect.name == "sqlite" else value
-
-    def process_result_value(self, value: datetime | None, dialect: Dialect) -> datetime | None:
-        if value is None:
-            return None
-        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
 
 
 class DataclassList(TypeDecorator[list[Any]]):
@@ -311,32 +293,9 @@ PAYLOAD_BLOBS = Table(
     Index("ix_payload_blobs_workflow", "workflow_id", "stored_at"),
 )
 
-# The transactional outbox: rows an application inserts in its own transaction
-# (`outbox_client.transactional.enqueue_in`), relayed to Temporal by `service.relay`.
-OUTBOX_PENDING = Table(
-    "outbox_pending",
-    metadata,
-    Column(
-        "id", BigInteger().with_variant(Integer(), "sqlite"), primary_key=True, autoincrement=True
-    ),
-    Column("outbox", String(MAX_OUTBOX_LENGTH), nullable=False),
-    Column("key", String(MAX_KEY_LENGTH), nullable=False),
-    Column("destination", String(MAX_DESTINATION_LENGTH), nullable=False),
-    Column("payload", JSON(), nullable=False),
-    Column("ordering_key", String(MAX_KEY_LENGTH), nullable=True),
-    Column("not_before", UTCDateTime(), nullable=True),
-    Column("max_attempts", Integer(), nullable=True),
-    Column("created_at", UTCDateTime(), nullable=False),
-    # A relay's lease: it is enqueueing the row until then (another may take it after).
-    Column("claimed_until", UTCDateTime(), nullable=True),
-    Column("relayed_at", UTCDateTime(), nullable=True),
-    # "pending", "relayed", or "refused" (the enqueue was refused for good: last_error says why).
-    Column("status", String(16), nullable=False),
-    Column("attempts", Integer(), nullable=False),
-    Column("last_error", String(), nullable=True),
-    Index("ix_outbox_pending_status", "status", "id"),
-    Index("ix_outbox_pending_key_order", "outbox", "ordering_key", "status", "id"),
-)
+# The transactional outbox's table, shared with the applications that write it
+# (`durable_outbox_temporal.contract.outbox_pending`), relayed to Temporal by `service.relay`.
+OUTBOX_PENDING = OUTBOX_PENDING_TABLE.to_metadata(metadata)
 
 # Flow control's fleet-wide counts (`readmodel.permits`): concurrency permits held, each until
 # its holder returns it or its lease ends, and the requests of the last window per scope.

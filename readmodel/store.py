@@ -15,11 +15,11 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
+from durable_outbox_temporal.contract.item import ItemProjection, ItemStatus
 from sqlalchemy import Engine, Executable, and_, bindparam, func, or_, select, text, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import RowMapping
 
-from contract.item import ItemProjection, ItemStatus
 from readmodel.models import (
     EVENTS,
     ITEM_ERASURES,

@@ -14,10 +14,10 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import TypeVar
 
+from durable_outbox_temporal.contract.item import ItemProjection
 from sqlalchemy import Engine
 from sqlalchemy.exc import OperationalError
 
-from contract.item import ItemProjection
 from readmodel.store import apply_projections
 
 log = logging.getLogger("outbox.projection")

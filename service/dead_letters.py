@@ -14,13 +14,9 @@ import uuid
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from sqlalchemy import Engine
-from temporalio import activity
-from temporalio.client import WorkflowExecutionStatus
-from temporalio.service import RPCError, RPCStatusCode
-
-from common.fan_out import fan_out
-from contract.dead_letters import (
+from durable_outbox_temporal import OutboxError, TemporalUnavailable, validate_key, validate_outbox
+from durable_outbox_temporal.client import RPC_TIMEOUT
+from durable_outbox_temporal.contract.dead_letters import (
     PROGRESS_QUERY,
     REDRIVE_BATCH_WORKFLOW_TYPE,
     REDRIVE_PAGE_ACTIVITY,
@@ -30,11 +26,15 @@ from contract.dead_letters import (
     RedrivePageRequest,
     RedrivePageResult,
 )
-from contract.ids import item_workflow_id, redrive_batch_workflow_id
-from contract.item import ItemStatus
-from outbox_client import OutboxError, TemporalUnavailable, validate_key, validate_outbox
-from outbox_client.client import RPC_TIMEOUT
-from outbox_client.validation import validate_utc_date
+from durable_outbox_temporal.contract.ids import item_workflow_id, redrive_batch_workflow_id
+from durable_outbox_temporal.contract.item import ItemStatus
+from durable_outbox_temporal.fan_out import fan_out
+from durable_outbox_temporal.validation import validate_utc_date
+from sqlalchemy import Engine
+from temporalio import activity
+from temporalio.client import WorkflowExecutionStatus
+from temporalio.service import RPCError, RPCStatusCode
+
 from readmodel import store
 from readmodel.dead_letters import DeadLetter, discard, list_dead_letters
 from service.items import ItemService

@@ -6,25 +6,30 @@ from __future__ import annotations
 import asyncio
 from datetime import UTC, datetime
 
-from temporalio import activity
-
-from contract import transitions
-from contract.debounce import (
-    CANCEL_MEMBER_ACTIVITY,
-    CLOSE_WINDOW_ACTIVITY,
-    DebounceCancel,
-    DebounceClose,
-    without_payload,
-)
-from contract.ids import item_workflow_id
-from contract.item import ItemEventType, ItemStatus, OutboxItemInput, OutboxItemView
-from outbox_client import (
+from durable_outbox_temporal import (
     IdempotencyConflict,
     LaneFull,
     OutboxClient,
     OutboxError,
     TemporalUnavailable,
 )
+from durable_outbox_temporal.contract import transitions
+from durable_outbox_temporal.contract.debounce import (
+    CANCEL_MEMBER_ACTIVITY,
+    CLOSE_WINDOW_ACTIVITY,
+    DebounceCancel,
+    DebounceClose,
+    without_payload,
+)
+from durable_outbox_temporal.contract.ids import item_workflow_id
+from durable_outbox_temporal.contract.item import (
+    ItemEventType,
+    ItemStatus,
+    OutboxItemInput,
+    OutboxItemView,
+)
+from temporalio import activity
+
 from readmodel.writer import ProjectionWriter
 
 # Hand-over errors that pass: the local activity retries them (Temporal back, a lane's room).

@@ -27,29 +27,35 @@ from datetime import UTC, datetime, timedelta
 from functools import partial
 from typing import Any, Literal, TypeVar
 
-from sqlalchemy import Engine
-from sqlalchemy.exc import SQLAlchemyError
-from temporalio.client import Client, RPCTimeoutOrCancelledError, WorkflowQueryRejectedError
-from temporalio.common import QueryRejectCondition
-from temporalio.service import RPCError, RPCStatusCode
-
-from common.destinations import (
-    BATCH_RULE,
-    Destination,
-    DestinationRegistry,
-    max_batch,
-    poll_queue_requests,
-)
-from contract.flow import (
+from durable_outbox_temporal import OutboxClient, UnknownDestination
+from durable_outbox_temporal.contract.flow import (
     BREAKER_SETTINGS_SIGNAL,
     FLOW_QUERY,
     BreakerSettings,
     FlowState,
     flow_workflow_id,
 )
-from contract.item import POLICY_SETTINGS
+from durable_outbox_temporal.contract.flow_policy import FlowPolicy
+from durable_outbox_temporal.contract.item import POLICY_SETTINGS
+from durable_outbox_temporal.destinations import (
+    BATCH_RULE,
+    Destination,
+    DestinationRegistry,
+    max_batch,
+    poll_queue_requests,
+)
+from durable_outbox_temporal.errors import (
+    InvalidRequest,
+    TemporalUnavailable,
+    is_temporal_unavailable,
+)
+from sqlalchemy import Engine
+from sqlalchemy.exc import SQLAlchemyError
+from temporalio.client import Client, RPCTimeoutOrCancelledError, WorkflowQueryRejectedError
+from temporalio.common import QueryRejectCondition
+from temporalio.service import RPCError, RPCStatusCode
+
 from flowcontrol.caps import FlowLimits
-from flowcontrol.policy import FlowPolicy
 from flowcontrol.queue_rates import (
     MAX_REASON,
     QueueRate,
@@ -58,8 +64,6 @@ from flowcontrol.queue_rates import (
     restore_queue,
     set_queue_rate,
 )
-from outbox_client import OutboxClient, UnknownDestination
-from outbox_client.errors import InvalidRequest, TemporalUnavailable, is_temporal_unavailable
 from readmodel.flow_overrides import FieldOverride, in_force, read_overrides, write_overrides
 from readmodel.locks import LockBusy, held
 from readmodel.permits import permits_held, scopes_full, windows_full

@@ -12,14 +12,18 @@ from __future__ import annotations
 import secrets
 from typing import Any
 
+from durable_outbox_temporal import OutboxClient
+from durable_outbox_temporal import errors as client_errors
+from durable_outbox_temporal.aggregates import AggregateClient
+from durable_outbox_temporal.contract.aggregate import (
+    EFFECT_ACTIVITY,
+    EffectErrorType,
+    EffectExecution,
+)
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from aggregates.definition import EnqueueItem, IssueCommand, parse_action
-from contract.aggregate import EFFECT_ACTIVITY, EffectErrorType, EffectExecution
-from outbox_client import OutboxClient
-from outbox_client import errors as client_errors
-from outbox_client.aggregates import AggregateClient
 
 # Who the events of a policy's command are recorded as coming from.
 POLICY_ACTOR = "policy"

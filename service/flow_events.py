@@ -2,18 +2,21 @@
 closing, each sent as an outbox item to the destination's `events_destination` (a webhook an
 operator's tooling listens on), so it is as durable and as visible as any other delivery.
 
-The destination's flow workflow (`contract.flow`) asks for each; this activity runs on the
-operations worker, which can enqueue to every configured destination.
+The destination's flow workflow (`durable_outbox_temporal.contract.flow`) asks for each; this
+activity runs on the operations worker, which can enqueue to every configured destination.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from durable_outbox_temporal.client import OutboxClient
+from durable_outbox_temporal.contract.flow import (
+    FLOW_EVENT_ACTIVITY,
+    FLOW_EVENTS_OUTBOX,
+    FlowNotice,
+)
 from temporalio import activity
-
-from contract.flow import FLOW_EVENT_ACTIVITY, FLOW_EVENTS_OUTBOX, FlowNotice
-from outbox_client.client import OutboxClient
 
 # Event types as a receiver sees them, by flow event kind.
 EVENT_TYPES = {

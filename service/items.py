@@ -11,28 +11,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Literal, TypeVar
 
-from sqlalchemy import Engine
-from temporalio import activity
-from temporalio.client import Client, WorkflowExecutionStatus
-from temporalio.exceptions import ApplicationError
-from temporalio.service import RPCError, RPCStatusCode
-
-from common.fan_out import fan_out
-from contract import transitions
-from contract.dead_letters import PROGRESS_QUERY
-from contract.ids import item_workflow_id, payload_hash
-from contract.item import DeliveryOutcome, ItemStatus, OutboxItemInput, OutboxItemView
-from contract.lane import entry_size
-from contract.purge import (
-    PURGE_BATCH_WORKFLOW_TYPE,
-    PURGE_PAGE_ACTIVITY,
-    PurgeBatchInput,
-    PurgeBatchProgress,
-    PurgePageRequest,
-    PurgePageResult,
-    purge_batch_workflow_id,
-)
-from outbox_client import (
+from durable_outbox_temporal import (
     CancelRequested,
     CannotCancel,
     EnqueueResult,
@@ -45,14 +24,40 @@ from outbox_client import (
     validate_key,
     validate_outbox,
 )
-from outbox_client.client import (
+from durable_outbox_temporal.client import (
     CANCEL_WAIT,
     RPC_TIMEOUT,
     check_same_request,
     failed_use_redrive,
 )
-from outbox_client.errors import ItemErased, NotRedrivable
-from outbox_client.lanes import check_capacity
+from durable_outbox_temporal.contract import transitions
+from durable_outbox_temporal.contract.dead_letters import PROGRESS_QUERY
+from durable_outbox_temporal.contract.ids import item_workflow_id, payload_hash
+from durable_outbox_temporal.contract.item import (
+    DeliveryOutcome,
+    ItemStatus,
+    OutboxItemInput,
+    OutboxItemView,
+)
+from durable_outbox_temporal.contract.lane import entry_size
+from durable_outbox_temporal.contract.purge import (
+    PURGE_BATCH_WORKFLOW_TYPE,
+    PURGE_PAGE_ACTIVITY,
+    PurgeBatchInput,
+    PurgeBatchProgress,
+    PurgePageRequest,
+    PurgePageResult,
+    purge_batch_workflow_id,
+)
+from durable_outbox_temporal.errors import ItemErased, NotRedrivable
+from durable_outbox_temporal.fan_out import fan_out
+from durable_outbox_temporal.lanes import check_capacity
+from sqlalchemy import Engine
+from temporalio import activity
+from temporalio.client import Client, WorkflowExecutionStatus
+from temporalio.exceptions import ApplicationError
+from temporalio.service import RPCError, RPCStatusCode
+
 from readmodel import attempts as attempt_log
 from readmodel import lanes as lane_store
 from readmodel import store
@@ -81,7 +86,8 @@ class NewItem:
     priority: int | None = None
     # Whose share of the destination's caps and quotas it counts in (`flowcontrol/caps.py`).
     concurrency_key: str | None = None
-    # Its debounce window (`flowcontrol/debounce.py`): key, quiet seconds, mode, cap.
+    # Its debounce window (`durable_outbox_temporal/contract/debounce_rules.py`): key, quiet
+    # seconds, mode, cap.
     debounce_key: str | None = None
     debounce_s: float | None = None
     debounce_mode: str | None = None

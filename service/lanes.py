@@ -7,12 +7,17 @@ import logging
 from dataclasses import dataclass
 from typing import Literal
 
+from durable_outbox_temporal import (
+    LaneNotFound,
+    OutboxClient,
+    is_temporal_unavailable,
+    validate_outbox,
+)
+from durable_outbox_temporal.contract.ids import item_workflow_id
+from durable_outbox_temporal.contract.lane import LaneDetail, LaneStatus, LaneView
+from durable_outbox_temporal.validation import validate_ordering_key
 from sqlalchemy import Engine
 
-from contract.ids import item_workflow_id
-from contract.lane import LaneDetail, LaneStatus, LaneView
-from outbox_client import LaneNotFound, OutboxClient, is_temporal_unavailable, validate_outbox
-from outbox_client.validation import validate_ordering_key
 from readmodel import lanes as lane_store
 from readmodel import store
 

@@ -7,11 +7,15 @@ import asyncio
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from durable_outbox_temporal.contract.projector import (
+    WORKFLOW_TYPE,
+    ProjectorInput,
+    projector_workflow_id,
+)
 from sqlalchemy import Engine
 from temporalio.client import Client
 from temporalio.common import WorkflowIDConflictPolicy
 
-from contract.projector import WORKFLOW_TYPE, ProjectorInput, projector_workflow_id
 from readmodel.projectors import PROJECTORS
 from readmodel.projectors import base as projectors
 from readmodel.projectors.base import AsyncProjector, ProjectorStatus, UnknownProjector

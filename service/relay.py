@@ -25,11 +25,11 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from durable_outbox_temporal import OutboxClient, OutboxError, TemporalUnavailable
+from durable_outbox_temporal.transactional import NOTIFY_CHANNEL
 from sqlalchemy import Engine, and_, delete, exists, func, select, update
 from sqlalchemy.engine import RowMapping
 
-from outbox_client import OutboxClient, OutboxError, TemporalUnavailable
-from outbox_client.transactional import NOTIFY_CHANNEL
 from readmodel.models import OUTBOX_PENDING
 
 log = logging.getLogger("outbox.relay")
@@ -254,9 +254,10 @@ async def run_alone() -> None:
     """`python -m service.relay`: one relay with the worker's settings, until SIGINT/SIGTERM."""
     import signal
 
+    from durable_outbox_temporal import connect
+
     from activities.providers import load_destinations
-    from common.settings import get_settings
-    from outbox_client import connect
+    from configuration.settings import get_settings
     from readmodel.db import create_schema, make_engine
 
     settings = get_settings()

@@ -14,11 +14,11 @@ from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from durable_outbox_temporal import OutboxClient
+from durable_outbox_temporal.contract.item import DeliveryReport
+from durable_outbox_temporal.fan_out import fan_out
 from sqlalchemy import Engine
 
-from common.fan_out import fan_out
-from contract.item import DeliveryReport
-from outbox_client import OutboxClient
 from readmodel import store
 
 log = logging.getLogger("outbox.reports")

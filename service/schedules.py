@@ -16,28 +16,18 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
 from zoneinfo import ZoneInfo
 
-from temporalio import activity
-from temporalio.client import (
-    Client,
-    Schedule,
-    ScheduleActionExecutionStartWorkflow,
-    ScheduleActionStartWorkflow,
-    ScheduleAlreadyRunningError,
-    ScheduleDescription,
-    ScheduleHandle,
-    ScheduleIntervalSpec,
-    ScheduleListActionStartWorkflow,
-    ScheduleOverlapPolicy,
-    SchedulePolicy,
-    ScheduleSpec,
-    ScheduleState,
+from durable_outbox_temporal import (
+    IdempotencyConflict,
+    InvalidRequest,
+    ItemFailedUseRedrive,
+    OutboxClient,
+    OutboxError,
+    UnknownDestination,
 )
-from temporalio.service import RPCError, RPCStatusCode
-
-from common.fan_out import fan_out
-from contract import limits
-from contract.ids import scheduled_batch_workflow_id, temporal_schedule_id
-from contract.schedule import (
+from durable_outbox_temporal.client import RPC_TIMEOUT
+from durable_outbox_temporal.contract import limits
+from durable_outbox_temporal.contract.ids import scheduled_batch_workflow_id, temporal_schedule_id
+from durable_outbox_temporal.contract.schedule import (
     DEFAULT_CATCHUP_WINDOW_S,
     ENQUEUE_SCHEDULED_BATCH_ACTIVITY,
     MAX_CATCHUP_WINDOW_S,
@@ -59,16 +49,25 @@ from contract.schedule import (
     render,
     unknown_placeholders,
 )
-from outbox_client import (
-    IdempotencyConflict,
-    InvalidRequest,
-    ItemFailedUseRedrive,
-    OutboxClient,
-    OutboxError,
-    UnknownDestination,
+from durable_outbox_temporal.fan_out import fan_out
+from durable_outbox_temporal.validation import validate_json_depth, validate_json_values
+from temporalio import activity
+from temporalio.client import (
+    Client,
+    Schedule,
+    ScheduleActionExecutionStartWorkflow,
+    ScheduleActionStartWorkflow,
+    ScheduleAlreadyRunningError,
+    ScheduleDescription,
+    ScheduleHandle,
+    ScheduleIntervalSpec,
+    ScheduleListActionStartWorkflow,
+    ScheduleOverlapPolicy,
+    SchedulePolicy,
+    ScheduleSpec,
+    ScheduleState,
 )
-from outbox_client.client import RPC_TIMEOUT
-from outbox_client.validation import validate_json_depth, validate_json_values
+from temporalio.service import RPCError, RPCStatusCode
 
 # The schedule's memo entry: the spec as it was asked for (Temporal keeps a cron expression only
 # compiled into calendars) and what the template enqueues.

@@ -7,11 +7,12 @@ import asyncio
 import logging
 from datetime import UTC, datetime
 
+from durable_outbox_temporal import OutboxClient, UnknownDestination, is_temporal_unavailable
+from durable_outbox_temporal.contract.item import ItemStatus, OutboxItemView
 from sqlalchemy import Engine
 from sqlalchemy.exc import SQLAlchemyError
 from temporalio.service import RPCError, RPCStatusCode
 
-from contract.item import ItemStatus, OutboxItemView
 from flowcontrol.waiting import (
     DestinationHold,
     LanePlace,
@@ -19,7 +20,6 @@ from flowcontrol.waiting import (
     in_debounce_window,
     waiting_on,
 )
-from outbox_client import OutboxClient, UnknownDestination, is_temporal_unavailable
 from readmodel.backlog import queued_ahead
 from service.destinations import DestinationControls
 

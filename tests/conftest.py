@@ -21,6 +21,14 @@ from typing import Any
 import httpx
 import pytest
 import pytest_asyncio
+from durable_outbox_temporal import EnqueueResult, OutboxClient
+from durable_outbox_temporal.codec import data_converter
+from durable_outbox_temporal.contract import search_attributes
+from durable_outbox_temporal.contract.debounce import debounce_workflow_id
+from durable_outbox_temporal.contract.ids import item_workflow_id, provider_idempotency_key
+from durable_outbox_temporal.contract.item import OutboxItemInput, OutboxItemView
+from durable_outbox_temporal.destinations import Destination, DestinationRegistry
+from durable_outbox_temporal.placement import HostedItems, ItemRef
 from sqlalchemy import Engine
 from temporalio.api.enums.v1 import IndexedValueType
 from temporalio.api.operatorservice.v1 import AddSearchAttributesRequest
@@ -41,16 +49,8 @@ from temporalio.service import RPCError
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Interceptor, Worker
 
-from common.codec import data_converter
-from common.destinations import Destination, DestinationRegistry
-from contract import search_attributes
-from contract.debounce import debounce_workflow_id
-from contract.ids import item_workflow_id, provider_idempotency_key
-from contract.item import OutboxItemInput, OutboxItemView
 from devstack.fake_provider import FakeProvider, run_fake_provider
 from devstack.temporal_server import dev_server_extra_args, temporal_cli_path, test_server_path
-from outbox_client import EnqueueResult, OutboxClient
-from outbox_client.placement import HostedItems, ItemRef
 from readmodel.db import create_schema, make_engine
 from worker import build_workers
 from workflows.outbox_item import OutboxItemWorkflow

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from contract.ids import provider_idempotency_key
+from durable_outbox_temporal.contract.ids import provider_idempotency_key
+
 from devstack.fake_provider import FakeProvider
 
 

@@ -8,13 +8,13 @@ from __future__ import annotations
 from datetime import timedelta
 
 import httpx
+from durable_outbox_temporal.codec import EncryptionCodec, data_converter, new_key_setting
 from sqlalchemy import func, select
 from temporalio.api.common.v1 import Payload
 from temporalio.client import Client
 from temporalio.converter import StorageDriverStoreContext, StorageDriverWorkflowInfo
 
 from api.main import create_app
-from common.codec import EncryptionCodec, data_converter, new_key_setting
 from readmodel.models import PAYLOAD_BLOBS
 from readmodel.payload_store import (
     SqlPayloadStore,

@@ -20,9 +20,9 @@ from typing import Any
 
 import httpx
 import pytest
+from durable_outbox_temporal.contract.ids import item_workflow_id, provider_idempotency_key
 from temporalio.client import Client
 
-from contract.ids import item_workflow_id, provider_idempotency_key
 from tests.api.conftest import api_settings, open_api
 from tests.api.test_delivery_reports import data as report_data
 from tests.api.test_delivery_reports import grid_event

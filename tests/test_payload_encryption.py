@@ -12,12 +12,8 @@ from pathlib import Path
 
 import httpx
 import pytest
-from temporalio.api.common.v1 import Payload
-from temporalio.client import Client
-from temporalio.testing import WorkflowEnvironment
-
-from api.main import create_app
-from common.codec import (
+from durable_outbox_temporal import OutboxClient
+from durable_outbox_temporal.codec import (
     CodecKeyError,
     EncryptionCodec,
     KeylessCodec,
@@ -26,9 +22,13 @@ from common.codec import (
     data_converter,
     new_key_setting,
 )
-from common.destinations import DestinationRegistry
+from durable_outbox_temporal.destinations import DestinationRegistry
+from temporalio.api.common.v1 import Payload
+from temporalio.client import Client
+from temporalio.testing import WorkflowEnvironment
+
+from api.main import create_app
 from devstack.temporal_server import dev_server_extra_args, temporal_cli_path
-from outbox_client import OutboxClient
 from readmodel.db import create_schema, make_engine
 from tests.api.conftest import api_settings
 from tests.conftest import SERVER_STARTUP_TIMEOUT, email_destination, unique_name

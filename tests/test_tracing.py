@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 import httpx
+from durable_outbox_temporal.tracing import temporal_interceptors, tracing_requested
 from opentelemetry.instrumentation.fastapi import FastAPIInstrumentor
 from opentelemetry.instrumentation.httpx import HTTPXClientInstrumentor
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
@@ -15,7 +16,6 @@ from temporalio.client import Client
 from temporalio.contrib.opentelemetry import TracingInterceptor
 
 from api.main import create_app
-from common.tracing import temporal_interceptors, tracing_requested
 from tests.api.conftest import api_settings
 from tests.conftest import webhook_destination
 

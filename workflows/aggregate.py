@@ -27,22 +27,7 @@ from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
-    from pydantic import ValidationError
-    from pydantic_core import to_jsonable_python
-
-    from activities.aggregate_store import AggregateStoreActivities
-    from aggregates import REGISTRY
-    from aggregates.definition import (
-        AggregateDefinition,
-        Conflict,
-        DomainError,
-        Event,
-        PlannedEffect,
-        Timer,
-        describe_invalid,
-    )
-    from aggregates.definition import InvalidCommand as DomainInvalidCommand
-    from contract.aggregate import (
+    from durable_outbox_temporal.contract.aggregate import (
         COMMAND_SIGNAL,
         COMMAND_UPDATE,
         COMMANDS_SIGNAL,
@@ -73,14 +58,33 @@ with workflow.unsafe.imports_passed_through():
         RejectedCommand,
         StoreEvents,
     )
-    from contract.ids import OPERATIONS_TASK_QUEUE, provider_idempotency_key, submit_task_queue
-    from contract.item import (
+    from durable_outbox_temporal.contract.ids import (
+        OPERATIONS_TASK_QUEUE,
+        provider_idempotency_key,
+        submit_task_queue,
+    )
+    from durable_outbox_temporal.contract.item import (
         SUBMIT_ACTIVITY,
         DeliveryErrorDetails,
         ItemErrorType,
         SubmitRequest,
         SubmitResult,
     )
+    from pydantic import ValidationError
+    from pydantic_core import to_jsonable_python
+
+    from activities.aggregate_store import AggregateStoreActivities
+    from aggregates import REGISTRY
+    from aggregates.definition import (
+        AggregateDefinition,
+        Conflict,
+        DomainError,
+        Event,
+        PlannedEffect,
+        Timer,
+        describe_invalid,
+    )
+    from aggregates.definition import InvalidCommand as DomainInvalidCommand
 
 # The event store must get every event, so a write is retried until the database is back.
 _STORE_RETRIES = RetryPolicy(

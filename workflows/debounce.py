@@ -1,11 +1,11 @@
 """A debounce window: the items of one debounce key at one destination become one delivery.
 
 Enqueues join by update-with-start (`join`): each is confirmed once the window holds it. The
-window closes on a durable timer (`flowcontrol.debounce.closes_at`); the workflow then hands
-its carrier (the last item, with every payload in `collect` mode) to the item's usual placement
-and marks the others superseded, both in one local activity that a retry repeats harmlessly.
-Items arriving meanwhile open the next window in the same workflow; with none, it ends. A
-cancel takes a member out (`leave`); the last one out ends the window with nothing delivered.
+window closes on a durable timer (`durable_outbox_temporal.contract.debounce_rules.closes_at`); the
+workflow then hands its carrier (the last item, with every payload in `collect` mode) to the item's
+usual placement and marks the others superseded, both in one local activity that a retry repeats
+harmlessly. Items arriving meanwhile open the next window in the same workflow; with none, it ends.
+A cancel takes a member out (`leave`); the last one out ends the window with nothing delivered.
 Why this shape: docs/decisions/debounce.md.
 """
 
@@ -20,7 +20,7 @@ from typing import TypeVar
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
-    from contract.debounce import (
+    from durable_outbox_temporal.contract.debounce import (
         DEBOUNCE_WORKFLOW_TYPE,
         JOIN_UPDATE,
         LEAVE_UPDATE,
@@ -37,8 +37,13 @@ with workflow.unsafe.imports_passed_through():
         JoinOutcome,
         without_payload,
     )
-    from contract.item import OutboxItemInput, OutboxItemView
-    from flowcontrol.debounce import MAX_MEMBERS, carried_payload, closes_at
+    from durable_outbox_temporal.contract.debounce_rules import (
+        MAX_MEMBERS,
+        carried_payload,
+        closes_at,
+    )
+    from durable_outbox_temporal.contract.item import OutboxItemInput, OutboxItemView
+
     from service.debounce import DebounceActivities
 
 # A hand-over is a start or a signal and a read-model write: far below this, retried after.

@@ -15,9 +15,9 @@ Submits and polls carry the outbox as their fairness key: on a server with fairn
 destination's queues share their rate between outboxes, so one outbox's backlog does not hold
 another's items behind it.
 
-Transitions are computed by `contract.transitions`, the same functions the submit and poll
-activities apply when they project the transition they cause (`activities_project`): the
-workflow then applies it at the activity's time and writes nothing itself.
+Transitions are computed by `durable_outbox_temporal.contract.transitions`, the same functions the
+submit and poll activities apply when they project the transition they cause (`activities_project`):
+the workflow then applies it at the activity's time and writes nothing itself.
 """
 
 from __future__ import annotations
@@ -34,11 +34,9 @@ from temporalio.exceptions import TimeoutError as ActivityTimeoutError
 from temporalio.workflow import ActivityCancellationType
 
 with workflow.unsafe.imports_passed_through():
-    from activities.delivery import DeliveryActivities
-    from activities.providers.base import RETRY_AFTER_LIMIT_S
-    from contract import transitions
-    from contract.ids import outbox_fairness_key, provider_idempotency_key
-    from contract.item import (
+    from durable_outbox_temporal.contract import transitions
+    from durable_outbox_temporal.contract.ids import outbox_fairness_key, provider_idempotency_key
+    from durable_outbox_temporal.contract.item import (
         CancelRequest,
         DeliveryErrorDetails,
         DeliveryPolicy,
@@ -60,6 +58,9 @@ with workflow.unsafe.imports_passed_through():
         SubmitResult,
         apply_delivery_report,
     )
+
+    from activities.delivery import DeliveryActivities
+    from activities.providers.base import RETRY_AFTER_LIMIT_S
 
 # Our own classified errors come back to the workflow at once; anything else (a worker killed
 # mid-request, a bug) Temporal retries a few times before the workflow counts it as an attempt.
@@ -556,7 +557,8 @@ class Delivery:
             self.state.events.clear()
 
     def _priority(self) -> Priority:
-        """The item's priority (`flowcontrol/priority.py`), and fairness between outboxes
+        """The item's priority (`durable_outbox_temporal/contract/priority.py`), and fairness
+        between outboxes
         within it (see the module docstring), on the destination's queues."""
         return Priority(
             priority_key=self.item.priority, fairness_key=outbox_fairness_key(self.item.outbox)

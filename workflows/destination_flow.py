@@ -21,8 +21,7 @@ from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
-    from activities.flow import apply_flow_rate
-    from contract.flow import (
+    from durable_outbox_temporal.contract.flow import (
         BREAKER_SETTINGS_SIGNAL,
         FAILING_SIGNAL,
         FLOW_EVENT_ACTIVITY,
@@ -40,6 +39,8 @@ with workflow.unsafe.imports_passed_through():
         RateChange,
         Throttled,
     )
+
+    from activities.flow import apply_flow_rate
     from flowcontrol import breaker, throttle
 
 # Idle this long with the rate whole and the circuit closed, the flow ends (the next throttle

@@ -13,7 +13,7 @@ host does differently from an item workflow is what makes it cheap:
   in batches: one local activity per batch of items instead of one per transition;
 - items arrive in batches (one signal or update per host for a batch enqueue);
 - with `submit_batch`/`poll_batch`, submits and polls that fall due together share an activity
-  (the destination's queues then count batches: see `common.destinations`);
+  (the destination's queues then count batches: see `durable_outbox_temporal.destinations`);
 - no per-item search attributes: the Web UI shows the host and its counts; each item's story is
   in the read model.
 
@@ -43,9 +43,7 @@ from temporalio.exceptions import ActivityError, ApplicationError, CancelledErro
 from temporalio.workflow import ActivityCancellationType
 
 with workflow.unsafe.imports_passed_through():
-    from activities.delivery import DeliveryActivities, went_through
-    from activities.projection import ProjectionActivities
-    from contract.bulk import (
+    from durable_outbox_temporal.contract.bulk import (
         CANCEL_ITEM_SIGNAL,
         ENQUEUE_SIGNAL,
         ITEM_REPORT_SIGNAL,
@@ -57,8 +55,12 @@ with workflow.unsafe.imports_passed_through():
         ShardInput,
         ShardView,
     )
-    from contract.ids import item_workflow_id, lane_workflow_id, parse_item_workflow_id
-    from contract.item import (
+    from durable_outbox_temporal.contract.ids import (
+        item_workflow_id,
+        lane_workflow_id,
+        parse_item_workflow_id,
+    )
+    from durable_outbox_temporal.contract.item import (
         DeliveryPolicy,
         ItemErrorType,
         ItemProjection,
@@ -70,7 +72,7 @@ with workflow.unsafe.imports_passed_through():
         SubmitOutcome,
         SubmitRequest,
     )
-    from contract.lane import (
+    from durable_outbox_temporal.contract.lane import (
         APPEND_SIGNAL,
         APPEND_UPDATE,
         LANE_QUERY,
@@ -88,7 +90,10 @@ with workflow.unsafe.imports_passed_through():
         RemoveResult,
         SkipHead,
     )
-    from flowcontrol.priority import DEFAULT_PRIORITY, rank
+    from durable_outbox_temporal.contract.priority import DEFAULT_PRIORITY, rank
+
+    from activities.delivery import DeliveryActivities, went_through
+    from activities.projection import ProjectionActivities
     from workflows.delivery import BATCH_RETRIES, Delivery, DeliveryFailed
     from workflows.ordering import PROJECT_EVERY, Ended, Lane
 
@@ -99,7 +104,8 @@ TICK = timedelta(milliseconds=100)
 # thousands out would make every step cost thousands. The rest wait their turn in the shard, for
 # free. Why: docs/decisions/bulk-shards.md
 MAX_OUT = 100
-# Beyond MAX_OUT, room for items more urgent than the default (`flowcontrol/priority.py`).
+# Beyond MAX_OUT, room for items more urgent than the default
+# (`durable_outbox_temporal/contract/priority.py`).
 URGENT_ROOM = 20
 # Submit (and, apart, poll) activities of a batching shard out at once; the requests asked for
 # meanwhile wait and fill the next batches (see `_Batcher`).
@@ -155,7 +161,8 @@ class _Batcher(Generic[Request, Outcome]):
     _asked: list[tuple[Request, DeliveryPolicy, asyncio.Future[Outcome]]] = field(
         default_factory=list
     )
-    # Each asked request's priority (`flowcontrol/priority.py`), by its outcome's future.
+    # Each asked request's priority (`durable_outbox_temporal/contract/priority.py`), by its
+    # outcome's future.
     _priorities: dict[int, int | None] = field(default_factory=dict)
     _sequences: dict[str, list[tuple[Request, DeliveryPolicy, asyncio.Future[Outcome]]]] = field(
         default_factory=dict

@@ -20,9 +20,10 @@ from __future__ import annotations
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
-    from contract import search_attributes
-    from contract.bulk import ShardInput
-    from contract.lane import LANE_WORKFLOW_TYPE, LaneStatus, LaneView
+    from durable_outbox_temporal.contract import search_attributes
+    from durable_outbox_temporal.contract.bulk import ShardInput
+    from durable_outbox_temporal.contract.lane import LANE_WORKFLOW_TYPE, LaneStatus, LaneView
+
     from workflows.host import DeliveryHostWorkflow
     from workflows.ordering import Lane
 
@@ -40,7 +41,7 @@ class OutboxLaneWorkflow(DeliveryHostWorkflow):
         """The destination's `lane_run` (1 unless an append said otherwise): the lane's submits
         go in activities of that many while its items to that destination run. A run is one
         activity on the submit queue, so the destination's quota holds its requests to the
-        rate (`common.destinations`; docs/decisions/lanes-in-the-host.md)."""
+        rate (`durable_outbox_temporal.destinations`; docs/decisions/lanes-in-the-host.md)."""
         length = self._lane_runs.get(destination, 1)
         # Only this lane submits here, one run at a time: the size is its current run's.
         self._submits.size = length

@@ -27,8 +27,12 @@ from typing import Protocol
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
-    from contract.ids import item_workflow_id, lane_workflow_id, payload_hash
-    from contract.item import (
+    from durable_outbox_temporal.contract.ids import (
+        item_workflow_id,
+        lane_workflow_id,
+        payload_hash,
+    )
+    from durable_outbox_temporal.contract.item import (
         CancelRequest,
         ItemEvent,
         ItemEventType,
@@ -38,7 +42,7 @@ with workflow.unsafe.imports_passed_through():
         OutboxItemState,
         OutboxItemView,
     )
-    from contract.lane import (
+    from durable_outbox_temporal.contract.lane import (
         LANE_MAX_WAITING_BYTES,
         LANE_VIEW_WAITING,
         AppendOutcome,
@@ -55,6 +59,7 @@ with workflow.unsafe.imports_passed_through():
         SkipHead,
         entry_size,
     )
+
     from workflows.delivery import Delivery, DeliveryFailed, DeliveryHost, NotAttempted
 
 # A busy lane's read-model row is written at least this often (and at each change of status).

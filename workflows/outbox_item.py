@@ -21,9 +21,8 @@ from temporalio.common import RetryPolicy
 from temporalio.exceptions import ApplicationError
 
 with workflow.unsafe.imports_passed_through():
-    from activities.projection import ProjectionActivities
-    from contract import search_attributes
-    from contract.item import (
+    from durable_outbox_temporal.contract import search_attributes
+    from durable_outbox_temporal.contract.item import (
         CANCEL_UPDATE,
         DELIVERY_REPORT_SIGNAL,
         REQUEST_CANCEL_SIGNAL,
@@ -41,6 +40,8 @@ with workflow.unsafe.imports_passed_through():
         SubmitOutcome,
         SubmitRequest,
     )
+
+    from activities.projection import ProjectionActivities
     from workflows.delivery import Delivery, DeliveryFailed
 
 # The read model must see every transition, so a projection is retried until the DB is back.

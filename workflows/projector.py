@@ -14,8 +14,9 @@ from temporalio import workflow
 from temporalio.common import RetryPolicy
 
 with workflow.unsafe.imports_passed_through():
+    from durable_outbox_temporal.contract.projector import WORKFLOW_TYPE, ProjectorInput
+
     from activities.projectors import ProjectorActivities
-    from contract.projector import WORKFLOW_TYPE, ProjectorInput
 
 # No attempt limit: a runner that fails (its worker stopped, the database was unreachable) is
 # always run again; the projector's own failures are counted in the read model, not here.

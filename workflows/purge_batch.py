@@ -11,14 +11,15 @@ from __future__ import annotations
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
-    from contract.dead_letters import PROGRESS_QUERY
-    from contract.purge import (
+    from durable_outbox_temporal.contract.dead_letters import PROGRESS_QUERY
+    from durable_outbox_temporal.contract.purge import (
         MAX_REPORTED_KEYS,
         PURGE_BATCH_WORKFLOW_TYPE,
         PurgeBatchInput,
         PurgeBatchProgress,
         PurgePageRequest,
     )
+
     from service.items import PurgeActivities
     from workflows.redrive_batch import PAGES_PER_RUN, run_page
 

@@ -21,13 +21,14 @@ from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
-    from contract.dead_letters import (
+    from durable_outbox_temporal.contract.dead_letters import (
         PROGRESS_QUERY,
         REDRIVE_BATCH_WORKFLOW_TYPE,
         RedriveBatchInput,
         RedriveBatchProgress,
         RedrivePageRequest,
     )
+
     from service.dead_letters import MAX_REPORTED_ERRORS, DeadLetterActivities
 
 # Temporal or the read model briefly unreachable: retried with backoff for a few minutes. A page

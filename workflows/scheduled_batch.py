@@ -15,7 +15,7 @@ from temporalio import workflow
 from temporalio.exceptions import ApplicationError
 
 with workflow.unsafe.imports_passed_through():
-    from contract.schedule import (
+    from durable_outbox_temporal.contract.schedule import (
         BATCH_INCOMPLETE_ERROR,
         NOT_SCHEDULED_ERROR,
         SCHEDULED_BATCH_WORKFLOW_TYPE,
@@ -24,6 +24,7 @@ with workflow.unsafe.imports_passed_through():
         FireResult,
         ScheduledBatchInput,
     )
+
     from service.schedules import ScheduleActivities
     from workflows.redrive_batch import run_page
 

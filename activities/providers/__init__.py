@@ -12,12 +12,16 @@ from pathlib import Path
 from typing import Any, Generic, TypeVar
 
 import httpx
+from durable_outbox_temporal.destinations import (
+    Destination,
+    DestinationConfigError,
+    DestinationRegistry,
+)
 from pydantic import BaseModel
 
 from activities.providers.acs_email import AcsEmailProvider, AcsEmailSettings
 from activities.providers.base import Provider
 from activities.providers.webhook import WebhookProvider, WebhookSettings
-from common.destinations import Destination, DestinationConfigError, DestinationRegistry
 
 SettingsT = TypeVar("SettingsT", bound=BaseModel)
 

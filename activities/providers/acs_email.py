@@ -15,6 +15,13 @@ from typing import Any, ClassVar
 from urllib.parse import SplitResult, urljoin, urlsplit
 
 import httpx
+from durable_outbox_temporal.contract.item import (
+    OperationStatus,
+    PollRequest,
+    PollResult,
+    SubmitRequest,
+    SubmitResult,
+)
 from pydantic import Field
 
 from activities.providers.base import (
@@ -28,7 +35,6 @@ from activities.providers.base import (
     raise_for_status,
     send,
 )
-from contract.item import OperationStatus, PollRequest, PollResult, SubmitRequest, SubmitResult
 
 API_VERSION = "2023-03-31"
 _STATUSES = {status.value: status for status in OperationStatus}

@@ -18,9 +18,14 @@ from typing import Annotated, ClassVar, Protocol
 from urllib.parse import urlsplit
 
 import httpx
+from durable_outbox_temporal.contract.item import (
+    PollRequest,
+    PollResult,
+    SubmitRequest,
+    SubmitResult,
+)
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
-from contract.item import PollRequest, PollResult, SubmitRequest, SubmitResult
 from readmodel import attempts
 
 

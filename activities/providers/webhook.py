@@ -18,6 +18,13 @@ from typing import Annotated, ClassVar
 from urllib.parse import urlsplit, urlunsplit
 
 import httpx
+from durable_outbox_temporal.contract.debounce_rules import delivered_body
+from durable_outbox_temporal.contract.item import (
+    PollRequest,
+    PollResult,
+    SubmitRequest,
+    SubmitResult,
+)
 from pydantic import AfterValidator, AwareDatetime, Field, model_validator
 from standardwebhooks import Webhook
 
@@ -31,8 +38,6 @@ from activities.providers.base import (
     raise_for_status,
     send,
 )
-from contract.item import PollRequest, PollResult, SubmitRequest, SubmitResult
-from flowcontrol.debounce import delivered_body
 
 
 def check_webhook_secret(secret: str) -> str:

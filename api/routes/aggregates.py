@@ -19,6 +19,13 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
+from durable_outbox_temporal.contract.aggregate import (
+    MAX_COMMAND_ID_LENGTH,
+    AggregateView,
+    CommandResult,
+    EffectRecord,
+    RecordedEvent,
+)
 from fastapi import APIRouter, Body, Header, Query
 from pydantic import BaseModel, ValidationError
 
@@ -26,13 +33,6 @@ from aggregates import REGISTRY
 from api.deps import AggregateServiceDep, Caller, CallerDep
 from api.errors import ApiProblem, validation_problem
 from api.schemas import MAX_SQL_INTEGER, SendableJson, problem_responses
-from contract.aggregate import (
-    MAX_COMMAND_ID_LENGTH,
-    AggregateView,
-    CommandResult,
-    EffectRecord,
-    RecordedEvent,
-)
 from readmodel.aggregates import MAX_PAGE
 
 # The event store's `actor` column holds this many characters (a token's name may be longer).

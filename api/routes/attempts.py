@@ -7,14 +7,14 @@ import asyncio
 from datetime import datetime
 from typing import Any
 
+from durable_outbox_temporal.contract.item import ItemStatus
+from durable_outbox_temporal.errors import NotErasable
 from fastapi import APIRouter
 from pydantic import BaseModel, Field
 
 from api.deps import ItemServiceDep
 from api.errors import ApiProblem
 from api.schemas import problem_responses
-from contract.item import ItemStatus
-from outbox_client.errors import NotErasable
 from readmodel import attempts as attempt_log
 
 router = APIRouter(

@@ -12,13 +12,13 @@ from __future__ import annotations
 import base64
 from collections.abc import Awaitable, Callable, Sequence
 
+from durable_outbox_temporal.codec import CodecKeyError, EncryptionCodec
 from fastapi import APIRouter, Request
 from google.protobuf.message import DecodeError
 from pydantic import BaseModel
 from temporalio.api.common.v1 import Payload
 
 from api.errors import ApiProblem
-from common.codec import CodecKeyError, EncryptionCodec
 
 router = APIRouter(prefix="/codec", tags=["codec"])
 

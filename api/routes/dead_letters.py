@@ -8,6 +8,8 @@ from datetime import datetime
 from typing import Annotated, Any
 from urllib.parse import quote
 
+from durable_outbox_temporal.contract.dead_letters import DeadLetterFilter, RedriveBatchProgress
+from durable_outbox_temporal.contract.limits import MAX_DESTINATION_LENGTH
 from fastapi import APIRouter, Body, Depends, Path, Query, Request, Response
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -16,8 +18,6 @@ from api.deps import get_resources
 from api.errors import validation_problem
 from api.routes.items import item_links
 from api.schemas import problem_responses
-from contract.dead_letters import DeadLetterFilter, RedriveBatchProgress
-from contract.limits import MAX_DESTINATION_LENGTH
 from readmodel.dead_letters import DeadLetter
 from service.dead_letters import DeadLetterService, RedriveBatch
 

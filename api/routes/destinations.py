@@ -12,6 +12,8 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
+from durable_outbox_temporal.contract.flow_policy import FlowPolicyPatch
+from durable_outbox_temporal.destinations import MIN_RATE
 from fastapi import APIRouter, Body
 from pydantic import (
     BaseModel,
@@ -25,8 +27,6 @@ from pydantic import (
 from api.deps import DestinationControlsDep
 from api.errors import validation_problem
 from api.schemas import problem_responses
-from common.destinations import MIN_RATE
-from flowcontrol.policy import FlowPolicyPatch
 from service.destinations import MAX_REASON, DestinationState, FlowPolicyInForce
 
 router = APIRouter(

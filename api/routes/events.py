@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
+from durable_outbox_temporal.destinations import Destination
 from fastapi import APIRouter, Depends, Header, Query, Request, Response
 from pydantic import BaseModel
 
@@ -19,7 +20,6 @@ from api.deps import DestinationsDep, MetricsDep, ReportServiceDep
 from api.errors import ApiProblem
 from api.eventgrid import read_delivery
 from api.schemas import problem_responses
-from common.destinations import Destination
 
 router = APIRouter(
     prefix="/v1/destinations/{destination}",

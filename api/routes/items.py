@@ -16,6 +16,16 @@ from datetime import UTC, datetime
 from typing import Annotated
 from urllib.parse import quote
 
+from durable_outbox_temporal import (
+    CancelRequested,
+    EnqueueResult,
+    InvalidRequest,
+    ItemFailedUseRedrive,
+    validate_outbox,
+)
+from durable_outbox_temporal.contract.item import CancelRequest, DeliveryOutcome, ItemStatus
+from durable_outbox_temporal.contract.limits import MAX_DESTINATION_LENGTH, MAX_KEY_LENGTH
+from durable_outbox_temporal.contract.purge import MAX_REPORTED_KEYS
 from fastapi import APIRouter, Body, Header, Path, Query, Response, status
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field, ValidationError
@@ -47,16 +57,6 @@ from api.schemas import (
     RedriveFailedRequest,
     RedriveFailedResponse,
     problem_responses,
-)
-from contract.item import CancelRequest, DeliveryOutcome, ItemStatus
-from contract.limits import MAX_DESTINATION_LENGTH, MAX_KEY_LENGTH
-from contract.purge import MAX_REPORTED_KEYS
-from outbox_client import (
-    CancelRequested,
-    EnqueueResult,
-    InvalidRequest,
-    ItemFailedUseRedrive,
-    validate_outbox,
 )
 from readmodel import store
 from readmodel.attempts import erased_at

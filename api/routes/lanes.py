@@ -6,12 +6,12 @@ from __future__ import annotations
 from typing import Annotated, Any, Literal
 from urllib.parse import quote
 
+from durable_outbox_temporal.contract.lane import LanePolicy, LaneStatus, LaneView
 from fastapi import APIRouter, Body, Depends, Query, Request
 from pydantic import BaseModel, ConfigDict, Field
 
 from api.deps import get_resources
 from api.schemas import problem_responses
-from contract.lane import LanePolicy, LaneStatus, LaneView
 from service.lanes import LaneService, LaneSnapshot
 
 router = APIRouter(

@@ -13,14 +13,14 @@ import asyncio
 import contextlib
 from typing import Any
 
+from durable_outbox_temporal import InvalidRequest, OutboxError, validate_outbox
+from durable_outbox_temporal.contract.aggregate import RecordedEvent
+from durable_outbox_temporal.contract.ids import parse_item_workflow_id
 from fastapi import APIRouter, WebSocket, WebSocketDisconnect, status
 from pydantic import TypeAdapter
 
 from api.auth import websocket_refusal, websocket_subprotocol
 from api.live import LiveHub, SubscriberTooSlow
-from contract.aggregate import RecordedEvent
-from contract.ids import parse_item_workflow_id
-from outbox_client import InvalidRequest, OutboxError, validate_outbox
 from readmodel import aggregates as event_store
 from readmodel import store
 from readmodel.models import EventRecord

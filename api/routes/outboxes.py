@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
+from durable_outbox_temporal import is_temporal_unavailable, validate_outbox
 from fastapi import APIRouter
 from temporalio.service import RPCError
 
@@ -15,7 +16,6 @@ from api.schemas import (
     RelayBacklog,
     problem_responses,
 )
-from outbox_client import is_temporal_unavailable, validate_outbox
 from readmodel import store
 from service.relay import relay_stats
 

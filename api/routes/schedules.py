@@ -13,19 +13,14 @@ from datetime import datetime
 from typing import Annotated, Any, Literal, Self
 from urllib.parse import quote
 
-from fastapi import APIRouter, Body, Depends, Request, Response, status
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
-
-from api.deps import get_resources
-from api.schemas import SendableJson, problem_responses
-from contract.limits import (
+from durable_outbox_temporal.contract.limits import (
     MAX_DESTINATION_LENGTH,
     MAX_KEY_LENGTH,
     MAX_OUTBOX_LENGTH,
     OUTBOX_NAME_PATTERN,
     check_ordering_key,
 )
-from contract.schedule import (
+from durable_outbox_temporal.contract.schedule import (
     DEFAULT_CATCHUP_WINDOW_S,
     KEY_SUFFIX_PATTERN,
     MAX_CATCHUP_WINDOW_S,
@@ -39,6 +34,11 @@ from contract.schedule import (
     ItemTemplate,
     Overlap,
 )
+from fastapi import APIRouter, Body, Depends, Request, Response, status
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
+
+from api.deps import get_resources
+from api.schemas import SendableJson, problem_responses
 from service.schedules import (
     MAX_NOTE_LENGTH,
     NewSchedule,

@@ -8,12 +8,12 @@ from dataclasses import replace
 from typing import Any
 
 import pytest
+from durable_outbox_temporal.contract.item import ItemProjection
 from sqlalchemy import Engine, event
 from temporalio.converter import DataConverter
 from temporalio.testing import ActivityEnvironment
 
 from activities.projection import ProjectionActivities
-from contract.item import ItemProjection
 from readmodel import store
 from tests.readmodel.test_store import lifecycle
 

@@ -9,11 +9,11 @@ from typing import Any
 
 import httpx
 import pytest_asyncio
+from durable_outbox_temporal.destinations import Destination
 from temporalio.testing import WorkflowEnvironment
 
 from api.main import create_app
-from common.destinations import Destination
-from common.settings import Settings
+from configuration.settings import Settings
 from devstack.serving import serve_in_background
 from tests.conftest import Stack, email_destination, webhook_destination
 from worker import default_operations_task_queue

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import uuid
 
-from contract.aggregate import (
+from durable_outbox_temporal.aggregates import AggregateClient
+from durable_outbox_temporal.contract.aggregate import (
     WORKFLOW_TYPE,
     AggregateCarry,
     AggregateErrorType,
@@ -14,7 +15,7 @@ from contract.aggregate import (
     CommandResult,
     aggregate_workflow_id,
 )
-from outbox_client.aggregates import AggregateClient
+
 from tests.api.conftest import Api
 from tests.api.test_items import assert_problem
 from worker import default_operations_task_queue

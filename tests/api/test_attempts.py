@@ -7,7 +7,8 @@ import asyncio
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from contract.ids import provider_idempotency_key
+from durable_outbox_temporal.contract.ids import provider_idempotency_key
+
 from tests.api.conftest import Api
 from tests.api.test_bulk_api import until_status
 from tests.api.test_items import EMAIL, assert_problem, enqueue

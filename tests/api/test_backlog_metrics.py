@@ -11,15 +11,15 @@ from datetime import UTC, datetime
 from typing import Any
 
 import httpx
+from durable_outbox_temporal.contract.ids import item_workflow_id
+from durable_outbox_temporal.contract.item import ItemStatus
+from durable_outbox_temporal.contract.lane import LaneStatus
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 from sqlalchemy import Engine
 from sqlalchemy import event as sa_event
 
 from api.backlog_metrics import FAMILIES, BacklogMetrics
-from contract.ids import item_workflow_id
-from contract.item import ItemStatus
-from contract.lane import LaneStatus
 from readmodel.db import make_engine
 from tests.api.conftest import Api
 from tests.api.test_items import assert_problem

@@ -11,12 +11,12 @@ from typing import Any
 from urllib.parse import quote
 
 import pytest
+from durable_outbox_temporal import InvalidRequest, validate_key, validate_ordering_key
+from durable_outbox_temporal.codec import ENCODING, KEY_ID, new_key_setting
+from durable_outbox_temporal.contract.schedule import ItemTemplate
+from durable_outbox_temporal.validation import MAX_JSON_DEPTH
 
 from api.errors import json_nesting_exceeds
-from common.codec import ENCODING, KEY_ID, new_key_setting
-from contract.schedule import ItemTemplate
-from outbox_client import InvalidRequest, validate_key, validate_ordering_key
-from outbox_client.validation import MAX_JSON_DEPTH
 from service.schedules import InvalidSchedule, NewSchedule, ScheduleService
 from tests.api.conftest import Api
 from tests.api.test_items import assert_problem

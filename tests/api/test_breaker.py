@@ -13,8 +13,8 @@ from typing import Any
 import httpx
 import pytest
 import pytest_asyncio
+from durable_outbox_temporal.contract.ids import item_workflow_id
 
-from contract.ids import item_workflow_id
 from devstack.fake_provider import FakeProvider
 from tests.api.test_destination_gone import eventually
 from tests.api.test_throttle import api_with_flow

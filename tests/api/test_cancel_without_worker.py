@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from contract.ids import item_workflow_id
-from contract.item import REQUEST_CANCEL_SIGNAL, ItemStatus
+from durable_outbox_temporal.contract.ids import item_workflow_id
+from durable_outbox_temporal.contract.item import REQUEST_CANCEL_SIGNAL, ItemStatus
+
 from tests.api.conftest import Api, api_settings, open_api
 from tests.api.test_items import EMAIL, enqueue
 from tests.conftest import email_destination

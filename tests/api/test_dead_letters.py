@@ -9,11 +9,11 @@ from datetime import datetime, timedelta, timezone
 from typing import Any
 
 import pytest
+from durable_outbox_temporal import InvalidRequest
+from durable_outbox_temporal.contract.dead_letters import DeadLetterFilter
+from durable_outbox_temporal.contract.ids import item_workflow_id, provider_idempotency_key
+from durable_outbox_temporal.contract.item import ItemStatus
 
-from contract.dead_letters import DeadLetterFilter
-from contract.ids import item_workflow_id, provider_idempotency_key
-from contract.item import ItemStatus
-from outbox_client import InvalidRequest
 from service.dead_letters import DeadLetterService
 from service.items import ItemService
 from tests.api.conftest import Api, api_settings, open_api

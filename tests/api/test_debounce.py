@@ -10,9 +10,13 @@ from typing import Any
 
 import httpx
 import pytest
+from durable_outbox_temporal.contract.debounce import (
+    CLOSE_WINDOW_ACTIVITY,
+    COLLECTED_KEY,
+    debounce_workflow_id,
+)
+from durable_outbox_temporal.contract.ids import item_workflow_id
 
-from contract.debounce import CLOSE_WINDOW_ACTIVITY, COLLECTED_KEY, debounce_workflow_id
-from contract.ids import item_workflow_id
 from tests.api.conftest import Api, api_settings, open_api
 from tests.api.test_items import EMAIL, assert_problem
 from tests.conftest import webhook_destination

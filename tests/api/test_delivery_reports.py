@@ -12,8 +12,8 @@ from typing import Any
 
 import httpx
 import pytest_asyncio
+from durable_outbox_temporal.contract.ids import provider_idempotency_key
 
-from contract.ids import provider_idempotency_key
 from tests.api.conftest import api_settings, open_api
 from tests.api.test_items import assert_problem
 from tests.conftest import Stack, email_destination, webhook_destination

@@ -14,6 +14,7 @@ from typing import Any, cast
 import httpx
 import pytest
 import pytest_asyncio
+from durable_outbox_temporal.destinations import Destination, DestinationRegistry
 from sqlalchemy import create_engine
 from sqlalchemy.exc import DBAPIError
 from temporalio.api.workflowservice.v1 import UpdateTaskQueueConfigRequest
@@ -22,7 +23,6 @@ from temporalio.testing import WorkflowEnvironment
 
 import service.destinations
 from api.errors import known_problem
-from common.destinations import Destination, DestinationRegistry
 from devstack.fake_provider import FakeProvider
 from flowcontrol.queue_rates import QueueRate, read_queue_rate
 from service.destinations import DestinationControls

@@ -10,10 +10,10 @@ from typing import Any
 import httpx
 import pytest
 import pytest_asyncio
+from durable_outbox_temporal.contract.ids import provider_idempotency_key
 from temporalio.service import RPCError, RPCStatusCode
 
 from api.errors import known_problem
-from contract.ids import provider_idempotency_key
 from flowcontrol.queue_rates import QueueRate, read_queue_rate
 from tests.api.conftest import api_settings, open_api
 from tests.api.test_items import assert_problem

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from contract.ids import item_workflow_id
+from durable_outbox_temporal.contract.ids import item_workflow_id
+
 from tests.api.conftest import Api
 from tests.api.test_items import enqueue
 from tests.fakes import script

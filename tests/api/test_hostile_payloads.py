@@ -14,13 +14,13 @@ from typing import Any
 import httpx
 import pytest
 import pytest_asyncio
+from durable_outbox_temporal import InvalidRequest
+from durable_outbox_temporal.contract.item import SubmitRequest
+from durable_outbox_temporal.validation import validate_new_item
 
 from activities.providers.acs_email import AcsEmailProvider, AcsEmailSettings
 from activities.providers.base import PermanentProviderError
 from activities.providers.webhook import WebhookProvider, WebhookSettings
-from contract.item import SubmitRequest
-from outbox_client import InvalidRequest
-from outbox_client.validation import validate_new_item
 from tests.api.conftest import Api, api_settings, open_api
 from tests.api.test_items import assert_problem
 from tests.conftest import WEBHOOK_SECRET, unique_name, webhook_destination

@@ -8,9 +8,9 @@ from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
 
 import pytest
+from durable_outbox_temporal.contract.item import ItemProjection, ItemStatus
 
 from api.problem_codes import PROBLEM_CODES
-from contract.item import ItemProjection, ItemStatus
 from readmodel import store
 from tests.api.conftest import Api
 from tests.fakes import deliveries, script

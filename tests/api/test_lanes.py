@@ -6,7 +6,8 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from contract.ids import item_workflow_id, provider_idempotency_key
+from durable_outbox_temporal.contract.ids import item_workflow_id, provider_idempotency_key
+
 from tests.api.conftest import Api
 from tests.api.test_destinations import DevApi, dev_api  # noqa: F401 (a fixture)
 from tests.api.test_items import assert_problem

@@ -11,10 +11,10 @@ from typing import Any
 import httpx
 import pytest
 import websockets
+from durable_outbox_temporal.contract.item import ItemEventType, ItemProjection, ItemStatus
 from sqlalchemy import Engine
 
 from api.live import SUBSCRIBER_BUFFER, LiveHub, SubscriberTooSlow
-from contract.item import ItemEventType, ItemProjection, ItemStatus
 from readmodel import store
 from tests.api.conftest import ServedApi
 from tests.readmodel.test_store import event, view

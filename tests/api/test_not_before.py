@@ -7,10 +7,10 @@ import uuid
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from durable_outbox_temporal.contract.ids import item_workflow_id
+from durable_outbox_temporal.contract.limits import MAX_START_DELAY
 from temporalio.service import RPCError
 
-from contract.ids import item_workflow_id
-from contract.limits import MAX_START_DELAY
 from tests.api.conftest import Api
 from tests.api.test_items import assert_problem
 

@@ -17,7 +17,7 @@ import pytest_asyncio
 from api.errors import _OUTBOX_ERRORS
 from api.main import create_app
 from api.problem_codes import PROBLEM_CODES, SECTIONS, STATUS_CODES, domain_code
-from common.settings import PROJECT_ROOT
+from configuration.settings import PROJECT_ROOT
 from devstack.reference_docs import REFERENCE_DIR
 from tests.api.conftest import Api, api_settings
 from tests.api.test_items import assert_problem

@@ -9,15 +9,15 @@ import uuid
 from typing import Any
 
 import httpx
-
-from contract.ids import item_workflow_id
-from contract.purge import (
+from durable_outbox_temporal.contract.ids import item_workflow_id
+from durable_outbox_temporal.contract.purge import (
     PURGE_BATCH_WORKFLOW_TYPE,
     PurgeBatchInput,
     PurgeBatchProgress,
     PurgePageRequest,
     purge_batch_workflow_id,
 )
+
 from service.items import ItemService
 from tests.api.conftest import Api
 from tests.api.test_items import assert_problem

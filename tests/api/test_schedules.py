@@ -12,11 +12,11 @@ from typing import Any
 
 import httpx
 import pytest_asyncio
+from durable_outbox_temporal.contract.ids import temporal_schedule_id
+from durable_outbox_temporal.contract.schedule import item_key
+from durable_outbox_temporal.destinations import Destination
 from temporalio.client import Client
 
-from common.destinations import Destination
-from contract.ids import temporal_schedule_id
-from contract.schedule import item_key
 from devstack.fake_provider import FakeProvider
 from tests.api.conftest import api_settings, open_api
 from tests.conftest import Stack, unique_name, webhook_destination

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 import websockets
+from durable_outbox_temporal.codec import ENCODING, KEY_ID, new_key_setting
 from sqlalchemy import Engine
 from uvicorn.logging import AccessFormatter
 
@@ -27,8 +28,7 @@ from api.auth import (
 )
 from api.main import create_app
 from api.security import InsecureConfiguration
-from common.codec import ENCODING, KEY_ID, new_key_setting
-from common.redaction import RedactSecrets
+from configuration.redaction import RedactSecrets
 from tests.api.conftest import api_settings
 from tests.api.test_items import assert_problem
 

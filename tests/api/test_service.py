@@ -7,11 +7,11 @@ from typing import Any
 
 import httpx
 import pytest
+from durable_outbox_temporal import OutboxClient, TemporalConnection
+from durable_outbox_temporal.contract.item import ItemProjection, ItemStatus, OutboxItemView
+from durable_outbox_temporal.destinations import DestinationRegistry
 
 from api.main import create_app
-from common.destinations import DestinationRegistry
-from contract.item import ItemProjection, ItemStatus, OutboxItemView
-from outbox_client import OutboxClient, TemporalConnection
 from readmodel import store
 from readmodel.db import create_schema, make_engine
 from tests.api.conftest import api_settings

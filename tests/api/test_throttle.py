@@ -12,10 +12,10 @@ from typing import Any
 
 import httpx
 import pytest_asyncio
+from durable_outbox_temporal.contract.flow import flow_workflow_id
+from durable_outbox_temporal.contract.ids import item_workflow_id
 from temporalio.service import RPCError
 
-from contract.flow import flow_workflow_id
-from contract.ids import item_workflow_id
 from devstack.fake_provider import FakeProvider
 from tests.api.conftest import api_settings, open_api
 from tests.api.test_destination_gone import eventually

@@ -7,11 +7,11 @@ import asyncio
 import contextlib
 
 import httpx
+from durable_outbox_temporal.contract.flow import flow_workflow_id
 from playwright.async_api import Browser, expect
 from temporalio.service import RPCError
 
 from api.main import create_app
-from contract.flow import flow_workflow_id
 from devstack.fake_provider import run_fake_provider
 from devstack.serving import serve_in_background
 from tests.api.conftest import api_settings, serve_stack

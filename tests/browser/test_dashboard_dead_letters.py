@@ -4,10 +4,9 @@ Discard takes one out, Redrive all brings the rest to `sent` through a redrive b
 from __future__ import annotations
 
 import httpx
+from durable_outbox_temporal.contract.ids import item_workflow_id, provider_idempotency_key
+from durable_outbox_temporal.contract.item import ItemStatus
 from playwright.async_api import Browser, expect
-
-from contract.ids import item_workflow_id, provider_idempotency_key
-from contract.item import ItemStatus
 
 
 async def test_dead_letters_are_discarded_and_redriven_from_the_dashboard(

@@ -11,9 +11,9 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+from durable_outbox_temporal.contract.ids import item_workflow_id, provider_idempotency_key
 from playwright.async_api import Browser, Page, expect
 
-from contract.ids import item_workflow_id, provider_idempotency_key
 from tests.api.conftest import ServedApi
 from tests.browser.conftest import ARTIFACTS, reload_until
 

@@ -4,9 +4,9 @@ resumes it."""
 from __future__ import annotations
 
 import httpx
+from durable_outbox_temporal.contract.ids import item_workflow_id, provider_idempotency_key
 from playwright.async_api import Browser, expect
 
-from contract.ids import item_workflow_id, provider_idempotency_key
 from tests.workflows.test_lane import arrivals, item_result
 
 

@@ -16,13 +16,13 @@ from urllib.parse import quote
 import pytest
 import pytest_asyncio
 from durable_outbox_rest import AsyncOutboxRest
+from durable_outbox_temporal import OutboxClient, connect
+from durable_outbox_temporal.codec import PayloadKeyMissing
+from durable_outbox_temporal.contract.ids import item_workflow_id
+from durable_outbox_temporal.contract.item import ItemStatus
+from durable_outbox_temporal.destinations import DestinationRegistry
 from playwright.async_api import Browser, expect
 
-from common.codec import PayloadKeyMissing
-from common.destinations import DestinationRegistry
-from contract.ids import item_workflow_id
-from contract.item import ItemStatus
-from outbox_client import OutboxClient, connect
 from tests.browser.conftest import ARTIFACTS
 from tests.devstack.stack import ROOT, DevStack
 

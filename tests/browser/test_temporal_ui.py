@@ -5,9 +5,9 @@ from __future__ import annotations
 import uuid
 from urllib.parse import quote
 
+from durable_outbox_temporal.aggregates import AggregateClient
 from playwright.async_api import Browser, expect
 
-from outbox_client.aggregates import AggregateClient
 from tests.browser.conftest import ARTIFACTS
 from tests.conftest import DEV_UI_PORT, webhook_destination
 from worker import default_operations_task_queue

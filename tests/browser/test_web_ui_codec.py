@@ -7,12 +7,12 @@ import socket
 import uuid
 from urllib.parse import quote
 
+from durable_outbox_temporal.codec import EncryptionCodec, data_converter, new_key_setting
 from playwright.async_api import Browser, expect
 from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
 
 from api.main import create_app
-from common.codec import EncryptionCodec, data_converter, new_key_setting
 from devstack.serving import serve_in_background
 from devstack.temporal_server import dev_server_extra_args, temporal_cli_path
 from tests.api.conftest import api_settings

@@ -17,10 +17,10 @@ from typing import Any
 
 import httpx
 import pytest
+from durable_outbox_temporal.contract.ids import item_workflow_id, provider_idempotency_key
 
 import cli
 from cli import ExitCode, exit_code_for
-from contract.ids import item_workflow_id, provider_idempotency_key
 from tests.cli.test_cli import run
 
 # The installed entry point, as a user's shell runs it.

@@ -5,8 +5,9 @@ from __future__ import annotations
 import json
 import uuid
 
-from contract.ids import item_workflow_id, provider_idempotency_key
-from contract.item import ItemStatus
+from durable_outbox_temporal.contract.ids import item_workflow_id, provider_idempotency_key
+from durable_outbox_temporal.contract.item import ItemStatus
+
 from tests.cli.test_cli import run
 
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import json
 
-from contract.ids import item_workflow_id, provider_idempotency_key
+from durable_outbox_temporal.contract.ids import item_workflow_id, provider_idempotency_key
+
 from tests.cli.test_cli import run
 from tests.workflows.test_lane import arrivals, item_result, wait_for
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import itertools
 from datetime import UTC, datetime, timedelta
 
-from contract.item import (
+from durable_outbox_temporal.contract.item import (
     DeliveryOutcome,
     DeliveryReport,
     Recipient,

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from contract.ids import MAX_FAIRNESS_KEY_BYTES, outbox_fairness_key
-from contract.limits import MAX_OUTBOX_LENGTH, check_outbox_name
+from durable_outbox_temporal.contract.ids import MAX_FAIRNESS_KEY_BYTES, outbox_fairness_key
+from durable_outbox_temporal.contract.limits import MAX_OUTBOX_LENGTH, check_outbox_name
 
 
 def test_a_name_that_fits_is_its_own_key() -> None:

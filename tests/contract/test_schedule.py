@@ -4,7 +4,12 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta, timezone
 
-from contract.schedule import fire_values, item_key, render, unknown_placeholders
+from durable_outbox_temporal.contract.schedule import (
+    fire_values,
+    item_key,
+    render,
+    unknown_placeholders,
+)
 
 
 def test_an_item_key_is_the_fire_time_in_whole_utc_seconds() -> None:

@@ -14,9 +14,9 @@ from pathlib import Path
 
 import httpx
 import pytest
+from durable_outbox_temporal.contract.ids import item_workflow_id
 from temporalio.client import Client, WorkflowExecutionStatus
 
-from contract.ids import item_workflow_id
 from devstack.dev import Child, RestartBackoff, build_children, start, stop, supervise
 from devstack.fake_provider import command_line_parser
 from tests.devstack.stack import DevStack, port_in_use

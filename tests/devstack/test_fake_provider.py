@@ -20,6 +20,7 @@ from typing import Any
 
 import httpx
 import pytest
+from durable_outbox_temporal.contract.item import ItemStatus
 from standardwebhooks import Webhook
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -27,7 +28,6 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from activities.providers.acs_email import API_VERSION, sign_request
-from contract.item import ItemStatus
 from devstack.fake_provider import (
     FakeProvider,
     FakeProviderAdmin,

@@ -7,12 +7,12 @@ import uuid
 from pathlib import Path
 
 import pytest
+from durable_outbox_temporal.contract.search_attributes import ALL, OUTBOX_NAME
 from temporalio.api.enums.v1 import IndexedValueType
 from temporalio.api.operatorservice.v1 import ListSearchAttributesRequest
 from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.common import SearchAttributePair, TypedSearchAttributes
 
-from contract.search_attributes import ALL, OUTBOX_NAME
 from devstack.temporal_server import DevServer, port_in_use
 
 

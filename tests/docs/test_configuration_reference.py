@@ -10,11 +10,11 @@ import re
 from pathlib import Path
 
 import pytest
+from durable_outbox_temporal.connection import load_connect_config
+from durable_outbox_temporal.destinations import _ENV_REFERENCE
 
-from common.destinations import _ENV_REFERENCE
-from common.settings import PROJECT_ROOT, Settings
+from configuration.settings import PROJECT_ROOT, Settings
 from devstack.reference_docs import REFERENCE_DIR, TEMPORAL_VARIABLES
-from outbox_client.connection import load_connect_config
 
 PAGE = REFERENCE_DIR / "configuration.md"
 _NAME = re.compile(r"^[A-Z][A-Z0-9_]*$")
@@ -87,7 +87,7 @@ def variables_the_code_reads() -> dict[str, str]:
         for name in variables_read(path.read_text()):
             read.setdefault(name, str(path.relative_to(PROJECT_ROOT)))
     for name in Settings.model_fields:
-        read.setdefault(name.upper(), "common/settings.py")
+        read.setdefault(name.upper(), "configuration/settings.py")
     for path in sorted((PROJECT_ROOT / "config").glob("*.toml")):
         for match in _ENV_REFERENCE.finditer(path.read_text()):
             read.setdefault(match.group(1), str(path.relative_to(PROJECT_ROOT)))

@@ -10,7 +10,7 @@ from urllib.parse import unquote
 
 import pytest
 
-from common.settings import PROJECT_ROOT
+from configuration.settings import PROJECT_ROOT
 
 # `[text](target)` and `![alt](target "title")`; `[label]: target` reference definitions.
 _INLINE_LINK = re.compile(

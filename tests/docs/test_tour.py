@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from common.settings import PROJECT_ROOT
+from configuration.settings import PROJECT_ROOT
 from tests.devstack.stack import DevStack
 
 README = PROJECT_ROOT / "README.md"

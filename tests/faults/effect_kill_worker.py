@@ -11,6 +11,7 @@ import os
 import signal
 from typing import Any
 
+from durable_outbox_temporal.contract.aggregate import EFFECT_ACTIVITY, EffectExecution
 from temporalio import activity
 from temporalio.worker import (
     ActivityInboundInterceptor,
@@ -18,8 +19,7 @@ from temporalio.worker import (
     Interceptor,
 )
 
-from common.settings import get_settings
-from contract.aggregate import EFFECT_ACTIVITY, EffectExecution
+from configuration.settings import get_settings
 from worker import run_worker
 
 

@@ -8,9 +8,10 @@ import asyncio
 import os
 import signal
 
+from durable_outbox_temporal import OutboxClient, connect
+
 from activities.providers import load_destinations
-from common.settings import get_settings
-from outbox_client import OutboxClient, connect
+from configuration.settings import get_settings
 from readmodel.db import make_engine
 from service.relay import Relay
 

@@ -8,8 +8,9 @@ import asyncio
 import signal
 from pathlib import Path
 
-from contract.aggregate import CommandResult
-from outbox_client.aggregates import AggregateClient
+from durable_outbox_temporal.aggregates import AggregateClient
+from durable_outbox_temporal.contract.aggregate import CommandResult
+
 from readmodel import aggregates as event_store
 from readmodel.db import make_engine
 from tests.conftest import unique_name, webhook_destination

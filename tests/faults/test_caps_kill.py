@@ -10,10 +10,11 @@ import signal
 from pathlib import Path
 from typing import Any
 
-from common.destinations import DestinationRegistry
-from contract.ids import item_workflow_id
+from durable_outbox_temporal import OutboxClient
+from durable_outbox_temporal.contract.ids import item_workflow_id
+from durable_outbox_temporal.destinations import DestinationRegistry
+
 from devstack.outcomes import outcomes
-from outbox_client import OutboxClient
 from tests.conftest import unique_name, webhook_destination
 from tests.faults.test_faults import (
     assert_exactly_once,

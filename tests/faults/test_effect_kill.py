@@ -11,12 +11,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from durable_outbox_temporal.aggregates import AggregateClient
+from durable_outbox_temporal.contract.ids import item_workflow_id, provider_idempotency_key
 from temporalio.service import RPCError
 
 from aggregates.labour import EMAIL_DESTINATION, NOTIFICATIONS_OUTBOX
-from common.settings import PROJECT_ROOT
-from contract.ids import item_workflow_id, provider_idempotency_key
-from outbox_client.aggregates import AggregateClient
+from configuration.settings import PROJECT_ROOT
 from readmodel import store
 from readmodel.db import make_engine
 from tests.conftest import email_destination, unique_name

@@ -15,13 +15,13 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+from durable_outbox_temporal import OutboxClient
+from durable_outbox_temporal.contract.ids import provider_idempotency_key
+from durable_outbox_temporal.destinations import DestinationRegistry
 
-from common.destinations import DestinationRegistry
-from common.settings import PROJECT_ROOT
-from contract.ids import provider_idempotency_key
+from configuration.settings import PROJECT_ROOT
 from devstack.fake_provider import FakeProvider
 from devstack.outcomes import outcomes
-from outbox_client import OutboxClient
 from tests.conftest import email_destination, unique_name
 
 EMAIL = {

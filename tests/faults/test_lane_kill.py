@@ -17,10 +17,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from durable_outbox_temporal import OutboxClient
+from durable_outbox_temporal.contract.ids import item_workflow_id, provider_idempotency_key
+from durable_outbox_temporal.destinations import DestinationRegistry
 
-from common.destinations import DestinationRegistry
-from contract.ids import item_workflow_id, provider_idempotency_key
-from outbox_client import OutboxClient
 from readmodel import store
 from readmodel.db import create_schema, make_engine
 from tests.conftest import email_destination, unique_name

@@ -10,12 +10,12 @@ import sys
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+from durable_outbox_temporal.contract.ids import item_workflow_id
+from durable_outbox_temporal.transactional import enqueue_in
 from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
-from common.settings import PROJECT_ROOT
-from contract.ids import item_workflow_id
-from outbox_client.transactional import enqueue_in
+from configuration.settings import PROJECT_ROOT
 from readmodel.models import OUTBOX_PENDING
 from service.relay import Relay
 from tests.conftest import unique_name, webhook_destination

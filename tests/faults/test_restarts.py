@@ -24,16 +24,16 @@ from typing import Any
 
 import httpx
 import pytest
+from durable_outbox_temporal import OutboxClient
+from durable_outbox_temporal.contract.ids import item_workflow_id, provider_idempotency_key
+from durable_outbox_temporal.destinations import Destination, DestinationRegistry
 from temporalio.client import Client
 
-from common.destinations import Destination, DestinationRegistry
-from common.settings import PROJECT_ROOT
-from contract.ids import item_workflow_id, provider_idempotency_key
+from configuration.settings import PROJECT_ROOT
 from devstack.dev import WORKER_READY_LINE
 from devstack.fake_provider import FakeProvider, FaultConfig, run_fake_provider
 from devstack.outcomes import outcomes
 from devstack.temporal_server import DevServer, stop_process
-from outbox_client import OutboxClient
 from tests.conftest import email_destination, unique_name, webhook_destination
 from tests.faults.test_faults import EMAIL, free_port, start_worker, write_config
 

@@ -5,8 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 import pytest
-
-from contract.flow import (
+from durable_outbox_temporal.contract.flow import (
     BreakerSettings,
     Failing,
     FlowState,
@@ -14,6 +13,7 @@ from contract.flow import (
     RateApplied,
     Throttled,
 )
+
 from flowcontrol import breaker, throttle
 from flowcontrol.breaker import BreakerGate, BreakerQueue, is_failure
 from tests.flowcontrol.test_throttle import T0, state

@@ -6,10 +6,8 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
-
-from contract.debounce import COLLECTED_KEY
-from contract.item import DebounceSpec
-from flowcontrol.debounce import (
+from durable_outbox_temporal.contract.debounce import COLLECTED_KEY
+from durable_outbox_temporal.contract.debounce_rules import (
     MAX_MEMBERS,
     carried_payload,
     check_payload,
@@ -17,6 +15,7 @@ from flowcontrol.debounce import (
     debounce_spec,
     delivered_body,
 )
+from durable_outbox_temporal.contract.item import DebounceSpec
 
 T0 = datetime(2026, 11, 27, tzinfo=UTC)
 

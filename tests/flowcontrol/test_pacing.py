@@ -6,8 +6,8 @@ import asyncio
 import time
 
 import pytest
+from durable_outbox_temporal.destinations import Destination
 
-from common.destinations import Destination
 from flowcontrol.pacing import PacedQueue, RequestPacer
 from worker import paced_queues
 

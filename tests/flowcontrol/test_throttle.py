@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from contract.flow import FlowState, RateApplied, Throttled
+from durable_outbox_temporal.contract.flow import FlowState, RateApplied, Throttled
+
 from flowcontrol import throttle
 from flowcontrol.throttle import ThrottledQueue, ThrottleGate
 

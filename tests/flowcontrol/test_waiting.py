@@ -7,7 +7,8 @@ import dataclasses
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from contract.item import ItemStatus, OutboxItemView
+from durable_outbox_temporal.contract.item import ItemStatus, OutboxItemView
+
 from flowcontrol.waiting import DestinationHold, LanePlace, waiting_on
 
 NOW = datetime(2026, 11, 26, 20, 0, tzinfo=UTC)

@@ -5,9 +5,9 @@ from __future__ import annotations
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
 
+from durable_outbox_temporal.contract.aggregate import RecordedEvent, StoreEvents
 from sqlalchemy import Engine
 
-from contract.aggregate import RecordedEvent, StoreEvents
 from readmodel import aggregates as event_store
 
 T0 = datetime(2026, 11, 23, 12, tzinfo=UTC)

@@ -6,11 +6,16 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
+from durable_outbox_temporal.contract.item import (
+    ItemEvent,
+    ItemEventType,
+    ItemProjection,
+    ItemStatus,
+)
+from durable_outbox_temporal.contract.lane import LanePolicy, LaneProjection, LaneStatus, LaneView
 from sqlalchemy import Engine, insert, text
 from sqlalchemy import event as sa_event
 
-from contract.item import ItemEvent, ItemEventType, ItemProjection, ItemStatus
-from contract.lane import LanePolicy, LaneProjection, LaneStatus, LaneView
 from readmodel import backlog, store
 from readmodel.backlog import DeliveryTally, ItemBacklog, LaneBacklog, read_backlog
 from readmodel.lanes import apply_lane_projections

@@ -5,10 +5,10 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
+from durable_outbox_temporal.contract.dead_letters import DeadLetterFilter
+from durable_outbox_temporal.contract.item import ItemProjection, ItemStatus
 from sqlalchemy import Engine
 
-from contract.dead_letters import DeadLetterFilter
-from contract.item import ItemProjection, ItemStatus
 from readmodel import store
 from readmodel.dead_letters import discard, list_dead_letters
 from tests.readmodel.test_store import T0, view

@@ -12,14 +12,14 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
+from durable_outbox_temporal.contract.flow_policy import FlowPolicy
+from durable_outbox_temporal.destinations import Destination, DestinationRegistry
 from pydantic import ValidationError
 from sqlalchemy import Engine, text
 
 from activities.flow_gate import FlowGate, Held
-from common.destinations import Destination, DestinationRegistry
 from flowcontrol.breaker import BreakerGate, BreakerQueue
 from flowcontrol.caps import FlowLimits
-from flowcontrol.policy import FlowPolicy
 from readmodel.db import create_schema, make_engine
 from readmodel.flow_overrides import FlowPolicies, read_overrides, write_overrides
 from readmodel.permits import return_permits, take_permits, take_requests

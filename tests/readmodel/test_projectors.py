@@ -9,9 +9,9 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
+from durable_outbox_temporal.contract.aggregate import RecordedEvent, StoreEvents
 from sqlalchemy import Connection, Engine, select, text
 
-from contract.aggregate import RecordedEvent, StoreEvents
 from readmodel import aggregates as event_store
 from readmodel.aggregates import EVENT_STORE_LOCK_KEY
 from readmodel.db import create_schema

@@ -12,16 +12,16 @@ from typing import Any
 
 import httpx
 import pytest
+from durable_outbox_temporal import EnqueueResult, InvalidRequest, OutboxClient
+from durable_outbox_temporal.contract.ids import item_workflow_id
+from durable_outbox_temporal.destinations import DestinationRegistry
+from durable_outbox_temporal.transactional import enqueue_in
 from prometheus_client import CollectorRegistry, generate_latest
 from sqlalchemy import Engine, select, update
 from sqlalchemy.orm import Session
 
 from api.backlog_metrics import BacklogMetrics
-from common.destinations import DestinationRegistry
-from contract.ids import item_workflow_id
 from examples.booking_app import create_booking_app
-from outbox_client import EnqueueResult, InvalidRequest, OutboxClient
-from outbox_client.transactional import enqueue_in
 from readmodel.models import OUTBOX_PENDING
 from service.relay import Relay, relay_stats
 from tests.api.conftest import api_settings, open_api

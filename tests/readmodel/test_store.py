@@ -12,11 +12,17 @@ from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
 
 import pytest
+from durable_outbox_temporal.contract.item import (
+    ItemEvent,
+    ItemEventType,
+    ItemProjection,
+    ItemStatus,
+    OutboxItemView,
+)
 from sqlalchemy import Connection, Engine, func, insert, select, text
 from sqlalchemy import event as sa_event
 from sqlalchemy.exc import IntegrityError
 
-from contract.item import ItemEvent, ItemEventType, ItemProjection, ItemStatus, OutboxItemView
 from readmodel import store
 from readmodel.db import create_schema
 from readmodel.models import EVENTS

@@ -8,8 +8,8 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
 import pytest_asyncio
+from durable_outbox_temporal.destinations import Destination
 
-from common.destinations import Destination
 from tests.api.conftest import serve_stack
 from tests.conftest import Stack, email_destination, webhook_destination
 

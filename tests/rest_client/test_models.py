@@ -10,7 +10,7 @@ import pytest
 from pydantic import BaseModel
 
 from api.main import create_app
-from common.settings import Settings
+from configuration.settings import Settings
 
 # Each client model and the schema it mirrors in the app's OpenAPI components.
 MIRRORS: dict[type[BaseModel], str] = {

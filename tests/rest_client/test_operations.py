@@ -16,8 +16,8 @@ from durable_outbox_rest import (
     OutboxRest,
     Unprocessable,
 )
+from durable_outbox_temporal.contract.ids import item_workflow_id
 
-from contract.ids import item_workflow_id
 from tests.fakes import script
 from tests.rest_client.conftest import ServedStack
 from tests.rest_client.test_items import wait_for_status_async

@@ -9,7 +9,7 @@ import sys
 import tomllib
 from pathlib import Path
 
-from common.settings import PROJECT_ROOT
+from configuration.settings import PROJECT_ROOT
 
 CLIENT_ROOT = PROJECT_ROOT / "clients" / "python"
 PACKAGE = CLIENT_ROOT / "src" / "durable_outbox_rest"

@@ -6,13 +6,13 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from durable_outbox_temporal import CancelRequested, IdempotencyConflict
+from durable_outbox_temporal.contract.bulk import shard_workflow_id
+from durable_outbox_temporal.contract.ids import item_workflow_id
+from durable_outbox_temporal.contract.item import ItemStatus
+from durable_outbox_temporal.contract.purge import PurgePageRequest
 from temporalio.api.enums.v1 import EventType
 
-from contract.bulk import shard_workflow_id
-from contract.ids import item_workflow_id
-from contract.item import ItemStatus
-from contract.purge import PurgePageRequest
-from outbox_client import CancelRequested, IdempotencyConflict
 from readmodel import store
 from service.items import Enqueued, ItemService, NewItem
 from tests.conftest import email_destination, unique_name

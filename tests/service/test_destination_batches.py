@@ -4,10 +4,10 @@ activities a second, and the controls show and take rates in requests a second."
 from __future__ import annotations
 
 import pytest
+from durable_outbox_temporal.destinations import DestinationRegistry
+from durable_outbox_temporal.errors import InvalidRequest
 
-from common.destinations import DestinationRegistry
 from flowcontrol.queue_rates import read_queue_rate
-from outbox_client.errors import InvalidRequest
 from service.destinations import DestinationControls
 from tests.conftest import email_destination
 

@@ -5,11 +5,15 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 import pytest
+from durable_outbox_temporal import IdempotencyConflict, ItemFailedUseRedrive, ItemNotFound
+from durable_outbox_temporal.contract.ids import (
+    item_workflow_id,
+    payload_hash,
+    provider_idempotency_key,
+)
+from durable_outbox_temporal.contract.item import ItemProjection, ItemStatus, OutboxItemView
 from temporalio.client import WorkflowExecutionStatus
 
-from contract.ids import item_workflow_id, payload_hash, provider_idempotency_key
-from contract.item import ItemProjection, ItemStatus, OutboxItemView
-from outbox_client import IdempotencyConflict, ItemFailedUseRedrive, ItemNotFound
 from readmodel import store
 from service.items import ItemService, NewItem
 from tests.conftest import email_destination

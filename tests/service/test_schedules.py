@@ -7,13 +7,18 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pytest
+from durable_outbox_temporal import OutboxClient, TemporalConnection
+from durable_outbox_temporal.contract.ids import item_workflow_id
+from durable_outbox_temporal.contract.schedule import (
+    FireRequest,
+    ItemTemplate,
+    ScheduledBatchInput,
+    item_key,
+)
+from durable_outbox_temporal.destinations import DestinationRegistry
 from temporalio.testing import ActivityEnvironment
 
-from common.destinations import DestinationRegistry
-from contract.ids import item_workflow_id
-from contract.schedule import FireRequest, ItemTemplate, ScheduledBatchInput, item_key
 from devstack.fake_provider import FakeProvider
-from outbox_client import OutboxClient, TemporalConnection
 from service.schedules import InvalidSchedule, NewSchedule, ScheduleActivities, ScheduleService
 from tests.conftest import Stack, unique_name, webhook_destination
 from tests.fakes import script

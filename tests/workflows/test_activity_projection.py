@@ -11,18 +11,10 @@ from contextlib import AsyncExitStack
 from typing import Any
 
 import httpx
-from temporalio import activity
-from temporalio.api.enums.v1 import EventType
-from temporalio.client import Client
-from temporalio.testing import ActivityEnvironment
-from temporalio.worker import ActivityInboundInterceptor, ExecuteActivityInput, Interceptor
-
-from activities.delivery import DeliveryActivities
-from activities.providers import build_provider
-from common.destinations import DestinationRegistry
-from contract import transitions
-from contract.ids import item_workflow_id, provider_idempotency_key
-from contract.item import (
+from durable_outbox_temporal import OutboxClient
+from durable_outbox_temporal.contract import transitions
+from durable_outbox_temporal.contract.ids import item_workflow_id, provider_idempotency_key
+from durable_outbox_temporal.contract.item import (
     POLL_ACTIVITY,
     ItemStatus,
     OperationStatus,
@@ -32,7 +24,15 @@ from contract.item import (
     PollRequest,
     SubmitRequest,
 )
-from outbox_client import OutboxClient
+from durable_outbox_temporal.destinations import DestinationRegistry
+from temporalio import activity
+from temporalio.api.enums.v1 import EventType
+from temporalio.client import Client
+from temporalio.testing import ActivityEnvironment
+from temporalio.worker import ActivityInboundInterceptor, ExecuteActivityInput, Interceptor
+
+from activities.delivery import DeliveryActivities
+from activities.providers import build_provider
 from readmodel import store
 from readmodel.db import create_schema, make_engine
 from readmodel.writer import ProjectionWriter

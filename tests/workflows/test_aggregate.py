@@ -7,11 +7,11 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
+from durable_outbox_temporal.aggregates import AggregateClient
+from durable_outbox_temporal.errors import CommandConflict, InvalidCommand, UnknownCommand
 from temporalio.client import WithStartWorkflowOperation
 from temporalio.common import WorkflowIDConflictPolicy
 
-from outbox_client.aggregates import AggregateClient
-from outbox_client.errors import CommandConflict, InvalidCommand, UnknownCommand
 from readmodel import aggregates as event_store
 from tests.conftest import unique_name
 

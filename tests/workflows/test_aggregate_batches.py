@@ -8,19 +8,19 @@ import asyncio
 from collections import Counter
 from typing import Any
 
-from temporalio.api.enums.v1 import EventType
-from temporalio.client import Client, WithStartWorkflowOperation
-from temporalio.common import WorkflowIDConflictPolicy
-
-from bench.actions import run_histories
-from contract.aggregate import (
+from durable_outbox_temporal.aggregates import AggregateClient
+from durable_outbox_temporal.contract.aggregate import (
     COMMANDS_UPDATE,
     CommandBatch,
     CommandBatchResult,
     CommandRequest,
 )
-from outbox_client.aggregates import AggregateClient
-from outbox_client.errors import InvalidCommand
+from durable_outbox_temporal.errors import InvalidCommand
+from temporalio.api.enums.v1 import EventType
+from temporalio.client import Client, WithStartWorkflowOperation
+from temporalio.common import WorkflowIDConflictPolicy
+
+from bench.actions import run_histories
 from readmodel import aggregates as event_store
 from tests.conftest import unique_name
 

@@ -10,16 +10,16 @@ from datetime import datetime, timedelta, timezone
 from typing import Any
 
 import pytest
-from temporalio.client import WorkflowExecutionStatus, WorkflowFailureError, WorkflowHandle
-from temporalio.exceptions import ApplicationError
-
-from contract.dead_letters import (
+from durable_outbox_temporal.contract.dead_letters import (
     REDRIVE_BATCH_WORKFLOW_TYPE,
     DeadLetterFilter,
     RedriveBatchInput,
     RedriveBatchProgress,
 )
-from contract.ids import redrive_batch_workflow_id
+from durable_outbox_temporal.contract.ids import redrive_batch_workflow_id
+from temporalio.client import WorkflowExecutionStatus, WorkflowFailureError, WorkflowHandle
+from temporalio.exceptions import ApplicationError
+
 from service.dead_letters import DeadLetterService
 from service.items import ItemService
 from tests.conftest import Stack, webhook_destination

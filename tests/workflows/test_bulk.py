@@ -10,16 +10,10 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pytest
-from temporalio.api.enums.v1 import EventType
-from temporalio.api.sdk.v1 import WorkflowMetadata
-from temporalio.client import Client
-from temporalio.service import RPCError
-
-from bench.actions import billable_actions
-from contract import transitions
-from contract.bulk import shard_workflow_id
-from contract.ids import item_workflow_id, provider_idempotency_key
-from contract.item import (
+from durable_outbox_temporal.contract import transitions
+from durable_outbox_temporal.contract.bulk import shard_workflow_id
+from durable_outbox_temporal.contract.ids import item_workflow_id, provider_idempotency_key
+from durable_outbox_temporal.contract.item import (
     DeliveryOutcome,
     DeliveryReport,
     ItemStatus,
@@ -27,6 +21,12 @@ from contract.item import (
     OutboxItemView,
     RecipientStatus,
 )
+from temporalio.api.enums.v1 import EventType
+from temporalio.api.sdk.v1 import WorkflowMetadata
+from temporalio.client import Client
+from temporalio.service import RPCError
+
+from bench.actions import billable_actions
 from readmodel import store
 from readmodel.writer import ProjectionWriter
 from service.reports import DeliveryReportService

@@ -8,12 +8,12 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
+from durable_outbox_temporal import IdempotencyConflict, InvalidRequest
+from durable_outbox_temporal.contract import transitions
+from durable_outbox_temporal.contract.debounce import DebounceWindowView, debounce_workflow_id
+from durable_outbox_temporal.contract.ids import item_workflow_id, provider_idempotency_key
+from durable_outbox_temporal.contract.item import ItemStatus, OutboxItemView
 
-from contract import transitions
-from contract.debounce import DebounceWindowView, debounce_workflow_id
-from contract.ids import item_workflow_id, provider_idempotency_key
-from contract.item import ItemStatus, OutboxItemView
-from outbox_client import IdempotencyConflict, InvalidRequest
 from readmodel import store
 from readmodel.writer import ProjectionWriter
 from tests.conftest import Stack, unique_name, webhook_destination

@@ -5,13 +5,14 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from contract.ids import provider_idempotency_key
-from contract.item import (
+from durable_outbox_temporal.contract.ids import provider_idempotency_key
+from durable_outbox_temporal.contract.item import (
     DeliveryOutcome,
     DeliveryReport,
     ItemStatus,
     RecipientStatus,
 )
+
 from readmodel import store
 from tests.conftest import email_destination
 from tests.workflows.test_outbox_item import wait_for_status

@@ -15,14 +15,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 import pytest_asyncio
-from temporalio import activity
-from temporalio.client import Client, WorkflowQueryFailedError
-from temporalio.service import RPCError
-from temporalio.testing import WorkflowEnvironment
-from temporalio.worker import Worker
-
-from activities.flow import apply_flow_rate
-from contract.flow import (
+from durable_outbox_temporal.contract.flow import (
     FAILING_SIGNAL,
     FLOW_QUERY,
     FLOW_WORKFLOW_TYPE,
@@ -31,6 +24,13 @@ from contract.flow import (
     FlowState,
     ProbeResult,
 )
+from temporalio import activity
+from temporalio.client import Client, WorkflowQueryFailedError
+from temporalio.service import RPCError
+from temporalio.testing import WorkflowEnvironment
+from temporalio.worker import Worker
+
+from activities.flow import apply_flow_rate
 from flowcontrol.queue_rates import pause_queue, read_queue_rate, set_queue_rate
 from tests.conftest import unique_name
 from workflows.destination_flow import DestinationFlowWorkflow

@@ -9,16 +9,20 @@ from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 import pytest
+from durable_outbox_temporal.aggregates import AggregateClient
+from durable_outbox_temporal.contract.aggregate import (
+    EffectExecution,
+    EffectRecord,
+    aggregate_workflow_id,
+)
+from durable_outbox_temporal.contract.ids import item_workflow_id, provider_idempotency_key
+from durable_outbox_temporal.errors import CommandConflict, EffectNotFailed, UnknownEffect
 from temporalio.worker import Replayer
 
 from aggregates import REGISTRY
 from aggregates.definition import CallProvider, Effect, IssueCommand
 from aggregates.flight import FlightSeating
 from aggregates.labour import EMAIL_DESTINATION, NOTIFICATIONS_OUTBOX, WEBHOOK_DESTINATION
-from contract.aggregate import EffectExecution, EffectRecord, aggregate_workflow_id
-from contract.ids import item_workflow_id, provider_idempotency_key
-from outbox_client.aggregates import AggregateClient
-from outbox_client.errors import CommandConflict, EffectNotFailed, UnknownEffect
 from service.effects import EffectActivities
 from tests.conftest import email_destination, unique_name, webhook_destination
 from tests.workflows.test_outbox_item import timer_durations

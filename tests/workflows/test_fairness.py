@@ -6,11 +6,11 @@ import asyncio
 from datetime import UTC
 from typing import Any
 
+from durable_outbox_temporal.contract.ids import provider_idempotency_key
+from durable_outbox_temporal.contract.item import ItemStatus
+from durable_outbox_temporal.contract.limits import MAX_OUTBOX_LENGTH
 from temporalio.api.enums.v1 import EventType
 
-from contract.ids import provider_idempotency_key
-from contract.item import ItemStatus
-from contract.limits import MAX_OUTBOX_LENGTH
 from tests.conftest import Stack, webhook_destination
 
 

@@ -10,12 +10,15 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-
-from common.destinations import Destination, DestinationRegistry, OutboxSettings
-from contract.bulk import owner_id, shard_of, shard_workflow_id
-from contract.ids import item_workflow_id, lane_workflow_id, provider_idempotency_key
-from contract.item import ItemStatus, OutboxItemView
-from contract.lane import (
+from durable_outbox_temporal import IdempotencyConflict
+from durable_outbox_temporal.contract.bulk import owner_id, shard_of, shard_workflow_id
+from durable_outbox_temporal.contract.ids import (
+    item_workflow_id,
+    lane_workflow_id,
+    provider_idempotency_key,
+)
+from durable_outbox_temporal.contract.item import ItemStatus, OutboxItemView
+from durable_outbox_temporal.contract.lane import (
     APPEND_SIGNAL,
     APPEND_UPDATE,
     LANE_WORKFLOW_TYPE,
@@ -25,8 +28,9 @@ from contract.lane import (
     LanePolicy,
     LaneStatus,
 )
+from durable_outbox_temporal.destinations import Destination, DestinationRegistry, OutboxSettings
+
 from devstack.fake_provider import FakeProvider
-from outbox_client import IdempotencyConflict
 from readmodel import store
 from readmodel.lanes import get_lane
 from tests.conftest import Stack, email_destination, unique_name, webhook_destination
@@ -399,7 +403,7 @@ async def test_waiting_items_are_queued_in_the_read_model_at_once(
 
 
 def _lane_state_key() -> Any:
-    from contract import search_attributes
+    from durable_outbox_temporal.contract import search_attributes
 
     return search_attributes.LANE_STATE
 

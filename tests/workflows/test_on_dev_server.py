@@ -5,7 +5,8 @@ from __future__ import annotations
 import asyncio
 import math
 
-from contract.item import ItemStatus
+from durable_outbox_temporal.contract.item import ItemStatus
+
 from tests.conftest import email_destination, separate_process_client, webhook_destination
 from tests.fakes import deliveries, max_requests_in_window, submits
 from tests.workflows.test_outbox_item import EMAIL, wait_for_status

@@ -7,11 +7,11 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
+from durable_outbox_temporal import CannotCancel, IdempotencyConflict, ItemFailedUseRedrive
+from durable_outbox_temporal.contract.ids import provider_idempotency_key
+from durable_outbox_temporal.contract.item import ItemStatus
 from temporalio.api.enums.v1 import EventType
 
-from contract.ids import provider_idempotency_key
-from contract.item import ItemStatus
-from outbox_client import CannotCancel, IdempotencyConflict, ItemFailedUseRedrive
 from readmodel import store
 from tests.conftest import email_destination, webhook_destination
 from tests.fakes import deliveries, submits

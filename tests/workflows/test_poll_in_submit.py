@@ -5,10 +5,15 @@ from __future__ import annotations
 
 from typing import Any
 
+from durable_outbox_temporal.contract.item import (
+    SUBMIT_ACTIVITY,
+    ItemStatus,
+    SubmitRequest,
+    SubmitResult,
+)
 from temporalio.api.enums.v1 import EventType
 
 from activities.delivery import _poll_follows
-from contract.item import SUBMIT_ACTIVITY, ItemStatus, SubmitRequest, SubmitResult
 from readmodel import store
 from tests.conftest import email_destination
 from tests.fakes import deliveries

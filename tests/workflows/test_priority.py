@@ -1,4 +1,5 @@
-"""Under a backlog, lower priority numbers go first (`flowcontrol/priority.py`): in item mode
+"""Under a backlog, lower priority numbers go first
+(`durable_outbox_temporal/contract/priority.py`): in item mode
 through Temporal's priority keys on the dev server, in bulk mode in the shard's own order."""
 
 from __future__ import annotations
@@ -11,11 +12,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from durable_outbox_temporal import InvalidRequest, OutboxClient
+from durable_outbox_temporal.validation import validate_new_item
 
 from bench.stack import webhook_stack
 from devstack.fake_provider import FakeProvider
-from outbox_client import InvalidRequest, OutboxClient
-from outbox_client.validation import validate_new_item
 from tests.conftest import Stack, unique_name, webhook_destination
 from workflows.host import MAX_OUT
 

@@ -12,12 +12,12 @@ from datetime import timedelta
 from itertools import pairwise
 
 import pytest
+from durable_outbox_temporal.contract.projector import projector_workflow_id
 from sqlalchemy import Connection, Engine
 from temporalio.testing import ActivityEnvironment
 from temporalio.worker import Worker
 
 from activities.projectors import ProjectorActivities
-from contract.projector import projector_workflow_id
 from readmodel.projectors import PROJECTORS
 from readmodel.projectors import base as projectors
 from readmodel.projectors.base import AsyncProjector, StoredEvent

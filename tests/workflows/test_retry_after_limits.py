@@ -8,12 +8,12 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
+from durable_outbox_temporal import OutboxError
+from durable_outbox_temporal.contract.item import DeliveryErrorDetails, ItemErrorType, ItemStatus
 from temporalio.api.enums.v1 import EventType
 from temporalio.exceptions import ActivityError, ApplicationError, RetryState
 
 from activities.providers.base import RETRY_AFTER_LIMIT_S
-from contract.item import DeliveryErrorDetails, ItemErrorType, ItemStatus
-from outbox_client import OutboxError
 from tests.conftest import email_destination, webhook_destination
 from tests.fakes import submits
 from workflows.delivery import _failure

@@ -14,16 +14,8 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pytest
-from temporalio.api.enums.v1 import IndexedValueType
-from temporalio.api.operatorservice.v1 import AddSearchAttributesRequest
-from temporalio.client import Client, WorkflowFailureError, WorkflowHandle
-from temporalio.common import SearchAttributePair, TypedSearchAttributes
-from temporalio.exceptions import ApplicationError
-from temporalio.service import RPCError
-
-from common.destinations import Destination
-from contract.ids import item_workflow_id, scheduled_batch_workflow_id
-from contract.schedule import (
+from durable_outbox_temporal.contract.ids import item_workflow_id, scheduled_batch_workflow_id
+from durable_outbox_temporal.contract.schedule import (
     BATCH_INCOMPLETE_ERROR,
     NOT_SCHEDULED_ERROR,
     SCHEDULED_START_TIME,
@@ -32,6 +24,14 @@ from contract.schedule import (
     ScheduledBatchInput,
     item_key,
 )
+from durable_outbox_temporal.destinations import Destination
+from temporalio.api.enums.v1 import IndexedValueType
+from temporalio.api.operatorservice.v1 import AddSearchAttributesRequest
+from temporalio.client import Client, WorkflowFailureError, WorkflowHandle
+from temporalio.common import SearchAttributePair, TypedSearchAttributes
+from temporalio.exceptions import ApplicationError
+from temporalio.service import RPCError
+
 from devstack.fake_provider import FakeProvider
 from tests.conftest import Stack, unique_name, webhook_destination
 from tests.workflows.test_batch_retries import until_closed, until_retrying

@@ -7,10 +7,10 @@ import itertools
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from durable_outbox_temporal.contract.item import SUBMIT_ACTIVITY, ItemStatus
 from temporalio.api.enums.v1 import EventType
 from temporalio.testing import WorkflowEnvironment
 
-from contract.item import SUBMIT_ACTIVITY, ItemStatus
 from devstack.fake_provider import create_app
 from devstack.serving import serve_in_background
 from readmodel import store

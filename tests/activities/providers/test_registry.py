@@ -8,12 +8,16 @@ from typing import Any
 
 import httpx
 import pytest
+from durable_outbox_temporal.destinations import (
+    Destination,
+    DestinationConfigError,
+    DestinationRegistry,
+)
 
 from activities.providers import PROVIDER_SETTINGS, build_provider, load_destinations
 from activities.providers.acs_email import AcsEmailProvider, AcsEmailSettings
 from activities.providers.webhook import WebhookProvider, WebhookSettings
-from common.destinations import Destination, DestinationConfigError, DestinationRegistry
-from common.settings import PROJECT_ROOT
+from configuration.settings import PROJECT_ROOT
 from tests.conftest import ACS_ACCESS_KEY, WEBHOOK_SECRET
 
 EMAIL_SETTINGS = {"endpoint": "https://acs.test", "access_key": ACS_ACCESS_KEY}

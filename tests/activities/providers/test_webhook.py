@@ -12,6 +12,7 @@ from typing import Any
 import httpx
 import pytest
 import standardwebhooks
+from durable_outbox_temporal.contract.item import SubmitRequest
 from pydantic import ValidationError
 from standardwebhooks.webhooks import WebhookVerificationError
 
@@ -21,7 +22,6 @@ from activities.providers.base import (
     TransientProviderError,
 )
 from activities.providers.webhook import WebhookProvider, WebhookSettings
-from contract.item import SubmitRequest
 from devstack.fake_provider import FakeProvider
 from tests.conftest import WEBHOOK_SECRET
 
