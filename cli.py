@@ -35,7 +35,7 @@ from collections.abc import Callable, Sequence
 from enum import IntEnum
 from importlib import metadata
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeAlias
 from urllib.parse import quote
 
 import httpx
@@ -726,7 +726,36 @@ def _exit_codes_text() -> str:
     )
 
 
+# What `add_subparsers` answers: the commands (or a group's actions) a parser chooses among.
+_Commands: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
+
+
 def build_parser() -> argparse.ArgumentParser:
+    """The `outbox` parser: the global options, then each command or group of commands."""
+    parser = _global_options()
+    commands = parser.add_subparsers(dest="command", required=True)
+    leaves = [
+        _add_enqueue_command(commands),
+        *_add_enqueued_item_commands(commands),
+        _add_destinations_command(commands),
+        _add_lanes_command(commands),
+        _add_dead_letters_command(commands),
+        *_add_schedules_commands(commands),
+        *_add_items_commands(commands),
+        *_add_aggregates_commands(commands),
+        _add_tail_command(commands),
+    ]
+    # `dev` answers nothing to format, so it is no leaf: it takes no `--output`.
+    commands.add_parser("dev", help="run the whole local stack (make dev)").set_defaults(run=dev)
+    for leaf in leaves:
+        # Not set unless given, so the option before the command still counts.
+        leaf.add_argument(
+            "--output", choices=OUTPUTS, default=argparse.SUPPRESS, help="as `outbox --output`"
+        )
+    return parser
+
+
+def _global_options() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="outbox",
         description=__doc__,
@@ -751,8 +780,10 @@ def build_parser() -> argparse.ArgumentParser:
         help="bearer token sent to the API (default: the first of $API_TOKEN's comma-separated"
         " tokens; none when it is unset)",
     )
-    commands = parser.add_subparsers(dest="command", required=True)
+    return parser
 
+
+def _add_enqueue_command(commands: _Commands) -> argparse.ArgumentParser:
     command = commands.add_parser("enqueue", help="enqueue one item, or a JSONL file in batches")
     _add_outbox(command, "the outbox's name (an outbox needs no setup: any valid name will do)")
     command.add_argument(
@@ -769,7 +800,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--file", help="JSONL: one {destination, payload, idempotency_key?} per line"
     )
     command.set_defaults(run=enqueue)
+    return command
 
+
+def _add_enqueued_item_commands(commands: _Commands) -> list[argparse.ArgumentParser]:
+    """`status`, `cancel`, `redrive` and `purge`: what is done to items once enqueued."""
+    added = []
     for name, run, help_text in (
         ("status", status, "an item's status"),
         ("cancel", cancel, "cancel a queued item"),
@@ -778,6 +814,7 @@ def build_parser() -> argparse.ArgumentParser:
         _add_outbox(command)
         command.add_argument("key", help="the item's key (its Idempotency-Key)")
         command.set_defaults(run=run)
+        added.append(command)
 
     command = commands.add_parser("redrive", help="redrive a failed item, or all failed ones")
     _add_outbox(command)
@@ -789,6 +826,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     command.add_argument("--destination", help="with --all-failed: only this destination")
     command.set_defaults(run=redrive)
+    added.append(command)
 
     command = commands.add_parser(
         "purge", help="cancel every item not yet submitted (a batch, followed to its end)"
@@ -800,7 +838,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--no-wait", action="store_true", help="answer with the batch at once, not at its end"
     )
     command.set_defaults(run=purge)
+    added.append(command)
+    return added
 
+
+def _add_destinations_command(commands: _Commands) -> argparse.ArgumentParser:
     command = commands.add_parser(
         "destinations", help="rates in force; pause, resume or re-rate one destination"
     )
@@ -821,7 +863,10 @@ def build_parser() -> argparse.ArgumentParser:
         "--flow max_in_flight=5 --flow max_in_flight=null (back to the file's); repeatable",
     )
     command.set_defaults(run=destinations)
+    return command
 
+
+def _add_lanes_command(commands: _Commands) -> argparse.ArgumentParser:
     command = commands.add_parser(
         "lanes", help="an outbox's ordering lanes; resume a halted one (redrive or skip its head)"
     )
@@ -833,7 +878,10 @@ def build_parser() -> argparse.ArgumentParser:
     resume.add_argument("--skip", action="store_true", help="move past the failed head item")
     command.add_argument("--reason", help="with --skip: recorded in the lane's log")
     command.set_defaults(run=lanes)
+    return command
 
+
+def _add_dead_letters_command(commands: _Commands) -> argparse.ArgumentParser:
     command = commands.add_parser(
         "dead-letters",
         help="an outbox's failed items: list, discard one, or redrive all a filter selects",
@@ -853,12 +901,33 @@ def build_parser() -> argparse.ArgumentParser:
     command.add_argument("--wait", action="store_true", help="with --redrive-all: until done")
     command.add_argument("--reason", help="with --discard: why")
     command.set_defaults(run=dead_letters)
+    return command
 
+
+def _add_schedules_commands(commands: _Commands) -> list[argparse.ArgumentParser]:
+    """`schedules list | create | show | pause | unpause | trigger | delete`."""
     command = commands.add_parser(
         "schedules", help="scheduled fan-out: enqueue a templated batch on a cron or interval"
     )
     actions = command.add_subparsers(dest="action", required=True)
     actions.add_parser("list", help="every scheduled fan-out")
+    _add_schedule_create(actions)
+    for name, help_text in (
+        ("show", "one schedule: spec, template, next and recent fires"),
+        ("pause", "stop firing"),
+        ("unpause", "fire again"),
+        ("trigger", "fire now"),
+        ("delete", "delete it (enqueued items stay)"),
+    ):
+        action = actions.add_parser(name, help=help_text)
+        action.add_argument("id", help="the schedule's id")
+        if name in ("pause", "unpause"):
+            action.add_argument("--note", help="why (shown with the schedule)")
+    command.set_defaults(run=schedules)
+    return list(actions.choices.values())
+
+
+def _add_schedule_create(actions: _Commands) -> None:
     create = actions.add_parser(
         "create", help="create one (flags, or --file with the API's JSON body, or both)"
     )
@@ -889,19 +958,10 @@ def build_parser() -> argparse.ArgumentParser:
         " buffer one to fire as soon as the running one ends",
     )
     create.add_argument("--catchup-window", type=int, help="seconds (default 300)")
-    for name, help_text in (
-        ("show", "one schedule: spec, template, next and recent fires"),
-        ("pause", "stop firing"),
-        ("unpause", "fire again"),
-        ("trigger", "fire now"),
-        ("delete", "delete it (enqueued items stay)"),
-    ):
-        action = actions.add_parser(name, help=help_text)
-        action.add_argument("id", help="the schedule's id")
-        if name in ("pause", "unpause"):
-            action.add_argument("--note", help="why (shown with the schedule)")
-    command.set_defaults(run=schedules)
 
+
+def _add_items_commands(commands: _Commands) -> list[argparse.ArgumentParser]:
+    """`items list`."""
     command = commands.add_parser("items", help="list an outbox's items")
     item_actions = command.add_subparsers(dest="action", required=True)
     listing = item_actions.add_parser(
@@ -930,7 +990,11 @@ def build_parser() -> argparse.ArgumentParser:
     page.add_argument("--cursor", help="the page after this `next_cursor`")
     page.add_argument("--all", action="store_true", help="every page, not just the first")
     listing.set_defaults(run=items_list)
+    return list(item_actions.choices.values())
 
+
+def _add_aggregates_commands(commands: _Commands) -> list[argparse.ArgumentParser]:
+    """`aggregates types | list | command | state | events`."""
     command = commands.add_parser(
         "aggregates", help="run an aggregate's commands; read its state and events"
     )
@@ -941,6 +1005,26 @@ def build_parser() -> argparse.ArgumentParser:
     listing.add_argument("--after", help="ids after this one (the page's `next_after`)")
     listing.add_argument("--limit", type=int, help="ids per page (the API's default 50)")
     listing.add_argument("--all", action="store_true", help="every page, not just the first")
+    _add_aggregate_command(aggregate_actions)
+    for name, help_text in (
+        ("state", "an aggregate's state, version, read models and effect counts"),
+        ("events", "an aggregate's events, oldest first"),
+    ):
+        action = aggregate_actions.add_parser(name, help=help_text)
+        action.add_argument("type", help="the aggregate type, e.g. flight")
+        action.add_argument("id", help="the aggregate's id")
+        action.add_argument("--actor", help="read as this actor (one the token may act as)")
+        if name == "events":
+            action.add_argument(
+                "--after", type=int, default=0, help="only events with a greater seq"
+            )
+            action.add_argument("--limit", type=int, help="events per page (the API's 100)")
+            action.add_argument("--all", action="store_true", help="every page, not just one")
+    command.set_defaults(run=aggregates)
+    return list(aggregate_actions.choices.values())
+
+
+def _add_aggregate_command(aggregate_actions: _Commands) -> None:
     run_command = aggregate_actions.add_parser(
         "command", help="run a command (the first one creates the aggregate)"
     )
@@ -959,41 +1043,15 @@ def build_parser() -> argparse.ArgumentParser:
         type=int,
         help="refuse (409) unless the aggregate is at this version",
     )
-    for name, help_text in (
-        ("state", "an aggregate's state, version, read models and effect counts"),
-        ("events", "an aggregate's events, oldest first"),
-    ):
-        action = aggregate_actions.add_parser(name, help=help_text)
-        action.add_argument("type", help="the aggregate type, e.g. flight")
-        action.add_argument("id", help="the aggregate's id")
-        action.add_argument("--actor", help="read as this actor (one the token may act as)")
-        if name == "events":
-            action.add_argument(
-                "--after", type=int, default=0, help="only events with a greater seq"
-            )
-            action.add_argument("--limit", type=int, help="events per page (the API's 100)")
-            action.add_argument("--all", action="store_true", help="every page, not just one")
-    command.set_defaults(run=aggregates)
 
+
+def _add_tail_command(commands: _Commands) -> argparse.ArgumentParser:
     command = commands.add_parser("tail", help="follow an outbox's events live")
     _add_outbox(command)
     command.add_argument("--since", type=int, help="replay events after this id first")
     command.add_argument("--count", type=int, help="stop after this many events")
     command.set_defaults(run=tail)
-
-    command = commands.add_parser("dev", help="run the whole local stack (make dev)")
-    command.set_defaults(run=dev)
-
-    groups = ("items", "aggregates", "schedules", "dev")
-    leaves = [parser for name, parser in commands.choices.items() if name not in groups]
-    for group in (item_actions, aggregate_actions, actions):
-        leaves += group.choices.values()
-    for leaf in leaves:
-        # Not set unless given, so the option before the command still counts.
-        leaf.add_argument(
-            "--output", choices=OUTPUTS, default=argparse.SUPPRESS, help="as `outbox --output`"
-        )
-    return parser
+    return command
 
 
 def main(argv: list[str] | None = None) -> None:

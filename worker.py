@@ -38,32 +38,31 @@ from temporalio.worker import (
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 
 from activities.aggregate_store import AggregateStoreActivities
+from activities.debounce import DebounceActivities
 from activities.delivery import DeliveryActivities
+from activities.effects import EffectActivities
 from activities.flow import apply_flow_rate
-from activities.flow_gate import FlowGate
+from activities.flow_events import FlowEventActivities
 from activities.projection import ProjectionActivities
 from activities.projectors import ProjectorActivities
-from activities.providers import build_provider, load_destinations
-from activities.providers.base import HttpProviderSettings
+from activities.providers import build_provider
+from activities.purge import PurgeActivities
+from activities.redrive import RedriveActivities
+from activities.schedules import ScheduleActivities
+from configuration.destinations import load_destinations
+from configuration.providers import HttpProviderSettings
 from configuration.redaction import install_log_redaction
 from configuration.settings import Settings, get_settings
-from flowcontrol.breaker import BreakerGate, BreakerQueue
-from flowcontrol.caps import FlowLimits
-from flowcontrol.pacing import PacedQueue, RequestPacer, server_rate_reader
-from flowcontrol.throttle import ThrottledQueue, ThrottleGate
+from flowcontrol.guard import FlowGuard
 from readmodel.db import create_schema, make_engine
-from readmodel.flow_overrides import FlowPolicies
 from readmodel.payload_store import claim_checks, prune_forever
 from readmodel.writer import ProjectionWriter
-from service.dead_letters import DeadLetterActivities
-from service.debounce import DebounceActivities
-from service.effects import EffectActivities
-from service.flow_events import FlowEventActivities
-from service.items import ItemService, PurgeActivities
+from service.aggregate_types import AggregateTypeError, AggregateTypes, load_aggregate_types
+from service.items import ItemService
 from service.projectors import start_projectors
 from service.relay import Relay
-from service.schedules import ScheduleActivities
 from workflows.aggregate import AggregateWorkflow
+from workflows.aggregate_types import host
 from workflows.bulk_shard import BulkShardWorkflow
 from workflows.debounce import DebounceWindowWorkflow
 from workflows.destination_flow import DestinationFlowWorkflow
@@ -112,6 +111,7 @@ def build_workers(
     interceptors: Sequence[Interceptor] = (),
     sticky_queue_timeout_s: float = 3.0,
     ledger_engine: Engine | None = None,
+    aggregate_types: AggregateTypes | None = None,
 ) -> list[Worker]:
     """All workers of one process; `engine` is the read model the projection writes to, and
     `sandboxed` runs workflows in Temporal's determinism sandbox (the tests do).
@@ -122,116 +122,159 @@ def build_workers(
     `interceptors` go on every worker (the fault tests kill a process at a chosen point).
     `ledger_engine` is the database the caps and quotas count in, and the flow rules changed at
     run time are read from (default: `engine`; an activities-only process needs one for them).
+    `aggregate_types` are the aggregate types the workflows host, with their projectors
+    (default: those `AGGREGATE_TYPES` configures).
     """
-    workers: list[Worker] = []
+    operations_task_queue = operations_task_queue or default_operations_task_queue(
+        workflow_task_queue
+    )
+    # Enqueueing from the worker goes through `OutboxClient`, with every destination
+    # configured, not only the ones this process delivers to.
+    outbox = OutboxClient(
+        client,
+        registry or DestinationRegistry({d.name: d for d in destinations}),
+        workflow_task_queue,
+    )
     # One group-commit writer for every projection this process writes. Only a process that
     # runs workflows has the read model: an activities-only worker's submits and polls leave
     # their transitions to the workflow's local activity.
-    writer = ProjectionWriter(engine) if engine is not None and run_workflows else None
+    writer = None
+    workers: list[Worker] = []
     if run_workflows:
-        if engine is None or writer is None:
+        if engine is None:
             raise ValueError("the workflow worker needs the read-model engine for projections")
-        projection = ProjectionActivities(engine, writer=writer)
-        # A debounce window hands its carrier to the item's placement, with every destination.
-        debounce = DebounceActivities(
-            OutboxClient(
+        writer = ProjectionWriter(engine)
+        types = aggregate_types or load_aggregate_types(get_settings().aggregate_types)
+        host(types.definitions)
+        workers += [
+            workflow_worker(
                 client,
-                registry or DestinationRegistry({d.name: d for d in destinations}),
-                workflow_task_queue,
-            ),
-            writer,
-        )
-        workers.append(
-            Worker(
-                client,
-                interceptors=interceptors,
+                outbox,
+                engine,
+                writer,
                 task_queue=workflow_task_queue,
-                workflows=WORKFLOWS,
-                activities=[
-                    projection.project_item,
-                    projection.project_items,
-                    projection.project_lanes,
-                    AggregateStoreActivities(engine).store_aggregate_events,
-                    apply_flow_rate,
-                    debounce.close_window,
-                    debounce.cancel_member,
-                ],
-                # Projections are local activities. A debounce window's hand-over and a
-                # member's cancel run here as regular activities, scheduled only once the
-                # window's decision is recorded (`workflows/debounce.py` `_run`): rare, so two
-                # pollers wait for them.
-                activity_task_poller_behavior=PollerBehaviorSimpleMaximum(maximum=2),
-                # Pollers scale with the work waiting (the SDK's default is 5 fixed), so more
-                # tasks meet a waiting poller instead of the server's backlog.
-                # Why: docs/decisions/autoscaling-pollers.md
-                workflow_task_poller_behavior=PollerBehaviorAutoscaling(),
-                sticky_queue_schedule_to_start_timeout=timedelta(seconds=sticky_queue_timeout_s),
-                # The sandbox re-imports the workflow module for every run, the worker's largest
-                # cost per item, so production runs without it. The test suite's workers run
-                # sandboxed (`sandboxed=True`), so a non-deterministic call on any path a test
-                # takes fails there; the replay tests over recorded histories catch changes that
-                # alter a recorded history. Why: docs/decisions/unsandboxed-workflows.md
-                workflow_runner=SandboxedWorkflowRunner()
-                if sandboxed
-                else UnsandboxedWorkflowRunner(),
-            )
-        )
-        # The operations worker: activities the workflows above need that are not local ones
-        # (the workflow queue polls for none). Enqueueing goes through `OutboxClient`, with
-        # every destination configured, not only the ones this process delivers to.
-        operations_client = OutboxClient(
-            client,
-            registry or DestinationRegistry({d.name: d for d in destinations}),
-            workflow_task_queue,
-        )
-        operations_task_queue = operations_task_queue or default_operations_task_queue(
-            workflow_task_queue
-        )
-        # Aggregates that effects create run their own effects here too.
-        aggregate_client = AggregateClient(
-            client, workflow_task_queue, operations_task_queue=operations_task_queue
-        )
-        workers.append(
-            Worker(
-                client,
+                sandboxed=sandboxed,
+                sticky_queue_timeout_s=sticky_queue_timeout_s,
                 interceptors=interceptors,
+            ),
+            operations_worker(
+                client,
+                outbox,
+                engine,
+                types,
                 task_queue=operations_task_queue,
-                activities=[
-                    ScheduleActivities(operations_client).enqueue_batch,
-                    DeadLetterActivities(ItemService(operations_client, engine)).redrive_page,
-                    PurgeActivities(ItemService(operations_client, engine)).purge_page,
-                    EffectActivities(operations_client, aggregate_client).execute_effect,
-                    ProjectorActivities(engine).run_projector,
-                    FlowEventActivities(operations_client).send_flow_event,
-                ],
-            )
-        )
-    ledger = ledger_engine or engine
-    # Caps, quotas and breaker settings changed at run time (`readmodel.flow_overrides`).
-    policies = (
-        None if ledger is None else FlowPolicies(ledger, {d.name: d.flow for d in destinations})
-    )
-    delivery = DeliveryActivities(
-        {
-            destination.name: build_provider(destination, http_client)
-            for destination in destinations
-        },
-        writer,
-        RequestPacer(paced_queues(destinations), server_rate_reader(client)),
-        ThrottleGate(throttled_queues(destinations)),
+                interceptors=interceptors,
+            ),
+        ]
+    # The one flow guard every submit and poll of this process goes through.
+    guard = FlowGuard.for_destinations(
+        destinations,
+        client,
+        ledger=ledger_engine or engine,
+        default_request_s=HttpProviderSettings.model_fields["timeout_s"].default,
         flow_task_queue=workflow_task_queue,
-        breaker=BreakerGate(
-            breaker_queues(destinations), policies=None if policies is None else policies.current
-        ),
-        gate=FlowGate(ledger, flow_limits(destinations), policies=policies),
-        attempt_log=ledger,
-        events_task_queue=operations_task_queue
-        or default_operations_task_queue(workflow_task_queue),
+        events_task_queue=operations_task_queue,
     )
+    providers = {d.name: build_provider(d, http_client) for d in destinations}
+    delivery = DeliveryActivities(providers, guard, writer)
+    workers += delivery_workers(client, delivery, destinations, interceptors=interceptors)
+    return workers
+
+
+def workflow_worker(
+    client: Client,
+    outbox: OutboxClient,
+    engine: Engine,
+    writer: ProjectionWriter,
+    *,
+    task_queue: str,
+    sandboxed: bool,
+    sticky_queue_timeout_s: float,
+    interceptors: Sequence[Interceptor],
+) -> Worker:
+    """The worker of every workflow type, with the local activities they run (projections, the
+    event store, queue rates) and a debounce window's hand-over."""
+    projection = ProjectionActivities(engine, writer=writer)
+    # A debounce window hands its carrier to the item's placement, with every destination.
+    debounce = DebounceActivities(outbox, writer)
+    return Worker(
+        client,
+        interceptors=interceptors,
+        task_queue=task_queue,
+        workflows=WORKFLOWS,
+        activities=[
+            projection.project_item,
+            projection.project_items,
+            projection.project_lanes,
+            AggregateStoreActivities(engine).store_aggregate_events,
+            apply_flow_rate,
+            debounce.close_window,
+            debounce.cancel_member,
+        ],
+        # Projections are local activities. A debounce window's hand-over and a member's cancel
+        # run here as regular activities, scheduled only once the window's decision is recorded
+        # (`workflows/debounce.py` `_run`): rare, so two pollers wait for them.
+        activity_task_poller_behavior=PollerBehaviorSimpleMaximum(maximum=2),
+        # Pollers scale with the work waiting (the SDK's default is 5 fixed), so more tasks meet
+        # a waiting poller instead of the server's backlog.
+        # Why: docs/decisions/autoscaling-pollers.md
+        workflow_task_poller_behavior=PollerBehaviorAutoscaling(),
+        sticky_queue_schedule_to_start_timeout=timedelta(seconds=sticky_queue_timeout_s),
+        # The sandbox re-imports the workflow module for every run, the worker's largest cost per
+        # item, so production runs without it. The test suite's workers run sandboxed
+        # (`sandboxed=True`), so a non-deterministic call on any path a test takes fails there;
+        # the replay tests over recorded histories catch changes that alter a recorded history.
+        # Why: docs/decisions/unsandboxed-workflows.md
+        workflow_runner=SandboxedWorkflowRunner() if sandboxed else UnsandboxedWorkflowRunner(),
+    )
+
+
+def operations_worker(
+    client: Client,
+    outbox: OutboxClient,
+    engine: Engine,
+    types: AggregateTypes,
+    *,
+    task_queue: str,
+    interceptors: Sequence[Interceptor],
+) -> Worker:
+    """The activities the workflows need that are not local ones (the workflow queue polls for
+    none): a schedule's fire, redrive and purge pages, effects, projector runs, flow events."""
+    # Aggregates that effects create run their own effects here too.
+    aggregate_client = AggregateClient(
+        client,
+        outbox.task_queue,
+        definitions=types.definitions,
+        operations_task_queue=task_queue,
+    )
+    return Worker(
+        client,
+        interceptors=interceptors,
+        task_queue=task_queue,
+        activities=[
+            ScheduleActivities(outbox).enqueue_batch,
+            RedriveActivities(ItemService(outbox, engine).redrive, engine).redrive_page,
+            PurgeActivities(outbox, engine).purge_page,
+            EffectActivities(outbox, aggregate_client).execute_effect,
+            ProjectorActivities(engine, types.projectors).run_projector,
+            FlowEventActivities(outbox).send_flow_event,
+        ],
+    )
+
+
+def delivery_workers(
+    client: Client,
+    delivery: DeliveryActivities,
+    destinations: Sequence[Destination],
+    *,
+    interceptors: Sequence[Interceptor],
+) -> list[Worker]:
+    """One submit and one poll worker per destination, each at its queue's rate: the rate is
+    per task queue and enforced by the server, across all worker processes. A bulk
+    destination's batched submits and polls count one activity per batch (`submit_queue_rate`,
+    `poll_queue_rate`)."""
+    workers = []
     for destination in destinations:
-        # The rate is per task queue and enforced by the server, across all worker processes.
-        # A bulk destination's batched submits and polls count one activity per batch
-        # (`submit_queue_rate`, `poll_queue_rate`).
         queues: list[tuple[str, list[Callable[..., Any]], float]] = [
             (
                 destination.submit_task_queue,
@@ -253,63 +296,11 @@ def build_workers(
                     task_queue=task_queue,
                     activities=activities,
                     max_task_queue_activities_per_second=rate,
-                    # As the workflow worker's pollers (above).
+                    # As the workflow worker's pollers.
                     activity_task_poller_behavior=PollerBehaviorAutoscaling(),
                 )
             )
     return workers
-
-
-def paced_queues(destinations: Sequence[Destination]) -> dict[str, PacedQueue]:
-    """The submit and poll queues of `destinations`, by task queue name."""
-    queues = {}
-    for destination in destinations:
-        for queue in (
-            PacedQueue(
-                destination.submit_task_queue, destination.submit_rate, destination.submit_batch
-            ),
-            # With `poll_in_submit`, the poll queue's share of the poll rate (the first polls go
-            # with the submits, paced as those).
-            PacedQueue(
-                destination.poll_task_queue,
-                destination.poll_queue_rate * destination.poll_batch,
-                destination.poll_batch,
-            ),
-        ):
-            queues[queue.task_queue] = queue
-    return queues
-
-
-def throttled_queues(destinations: Sequence[Destination]) -> dict[str, ThrottledQueue]:
-    """Each destination's submit queue as its throttle rule sees it (`flowcontrol.throttle`)."""
-    return {
-        d.name: ThrottledQueue.of(d.name, d.submit_task_queue, d.submit_queue_rate, d.flow)
-        for d in destinations
-    }
-
-
-def flow_limits(destinations: Sequence[Destination]) -> dict[str, FlowLimits]:
-    """Each destination's caps and quotas (`flowcontrol/caps.py`)."""
-    default_request_s = HttpProviderSettings.model_fields["timeout_s"].default
-    return {
-        d.name: FlowLimits.of(
-            d.name,
-            d.flow,
-            max(d.delivery.submit_timeout_s, d.delivery.poll_timeout_s),
-            float(d.settings.get("timeout_s", default_request_s)),
-        )
-        for d in destinations
-    }
-
-
-def breaker_queues(destinations: Sequence[Destination]) -> dict[str, BreakerQueue]:
-    """Each destination's submit queue as its circuit breaker sees it (`flowcontrol.breaker`)."""
-    return {
-        d.name: BreakerQueue.of(
-            d.name, d.submit_task_queue, d.poll_task_queue, d.submit_queue_rate, d.flow
-        )
-        for d in destinations
-    }
 
 
 def worker_runtime(metrics_address: str | None) -> Runtime | None:
@@ -329,6 +320,10 @@ async def run_worker(
 ) -> None:
     """Run until SIGINT/SIGTERM, then finish in-flight tasks and stop."""
     registry = load_destinations(settings.outbox_config)
+    try:
+        aggregate_types = load_aggregate_types(settings.aggregate_types)
+    except AggregateTypeError as err:
+        raise SystemExit(str(err)) from err
     destinations = list(registry)
     if only_destinations is not None:
         unknown = sorted(set(only_destinations) - set(registry.names))
@@ -338,7 +333,7 @@ async def run_worker(
     engine = None
     if run_workflows:
         engine = make_engine(settings.database_url)
-        create_schema(engine)
+        create_schema(engine, aggregate_types.migrations)
     runtime = worker_runtime(settings.worker_metrics_address)
     tracing = configure_tracing("durable-outbox-worker")
     # Claim checks read and write the database every process shares (DATABASE_URL): an
@@ -376,6 +371,7 @@ async def run_worker(
             registry=registry,
             interceptors=interceptors,
             sticky_queue_timeout_s=settings.sticky_queue_timeout_s,
+            aggregate_types=aggregate_types,
         )
         for worker in workers:
             await stack.enter_async_context(worker)
@@ -398,7 +394,10 @@ async def run_worker(
         if run_workflows:
             # Every workflow worker makes sure each async projector has its one runner.
             await start_projectors(
-                client, settings.workflow_task_queue, settings.operations_task_queue
+                client,
+                settings.workflow_task_queue,
+                settings.operations_task_queue,
+                aggregate_types.projectors,
             )
         log.info(
             "worker ready: %s; destinations: %s",

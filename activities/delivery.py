@@ -1,10 +1,11 @@
 """Submit and poll activities: the only code that talks to external providers.
 
 Each destination's activities run on that destination's own task queues, whose rates the
-Temporal server enforces; the class itself only translates provider outcomes into the typed
-errors the item workflow understands. One outcome acts on the destination: an endpoint answering
-410 Gone pauses it (both queues, as `PATCH /v1/destinations/{name}` would), so nothing more is
-sent there until an operator resumes it.
+Temporal server enforces; each request goes through the worker's one flow guard
+(`flowcontrol.guard`), and the class itself translates provider outcomes into the typed errors
+the item workflow understands. One outcome acts on the destination: an endpoint answering 410
+Gone pauses it (both queues, as `PATCH /v1/destinations/{name}` would), so nothing more is sent
+there until an operator resumes it.
 """
 
 from __future__ import annotations
@@ -18,18 +19,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
 
 from durable_outbox_temporal.contract import transitions
-from durable_outbox_temporal.contract.flow import (
-    FAILING_SIGNAL,
-    FLOW_WORKFLOW_TYPE,
-    PROBE_ACTIVITY,
-    THROTTLED_SIGNAL,
-    Failing,
-    FlowState,
-    ProbeResult,
-    Throttled,
-    flow_workflow_id,
-)
-from durable_outbox_temporal.contract.flow_policy import FlowPolicy
+from durable_outbox_temporal.contract.flow import PROBE_ACTIVITY, ProbeResult
 from durable_outbox_temporal.contract.ids import poll_task_queue, submit_task_queue
 from durable_outbox_temporal.contract.item import (
     POLL_ACTIVITY,
@@ -46,32 +36,27 @@ from durable_outbox_temporal.contract.item import (
     SubmitRequest,
     SubmitResult,
 )
-from sqlalchemy import Engine
 from temporalio import activity
 from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
-from temporalio.service import RPCError, RPCStatusCode
 
-from activities.flow_gate import FlowGate, Held
 from activities.providers.base import (
     EndpointGoneError,
     PermanentProviderError,
     Provider,
     TransientProviderError,
 )
-from flowcontrol.breaker import BreakerGate, is_failure
-from flowcontrol.pacing import RequestPacer
-from flowcontrol.queue_rates import pause_queues_not_paused, read_queue_rate, throttle_queue
-from flowcontrol.throttle import ThrottleGate
-from readmodel import attempts
+from flowcontrol.breaker import is_failure
+from flowcontrol.guard import FlowGuard
+from flowcontrol.queue_rates import pause_queues_not_paused
 from readmodel.store import last_event_seq
 from readmodel.writer import ProjectionWriter
 
 Result = TypeVar("Result", SubmitResult, PollResult)
-T = TypeVar("T")
 
 
 class DeliveryActivities:
-    """Submit/poll activities over a fixed set of providers, one per destination name.
+    """Submit/poll activities over a fixed set of providers, one per destination name, each
+    request through `guard` (pacing, throttle, breaker, caps and quotas, the attempt log).
 
     With a `writer` (a worker that has the read model), a request that carries its item's
     `projection` context gets its transition projected here, in the step that already did I/O:
@@ -81,49 +66,20 @@ class DeliveryActivities:
     def __init__(
         self,
         providers: Mapping[str, Provider],
+        guard: FlowGuard,
         writer: ProjectionWriter | None = None,
-        pacer: RequestPacer | None = None,
-        throttle: ThrottleGate | None = None,
-        flow_task_queue: str | None = None,
-        breaker: BreakerGate | None = None,
-        events_task_queue: str | None = None,
-        gate: FlowGate | None = None,
-        attempt_log: Engine | None = None,
     ) -> None:
         self._providers = dict(providers)
+        self._guard = guard
         self._writer = writer
-        self._pacer = pacer
-        # A throttle pauses the destination (`flowcontrol.throttle`); its flow workflow runs on
-        # the workflow task queue.
-        self._throttle = throttle
-        self._flow_task_queue = flow_task_queue
-        # Submits failing above a threshold open the destination's circuit (`flowcontrol.breaker`).
-        self._breaker = breaker
-        # The operations worker's queue, which sends the flow's operational events.
-        self._events_task_queue = events_task_queue
-        # Caps and quotas, counted across workers in the read model (`flowcontrol/caps.py`).
-        self._gate = gate
-        # Where each request to a provider is logged (`readmodel/attempts.py`), if anywhere.
-        self._attempt_log = attempt_log
 
     @activity.defn(name=SUBMIT_ACTIVITY)
     async def submit_item(self, request: SubmitRequest) -> SubmitResult:
         """Hand the item to its provider; raises typed errors the workflow retries or fails on."""
         began = time.monotonic()
         provider = self._provider(request.destination)
-        await self._pace(submit_task_queue(request.destination))
-        async with (
-            _typed_errors(request.destination),
-            self._slot(request.destination, request.concurrency_key, submit=True),
-        ):
-            try:
-                result = await self._logged(request.item_id, "submit", provider.submit(request))
-            except TransientProviderError as err:
-                await self._throttled(request.destination, err)
-                await self._failed(request.destination, err)
-                raise
-        if self._breaker is not None:
-            self._breaker.succeeded(request.destination)
+        async with self._guard.submit(request), _typed_errors(request.destination):
+            result = await provider.submit(request)
         if request.projection is not None:
             context, at = request.projection, _server_now(began)
             renumbered = await self._follow_earlier_attempt(request.item_id, context)
@@ -139,9 +95,7 @@ class DeliveryActivities:
     @activity.defn(name=POLL_ACTIVITY)
     async def poll_operation(self, request: PollRequest) -> PollResult:
         """Observe the provider's long-running operation once."""
-        began = time.monotonic()
-        await self._pace(poll_task_queue(request.destination))
-        return await self._poll(request, began)
+        return await self._poll(request, time.monotonic(), paced=True)
 
     @activity.defn(name=PROBE_ACTIVITY)
     async def probe_destination(self, destination: str) -> ProbeResult:
@@ -159,14 +113,11 @@ class DeliveryActivities:
             detail = f"answered: {err}"
         return ProbeResult(ok=True, detail=detail)
 
-    async def _poll(self, request: PollRequest, began: float) -> PollResult:
+    async def _poll(self, request: PollRequest, began: float, *, paced: bool) -> PollResult:
         """One poll, projected; `began` is when its activity started here."""
         provider = self._provider(request.destination)
-        async with (
-            _typed_errors(request.destination),
-            self._slot(request.destination, request.concurrency_key, submit=False),
-        ):
-            result = await self._logged(request.item_id, "poll", provider.poll(request))
+        async with self._guard.poll(request, paced=paced), _typed_errors(request.destination):
+            result = await provider.poll(request)
         if request.projection is not None:
             context, at = request.projection, _server_now(began)
             renumbered = await self._follow_earlier_attempt(request.item_id, context)
@@ -199,7 +150,7 @@ class DeliveryActivities:
             poll.projection.state.events.clear()
             poll.projection.state.poll_count += 1
         try:
-            return await self._poll(poll, began)
+            return await self._poll(poll, began, paced=False)
         except Exception as err:
             activity.logger.info(
                 "first poll of %s left to a poll activity: %s", request.item_id, err
@@ -246,21 +197,6 @@ class DeliveryActivities:
         )
         return [PollOutcome(result, *failure) for result, failure in outcomes]
 
-    async def _logged(self, item_id: str, kind: str, call: Awaitable[T]) -> T:
-        """The provider call, its HTTP exchanges written to the item's attempt log (best
-        effort: a failed write never fails the delivery)."""
-        with attempts.capture(kind) as made:
-            try:
-                return await call
-            finally:
-                if made and self._attempt_log is not None:
-                    try:
-                        await asyncio.to_thread(
-                            attempts.write_attempts, self._attempt_log, item_id, made
-                        )
-                    except Exception as err:
-                        activity.logger.warning("attempt log of %s not written: %s", item_id, err)
-
     async def _follow_earlier_attempt(self, item_id: str, context: ProjectionContext) -> bool:
         """On a retry, number this attempt's events after any an earlier attempt wrote; whether
         that moved them.
@@ -293,131 +229,6 @@ class DeliveryActivities:
             activity.logger.warning("projection of %s left to the workflow: %s", item_id, err)
             return False
         return True
-
-    @contextlib.asynccontextmanager
-    async def _slot(
-        self, destination: str, key: str | None, *, submit: bool
-    ) -> AsyncIterator[None]:
-        """The request's permits and quota (`flowcontrol/caps.py`) while it runs: waited for
-        while the activity has time to spare, else the item is told it is held."""
-        if self._gate is None or not self._gate.applies(destination):
-            yield
-            return
-        info = activity.info()
-        timeout = info.start_to_close_timeout or timedelta(0)
-        deadline = (info.started_time + timeout - self._gate.request_time(destination)).timestamp()
-        try:
-            async with self._gate.slot(
-                destination, key, submit=submit, deadline=deadline, heartbeat=activity.heartbeat
-            ):
-                yield
-        except Held as err:
-            raise ApplicationError(
-                str(err),
-                DeliveryErrorDetails(retry_after_s=err.retry_after_s),
-                type=ItemErrorType.HELD,
-                non_retryable=True,
-                category=ApplicationErrorCategory.BENIGN,
-            ) from None
-
-    async def _pace(self, task_queue: str) -> None:
-        """Hold this process's requests while it knows the queue is throttled, and space them
-        at the queue's rate (`flowcontrol.pacing`)."""
-        if self._throttle is not None:
-            await self._throttle.hold(task_queue)
-        if self._pacer is not None:
-            # The activity's priority (its item's, or its batch's most urgent): what this
-            # process was dispatched goes most urgent first too
-            # (`durable_outbox_temporal/contract/priority.py`).
-            await self._pacer.acquire(task_queue, activity.info().priority.priority_key)
-
-    async def _throttled(self, destination: str, err: TransientProviderError) -> None:
-        """A throttle pauses the whole destination's submit queue until its Retry-After, and
-        the destination's flow workflow resumes it (`flowcontrol.throttle`). Best effort: if
-        the server cannot be told, the item still waits its own Retry-After."""
-        if self._throttle is None or self._flow_task_queue is None:
-            return
-        found = self._throttle.throttled(destination, err.status_code, err.retry_after_s)
-        if found is None:
-            return
-        queue, until = found
-        cause = f"HTTP {err.status_code} from {destination}"
-        seen = Throttled(
-            destination=destination,
-            task_queue=queue.task_queue,
-            until=until,
-            seen_at=datetime.now(UTC),
-            status=err.status_code or 0,
-            configured_rate=queue.configured_rate,
-        )
-        client = activity.client()
-        try:
-            paused = await throttle_queue(
-                client,
-                queue.task_queue,
-                until,
-                cause,
-                identity=f"durable-outbox-worker ({activity.info().workflow_id})",
-            )
-            if not paused:
-                # Paused by hand, by a 410 or by a longer throttle: nothing for the flow to
-                # resume at this one's end.
-                return
-            self._throttle.paused(queue.task_queue, until)
-            await self._tell_flow(destination, THROTTLED_SIGNAL, seen)
-        except Exception as exc:
-            # A server without task-queue config (the time-skipping test server), or one that
-            # did not answer: the item still waits its own Retry-After.
-            self._throttle.not_paused(queue.task_queue)
-            activity.logger.warning("throttle of %s not shared: %s", destination, exc)
-
-    async def _failed(self, destination: str, err: TransientProviderError) -> None:
-        """Count a failed submit against the destination's circuit; when this process's
-        failures cross its threshold, tell the destination's flow workflow, which opens it
-        (`flowcontrol.breaker`). Best effort, as a throttle's report."""
-        if self._breaker is None or self._flow_task_queue is None:
-            return
-        if not is_failure(err.status_code, err.retry_after_s):
-            return
-        seen = self._breaker.failed(destination, str(err))
-        if seen is None:
-            return
-        try:
-            # A server without task-queue config (the time-skipping test server) could not
-            # pause the queue: asked first, so no flow starts there for nothing.
-            await read_queue_rate(activity.client(), seen.task_queue)
-            await self._tell_flow(destination, FAILING_SIGNAL, seen)
-        except RPCError as exc:
-            if exc.status == RPCStatusCode.UNIMPLEMENTED:
-                self._breaker.unsupported(destination)
-            else:
-                self._breaker.not_reported(destination)
-            activity.logger.warning("failing %s not reported: %s", destination, exc)
-        except Exception as exc:
-            self._breaker.not_reported(destination)
-            activity.logger.warning("failing %s not reported: %s", destination, exc)
-
-    async def _tell_flow(self, destination: str, signal: str, seen: Throttled | Failing) -> None:
-        """Signal the destination's flow workflow, starting it if it is not running."""
-        queue = self._throttle.queue(destination) if self._throttle is not None else None
-        policy = FlowPolicy()
-        await activity.client().start_workflow(
-            FLOW_WORKFLOW_TYPE,
-            FlowState(
-                destination=destination,
-                task_queue=seen.task_queue,
-                configured_rate=seen.configured_rate,
-                ramp_step_s=queue.ramp_step_s if queue else policy.throttle_ramp_step_s,
-                storm_window_s=queue.storm_window_s if queue else policy.throttle_storm_window_s,
-                events_destination=queue.events_destination if queue else None,
-                events_task_queue=self._events_task_queue,
-            ),
-            id=flow_workflow_id(destination),
-            task_queue=self._flow_task_queue or "",
-            start_signal=signal,
-            start_signal_args=[seen],
-            static_summary=f"Flow control of {destination}",
-        )
 
     def _provider(self, destination: str) -> Provider:
         provider = self._providers.get(destination)

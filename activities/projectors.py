@@ -18,7 +18,6 @@ from sqlalchemy import Engine
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from readmodel.projectors import PROJECTORS
 from readmodel.projectors import base as projectors
 from readmodel.projectors.base import BATCH, AsyncProjector
 
@@ -26,12 +25,13 @@ log = logging.getLogger("outbox.projectors")
 
 
 class ProjectorActivities:
-    """Runs the registered projectors against `engine`; the intervals are the tests' to shorten."""
+    """Runs `registry`'s projectors (the registered aggregate types', by name) against `engine`;
+    the intervals are the tests' to shorten."""
 
     def __init__(
         self,
         engine: Engine,
-        registry: Mapping[str, AsyncProjector] = PROJECTORS,
+        registry: Mapping[str, AsyncProjector],
         *,
         poll_interval_s: float = 0.5,
         backoff_s: float = 1.0,

@@ -6,14 +6,15 @@ from dataclasses import dataclass
 from typing import Annotated
 
 from durable_outbox_temporal import OutboxClient
+from durable_outbox_temporal.aggregate_definition import RESERVED_ACTORS
 from durable_outbox_temporal.destinations import DestinationRegistry
 from fastapi import Depends, Request
 from sqlalchemy import Engine
 
-from aggregates.definition import RESERVED_ACTORS
 from api.auth import ANY_ACTOR, ApiToken
 from api.metrics import ApiMetrics
 from configuration.settings import Settings
+from service.aggregate_types import AggregateTypes
 from service.aggregates import AggregateService
 from service.destinations import DestinationControls
 from service.items import ItemService
@@ -32,6 +33,8 @@ class Resources:
     reports: DeliveryReportService
     aggregates: AggregateService
     controls: DestinationControls
+    # The aggregate types served (`AGGREGATE_TYPES`), with their projectors.
+    aggregate_types: AggregateTypes
 
 
 def get_resources(request: Request) -> Resources:

@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import logging
 import secrets
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from datetime import timedelta
 
 from durable_outbox_temporal import OutboxClient, TemporalConnection
@@ -29,7 +29,6 @@ from sqlalchemy import Engine
 from sqlalchemy.exc import DBAPIError
 from temporalio.client import Client
 
-from activities.providers import load_destinations
 from api.auth import load_tokens, require_json, require_token
 from api.deps import Resources
 from api.errors import install_error_handlers
@@ -57,10 +56,12 @@ from api.routes import codec as codec_route
 from api.routes import destinations as destination_routes
 from api.routes import token as token_route
 from api.security import AllowedHosts, CodecCors, check_configuration
+from configuration.destinations import load_destinations
 from configuration.redaction import install_log_redaction
 from configuration.settings import Settings, get_settings
 from readmodel.db import create_schema, make_engine
 from readmodel.payload_store import claim_checks
+from service.aggregate_types import AggregateTypes, load_aggregate_types
 from service.aggregates import AggregateService
 from service.destinations import DestinationControls
 from service.items import ItemService
@@ -79,68 +80,7 @@ def create_app(
 ) -> FastAPI:
     """Build the app; anything not injected is created from `settings` at start-up."""
     settings = settings or get_settings()
-    if not logging.getLogger().handlers:
-        # Under plain uvicorn nothing configures our loggers, and the start-up line saying
-        # whether auth is on must be seen; a logging config set up beforehand wins.
-        logging.basicConfig(
-            level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-        )
-    install_log_redaction()
-
-    @asynccontextmanager
-    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        if destinations is not None:
-            registry = destinations
-        elif outbox_client is not None:
-            registry = outbox_client.destinations
-        else:
-            registry = load_destinations(settings.outbox_config)
-        check_configuration(app, settings, registry)
-        db = engine if engine is not None else make_engine(settings.database_url)
-        try:
-            create_schema(db)
-        except DBAPIError as err:
-            # Start anyway: /readyz reports the database, and the worker creates the schema too.
-            log.error("read model unreachable at start-up (%s); continuing", type(err).__name__)
-        if outbox_client is None:
-            # Connects on first use: the API starts (and /readyz says why it is not ready) while
-            # Temporal is down.
-            converter = data_converter(
-                codec_from_environment(), claim_checks(db, settings.claim_check_bytes)
-            )
-            client = temporal_client or TemporalConnection(data_converter=converter)
-            outbox = OutboxClient(client, registry, settings.workflow_task_queue)
-        else:
-            outbox = outbox_client
-        app.state.resources = Resources(
-            settings=settings,
-            outbox=outbox,
-            destinations=registry,
-            engine=db,
-            items=ItemService(outbox, db, cancel_wait=timedelta(seconds=settings.cancel_wait_s)),
-            reports=DeliveryReportService(outbox, db),
-            aggregates=AggregateService(
-                AggregateClient(
-                    outbox.connection,
-                    outbox.task_queue,
-                    operations_task_queue=settings.operations_task_queue,
-                ),
-                db,
-            ),
-            controls=DestinationControls(outbox, registry, db),
-        )
-        app.state.live = LiveHub(db)
-        app.state.metrics.backlog.attach(db)
-        app.state.metrics.destinations.attach(app.state.resources.controls)
-        try:
-            yield
-        finally:
-            await app.state.metrics.backlog.detach()
-            await app.state.metrics.destinations.detach()
-            await app.state.live.close()
-            if engine is None:
-                db.dispose()
-
+    _configure_logging()
     app = FastAPI(
         title="durable-outbox",
         version="0.1.0",
@@ -152,7 +92,13 @@ def create_app(
             " with the route's scope (`read`, `enqueue` or `operate`); `GET /v1/token` tells a"
             " token what it may do."
         ),
-        lifespan=lifespan,
+        lifespan=lifespan(
+            settings,
+            temporal_client=temporal_client,
+            outbox_client=outbox_client,
+            destinations=destinations,
+            engine=engine,
+        ),
         # Served by `api.routes.docs` from packaged files: FastAPI's own pages load a CDN.
         docs_url=None,
         redoc_url=None,
@@ -166,6 +112,121 @@ def create_app(
     if configure_tracing("durable-outbox-api"):
         # Each request a span; the Temporal client's start joins it (its interceptor).
         FastAPIInstrumentor.instrument_app(app, excluded_urls="healthz,readyz,metrics")
+    _read_request_state(app, settings)
+    include_routers(app)
+    _add_middleware(app, settings)
+    return app
+
+
+def _configure_logging() -> None:
+    if not logging.getLogger().handlers:
+        # Under plain uvicorn nothing configures our loggers, and the start-up line saying
+        # whether auth is on must be seen; a logging config set up beforehand wins.
+        logging.basicConfig(
+            level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+        )
+    install_log_redaction()
+
+
+def lifespan(
+    settings: Settings,
+    *,
+    temporal_client: Client | TemporalConnection | None = None,
+    outbox_client: OutboxClient | None = None,
+    destinations: DestinationRegistry | None = None,
+    engine: Engine | None = None,
+) -> Callable[[FastAPI], AbstractAsyncContextManager[None]]:
+    """The app's lifespan: it opens the read-model engine and the Temporal client (unless
+    injected), puts the services over them in `app.state.resources`, and closes what it opened."""
+
+    @asynccontextmanager
+    async def run(app: FastAPI) -> AsyncIterator[None]:
+        if destinations is not None:
+            registry = destinations
+        elif outbox_client is not None:
+            registry = outbox_client.destinations
+        else:
+            registry = load_destinations(settings.outbox_config)
+        check_configuration(app, settings, registry)
+        db = engine if engine is not None else make_engine(settings.database_url)
+        # An entry of AGGREGATE_TYPES that does not load stops the start-up, naming it.
+        aggregate_types = load_aggregate_types(settings.aggregate_types)
+        _create_schema(db, aggregate_types)
+        if outbox_client is None:
+            outbox = _connect(settings, db, registry, temporal_client)
+        else:
+            outbox = outbox_client
+        app.state.resources = _services(settings, outbox, registry, db, aggregate_types)
+        app.state.live = LiveHub(db)
+        app.state.metrics.backlog.attach(db)
+        app.state.metrics.destinations.attach(app.state.resources.controls)
+        try:
+            yield
+        finally:
+            await app.state.metrics.backlog.detach()
+            await app.state.metrics.destinations.detach()
+            await app.state.live.close()
+            if engine is None:
+                db.dispose()
+
+    return run
+
+
+def _create_schema(db: Engine, aggregate_types: AggregateTypes) -> None:
+    try:
+        create_schema(db, aggregate_types.migrations)
+    except DBAPIError as err:
+        # Start anyway: /readyz reports the database, and the worker creates the schema too.
+        log.error("read model unreachable at start-up (%s); continuing", type(err).__name__)
+
+
+def _connect(
+    settings: Settings,
+    db: Engine,
+    registry: DestinationRegistry,
+    temporal_client: Client | TemporalConnection | None,
+) -> OutboxClient:
+    """The `OutboxClient` over `temporal_client`, or over a connection of its own."""
+    # Connects on first use: the API starts (and /readyz says why it is not ready) while
+    # Temporal is down.
+    converter = data_converter(
+        codec_from_environment(), claim_checks(db, settings.claim_check_bytes)
+    )
+    client = temporal_client or TemporalConnection(data_converter=converter)
+    return OutboxClient(client, registry, settings.workflow_task_queue)
+
+
+def _services(
+    settings: Settings,
+    outbox: OutboxClient,
+    registry: DestinationRegistry,
+    db: Engine,
+    aggregate_types: AggregateTypes,
+) -> Resources:
+    """The services every request shares, over the lifespan's clients and engine."""
+    return Resources(
+        settings=settings,
+        outbox=outbox,
+        destinations=registry,
+        engine=db,
+        items=ItemService(outbox, db, cancel_wait=timedelta(seconds=settings.cancel_wait_s)),
+        reports=DeliveryReportService(outbox, db),
+        aggregates=AggregateService(
+            AggregateClient(
+                outbox.connection,
+                outbox.task_queue,
+                definitions=aggregate_types.definitions,
+                operations_task_queue=settings.operations_task_queue,
+            ),
+            db,
+        ),
+        controls=DestinationControls(outbox, registry, db),
+        aggregate_types=aggregate_types,
+    )
+
+
+def _read_request_state(app: FastAPI, settings: Settings) -> None:
+    """What requests read from `app.state` besides the lifespan's resources."""
     # Read once at start: a malformed API_TOKENS_FILE stops the API here, naming the problem.
     app.state.tokens = load_tokens(settings)
     # The Web UI's codec server decrypts with the same keys the clients encrypt with.
@@ -176,6 +237,10 @@ def create_app(
     )
     app.state.insecure = []
     app.state.public_base_url = settings.public_base_url.rstrip("/")
+
+
+def include_routers(app: FastAPI) -> None:
+    """The app's routes: `/v1` behind the bearer token, then the routes that check their own."""
     authenticated = [Depends(require_token), Depends(require_json)]
     app.include_router(token_route.router, dependencies=authenticated)
     app.include_router(codec_route.router, dependencies=authenticated)
@@ -196,6 +261,9 @@ def create_app(
     app.include_router(docs.router)
     app.include_router(problems.router)  # open: each problem's `type` links here
     app.mount(docs.ASSETS_PATH, docs.assets(), name="docs-assets")
+
+
+def _add_middleware(app: FastAPI, settings: Settings) -> None:
     # The middleware added last runs first: metrics wrap the size limit and count its 413s.
     app.add_middleware(BodySizeLimit, max_bytes=settings.max_request_bytes)
     app.add_middleware(MetricsMiddleware, metrics=app.state.metrics)
@@ -203,4 +271,3 @@ def create_app(
     app.add_middleware(CodecCors, origins=settings.codec_cors_origins_list)
     # Outermost: a request for another host name (DNS rebinding) is refused before anything.
     app.add_middleware(AllowedHosts, allowed_hosts=settings.allowed_hosts_list)
-    return app

@@ -5,8 +5,9 @@ One table, read three ways: `api/errors.py` gives each problem+json answer its `
 `docs/reference/problems.md` lists them all (`python -m devstack.reference_docs`). Codes are
 stable: clients script against them, so one is never renamed, only added.
 
-An aggregate's own refusals (`SeatTaken` in `aggregates/flight.py`) are codes too, named from
-the `DomainError` class (`seat-taken`) and documented from its docstring. Such a code refines a
+An aggregate's own refusals (`SeatTaken` in `examples/flight/domainmodel.py`) are codes too,
+named from the `DomainError` class (`seat-taken`) and documented from its docstring: those of the
+types `AGGREGATE_TYPES` registers. Such a code refines a
 broader one: the answer keeps that one's `type` (`/problems/command-conflict`), as it had before
 codes existed, so clients matching on `type` still do.
 """
@@ -17,8 +18,10 @@ import re
 import sys
 from dataclasses import dataclass
 
-from aggregates import REGISTRY
-from aggregates.definition import Conflict, DomainError, InvalidCommand
+from durable_outbox_temporal.aggregate_definition import Conflict, DomainError, InvalidCommand
+
+from configuration.settings import get_settings
+from service.aggregate_types import load_aggregate_types
 
 
 @dataclass(frozen=True)
@@ -360,7 +363,8 @@ def domain_errors() -> list[tuple[str, type[DomainError]]]:
     """Each registered aggregate type's own refusal classes (not the `Conflict` and
     `InvalidCommand` bases, which have codes of their own), by type, in definition order."""
     found = []
-    for type_name, definition in sorted(REGISTRY.items()):
+    definitions = load_aggregate_types(get_settings().aggregate_types).definitions
+    for type_name, definition in sorted(definitions.items()):
         module = sys.modules[type(definition).__module__]
         for value in vars(module).values():
             if (

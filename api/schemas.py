@@ -12,7 +12,7 @@ from durable_outbox_temporal.contract.debounce_rules import (
     MAX_WAIT_LIMIT_S,
     check_debounce_key,
 )
-from durable_outbox_temporal.contract.item import OutboxItemView
+from durable_outbox_temporal.contract.item import NewItem, OutboxItemView
 from durable_outbox_temporal.contract.limits import (
     MAX_DESTINATION_LENGTH,
     MAX_KEY_LENGTH,
@@ -161,6 +161,23 @@ class EnqueueRequest(BaseModel):
         if self.delay_seconds is not None:
             return now + timedelta(seconds=self.delay_seconds)
         return self.not_before
+
+    def new_item(self, key: str, now: datetime) -> NewItem:
+        """The item this body asks for, under `key`; a delay counts from `now`."""
+        return NewItem(
+            destination=self.destination,
+            payload=self.payload,
+            key=key,
+            ordering_key=self.ordering_key,
+            not_before=self.due_time(now),
+            max_attempts=self.max_attempts,
+            priority=self.priority,
+            concurrency_key=self.concurrency_key,
+            debounce_key=self.debounce_key,
+            debounce_s=self.debounce_s,
+            debounce_mode=self.debounce_mode,
+            max_wait_s=self.max_wait_s,
+        )
 
 
 class BatchEnqueueItem(EnqueueRequest):

@@ -29,9 +29,10 @@ from sqlalchemy import Engine
 from bench.run import machine
 from bench.stack import webhook_stack
 from bench.verdict import verdict
-from configuration.settings import PROJECT_ROOT
+from configuration.settings import PROJECT_ROOT, get_settings
 from readmodel import aggregates as event_store
 from readmodel.aggregates import MAX_PAGE
+from service.aggregate_types import load_aggregate_types
 
 QUICK = os.environ.get("QUICK") == "1"
 COMMANDS = int(os.environ.get("AGGREGATE_COMMANDS") or (10_000 if QUICK else 100_000))
@@ -61,7 +62,10 @@ async def run() -> tuple[dict[str, Any], list[str]]:
             workflow_task_queue=TASK_QUEUE,
         )
         client = stack.env.client
-        processes = [AggregateClient(client, TASK_QUEUE) for _ in range(PROCESSES)]
+        definitions = load_aggregate_types(get_settings().aggregate_types).definitions
+        processes = [
+            AggregateClient(client, TASK_QUEUE, definitions=definitions) for _ in range(PROCESSES)
+        ]
         flight = f"scale-{int(time.time())}"
         seats = [f"{row}{letter}" for row in range(1, 6) for letter in "ABCDEF"][:CALLERS]
         await processes[0].command("flight", flight, "open", {"seats": seats})

@@ -38,7 +38,6 @@ from durable_outbox_temporal.destinations import Destination, DestinationRegistr
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from temporalio.client import Client
 
-from activities.providers import load_destinations
 from bench.chaos_analysis import (
     BURST_S,
     ChaosRun,
@@ -49,6 +48,7 @@ from bench.chaos_analysis import (
     judge,
 )
 from bench.run import machine
+from configuration.destinations import load_destinations
 from configuration.settings import PROJECT_ROOT
 from devstack.dev import Child, StartupError, build_children, start, stop
 from devstack.fake_provider import (

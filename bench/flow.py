@@ -49,6 +49,7 @@ import time
 from contextlib import AsyncExitStack
 from typing import Any
 
+from durable_outbox_temporal import NewItem
 from sqlalchemy import func, select
 
 from bench.stack import BenchStack, webhook_stack
@@ -100,7 +101,7 @@ async def storm(pause: bool, round_: int) -> dict[str, float]:
         )
         await stack.fake.admin.set_endpoint_fault(name, status=429, retry_after=RETRY_AFTER)
         items = [
-            stack.outbox.new_item("storm", name, {"n": n}, key=f"{name}-{n}")
+            stack.outbox.new_item("storm", NewItem(name, {"n": n}, f"{name}-{n}"))
             for n in range(ITEMS_IN_STORM)
         ]
         began = time.monotonic()
@@ -141,7 +142,7 @@ async def priorities() -> dict[str, float]:
         def build(n: int, priority: int) -> Any:
             payload = {"n": n, "p": priority}
             key = f"{name}-{priority}-{n}"
-            return stack.outbox.new_item("prio", name, payload, key=key, priority=priority)
+            return stack.outbox.new_item("prio", NewItem(name, payload, key, priority=priority))
 
         low_at = time.time()
         for start in range(0, PRIORITY_LOW, 100):
@@ -186,10 +187,12 @@ async def caps(on: bool, round_: int) -> dict[str, float]:
         items = [
             stack.outbox.new_item(
                 "caps",
-                name,
-                {"tenant": tenant, "n": n},
-                key=f"{name}-{tenant}-{n}",
-                concurrency_key=tenant,
+                NewItem(
+                    name,
+                    {"tenant": tenant, "n": n},
+                    f"{name}-{tenant}-{n}",
+                    concurrency_key=tenant,
+                ),
             )
             for tenant, count in CAP_TENANTS.items()
             for n in range(count)

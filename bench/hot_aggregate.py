@@ -34,7 +34,9 @@ from temporalio.client import Client, WithStartWorkflowOperation
 from temporalio.common import WorkflowIDConflictPolicy
 
 from bench.actions import billable_actions, run_histories
+from configuration.settings import get_settings
 from readmodel.aggregates import MAX_PAGE as PAGE
+from service.aggregate_types import load_aggregate_types
 
 CLIENTS = 30
 ROWS = "ABCDEF"
@@ -361,7 +363,11 @@ async def signal_burst(client: Client, task_queue: str, count: int) -> dict[str,
     `send_command` signal each. Figures: commands applied per second (until the state shows
     them all), refused signals, and the signals and runs the aggregate took."""
     figures: dict[str, Any] = {}
-    aggregates = AggregateClient(client, task_queue)
+    aggregates = AggregateClient(
+        client,
+        task_queue,
+        definitions=load_aggregate_types(get_settings().aggregate_types).definitions,
+    )
     for kind in ("batched", "raw"):
         lock = f"signals-{kind}-{uuid.uuid4().hex[:8]}"
         await aggregates.command("lock", lock, "acquire", {"holder": "h", "ttl_s": 3600})

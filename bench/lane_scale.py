@@ -47,7 +47,6 @@ from durable_outbox_temporal.contract.ids import (
 from sqlalchemy import Engine, select
 from temporalio.client import Client
 
-from activities.providers import load_destinations
 from bench.chaos import (
     LOG_DIR,
     Kill,
@@ -60,6 +59,7 @@ from bench.chaos import (
 from bench.chaos_analysis import SubmitAnswer
 from bench.run import machine
 from bench.verdict import verdict
+from configuration.destinations import load_destinations
 from configuration.settings import PROJECT_ROOT
 from devstack.dev import Child, StartupError, build_children, stop
 from devstack.fake_provider import (

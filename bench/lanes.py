@@ -31,6 +31,7 @@ import time
 from contextlib import AsyncExitStack
 from typing import Any
 
+from durable_outbox_temporal import NewItem
 from sqlalchemy import func, select
 
 from bench.hot_aggregate import percentile
@@ -109,7 +110,7 @@ async def one_lane(stack: BenchStack, outbox: str, batched: bool) -> tuple[float
     if batched:
         for start in range(0, LANE_ITEMS, BATCH):
             built = [
-                stack.outbox.new_item(outbox, name, payload, key=key, ordering_key="one")
+                stack.outbox.new_item(outbox, NewItem(name, payload, key, ordering_key="one"))
                 for payload, key in items[start : start + BATCH]
             ]
             await stack.outbox.hand_over(built, strict=True)
@@ -130,10 +131,12 @@ async def many_keys(stack: BenchStack, outbox: str, keyed: bool) -> tuple[float,
     built = [
         stack.outbox.new_item(
             outbox,
-            name,
-            {"outbox": outbox, "key": f"k{k}", "n": n},
-            key=f"{outbox}-{k}-{n}",
-            ordering_key=f"k{k}" if keyed else None,
+            NewItem(
+                name,
+                {"outbox": outbox, "key": f"k{k}", "n": n},
+                f"{outbox}-{k}-{n}",
+                ordering_key=f"k{k}" if keyed else None,
+            ),
         )
         for n in range(PER_KEY)
         for k in range(KEYS)

@@ -22,7 +22,8 @@ with workflow.unsafe.imports_passed_through():
         SubmitResult,
     )
 
-    from activities.providers.acs_email import AcsEmailProvider, AcsEmailSettings
+    from activities.providers.acs_email import AcsEmailProvider
+    from configuration.providers import AcsEmailSettings
 
 TASK_QUEUE = "naive"
 ACCESS_KEY = "ZmFrZS1hY3MtYWNjZXNzLWtleQ=="

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from durable_outbox_temporal import OutboxClient
+from durable_outbox_temporal import NewItem, OutboxClient
 from durable_outbox_temporal.contract import transitions
 from durable_outbox_temporal.contract.bulk import SHARD_WORKFLOW_TYPE
 from durable_outbox_temporal.contract.ids import (
@@ -37,7 +37,6 @@ from durable_outbox_temporal.contract.ids import (
 from durable_outbox_temporal.contract.item import OutboxItemInput, SubmitRequest
 from temporalio.client import Client
 
-from activities.providers import load_destinations
 from bench import server_metrics
 from bench.actions import actions_per_workflow, billable_actions
 from bench.codec_cost import codec_ms_per_item
@@ -47,6 +46,7 @@ from bench.lanes import lanes_figures
 from bench.naive import TASK_QUEUE as NAIVE_TASK_QUEUE
 from bench.naive import NaiveItemWorkflow
 from bench.relay import relay_lag
+from configuration.destinations import load_destinations
 from configuration.settings import PROJECT_ROOT
 from devstack.dev import Child, build_children, http_ok, start, stop
 from devstack.fake_provider import FakeProviderAdmin
@@ -295,7 +295,7 @@ async def bulk_items(client: Client, count: int, run_id: str) -> int:
         for start in range(0, count, BULK_BATCH):
             batch = [
                 outbox.new_item(
-                    "bulk", destination.name, EMAIL, key=f"{run_id}-{n}", projected=True
+                    "bulk", NewItem(destination.name, EMAIL, f"{run_id}-{n}"), projected=True
                 )
                 for n in range(start, min(start + BULK_BATCH, count))
             ]

@@ -15,6 +15,8 @@ PROJECT_ROOT = Path(__file__).resolve().parent.parent
 # (`make dev`'s): published here, so a production API refuses to take reports with it.
 DEV_EVENTS_SECRET = "dev-events-secret"
 PUBLIC_EVENTS_SECRETS = frozenset({DEV_EVENTS_SECRET})
+# The seed examples (`examples/`), registered like any type of one's own.
+SEED_AGGREGATE_TYPES = "examples.flight:FLIGHT,examples.labour:LABOUR,examples.lock:LOCK"
 
 
 class Settings(BaseSettings):
@@ -43,6 +45,13 @@ class Settings(BaseSettings):
     database_url: str = Field(
         default=f"sqlite:///{PROJECT_ROOT / '.data' / 'readmodel.db'}",
         description="The read model's database: `sqlite:///path` or `postgresql://...`.",
+    )
+    aggregate_types: str = Field(
+        default=SEED_AGGREGATE_TYPES,
+        description="The aggregate types served, comma-separated, each `module:attribute`"
+        " naming an aggregate definition (an instance or its class) or an `AggregateType` with"
+        " its read models; the module must be importable (`PYTHONPATH`). An entry that does not"
+        " load stops the worker and the API at start-up. Default: the three seed examples.",
     )
 
     outbox_env: Literal["development", "production"] = Field(

@@ -34,12 +34,12 @@ from pydantic_core import PydanticUndefined
 from starlette.routing import Mount
 
 import cli
-from activities.providers import PROVIDER_SETTINGS
 from api.backlog_metrics import FAMILIES
 from api.destination_metrics import FAMILIES as DESTINATION_FAMILIES
 from api.main import create_app
 from api.metrics import ApiMetrics
 from api.problem_codes import SECTIONS
+from configuration.providers import PROVIDER_SETTINGS
 from configuration.settings import PROJECT_ROOT, Settings
 from devstack.contract_docs import contract_page
 

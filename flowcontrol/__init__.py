@@ -18,19 +18,27 @@
 - **Caps and quotas** (`caps`): submits and polls out at once, and submits per sliding window,
   for the destination and for each `concurrency_key`, counted in the read model's database by
   each submit and poll activity: exact across workers and delivery hosts.
-- **Priority** (`priority`): an item's `priority` (1 first, 5 last) orders what waits: Temporal's
-  priority keys on the workflow task and on the submit and poll activities (each queue
-  partition ordered on its own), and in a bulk shard its own order for a slot and a batch.
-  Each worker process's pacing serves its waiting requests most urgent first too. A shard that
-  is continuing as new holds new submits until those out come back, urgent ones included.
-- **Debounce** (`debounce`): items of one `debounce_key` at a destination within a window
-  become one delivery (the last payload, or all of them as a JSON array); the others end
-  `superseded`. A workflow per key holds the window: exact across every process.
+- **Priority** (`durable_outbox_temporal.contract.priority`): an item's `priority` (1 first,
+  5 last) orders what waits: Temporal's priority keys on the workflow task and on the submit
+  and poll activities (each queue partition ordered on its own), and in a bulk shard its own
+  order for a slot and a batch. Each worker process's pacing serves its waiting requests most
+  urgent first too. A shard that is continuing as new holds new submits until those out come
+  back, urgent ones included.
+- **Debounce** (`durable_outbox_temporal.contract.debounce_rules`, `workflows/debounce.py`):
+  items of one `debounce_key` at a destination within a window become one delivery (the last
+  payload, or all of them as a JSON array); the others end `superseded`. A workflow per key
+  holds the window: exact across every process.
+
+- **The guard** (`guard`): one `FlowGuard` per worker process, built from the destinations'
+  policies (`FlowGuard.for_destinations`), which every submit and poll activity goes through:
+  before the request the throttle's pause, pacing and priority, caps and quotas; after it the
+  attempt log, and a submit's outcome counted by the throttle and the breaker. A rule that does
+  not apply to a destination lets its requests straight through.
 
 - **Why is it waiting?** (`waiting`): a queued item's `GET` names what holds it (its own
   timers, its lane, its destination's pause, throttle or open circuit, else its turn at the
   rate).
 
-A destination configures them in its `[destinations.<name>.flow]` table (`policy.FlowPolicy`),
-beside its rates.
+A destination configures them in its `[destinations.<name>.flow]` table
+(`durable_outbox_temporal.contract.flow_policy.FlowPolicy`), beside its rates.
 """

@@ -33,9 +33,10 @@ from __future__ import annotations
 
 import time
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING
 
 from durable_outbox_temporal.contract.flow import (
     BreakerSettings,
@@ -47,6 +48,9 @@ from durable_outbox_temporal.contract.flow import (
     RateChange,
 )
 from durable_outbox_temporal.contract.flow_policy import FlowPolicy
+
+if TYPE_CHECKING:
+    from durable_outbox_temporal.destinations import Destination
 
 CLOSED = "closed"
 OPEN = "open"
@@ -200,6 +204,16 @@ class BreakerQueue:
         return BreakerQueue.of(
             self.destination, self.task_queue, self.poll_task_queue, self.configured_rate, policy
         )
+
+
+def breaker_queues(destinations: Sequence[Destination]) -> dict[str, BreakerQueue]:
+    """Each destination's submit queue as its circuit breaker sees it, by destination name."""
+    return {
+        d.name: BreakerQueue.of(
+            d.name, d.submit_task_queue, d.poll_task_queue, d.submit_queue_rate, d.flow
+        )
+        for d in destinations
+    }
 
 
 @dataclass

@@ -18,13 +18,17 @@ from __future__ import annotations
 import asyncio
 import heapq
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from durable_outbox_temporal.contract.priority import rank
 from temporalio.client import Client
 
 from flowcontrol.queue_rates import read_queue_rate
+
+if TYPE_CHECKING:
+    from durable_outbox_temporal.destinations import Destination
 
 # A quarter second's worth at once: a batch (at most a quarter of its rate, see `BATCH_RULE`)
 # goes out whole.
@@ -39,6 +43,26 @@ class PacedQueue:
     task_queue: str
     configured_rate: float
     batch: int = 1
+
+
+def paced_queues(destinations: Sequence[Destination]) -> dict[str, PacedQueue]:
+    """The submit and poll queues of `destinations`, by task queue name."""
+    queues = {}
+    for destination in destinations:
+        for queue in (
+            PacedQueue(
+                destination.submit_task_queue, destination.submit_rate, destination.submit_batch
+            ),
+            # With `poll_in_submit`, the poll queue's share of the poll rate (the first polls go
+            # with the submits, paced as those).
+            PacedQueue(
+                destination.poll_task_queue,
+                destination.poll_queue_rate * destination.poll_batch,
+                destination.poll_batch,
+            ),
+        ):
+            queues[queue.task_queue] = queue
+    return queues
 
 
 # The rate (activities a second) the server enforces on a task queue now, or None to use the

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
@@ -36,6 +36,7 @@ from durable_outbox_temporal.contract.flow import (
 
 if TYPE_CHECKING:
     from durable_outbox_temporal.contract.flow_policy import FlowPolicy
+    from durable_outbox_temporal.destinations import Destination
 
 # The statuses a provider throttles with (503 counts only with a Retry-After).
 THROTTLE_STATUSES = (429, 503)
@@ -156,6 +157,14 @@ class ThrottledQueue:
             storm_window_s=policy.throttle_storm_window_s,
             events_destination=policy.events_destination,
         )
+
+
+def throttled_queues(destinations: Sequence[Destination]) -> dict[str, ThrottledQueue]:
+    """Each destination's submit queue as this rule sees it, by destination name."""
+    return {
+        d.name: ThrottledQueue.of(d.name, d.submit_task_queue, d.submit_queue_rate, d.flow)
+        for d in destinations
+    }
 
 
 class ThrottleGate:

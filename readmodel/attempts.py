@@ -36,7 +36,7 @@ KEPT_RESPONSE_HEADERS = ("retry-after", "operation-location", "location")
 # Request headers never stored: credentials, signatures, keys, cookies.
 _SECRET_HEADER = re.compile(r"(?i)auth|signature|secret|token|key|cookie|credential|sas")
 # A credential in a kept header's URL query, written `***` (as `configuration/redaction.py` does for
-# log lines; the read model imports nothing of `common`).
+# log lines; the read model imports nothing of `configuration`).
 _SECRET_IN_QUERY = re.compile(r"(?i)([?&](?:token|secret|access_token|api_key|sig)=)[^&\s\"']*")
 
 

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import os
 import sqlite3
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -68,22 +69,32 @@ def _enable_wal(cursor: sqlite3.Cursor) -> None:
             time.sleep(0.01)
 
 
-def create_schema(engine: Engine) -> None:
+def create_schema(engine: Engine, migrations: Sequence[Path] = ()) -> None:
     """Migrate the read model to the newest revision; safe to run twice, and from two processes
     at once. A database made before migrations (tables, no `alembic_version`) is upgraded in place.
+
+    `migrations` are the registered aggregate types' own (`AggregateTypes.migrations`): each a
+    directory of revisions on a branch of its own, brought to its head with the product's.
     """
     with schema_lock(engine) as connection:
-        config = alembic_config(connection)
+        config = alembic_config(connection, migrations)
         if _is_unversioned(connection):
             # Its tables are revision 0001's: record that rather than create them again.
             command.stamp(config, UNVERSIONED_REVISION)
-        command.upgrade(config, "head")
+        command.upgrade(config, "heads")
 
 
-def alembic_config(connection: Connection) -> Config:
-    """Alembic's configuration for migrating the read model over `connection` (no alembic.ini)."""
+def alembic_config(connection: Connection, migrations: Sequence[Path] = ()) -> Config:
+    """Alembic's configuration for migrating the read model over `connection` (no alembic.ini),
+    with the branches of `migrations` beside the product's revisions."""
     config = Config()
     config.set_main_option("script_location", str(MIGRATIONS_DIR))
+    if migrations:
+        locations = [MIGRATIONS_DIR / "versions", *migrations]
+        config.set_main_option("path_separator", "os")
+        # ConfigParser reads "%" as interpolation: a path holding one must say "%%".
+        joined = os.pathsep.join(str(location) for location in locations)
+        config.set_main_option("version_locations", joined.replace("%", "%%"))
     # env.py migrates on this connection, inside the caller's transaction.
     config.attributes["connection"] = connection
     return config

@@ -242,7 +242,7 @@ DISCARDS = Table(
 )
 
 
-# One row per async projector (`readmodel/projectors.py`): how far into `aggregate_events` it
+# One row per async projector (`readmodel/projectors/base.py`): how far into `aggregate_events` it
 # has projected, and whether it is healthy.
 PROJECTOR_CHECKPOINTS = Table(
     "projector_checkpoints",
@@ -254,25 +254,6 @@ PROJECTOR_CHECKPOINTS = Table(
     Column("last_error", String(), nullable=True),
     Column("updated_at", UTCDateTime(), nullable=False),
     Column("rebuilt_at", UTCDateTime(), nullable=True),
-)
-
-# The `labour_history` projector's read model: per labour, for its mother's history.
-LABOUR_HISTORY = Table(
-    "labour_history",
-    metadata,
-    Column("labour_id", String(MAX_AGGREGATE_ID_LENGTH), primary_key=True),
-    Column("mother", String(64), nullable=False),
-    Column("mother_name", String(200), nullable=False),
-    Column("status", String(16), nullable=False),
-    Column("contractions", Integer(), nullable=False),
-    Column("updates", Integer(), nullable=False),
-    Column("announcements", Integer(), nullable=False),
-    # Approved subscribers' ids, sorted: a re-approval or a removal never double counts.
-    Column("subscribers", JSON(), nullable=False),
-    Column("planned_at", UTCDateTime(), nullable=False),
-    Column("completed_at", UTCDateTime(), nullable=True),
-    Column("last_seq", Integer(), nullable=False),
-    Index("ix_labour_history_mother", "mother", "labour_id"),
 )
 
 # Temporal's default limit on a workflow id's length.

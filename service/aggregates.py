@@ -12,12 +12,12 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
+from durable_outbox_temporal.aggregate_definition import AggregateDefinition
 from durable_outbox_temporal.aggregates import AggregateClient
 from durable_outbox_temporal.contract.aggregate import AggregateView, RecordedEvent
 from durable_outbox_temporal.errors import UnknownAggregate, is_temporal_unavailable
 from sqlalchemy import Engine
 
-from aggregates.definition import AggregateDefinition
 from readmodel import aggregates as event_store
 from readmodel.aggregates import AggregateRecord
 

@@ -2,45 +2,36 @@
 
 Redriving one is `ItemService.redrive` (through its lane where it is a halted lane's head). A
 batch redrive is a `RedriveBatch` workflow: its pages run as activities on the operations worker
-(`DeadLetterActivities`), its progress is in its history and its `progress` query, so neither an
-API restart nor a worker crash loses or repeats a page's work.
+(`activities/redrive.py`), its progress is in its history and its `progress` query, so neither
+an API restart nor a worker crash loses or repeats a page's work.
 """
 
 from __future__ import annotations
 
 import asyncio
-import functools
 import uuid
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from durable_outbox_temporal import OutboxError, TemporalUnavailable, validate_key, validate_outbox
+from durable_outbox_temporal import OutboxError, validate_key, validate_outbox
 from durable_outbox_temporal.client import RPC_TIMEOUT
 from durable_outbox_temporal.contract.dead_letters import (
     PROGRESS_QUERY,
     REDRIVE_BATCH_WORKFLOW_TYPE,
-    REDRIVE_PAGE_ACTIVITY,
     DeadLetterFilter,
     RedriveBatchInput,
     RedriveBatchProgress,
-    RedrivePageRequest,
-    RedrivePageResult,
 )
 from durable_outbox_temporal.contract.ids import item_workflow_id, redrive_batch_workflow_id
 from durable_outbox_temporal.contract.item import ItemStatus
-from durable_outbox_temporal.fan_out import fan_out
 from durable_outbox_temporal.validation import validate_utc_date
 from sqlalchemy import Engine
-from temporalio import activity
 from temporalio.client import WorkflowExecutionStatus
 from temporalio.service import RPCError, RPCStatusCode
 
 from readmodel import store
 from readmodel.dead_letters import DeadLetter, discard, list_dead_letters
 from service.items import ItemService
-
-# Keys a batch names in its progress as not redriven (with why); the counts cover the rest.
-MAX_REPORTED_ERRORS = 20
 
 
 class NotADeadLetter(OutboxError):
@@ -163,46 +154,6 @@ class DeadLetterService:
                 # It returned between the describe and the query: done means completed.
                 status = WorkflowExecutionStatus.COMPLETED
         return RedriveBatch(batch_id, progress, status.name.lower())
-
-
-class DeadLetterActivities:
-    """The operations worker's side of a redrive batch: one page of dead letters at a time."""
-
-    def __init__(self, items: ItemService) -> None:
-        self.items = items
-
-    @activity.defn(name=REDRIVE_PAGE_ACTIVITY)
-    async def redrive_page(self, request: RedrivePageRequest) -> RedrivePageResult:
-        """Redrive one page of the selected dead letters. A retried page finds the ones it
-        redrove no longer failed and skips them, so nothing is started twice."""
-        letters, next_cursor = await asyncio.to_thread(
-            list_dead_letters,
-            self.items.engine,
-            request.outbox,
-            request.filter,
-            failed_before=request.failed_before,
-            cursor=request.cursor,
-            limit=request.limit,
-        )
-        keys = [letter.record.view.key for letter in letters]
-        outcomes = await fan_out(
-            [functools.partial(self.items.redrive, request.outbox, key) for key in keys]
-        )
-        redriven: list[str] = []
-        errors: list[str] = []
-        for key, outcome in zip(keys, outcomes, strict=True):
-            if not isinstance(outcome, Exception):
-                redriven.append(key)
-            elif isinstance(outcome, OutboxError) and not isinstance(outcome, TemporalUnavailable):
-                errors.append(f"{key}: {outcome}")  # redriven meanwhile, say: reported, skipped
-            else:
-                raise outcome  # the page is retried; what it redrove is then skipped
-        return RedrivePageResult(
-            redriven=redriven,
-            skipped=len(keys) - len(redriven),
-            next_cursor=next_cursor,
-            errors=errors,
-        )
 
 
 def _validate_filter(which: DeadLetterFilter) -> None:

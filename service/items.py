@@ -18,8 +18,6 @@ from durable_outbox_temporal import (
     ItemNotFound,
     OutboxClient,
     OutboxError,
-    TemporalUnavailable,
-    UnknownDestination,
     is_temporal_unavailable,
     validate_key,
     validate_outbox,
@@ -36,26 +34,23 @@ from durable_outbox_temporal.contract.ids import item_workflow_id, payload_hash
 from durable_outbox_temporal.contract.item import (
     DeliveryOutcome,
     ItemStatus,
+    NewItem,
     OutboxItemInput,
     OutboxItemView,
 )
 from durable_outbox_temporal.contract.lane import entry_size
 from durable_outbox_temporal.contract.purge import (
     PURGE_BATCH_WORKFLOW_TYPE,
-    PURGE_PAGE_ACTIVITY,
     PurgeBatchInput,
     PurgeBatchProgress,
-    PurgePageRequest,
-    PurgePageResult,
     purge_batch_workflow_id,
 )
 from durable_outbox_temporal.errors import ItemErased, NotRedrivable
 from durable_outbox_temporal.fan_out import fan_out
 from durable_outbox_temporal.lanes import check_capacity
+from durable_outbox_temporal.validation import validate_purge
 from sqlalchemy import Engine
-from temporalio import activity
 from temporalio.client import Client, WorkflowExecutionStatus
-from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
 
 from readmodel import attempts as attempt_log
@@ -71,27 +66,6 @@ _SETTLED = frozenset({ItemStatus.SENT, ItemStatus.CANCELLED, ItemStatus.SUPERSED
 
 T = TypeVar("T")
 Progress = TypeVar("Progress")
-
-
-@dataclass
-class NewItem:
-    """One item to enqueue, as a caller describes it."""
-
-    destination: str
-    payload: dict[str, Any]
-    key: str
-    ordering_key: str | None = None
-    not_before: datetime | None = None
-    max_attempts: int | None = None
-    priority: int | None = None
-    # Whose share of the destination's caps and quotas it counts in (`flowcontrol/caps.py`).
-    concurrency_key: str | None = None
-    # Its debounce window (`durable_outbox_temporal/contract/debounce_rules.py`): key, quiet
-    # seconds, mode, cap.
-    debounce_key: str | None = None
-    debounce_s: float | None = None
-    debounce_mode: str | None = None
-    max_wait_s: float | None = None
 
 
 @dataclass
@@ -247,7 +221,7 @@ class ItemService:
             outcomes.append(known if known is not None else Exception("not handed over"))
             if known is None:
                 try:
-                    pending.append((index, self._new_input(outbox, item)))
+                    pending.append((index, self.client.new_item(outbox, item, projected=True)))
                 except Exception as err:
                     outcomes[index] = err
         handed = await self.client.hand_over([built for _, built in pending])
@@ -260,24 +234,6 @@ class ItemService:
         for (index, _), outcome in zip(pending, settled, strict=True):
             outcomes[index] = outcome
         return outcomes
-
-    def _new_input(self, outbox: str, item: NewItem) -> OutboxItemInput:
-        return self.client.new_item(
-            outbox,
-            item.destination,
-            item.payload,
-            key=item.key,
-            ordering_key=item.ordering_key,
-            not_before=item.not_before,
-            max_attempts=item.max_attempts,
-            projected=True,
-            priority=item.priority,
-            concurrency_key=item.concurrency_key,
-            debounce_key=item.debounce_key,
-            debounce_s=item.debounce_s,
-            debounce_mode=item.debounce_mode,
-            max_wait_s=item.max_wait_s,
-        )
 
     async def _enqueued(
         self, item: OutboxItemInput, result: EnqueueResult | Exception
@@ -398,7 +354,7 @@ class ItemService:
     ) -> PurgeBatch:
         """Start a batch that cancels every item of the outbox (optionally of one destination)
         not yet submitted; answers at once with the batch to follow (`purge_batch`)."""
-        self._check_purge(outbox, destination)
+        validate_purge(outbox, destination, self.client.destinations)
         batch_id = uuid.uuid4().hex
         progress = PurgeBatchProgress(outbox, destination, reason)
         temporal = await self.client.temporal()
@@ -426,83 +382,6 @@ class ItemService:
             raise PurgeBatchNotFound(f"no purge batch {batch_id!r} in {outbox}")
         progress, state = found
         return PurgeBatch(batch_id, progress, state)
-
-    async def purge_page(self, request: PurgePageRequest) -> PurgePageResult:
-        """Cancel one page of the items not yet submitted, in key order after the cursor; the
-        first page takes the items waiting in lanes out too.
-
-        An item the provider accepted (or that ended) meanwhile is left alone (skipped); one
-        whose worker does not answer is cancelled by signal when a worker returns.
-        """
-        outbox, destination, reason = request.outbox, request.destination, request.reason
-        self._check_purge(outbox, destination)
-        in_lanes: list[str] = []
-        if request.cursor is None:
-            # Waiting items first: a lane would otherwise start its next one while its head is
-            # being cancelled.
-            in_lanes = await self.client.purge_lanes(outbox, destination, reason)
-        own = await self.client.queued_keys(outbox, destination)
-        # Bulk-mode items have no workflow in visibility: the read model lists them.
-        bulk = {view.key: view for view in await self._queued_bulk_items(outbox, destination)}
-        after = request.cursor
-        candidates = sorted({key for key in [*own, *bulk] if after is None or key > after})
-        keys, rest = candidates[: request.limit], candidates[request.limit :]
-        outcomes = await fan_out(
-            [
-                functools.partial(
-                    self.client.cancel,
-                    outbox,
-                    key,
-                    reason,
-                    wait=self.cancel_wait,
-                    known=bulk.get(key),
-                )
-                for key in keys
-            ]
-        )
-        cancelled = list(in_lanes)
-        for key, outcome in zip(keys, outcomes, strict=True):
-            if isinstance(outcome, (CannotCancel, ItemNotFound)):
-                continue  # handed to the provider, or ended, since the listing
-            if isinstance(outcome, Exception):
-                raise outcome  # the page is retried; what it cancelled is then skipped
-            cancelled.append(key)
-        return PurgePageResult(
-            cancelled=cancelled,
-            skipped=len(keys) + len(in_lanes) - len(cancelled),
-            next_cursor=keys[-1] if rest else None,
-        )
-
-    def _check_purge(self, outbox: str, destination: str | None) -> None:
-        validate_outbox(outbox)
-        if destination is not None and self.client.destinations.get(destination) is None:
-            raise UnknownDestination(f"unknown destination {destination!r}")
-
-    async def _queued_bulk_items(
-        self, outbox: str, destination: str | None
-    ) -> Sequence[OutboxItemView]:
-        names = [
-            d.name
-            for d in self.client.destinations
-            if d.mode == "bulk" and destination in (None, d.name)
-        ]
-        found: list[OutboxItemView] = []
-        for name in names:
-            cursor = None
-            while True:
-                records, cursor = await asyncio.to_thread(
-                    store.list_items,
-                    self.engine,
-                    outbox,
-                    status=ItemStatus.QUEUED.value,
-                    destination=name,
-                    cursor=cursor,
-                    limit=500,
-                )
-                found += [record.view for record in records]
-                if cursor is None:
-                    break
-        return found
 
     async def redrive(self, outbox: str, key: str) -> EnqueueResult:
         """Run a failed item again under its own id, with the destination's current policy; its
@@ -552,24 +431,6 @@ class ItemService:
                 raise outcome
             started.append(key)
         return RedriveSweep(redriven=started, skipped=len(keys) - len(started))
-
-
-class PurgeActivities:
-    """The operations worker's side of a purge batch: one page of items at a time."""
-
-    def __init__(self, items: ItemService) -> None:
-        self.items = items
-
-    @activity.defn(name=PURGE_PAGE_ACTIVITY)
-    async def purge_page(self, request: PurgePageRequest) -> PurgePageResult:
-        """Cancel one page; a refusal no retry can change (an unknown destination, say) fails
-        the page at once, with its reason."""
-        try:
-            return await self.items.purge_page(request)
-        except OutboxError as err:
-            if isinstance(err, TemporalUnavailable):
-                raise
-            raise ApplicationError(str(err), type=type(err).__name__, non_retryable=True) from err
 
 
 async def follow_batch(

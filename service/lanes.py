@@ -84,7 +84,7 @@ class LaneService:
         for destination in self.client.destinations:
             if live is not None:
                 break
-            if destination.mode == "bulk":
+            if destination.is_bulk:
                 live = await self.client.lane(outbox, ordering_key, destination.name)
         return live
 

@@ -16,13 +16,14 @@ from sqlalchemy import Engine
 from temporalio.client import Client
 from temporalio.common import WorkflowIDConflictPolicy
 
-from readmodel.projectors import PROJECTORS
 from readmodel.projectors import base as projectors
 from readmodel.projectors.base import AsyncProjector, ProjectorStatus, UnknownProjector
 
 
 class ProjectorService:
-    def __init__(self, engine: Engine, registry: Mapping[str, AsyncProjector] = PROJECTORS) -> None:
+    """The projectors of `registry` (the registered aggregate types', by name)."""
+
+    def __init__(self, engine: Engine, registry: Mapping[str, AsyncProjector]) -> None:
         self.engine = engine
         self.registry = dict(registry)
 
@@ -57,7 +58,7 @@ async def start_projectors(
     client: Client,
     workflow_task_queue: str,
     operations_task_queue: str,
-    names: Iterable[str] = PROJECTORS,
+    names: Iterable[str],
 ) -> None:
     """Start each projector's workflow unless it runs already (every worker may call this)."""
     for name in names:

@@ -256,7 +256,7 @@ async def run_alone() -> None:
 
     from durable_outbox_temporal import connect
 
-    from activities.providers import load_destinations
+    from configuration.destinations import load_destinations
     from configuration.settings import get_settings
     from readmodel.db import create_schema, make_engine
 

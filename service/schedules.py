@@ -1,10 +1,10 @@
 """Scheduled fan-out: Temporal Schedules that enqueue a templated batch of items on a cron or an
-interval, and the operations-worker activity that does the enqueueing for each fire.
+interval; the operations-worker activity that does the enqueueing for each fire is
+`activities/schedules.py`.
 
 Create, list, show, pause, unpause, trigger and delete go straight to Temporal's schedule API;
 the template travels as the schedule action's argument and a summary of the spec in its memo,
-so Temporal holds the whole schedule and nothing here needs a table. Enqueueing goes through
-`OutboxClient.enqueue`, which keeps every item rule (validation, idempotency, ordering lanes).
+so Temporal holds the whole schedule and nothing here needs a table.
 """
 
 from __future__ import annotations
@@ -17,41 +17,31 @@ from typing import Any, TypeVar
 from zoneinfo import ZoneInfo
 
 from durable_outbox_temporal import (
-    IdempotencyConflict,
     InvalidRequest,
-    ItemFailedUseRedrive,
     OutboxClient,
     OutboxError,
-    UnknownDestination,
 )
 from durable_outbox_temporal.client import RPC_TIMEOUT
 from durable_outbox_temporal.contract import limits
 from durable_outbox_temporal.contract.ids import scheduled_batch_workflow_id, temporal_schedule_id
 from durable_outbox_temporal.contract.schedule import (
     DEFAULT_CATCHUP_WINDOW_S,
-    ENQUEUE_SCHEDULED_BATCH_ACTIVITY,
     MAX_CATCHUP_WINDOW_S,
     MAX_INTERVAL_S,
     MAX_SCHEDULE_ITEMS,
     MIN_CATCHUP_WINDOW_S,
     PLACEHOLDERS,
     SCHEDULED_BATCH_WORKFLOW_TYPE,
-    FailedItem,
-    FireRequest,
-    FireResult,
     ItemTemplate,
     Overlap,
     ScheduledBatchInput,
     check_key_suffix,
     check_schedule_id,
-    fire_values,
     item_key,
-    render,
     unknown_placeholders,
 )
 from durable_outbox_temporal.fan_out import fan_out
 from durable_outbox_temporal.validation import validate_json_depth, validate_json_values
-from temporalio import activity
 from temporalio.client import (
     Client,
     Schedule,
@@ -77,8 +67,6 @@ _OVERLAP = {
     Overlap.SKIP: ScheduleOverlapPolicy.SKIP,
     Overlap.BUFFER_ONE: ScheduleOverlapPolicy.BUFFER_ONE,
 }
-# Item errors no retry of the fire can fix: the fire reports them and goes on with the rest.
-_PERMANENT = (InvalidRequest, UnknownDestination, IdempotencyConflict)
 # Upcoming fire times a schedule view lists.
 NEXT_FIRES_SHOWN = 5
 
@@ -440,76 +428,6 @@ class ScheduleService:
             raise InvalidRequest(str(err)) from None
         client = await self.client.temporal()
         return client.get_schedule_handle(temporal_schedule_id(schedule_id))
-
-
-class ScheduleActivities:
-    """The operations worker's activity that enqueues one fire's batch, over an injected
-    `OutboxClient` (the worker's destinations and workflow task queue)."""
-
-    def __init__(self, client: OutboxClient) -> None:
-        self.client = client
-
-    @activity.defn(name=ENQUEUE_SCHEDULED_BATCH_ACTIVITY)
-    async def enqueue_batch(self, request: FireRequest) -> FireResult:
-        """Enqueue every item of the fire under its fire-derived key, so a retry (or a second
-        run for the same fire time) finds the items it already made instead of adding more.
-
-        An item refused for good (its destination was since removed from the configuration,
-        its key reused with another request) is reported in the result; anything else that
-        fails (Temporal unavailable, a full ordering lane) fails the attempt, to be retried.
-        """
-        batch = request.batch
-        keys = [
-            item_key(batch.schedule_id, request.scheduled_at, item.suffix(index))
-            for index, item in enumerate(batch.items)
-        ]
-        outcomes = await fan_out(
-            [
-                functools.partial(self._enqueue, batch, request.scheduled_at, item, key)
-                for item, key in zip(batch.items, keys, strict=True)
-            ]
-        )
-        result = FireResult(
-            schedule_id=batch.schedule_id,
-            scheduled_at=request.scheduled_at,
-            created=0,
-            existing=0,
-            keys=keys,
-        )
-        for index, (key, outcome) in enumerate(zip(keys, outcomes, strict=True)):
-            if isinstance(outcome, ItemFailedUseRedrive):
-                result.existing += 1  # an earlier try made it, and it has failed since
-            elif isinstance(outcome, _PERMANENT):
-                result.failed.append(FailedItem(index, key, type(outcome).__name__, str(outcome)))
-            elif isinstance(outcome, Exception):
-                raise outcome
-            elif outcome:
-                result.created += 1
-            else:
-                result.existing += 1
-        activity.logger.info(
-            "schedule %s fire %s: %d created, %d existing, %d refused",
-            batch.schedule_id,
-            request.scheduled_at.isoformat(),
-            result.created,
-            result.existing,
-            len(result.failed),
-        )
-        return result
-
-    async def _enqueue(
-        self, batch: ScheduledBatchInput, scheduled_at: datetime, item: ItemTemplate, key: str
-    ) -> bool:
-        values = fire_values(batch.schedule_id, scheduled_at, batch.timezone, key)
-        enqueued = await self.client.enqueue(
-            batch.outbox,
-            item.destination,
-            render(item.payload, values),
-            key=key,
-            ordering_key=item.ordering_key,
-            max_attempts=item.max_attempts,
-        )
-        return enqueued.created
 
 
 def _check_timezone(name: str) -> None:

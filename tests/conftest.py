@@ -49,9 +49,11 @@ from temporalio.service import RPCError
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Interceptor, Worker
 
+from configuration.settings import SEED_AGGREGATE_TYPES
 from devstack.fake_provider import FakeProvider, run_fake_provider
 from devstack.temporal_server import dev_server_extra_args, temporal_cli_path, test_server_path
 from readmodel.db import create_schema, make_engine
+from service.aggregate_types import AggregateTypes, load_aggregate_types
 from worker import build_workers
 from workflows.outbox_item import OutboxItemWorkflow
 
@@ -70,6 +72,8 @@ HISTORIES_DIR = Path(__file__).parent / "histories"
 SERVER_STARTUP_TIMEOUT = timedelta(seconds=60)
 ACS_ACCESS_KEY = "ZmFrZS1hY3MtYWNjZXNzLWtleQ=="
 WEBHOOK_SECRET = "whsec_ZmFrZS13ZWJob29rLXNpZ25pbmctc2VjcmV0"
+# The seed examples, as `AGGREGATE_TYPES`' default registers them: what a stack serves.
+SEED_TYPES = load_aggregate_types(SEED_AGGREGATE_TYPES)
 
 
 async def register_search_attributes(client: Client) -> None:
@@ -145,9 +149,9 @@ async def fake_provider() -> AsyncIterator[FakeProvider]:
 
 @pytest.fixture
 def engine(tmp_path: Path) -> Iterator[Engine]:
-    """A fresh SQLite read model per test."""
+    """A fresh SQLite read model per test, with the seed types' tables."""
     engine = make_engine(f"sqlite:///{tmp_path / 'readmodel.db'}")
-    create_schema(engine)
+    create_schema(engine, SEED_TYPES.migrations)
     yield engine
     engine.dispose()
 
@@ -335,6 +339,7 @@ async def stack_factory(
             task_queue: str | None = None,
             client: Client | None = None,
             interceptors: Sequence[Interceptor] = (),
+            aggregate_types: AggregateTypes | None = None,
         ) -> Stack:
             env = env or time_skipping_env
             started = StartedWorkflows()
@@ -350,6 +355,7 @@ async def stack_factory(
                 workflow_task_queue=task_queue,
                 sandboxed=True,
                 interceptors=interceptors,
+                aggregate_types=aggregate_types or SEED_TYPES,
             )
             for worker in running:
                 await workers.enter_async_context(worker)

@@ -1,4 +1,4 @@
-"""The aggregate workflow: one event-sourced aggregate of any registered type, `agg/{type}/{id}`.
+"""The aggregate workflow: one event-sourced aggregate of any hosted type, `agg/{type}/{id}`.
 
 Replaces a Durable Object per entity (docs/explanation/seeds.md). Commands arrive as updates
 (answered) or signals (recorded even while no worker runs); each runs `decide` -> append ->
@@ -27,6 +27,18 @@ from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
+    from durable_outbox_temporal.aggregate_definition import (
+        AggregateDefinition,
+        Conflict,
+        DomainError,
+        Event,
+        PlannedEffect,
+        Timer,
+        describe_invalid,
+    )
+    from durable_outbox_temporal.aggregate_definition import (
+        InvalidCommand as DomainInvalidCommand,
+    )
     from durable_outbox_temporal.contract.aggregate import (
         COMMAND_SIGNAL,
         COMMAND_UPDATE,
@@ -74,17 +86,7 @@ with workflow.unsafe.imports_passed_through():
     from pydantic_core import to_jsonable_python
 
     from activities.aggregate_store import AggregateStoreActivities
-    from aggregates import REGISTRY
-    from aggregates.definition import (
-        AggregateDefinition,
-        Conflict,
-        DomainError,
-        Event,
-        PlannedEffect,
-        Timer,
-        describe_invalid,
-    )
-    from aggregates.definition import InvalidCommand as DomainInvalidCommand
+    from workflows.aggregate_types import HOSTED
 
 # The event store must get every event, so a write is retried until the database is back.
 _STORE_RETRIES = RetryPolicy(
@@ -134,7 +136,7 @@ class AggregateWorkflow:
     @workflow.init
     def __init__(self, start: AggregateInput) -> None:
         self._type, self._id = start.type, start.id
-        definition = REGISTRY.get(start.type)
+        definition = HOSTED.get(start.type)
         self._definition: AggregateDefinition[Any] | None = definition
         carry = start.carry
         if definition is None:

@@ -44,7 +44,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from durable_outbox_temporal.contract.item import OutboxItemInput, OutboxItemView
 
-    from service.debounce import DebounceActivities
+    from activities.debounce import DebounceActivities
 
 # A hand-over is a start or a signal and a read-model write: far below this, retried after.
 HAND_OVER_TIMEOUT = timedelta(seconds=30)

@@ -3,8 +3,10 @@
 One implementation, hosted by the item workflow (one delivery per workflow) and meant to be
 hosted by many-deliveries-per-workflow hosts alike. What differs between hosts is behind
 `DeliveryHost`: where a transition's projection goes, how a wait is timed, what the Web UI shows,
-and when the host continues as new. Everything else (submit, Retry-After, backoff, polling,
-deadlines, attempts, cancel, delivery reports, the events) is here, once.
+and when the host continues as new; a host of many deliveries may also run their submits and
+polls in activities shared between them (`SharedActivityHost`). Everything else (submit,
+Retry-After, backoff, polling, deadlines, attempts, cancel, delivery reports, the events) is here,
+once.
 
 Retries of *classified* provider failures are driven here rather than by Temporal's activity
 retry policy, so the status query can show attempts, the last error and the next attempt time,
@@ -60,7 +62,7 @@ with workflow.unsafe.imports_passed_through():
     )
 
     from activities.delivery import DeliveryActivities
-    from activities.providers.base import RETRY_AFTER_LIMIT_S
+    from configuration.providers import RETRY_AFTER_LIMIT_S
 
 # Our own classified errors come back to the workflow at once; anything else (a worker killed
 # mid-request, a bug) Temporal retries a few times before the workflow counts it as an attempt.
@@ -85,7 +87,7 @@ _CANCEL_SHARED_SUBMIT = "cancel-shared-submit"
 
 
 class DeliveryHost(Protocol):
-    """What a delivery needs from the workflow that hosts it."""
+    """What a delivery needs from any workflow that hosts it."""
 
     async def project(self, projection: ItemProjection) -> None:
         """Write the projection to the read model (idempotent by item and event seq)."""
@@ -112,6 +114,11 @@ class DeliveryHost(Protocol):
 
     def release(self) -> None:
         """A submit or poll let through by `gate` has been answered."""
+
+
+class SharedActivityHost(Protocol):
+    """A host that runs its deliveries' submits and polls in activities shared between them
+    (bulk shards and lanes); a delivery without one runs each in an activity of its own."""
 
     def submit_batched(self) -> bool:
         """Whether submits go through `submit` (shared activities) rather than one activity
@@ -188,11 +195,20 @@ class _SharedFailed(Exception):
 class Delivery:
     """Delivers one outbox item: submit, poll the operation on durable timers, retry, report."""
 
-    def __init__(self, item_id: str, item: OutboxItemInput, host: DeliveryHost) -> None:
+    def __init__(
+        self,
+        item_id: str,
+        item: OutboxItemInput,
+        host: DeliveryHost,
+        *,
+        sharing: SharedActivityHost | None = None,
+    ) -> None:
         self.item_id = item_id
         self.item = item
         self.state = item.state or OutboxItemState()
         self._host = host
+        # Where its submits and polls may share activities with other items' (None: never).
+        self._sharing = sharing
         self._early_reports: list[DeliveryReport] = []
         self._reports_closed = False
         # A submit or poll that will project its own transition is out: a report waits for it,
@@ -203,7 +219,8 @@ class Delivery:
         self.activity_out = False
         # A queued item's submit while it is scheduled: a cancel withdraws it (`_execute`).
         self._submit_out: asyncio.Task[Any] | None = None
-        # The same while it waits to go in an activity shared with others (`DeliveryHost.submit`).
+        # The same while it waits to go in an activity shared with others
+        # (`SharedActivityHost.submit`).
         self._shared_submit: SubmitRequest | None = None
         # Set by a lane for the item's first submit: the run of items it goes in, in order.
         self.sequence: str | None = None
@@ -308,8 +325,13 @@ class Delivery:
         if out is not None and not out.done() and workflow.patched(_CANCEL_WAITING_SUBMIT):
             out.cancel()
         shared = self._shared_submit
-        if shared is not None and workflow.patched(_CANCEL_SHARED_SUBMIT):
-            self._host.withdraw_submit(shared, _SubmitWithdrawn())
+        # Only a submit given to the host's shared activities is ever set aside.
+        if (
+            shared is not None
+            and self._sharing is not None
+            and workflow.patched(_CANCEL_SHARED_SUBMIT)
+        ):
+            self._sharing.withdraw_submit(shared, _SubmitWithdrawn())
 
     async def delivery_report(self, report: DeliveryReport) -> None:
         """Record the provider's report on one recipient; a repeat or an older report changes
@@ -384,11 +406,12 @@ class Delivery:
             seq_before = state.last_event_seq
             result: SubmitResult
             try:
-                if self._host.submit_batched():
+                sharing = self._submits_shared()
+                if sharing is not None:
                     self._shared_submit = request
                     try:
                         result = await self._shared(
-                            request, self._host.submit(request, policy, self.item.priority)
+                            request, sharing.submit(request, policy, self.item.priority)
                         )
                     finally:
                         self._shared_submit = None
@@ -448,9 +471,19 @@ class Delivery:
         """When the submit activity polls the operation itself (`poll_in_submit`): one
         activity per item rather than two."""
         policy = self.item.policy
-        if not policy.poll_in_submit or self._host.submit_batched():
+        if not policy.poll_in_submit or self._submits_shared() is not None:
             return None
         return policy.poll_interval_s
+
+    def _submits_shared(self) -> SharedActivityHost | None:
+        """The host whose shared activities take this item's submits; None: its own."""
+        sharing = self._sharing
+        return sharing if sharing is not None and sharing.submit_batched() else None
+
+    def _polls_shared(self) -> SharedActivityHost | None:
+        """The host whose shared activities take this item's polls; None: its own."""
+        sharing = self._sharing
+        return sharing if sharing is not None and sharing.poll_batched() else None
 
     async def _execute(
         self,
@@ -701,9 +734,10 @@ class Delivery:
         seq_before = state.last_event_seq
         result: PollResult
         try:
-            if self._host.poll_batched():
+            sharing = self._polls_shared()
+            if sharing is not None:
                 result = await self._shared(
-                    request, self._host.poll(request, policy, self.item.priority)
+                    request, sharing.poll(request, policy, self.item.priority)
                 )
             else:
                 result = await self._execute(

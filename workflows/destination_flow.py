@@ -151,7 +151,7 @@ class DestinationFlowWorkflow:
 
     def _notify(self) -> None:
         """Send each new event an operator is told of to `events_destination`, in the
-        background (`service/flow_events.py`)."""
+        background (`activities/flow_events.py`)."""
         state = self._state
         new = state.since(self._notified)
         self._notified = state.events_recorded

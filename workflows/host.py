@@ -577,7 +577,7 @@ class DeliveryHostWorkflow:
         resumed = item.state is not None and item.state.status is not ItemStatus.QUEUED
         if item.ordering_key is not None and not resumed:
             return self._append(item_id, item, lane_policy, capped)
-        delivery = Delivery(item_id, item, self)
+        delivery = Delivery(item_id, item, self, sharing=self)
         self._deliveries[item_id] = delivery
         self._running[item_id] = asyncio.create_task(self._deliver(delivery))
         return AppendOutcome.QUEUED
@@ -669,6 +669,11 @@ class DeliveryHostWorkflow:
         self._finished += 1
 
     # -- LaneHost --------------------------------------------------------------------------------
+
+    def run_length(self, destination: str) -> int:
+        """How many of a lane's items may go in one submit activity, one after another: a
+        shard's `submit_batch`, whatever the destination (a shard holds one)."""
+        return self._submits.size
 
     def lane_changed(self, lane: Lane) -> None:
         self._lanes_changed[lane.id] = lane
@@ -814,16 +819,24 @@ class DeliveryHostWorkflow:
         heapq.heappush(self._waiting, (rank(priority), self._turns, turn))
         return turn
 
+    def release(self) -> None:
+        self._out -= 1
+        while self._waiting:
+            _, _, turn = heapq.heappop(self._waiting)
+            if not turn.done():
+                turn.set_result(None)
+                break
+
+    async def checkpoint(self, delivery: Delivery) -> None:
+        """The host continues as new as a whole (see the module docstring)."""
+
+    # -- SharedActivityHost ----------------------------------------------------------------------
+
     def submit_batched(self) -> bool:
         return self._submits.size > 1
 
     def withdraw_submit(self, request: SubmitRequest, error: Exception) -> bool:
         return self._submits.withdraw(request, error)
-
-    def run_length(self, destination: str) -> int:
-        """How many of a lane's items may go in one submit activity, one after another: a
-        shard's `submit_batch`, whatever the destination (a shard holds one)."""
-        return self._submits.size
 
     async def submit(
         self, request: SubmitRequest, policy: DeliveryPolicy, priority: int | None = None
@@ -839,17 +852,6 @@ class DeliveryHostWorkflow:
     ) -> PollOutcome:
         """Join the polls asked for in this step; one activity per `poll_batch` of them."""
         return await self._polls.ask(request, policy, priority)
-
-    def release(self) -> None:
-        self._out -= 1
-        while self._waiting:
-            _, _, turn = heapq.heappop(self._waiting)
-            if not turn.done():
-                turn.set_result(None)
-                break
-
-    async def checkpoint(self, delivery: Delivery) -> None:
-        """The host continues as new as a whole (see the module docstring)."""
 
     # -- the shared timer and continue-as-new ----------------------------------------------------
 

@@ -60,14 +60,21 @@ with workflow.unsafe.imports_passed_through():
         entry_size,
     )
 
-    from workflows.delivery import Delivery, DeliveryFailed, DeliveryHost, NotAttempted
+    from workflows.delivery import (
+        Delivery,
+        DeliveryFailed,
+        DeliveryHost,
+        NotAttempted,
+        SharedActivityHost,
+    )
 
 # A busy lane's read-model row is written at least this often (and at each change of status).
 PROJECT_EVERY = timedelta(seconds=1)
 
 
-class LaneHost(DeliveryHost, Protocol):
-    """What a lane needs from the workflow that holds it, beyond hosting deliveries."""
+class LaneHost(DeliveryHost, SharedActivityHost, Protocol):
+    """What a lane needs from the workflow that holds it, beyond hosting deliveries and sharing
+    their activities (a run of its items goes in one submit activity)."""
 
     def lane_changed(self, lane: Lane) -> None:
         """The lane's view changed: project it soon (and show it, where the host does)."""
@@ -193,7 +200,10 @@ class Lane:
         deliveries = []
         for entry in run:
             delivery = Delivery(
-                item_workflow_id(state.outbox, entry.key), self._item_input(entry), self._host
+                item_workflow_id(state.outbox, entry.key),
+                self._item_input(entry),
+                self._host,
+                sharing=self._host,
             )
             delivery.sequence = sequence
             deliveries.append(delivery)

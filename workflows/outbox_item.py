@@ -5,9 +5,10 @@ this workflow's state, `setAlarm(now + 10s)` is a durable timer, and the alarm's
 rate limit is the rate the Temporal server enforces on the destination's submit and poll task
 queues.
 
-The state machine itself is `workflows.delivery.Delivery`; this workflow hosts one, with its own
-history, search attributes, current details and continue-as-new, and answers the item's query,
-update and signals.
+The state machine itself is `workflows.delivery.Delivery`; this workflow hosts one (a
+`DeliveryHost`: its submits and polls are activities of its own, shared with no other item), with
+its own history, search attributes, current details and continue-as-new, and answers the item's
+query, update and signals.
 """
 
 from __future__ import annotations
@@ -29,16 +30,11 @@ with workflow.unsafe.imports_passed_through():
         STATUS_QUERY,
         WORKFLOW_TYPE,
         CancelRequest,
-        DeliveryPolicy,
         DeliveryReport,
         ItemProjection,
         ItemStatus,
         OutboxItemInput,
         OutboxItemView,
-        PollOutcome,
-        PollRequest,
-        SubmitOutcome,
-        SubmitRequest,
     )
 
     from activities.projection import ProjectionActivities
@@ -131,28 +127,6 @@ class OutboxItemWorkflow:
 
     def release(self) -> None:
         """No slots to give back."""
-
-    def submit_batched(self) -> bool:
-        """An item's submits are its own activities."""
-        return False
-
-    def withdraw_submit(self, request: SubmitRequest, error: Exception) -> bool:
-        """An item's submits are its own activities (`Delivery._withdraw_submit` cancels one)."""
-        return False
-
-    async def submit(
-        self, request: SubmitRequest, policy: DeliveryPolicy, priority: int | None = None
-    ) -> SubmitOutcome:
-        raise NotImplementedError("an item workflow's submits are its own activities")
-
-    def poll_batched(self) -> bool:
-        """An item's polls are its own activities."""
-        return False
-
-    async def poll(
-        self, request: PollRequest, policy: DeliveryPolicy, priority: int | None = None
-    ) -> PollOutcome:
-        raise NotImplementedError("an item workflow's polls are its own activities")
 
     async def checkpoint(self, delivery: Delivery) -> None:
         """Continue as new when the history has grown long (an operation polled for hours)."""

@@ -20,7 +20,7 @@ with workflow.unsafe.imports_passed_through():
         PurgePageRequest,
     )
 
-    from service.items import PurgeActivities
+    from activities.purge import PurgeActivities
     from workflows.redrive_batch import PAGES_PER_RUN, run_page
 
 

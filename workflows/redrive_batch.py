@@ -29,8 +29,10 @@ with workflow.unsafe.imports_passed_through():
         RedrivePageRequest,
     )
 
-    from service.dead_letters import MAX_REPORTED_ERRORS, DeadLetterActivities
+    from activities.redrive import RedriveActivities
 
+# Keys a batch names in its progress as not redriven (with why); the counts cover the rest.
+MAX_REPORTED_ERRORS = 20
 # Temporal or the read model briefly unreachable: retried with backoff for a few minutes. A page
 # that still fails (a filter the read model cannot run, say) will not pass by retrying more: the
 # batch ends failed, with the reason, rather than running for ever.
@@ -110,7 +112,7 @@ class RedriveBatchWorkflow:
             progress.failed_before = workflow.now()
         for _ in range(PAGES_PER_RUN):
             page = await run_page(
-                DeadLetterActivities.redrive_page,
+                RedriveActivities.redrive_page,
                 RedrivePageRequest(
                     outbox=progress.outbox,
                     filter=progress.filter,

@@ -25,7 +25,7 @@ with workflow.unsafe.imports_passed_through():
         ScheduledBatchInput,
     )
 
-    from service.schedules import ScheduleActivities
+    from activities.schedules import ScheduleActivities
     from workflows.redrive_batch import run_page
 
 # Temporal being briefly unreachable or an ordering lane being full are worth retrying for a

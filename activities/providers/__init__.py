@@ -1,27 +1,23 @@
-"""Provider registry: a provider kind names its settings model and its class.
+"""Provider registry: a provider kind names the class that delivers to it.
 
-`load_destinations` is how a process reads the destinations file: it checks every destination's
-provider settings against this registry, so a bad key or URL stops start-up with a clear message.
+Each kind's settings model lives in `configuration/providers.py`, which checks a destinations file
+without importing this package; a test keeps the two registries listing the same kinds.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Generic, TypeVar
 
 import httpx
-from durable_outbox_temporal.destinations import (
-    Destination,
-    DestinationConfigError,
-    DestinationRegistry,
-)
+from durable_outbox_temporal.destinations import Destination, DestinationConfigError
 from pydantic import BaseModel
 
-from activities.providers.acs_email import AcsEmailProvider, AcsEmailSettings
+from activities.providers.acs_email import AcsEmailProvider
 from activities.providers.base import Provider
-from activities.providers.webhook import WebhookProvider, WebhookSettings
+from activities.providers.webhook import WebhookProvider
+from configuration.providers import AcsEmailSettings, WebhookSettings
 
 SettingsT = TypeVar("SettingsT", bound=BaseModel)
 
@@ -41,15 +37,6 @@ PROVIDERS: dict[str, ProviderKind[Any]] = {
     AcsEmailProvider.kind: ProviderKind(AcsEmailSettings, AcsEmailProvider),
     WebhookProvider.kind: ProviderKind(WebhookSettings, WebhookProvider),
 }
-
-PROVIDER_SETTINGS: Mapping[str, type[BaseModel]] = {
-    kind: provider.settings_model for kind, provider in PROVIDERS.items()
-}
-
-
-def load_destinations(path: Path, environ: Mapping[str, str] | None = None) -> DestinationRegistry:
-    """The destinations in `path`, each one's provider settings checked; raises on any error."""
-    return DestinationRegistry.from_file(path, environ, provider_settings=PROVIDER_SETTINGS)
 
 
 def build_provider(destination: Destination, http_client: httpx.AsyncClient) -> Provider:

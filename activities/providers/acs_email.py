@@ -22,12 +22,8 @@ from durable_outbox_temporal.contract.item import (
     SubmitRequest,
     SubmitResult,
 )
-from pydantic import Field
 
 from activities.providers.base import (
-    Base64Key,
-    HttpProviderSettings,
-    HttpUrlText,
     PermanentProviderError,
     check_retry_after,
     parse_retry_after,
@@ -35,6 +31,7 @@ from activities.providers.base import (
     raise_for_status,
     send,
 )
+from configuration.providers import AcsEmailSettings
 
 API_VERSION = "2023-03-31"
 _STATUSES = {status.value: status for status in OperationStatus}
@@ -54,19 +51,6 @@ def sign_request(request: httpx.Request, access_key: str) -> None:
     request.headers["x-ms-content-sha256"] = content_hash
     request.headers["Authorization"] = (
         f"HMAC-SHA256 SignedHeaders=x-ms-date;host;x-ms-content-sha256&Signature={signature}"
-    )
-
-
-class AcsEmailSettings(HttpProviderSettings):
-    """An acs-email destination's `settings`: the resource endpoint and its access key."""
-
-    endpoint: HttpUrlText = Field(
-        description="The ACS resource's endpoint, an http(s) URL; sends go to"
-        " `{endpoint}/emails:send`."
-    )
-    access_key: Base64Key = Field(
-        description="The resource's access key (base64), with which every request is signed"
-        " (HMAC-SHA256)."
     )
 
 

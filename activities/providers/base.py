@@ -1,4 +1,4 @@
-"""The provider protocol: a new provider is one module with a settings model and one class.
+"""The provider protocol: a new provider is one class here, its settings model in configuration.
 
 Providers classify every outcome. A failure the next attempt may fix (timeout, connection error,
 408/429/5xx) raises `TransientProviderError`, carrying the provider's `Retry-After` if it sent
@@ -7,15 +7,12 @@ one; anything else (other 4xx, a rejected payload) raises `PermanentProviderErro
 
 from __future__ import annotations
 
-import base64
-import binascii
 import email.utils
 import math
 import re
 import time
 from datetime import UTC, datetime
-from typing import Annotated, ClassVar, Protocol
-from urllib.parse import urlsplit
+from typing import ClassVar, Protocol
 
 import httpx
 from durable_outbox_temporal.contract.item import (
@@ -24,8 +21,8 @@ from durable_outbox_temporal.contract.item import (
     SubmitRequest,
     SubmitResult,
 )
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
+from configuration.providers import DEFAULT_MAX_RETRY_AFTER_S
 from readmodel import attempts
 
 
@@ -94,62 +91,6 @@ async def probe_url(client: httpx.AsyncClient, url: str, limits: httpx.Timeout, 
             retry_after_s=parse_retry_after(response.headers.get("Retry-After")),
         )
     return f"HTTP {response.status_code}"
-
-
-def check_http_url(url: str) -> str:
-    """`url` if it is an absolute http(s) URL; raises ValueError otherwise."""
-    parts = urlsplit(url)
-    if parts.scheme not in ("http", "https") or not parts.netloc:
-        raise ValueError("must be an http:// or https:// URL")
-    return url
-
-
-def check_base64_key(key: str) -> str:
-    """`key` if it is non-empty base64; raises ValueError otherwise."""
-    try:
-        decoded = base64.b64decode(key, validate=True)
-    except binascii.Error:
-        decoded = b""
-    if not decoded:
-        raise ValueError("must be base64")
-    return key
-
-
-HttpUrlText = Annotated[str, AfterValidator(check_http_url)]
-Base64Key = Annotated[str, AfterValidator(check_base64_key)]
-
-# A provider's `Retry-After` up to `max_retry_after_s` is waited exactly; a longer one fails the
-# item (a wait of days is a refusal, and one of years would overflow the timer's date).
-DEFAULT_MAX_RETRY_AFTER_S = 3600.0
-RETRY_AFTER_LIMIT_S = 30 * 24 * 3600.0
-
-
-class HttpProviderSettings(BaseModel):
-    """Settings every HTTP provider takes; a provider's own model adds its fields."""
-
-    # A misspelt setting is an error at load time rather than silently ignored.
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    timeout_s: float = Field(
-        default=10.0,
-        gt=0,
-        description="Timeout of each HTTP request to the provider, in seconds, for each of its"
-        " phases (connect, write, read, pool); the destination's `submit_timeout_s` and"
-        " `poll_timeout_s` bound the whole activity.",
-    )
-    headers: dict[str, str] = Field(
-        default_factory=dict,
-        description="Extra HTTP headers sent with every request to the provider; the headers the"
-        " provider sets itself (content type, idempotency key, signature) take precedence.",
-    )
-    max_retry_after_s: float = Field(
-        default=DEFAULT_MAX_RETRY_AFTER_S,
-        gt=0,
-        le=RETRY_AFTER_LIMIT_S,
-        description="The longest `Retry-After` the provider may ask for, in seconds (30 days at"
-        " most): one up to it is waited exactly, never undercut; a longer one fails the item"
-        " with an error that says so.",
-    )
 
 
 TRANSIENT_STATUS_CODES = frozenset({408, 425, 429, 500, 502, 503, 504})

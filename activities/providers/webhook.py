@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import time
 from datetime import UTC, datetime
-from typing import Annotated, ClassVar
+from typing import ClassVar
 from urllib.parse import urlsplit, urlunsplit
 
 import httpx
@@ -25,63 +25,16 @@ from durable_outbox_temporal.contract.item import (
     SubmitRequest,
     SubmitResult,
 )
-from pydantic import AfterValidator, AwareDatetime, Field, model_validator
 from standardwebhooks import Webhook
 
 from activities.providers.base import (
     EndpointGoneError,
-    HttpProviderSettings,
-    HttpUrlText,
     PermanentProviderError,
-    check_base64_key,
     probe_url,
     raise_for_status,
     send,
 )
-
-
-def check_webhook_secret(secret: str) -> str:
-    """`secret` if it is base64 after an optional `whsec_` prefix; raises ValueError otherwise."""
-    try:
-        check_base64_key(secret.removeprefix("whsec_"))
-    except ValueError:
-        raise ValueError("must be 'whsec_' + base64") from None
-    return secret
-
-
-WebhookSecret = Annotated[str, AfterValidator(check_webhook_secret)]
-
-
-class WebhookSettings(HttpProviderSettings):
-    """A webhook destination's `settings`: the receiver's URL and the shared signing secret."""
-
-    url: HttpUrlText = Field(
-        description="The receiver's http(s) URL; each item's payload is POSTed to it as JSON."
-    )
-    secret: WebhookSecret = Field(
-        description="The Standard Webhooks signing secret, base64 with an optional `whsec_`"
-        " prefix; every request carries a `webhook-signature` made with it."
-    )
-    previous_secret: WebhookSecret | None = Field(
-        default=None,
-        description="While rotating: the secret `secret` replaces. Until"
-        " `previous_secret_until`, every request is signed with both, so receivers verifying"
-        " with either accept it.",
-    )
-    previous_secret_until: AwareDatetime | None = Field(
-        default=None,
-        description="End of the rotation's grace window, an ISO 8601 time with its offset"
-        " (`2026-12-01T12:00:00Z`); from then on only `secret` signs. Required with"
-        " `previous_secret`.",
-    )
-
-    @model_validator(mode="after")
-    def _grace_window_is_complete(self) -> WebhookSettings:
-        if (self.previous_secret is None) != (self.previous_secret_until is None):
-            raise ValueError("previous_secret and previous_secret_until go together")
-        if self.previous_secret is not None and self.previous_secret == self.secret:
-            raise ValueError("previous_secret is the same as secret")
-        return self
+from configuration.providers import WebhookSettings
 
 
 class WebhookProvider:

@@ -29,7 +29,6 @@ from durable_outbox_temporal.contract.aggregate import (
 from fastapi import APIRouter, Body, Header, Query
 from pydantic import BaseModel, ValidationError
 
-from aggregates import REGISTRY
 from api.deps import AggregateServiceDep, Caller, CallerDep
 from api.errors import ApiProblem, validation_problem
 from api.schemas import MAX_SQL_INTEGER, SendableJson, problem_responses
@@ -69,8 +68,8 @@ class AggregateType(BaseModel):
 
 
 @router.get("", response_model=list[AggregateType], summary="Registered aggregate types")
-async def aggregate_types() -> list[AggregateType]:
-    """Every type the registry knows, with what each command takes."""
+async def aggregate_types(aggregates: AggregateServiceDep) -> list[AggregateType]:
+    """Every type registered (`AGGREGATE_TYPES`), with what each command takes."""
     return [
         AggregateType(
             type=name,
@@ -79,7 +78,7 @@ async def aggregate_types() -> list[AggregateType]:
             },
             events=[event.__name__ for event in definition.events],
         )
-        for name, definition in sorted(REGISTRY.items())
+        for name, definition in sorted(aggregates.client.definitions.items())
     ]
 
 

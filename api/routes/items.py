@@ -23,7 +23,12 @@ from durable_outbox_temporal import (
     ItemFailedUseRedrive,
     validate_outbox,
 )
-from durable_outbox_temporal.contract.item import CancelRequest, DeliveryOutcome, ItemStatus
+from durable_outbox_temporal.contract.item import (
+    CancelRequest,
+    DeliveryOutcome,
+    ItemStatus,
+    NewItem,
+)
 from durable_outbox_temporal.contract.limits import MAX_DESTINATION_LENGTH, MAX_KEY_LENGTH
 from durable_outbox_temporal.contract.purge import MAX_REPORTED_KEYS
 from fastapi import APIRouter, Body, Header, Path, Query, Response, status
@@ -64,7 +69,6 @@ from service.items import (
     Enqueued,
     ItemService,
     ItemSnapshot,
-    NewItem,
     PurgeBatch,
     PurgeBatchNotFound,
 )
@@ -106,7 +110,7 @@ async def enqueue_item(
     """202 and `Location` for a new item; 200 with the existing item for a repeated key."""
     key = _header_text(idempotency_key) if idempotency_key is not None else str(uuid.uuid4())
     try:
-        enqueued = await items.enqueue(outbox, _new_item(body, key))
+        enqueued = await items.enqueue(outbox, body.new_item(key, datetime.now(UTC)))
     except Exception as err:
         problem = _enqueue_problem(err, outbox, key)
         _count_failed_enqueue(metrics, items, outbox, body.destination, problem)
@@ -135,7 +139,8 @@ async def enqueue_batch(
             invalid = validation_problem(err.errors(), ("body", "items", index))
             results[index] = BatchResult(index=index, status=422, problem=_problem(invalid))
             continue
-        valid.append((index, item, _new_item(item, item.idempotency_key or str(uuid.uuid4()))))
+        key = item.idempotency_key or str(uuid.uuid4())
+        valid.append((index, item, item.new_item(key, datetime.now(UTC))))
     outcomes = await items.enqueue_many(outbox, [new for _, _, new in valid])
     for (index, item, new), outcome in zip(valid, outcomes, strict=True):
         if isinstance(outcome, Exception):
@@ -369,23 +374,6 @@ async def cancel_item(
 async def redrive_item(outbox: str, key: str, items: ItemServiceDep) -> EnqueueResponse:
     """Fresh attempts under the same id, with the destination's current policy."""
     return _enqueue_response(await items.redrive(outbox, key), ItemStatus.QUEUED)
-
-
-def _new_item(body: EnqueueRequest, key: str) -> NewItem:
-    return NewItem(
-        destination=body.destination,
-        payload=body.payload,
-        key=key,
-        ordering_key=body.ordering_key,
-        not_before=body.due_time(datetime.now(UTC)),
-        max_attempts=body.max_attempts,
-        priority=body.priority,
-        concurrency_key=body.concurrency_key,
-        debounce_key=body.debounce_key,
-        debounce_s=body.debounce_s,
-        debounce_mode=body.debounce_mode,
-        max_wait_s=body.max_wait_s,
-    )
 
 
 def _item_response(snapshot: ItemSnapshot) -> ItemResponse:

@@ -1,8 +1,2 @@
-"""The registered async projectors, by name: a new one is a module here and one line below."""
-
-from readmodel.projectors.base import AsyncProjector
-from readmodel.projectors.labour_history import LABOUR_HISTORY_PROJECTOR
-
-PROJECTORS: dict[str, AsyncProjector] = {
-    projector.name: projector for projector in (LABOUR_HISTORY_PROJECTOR,)
-}
+"""Async projectors: cross-aggregate read models (`base.py`). Each comes with the aggregate type
+whose events it reads (`service.aggregate_types.AggregateType`), registered by configuration."""

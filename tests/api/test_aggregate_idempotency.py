@@ -18,6 +18,7 @@ from durable_outbox_temporal.contract.aggregate import (
 
 from tests.api.conftest import Api
 from tests.api.test_items import assert_problem
+from tests.conftest import SEED_TYPES
 from worker import default_operations_task_queue
 
 
@@ -58,6 +59,7 @@ async def test_a_reused_id_of_a_signalled_command_lands_in_the_rejected_log(api:
     aggregates = AggregateClient(
         api.stack.client,
         api.stack.task_queue,
+        definitions=SEED_TYPES.definitions,
         operations_task_queue=default_operations_task_queue(api.stack.task_queue),
     )
 
@@ -77,7 +79,9 @@ async def test_a_reused_id_of_a_signalled_command_lands_in_the_rejected_log(api:
 async def test_fields_the_sender_generates_afresh_do_not_count(api: Api) -> None:
     # As the effect executor sends an issued command's generated tokens: a new value each try.
     lock = f"lock-{uuid.uuid4().hex[:6]}"
-    aggregates = AggregateClient(api.stack.client, api.stack.task_queue)
+    aggregates = AggregateClient(
+        api.stack.client, api.stack.task_queue, definitions=SEED_TYPES.definitions
+    )
 
     async def acquire(holder: str, ttl_s: int) -> CommandResult:
         return await aggregates.command(

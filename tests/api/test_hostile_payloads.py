@@ -18,9 +18,10 @@ from durable_outbox_temporal import InvalidRequest
 from durable_outbox_temporal.contract.item import SubmitRequest
 from durable_outbox_temporal.validation import validate_new_item
 
-from activities.providers.acs_email import AcsEmailProvider, AcsEmailSettings
+from activities.providers.acs_email import AcsEmailProvider
 from activities.providers.base import PermanentProviderError
-from activities.providers.webhook import WebhookProvider, WebhookSettings
+from activities.providers.webhook import WebhookProvider
+from configuration.providers import AcsEmailSettings, WebhookSettings
 from tests.api.conftest import Api, api_settings, open_api
 from tests.api.test_items import assert_problem
 from tests.conftest import WEBHOOK_SECRET, unique_name, webhook_destination

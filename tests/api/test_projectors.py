@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from readmodel.projectors import PROJECTORS
+from examples.labour.projectors import LABOUR_HISTORY_PROJECTOR
 from readmodel.projectors import base as projectors
 from tests.api.conftest import Api
 from tests.api.test_items import assert_problem
@@ -15,7 +15,7 @@ async def test_projectors_through_the_api(api: Api) -> None:
     a_labour(engine, "lab-2", "m2")
 
     before = (await http.get("/v1/projectors")).json()
-    projectors.project_batch(engine, PROJECTORS["labour_history"])  # what its runner does
+    projectors.project_batch(engine, LABOUR_HISTORY_PROJECTOR)  # what its runner does
     status = (await http.get("/v1/projectors/labour_history")).json()
     rows = (await http.get("/v1/projectors/labour_history/rows", params={"mother": "m1"})).json()
     rebuilt = await http.post("/v1/projectors/labour_history/rebuild")

@@ -1,6 +1,7 @@
 """Purge as a batch on the dev server (a purge lists items through visibility): `items:purge`
 answers 202 at once with the batch, its status URL shows the progress and the end; a batch
-whose pages cannot run ends failed with the reason; pages go in key order after a cursor."""
+whose pages cannot run ends failed with the reason (a page's own rules:
+`tests/activities/test_purge.py`)."""
 
 from __future__ import annotations
 
@@ -9,16 +10,13 @@ import uuid
 from typing import Any
 
 import httpx
-from durable_outbox_temporal.contract.ids import item_workflow_id
 from durable_outbox_temporal.contract.purge import (
     PURGE_BATCH_WORKFLOW_TYPE,
     PurgeBatchInput,
     PurgeBatchProgress,
-    PurgePageRequest,
     purge_batch_workflow_id,
 )
 
-from service.items import ItemService
 from tests.api.conftest import Api
 from tests.api.test_items import assert_problem
 from tests.workflows.test_lane import wait_for
@@ -130,28 +128,3 @@ async def test_a_batch_whose_pages_cannot_run_ends_failed_with_the_reason(
     assert end["failure"] == (
         "page 1 failed after its retries: UnknownDestination: unknown destination 'removed-since'"
     )
-
-
-async def test_purge_pages_go_in_key_order_after_the_cursor(api_factory: Any, dev_env: Any) -> None:
-    api: Api = await api_factory(env=dev_env)
-    items = ItemService(api.stack.outbox, api.stack.engine)
-    outbox = f"pages-{uuid.uuid4().hex[:8]}"
-    keys = [f"k{n}" for n in range(5)]
-    for key in reversed(keys):
-        await enqueue_later(api, outbox, key)
-    await listed(api, outbox, 5)
-
-    pages = []
-    cursor = None
-    while True:
-        page = await items.purge_page(PurgePageRequest(outbox, None, "paged", cursor, limit=2))
-        pages.append(page.cancelled)
-        if page.next_cursor is None:
-            break
-        cursor = page.next_cursor
-
-    assert pages == [["k0", "k1"], ["k2", "k3"], ["k4"]]
-    for key in keys:
-        view = await api.stack.outbox.status(outbox, key)
-        assert view.status == "cancelled"
-        assert item_workflow_id(outbox, key) == view.id

@@ -7,7 +7,6 @@ from pathlib import Path
 
 import pytest
 
-from activities.providers import load_destinations
 from bench.chaos_analysis import SubmitAnswer
 from bench.lane_scale import (
     DESTINATION,
@@ -19,6 +18,7 @@ from bench.lane_scale import (
     history_events,
     judge_arrivals,
 )
+from configuration.destinations import load_destinations
 
 T0 = 1_800_000_000.0
 

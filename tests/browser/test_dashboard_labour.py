@@ -10,7 +10,7 @@ from typing import Any
 import httpx
 from playwright.async_api import Browser, Page, expect
 
-from aggregates.labour import EMAIL_DESTINATION, NOTIFICATIONS_OUTBOX
+from examples.labour.domainmodel import EMAIL_DESTINATION, NOTIFICATIONS_OUTBOX
 from tests.browser.conftest import ARTIFACTS
 from tests.conftest import email_destination
 

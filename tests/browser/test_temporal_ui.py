@@ -9,7 +9,7 @@ from durable_outbox_temporal.aggregates import AggregateClient
 from playwright.async_api import Browser, expect
 
 from tests.browser.conftest import ARTIFACTS
-from tests.conftest import DEV_UI_PORT, webhook_destination
+from tests.conftest import DEV_UI_PORT, SEED_TYPES, webhook_destination
 from worker import default_operations_task_queue
 
 
@@ -42,7 +42,7 @@ async def test_web_ui_finds_an_aggregate_and_shows_its_state(
     dev_env, stack_factory, browser: Browser
 ) -> None:
     stack = await stack_factory(env=dev_env)
-    aggregates = AggregateClient(stack.client, stack.task_queue)
+    aggregates = AggregateClient(stack.client, stack.task_queue, definitions=SEED_TYPES.definitions)
     flight = f"UI{uuid.uuid4().hex[:6]}"
     await aggregates.command("flight", flight, "open", {"seats": ["1A", "1B"]})
     await aggregates.send(
@@ -79,6 +79,7 @@ async def test_web_ui_shows_a_labours_effect_ledger(
     aggregates = AggregateClient(
         stack.client,
         stack.task_queue,
+        definitions=SEED_TYPES.definitions,
         operations_task_queue=default_operations_task_queue(stack.task_queue),
     )
     labour = f"UI{uuid.uuid4().hex[:6]}"

@@ -10,7 +10,7 @@ import signal
 
 from durable_outbox_temporal import OutboxClient, connect
 
-from activities.providers import load_destinations
+from configuration.destinations import load_destinations
 from configuration.settings import get_settings
 from readmodel.db import make_engine
 from service.relay import Relay

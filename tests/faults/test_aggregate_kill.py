@@ -13,7 +13,7 @@ from durable_outbox_temporal.contract.aggregate import CommandResult
 
 from readmodel import aggregates as event_store
 from readmodel.db import make_engine
-from tests.conftest import unique_name, webhook_destination
+from tests.conftest import SEED_TYPES, unique_name, webhook_destination
 from tests.faults.test_faults import start_worker, worker_env, write_config
 
 CALLERS = 300
@@ -26,7 +26,7 @@ async def test_worker_killed_mid_burst_loses_and_doubles_no_command(
     write_config(config, webhook_destination(fake_provider))
     task_queue = unique_name("workflows")
     env = worker_env(dev_env, tmp_path, config, task_queue)
-    client = AggregateClient(dev_env.client, task_queue)
+    client = AggregateClient(dev_env.client, task_queue, definitions=SEED_TYPES.definitions)
     flight = unique_name("BA")
     seats = [f"{row}{letter}" for row in range(1, 51) for letter in "ABCDEF"][:CALLERS]
     log = tmp_path / "worker.log"

@@ -15,11 +15,11 @@ from durable_outbox_temporal.aggregates import AggregateClient
 from durable_outbox_temporal.contract.ids import item_workflow_id, provider_idempotency_key
 from temporalio.service import RPCError
 
-from aggregates.labour import EMAIL_DESTINATION, NOTIFICATIONS_OUTBOX
 from configuration.settings import PROJECT_ROOT
+from examples.labour.domainmodel import EMAIL_DESTINATION, NOTIFICATIONS_OUTBOX
 from readmodel import store
 from readmodel.db import make_engine
-from tests.conftest import email_destination, unique_name
+from tests.conftest import SEED_TYPES, email_destination, unique_name
 from tests.faults.test_faults import start_worker, worker_env, write_config
 
 
@@ -46,7 +46,10 @@ async def test_worker_killed_between_an_effect_and_its_ledger_enqueues_once(
         "OPERATIONS_TASK_QUEUE": f"{task_queue}-operations",
     }
     client = AggregateClient(
-        dev_env.client, task_queue, operations_task_queue=env["OPERATIONS_TASK_QUEUE"]
+        dev_env.client,
+        task_queue,
+        definitions=SEED_TYPES.definitions,
+        operations_task_queue=env["OPERATIONS_TASK_QUEUE"],
     )
     labour = unique_name("labour")
     log = tmp_path / "worker.log"

@@ -8,8 +8,7 @@ import time
 import pytest
 from durable_outbox_temporal.destinations import Destination
 
-from flowcontrol.pacing import PacedQueue, RequestPacer
-from worker import paced_queues
+from flowcontrol.pacing import PacedQueue, RequestPacer, paced_queues
 
 
 class FakeClock:

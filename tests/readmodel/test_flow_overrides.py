@@ -17,9 +17,8 @@ from durable_outbox_temporal.destinations import Destination, DestinationRegistr
 from pydantic import ValidationError
 from sqlalchemy import Engine, text
 
-from activities.flow_gate import FlowGate, Held
 from flowcontrol.breaker import BreakerGate, BreakerQueue
-from flowcontrol.caps import FlowLimits
+from flowcontrol.caps import CapsGate, FlowLimits, Held
 from readmodel.db import create_schema, make_engine
 from readmodel.flow_overrides import FlowPolicies, read_overrides, write_overrides
 from readmodel.permits import return_permits, take_permits, take_requests
@@ -115,7 +114,7 @@ async def test_a_cap_set_at_run_time_holds_across_gates(engines: list[Engine]) -
     configured = {"hook": FlowPolicy()}
     limits = {"hook": FlowLimits("hook", request=timedelta(seconds=1))}
     gates = [
-        FlowGate(engine, limits, policies=FlowPolicies(engine, configured, refresh_s=0))
+        CapsGate(engine, limits, policies=FlowPolicies(engine, configured, refresh_s=0))
         for engine in engines
     ]
     # No cap configured: both gates let two requests out at once.

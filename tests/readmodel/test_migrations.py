@@ -29,8 +29,10 @@ from sqlalchemy import (
     text,
 )
 
+from examples.labour.projectors import LABOUR_HISTORY
 from readmodel.db import MIGRATIONS_DIR, alembic_config, create_schema, make_engine, schema_lock
 from readmodel.models import metadata
+from service.aggregate_types import load_aggregate_types
 
 EngineFactory = Callable[[str], Engine]
 
@@ -259,3 +261,45 @@ def test_payload_blobs_gain_their_owner_and_keep_their_rows(engine_factory: Engi
     assert "ix_payload_blobs_workflow" in {
         i["name"] for i in inspect(engine).get_indexes("payload_blobs")
     }
+
+
+def test_labour_history_keeps_its_rows_where_the_labour_type_is_registered(
+    engine_factory: EngineFactory,
+) -> None:
+    """0018: `labour_history` leaves the product's schema. A database from before it keeps the
+    table and its rows where labour is registered (its own branch adopts them); elsewhere the
+    table goes, and the product's schema is `readmodel.models.metadata` alone."""
+    labour = load_aggregate_types("examples.labour:LABOUR").migrations
+    registered, unregistered = engine_factory("registered"), engine_factory("unregistered")
+    for engine in (registered, unregistered):
+        with schema_lock(engine) as connection:
+            command.upgrade(alembic_config(connection), "0017")
+        with engine.begin() as connection:
+            connection.execute(
+                insert(LABOUR_HISTORY).values(
+                    labour_id="lab-1",
+                    mother="m1",
+                    mother_name="Ada",
+                    status="planned",
+                    contractions=2,
+                    updates=0,
+                    announcements=0,
+                    subscribers=["s1"],
+                    planned_at=AT,
+                    last_seq=3,
+                )
+            )
+
+    create_schema(registered, labour)
+    create_schema(unregistered)
+
+    assert sorted(versions(registered)) == [head_revision(), "labour_0001"]
+    with registered.connect() as connection:
+        rows = connection.execute(select(LABOUR_HISTORY.c.labour_id, LABOUR_HISTORY.c.subscribers))
+        assert [tuple(row) for row in rows] == [("lab-1", ["s1"])]
+    both = MetaData()
+    for table in (*metadata.tables.values(), LABOUR_HISTORY):
+        table.to_metadata(both)
+    assert differences(registered, both) == []
+    assert versions(unregistered) == [head_revision()]
+    assert differences(unregistered, metadata) == []

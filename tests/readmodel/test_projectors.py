@@ -12,17 +12,28 @@ import pytest
 from durable_outbox_temporal.contract.aggregate import RecordedEvent, StoreEvents
 from sqlalchemy import Connection, Engine, select, text
 
+from examples.labour.projectors import LABOUR_HISTORY, LABOUR_HISTORY_PROJECTOR
 from readmodel import aggregates as event_store
 from readmodel.aggregates import EVENT_STORE_LOCK_KEY
 from readmodel.db import create_schema
-from readmodel.models import LABOUR_HISTORY, PROJECTOR_CHECKPOINTS
-from readmodel.projectors import PROJECTORS
+from readmodel.models import PROJECTOR_CHECKPOINTS
 from readmodel.projectors import base as projectors
 from readmodel.projectors.base import FAULT_AFTER, AsyncProjector, StoredEvent
+from service.aggregate_types import load_aggregate_types
 from tests.readmodel.conftest import EngineFactory
 
 T0 = datetime(2026, 11, 24, 9, tzinfo=UTC)
-LABOUR = PROJECTORS["labour_history"]
+LABOUR = LABOUR_HISTORY_PROJECTOR
+# The labour example's table comes with its own migrations.
+MIGRATIONS = load_aggregate_types("examples.labour:LABOUR").migrations
+
+
+@pytest.fixture
+def engine(engine_factory: EngineFactory) -> Engine:
+    """A fresh read model with the labour example's table, on SQLite and on PostgreSQL."""
+    engine = engine_factory("readmodel")
+    create_schema(engine, MIGRATIONS)
+    return engine
 
 
 def store(engine: Engine, labour: str, *events: tuple[str, dict[str, Any]], first: int = 1) -> None:
@@ -103,7 +114,7 @@ def test_labour_history_per_mother(engine: Engine) -> None:
 
 def test_repeated_and_concurrent_batches_never_double_count(engine_factory: EngineFactory) -> None:
     engine = engine_factory("readmodel")
-    create_schema(engine)
+    create_schema(engine, MIGRATIONS)
     for n in range(20):
         a_labour(engine, f"lab-{n:02}", "m1")
     # Four "processes" (engines of their own) race through the same events in small batches.

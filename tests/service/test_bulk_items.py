@@ -1,20 +1,18 @@
 """Bulk mode through the item use cases: a batch goes to its shards in one signal each, and
-repeats, conflicts, cancel, redrive and purge behave as they do for item workflows."""
+repeats, conflicts and redrive behave as they do for item workflows (cancel and purge:
+`tests/activities/test_purge.py`)."""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
-
 import pytest
-from durable_outbox_temporal import CancelRequested, IdempotencyConflict
+from durable_outbox_temporal import IdempotencyConflict
 from durable_outbox_temporal.contract.bulk import shard_workflow_id
 from durable_outbox_temporal.contract.ids import item_workflow_id
-from durable_outbox_temporal.contract.item import ItemStatus
-from durable_outbox_temporal.contract.purge import PurgePageRequest
+from durable_outbox_temporal.contract.item import ItemStatus, NewItem
 from temporalio.api.enums.v1 import EventType
 
 from readmodel import store
-from service.items import Enqueued, ItemService, NewItem
+from service.items import Enqueued, ItemService
 from tests.conftest import email_destination, unique_name
 from tests.fakes import deliveries, script
 from tests.workflows.test_bulk import until_settled
@@ -48,35 +46,6 @@ async def test_a_batch_is_one_signal_per_shard_and_repeats_are_answered_by_the_r
         await service.enqueue("tests", NewItem(destination.name, {"other": 1}, keys[0]))
     for key in keys:
         assert await deliveries(fake_provider, item_workflow_id("tests", key)) == 1
-
-
-async def test_a_queued_bulk_item_is_cancelled_and_a_purge_cancels_the_rest(
-    dev_env, stack_factory, fake_provider
-) -> None:
-    # The dev server: a purge lists item workflows in visibility (and finds none here).
-    destination = email_destination(fake_provider, mode="bulk", shards=2)
-    stack = await stack_factory(destination, env=dev_env)
-    service = ItemService(stack.outbox, stack.engine)
-    later = datetime.now(UTC) + timedelta(hours=1)
-    keys = [unique_name("later") for _ in range(4)]
-    for key in keys:
-        await service.enqueue("tests", NewItem(destination.name, EMAIL, key, not_before=later))
-
-    outcome = await service.cancel("tests", keys[0], "changed my mind")
-    assert isinstance(outcome, CancelRequested)
-    purged = await service.purge_page(PurgePageRequest("tests", destination.name, "purged", None))
-    # The one cancelled already may still read `queued` in the read model: cancelled again.
-    assert set(keys[1:]) <= set(purged.cancelled) <= set(keys)
-    assert purged.next_cursor is None  # one page holds them all
-    ids = [item_workflow_id("tests", key) for key in keys]
-    await until_settled(stack, ids, timeout_s=30)
-
-    for item_id in ids:
-        row = store.get_item(stack.engine, item_id)
-        assert row is not None and row.view.status is ItemStatus.CANCELLED
-        assert await deliveries(fake_provider, item_id) == 0
-    events = store.item_events(stack.engine, ids[0])
-    assert [(e.type, e.detail) for e in events][-1] == ("cancelled", "changed my mind")
 
 
 async def test_a_failed_bulk_item_is_redriven_as_a_new_generation(

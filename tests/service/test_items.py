@@ -11,11 +11,16 @@ from durable_outbox_temporal.contract.ids import (
     payload_hash,
     provider_idempotency_key,
 )
-from durable_outbox_temporal.contract.item import ItemProjection, ItemStatus, OutboxItemView
+from durable_outbox_temporal.contract.item import (
+    ItemProjection,
+    ItemStatus,
+    NewItem,
+    OutboxItemView,
+)
 from temporalio.client import WorkflowExecutionStatus
 
 from readmodel import store
-from service.items import ItemService, NewItem
+from service.items import ItemService
 from tests.conftest import email_destination
 from tests.fakes import deliveries, submits
 from tests.workflows.test_outbox_item import EMAIL, wait_for_status

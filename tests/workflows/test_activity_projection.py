@@ -33,6 +33,11 @@ from temporalio.worker import ActivityInboundInterceptor, ExecuteActivityInput, 
 
 from activities.delivery import DeliveryActivities
 from activities.providers import build_provider
+from flowcontrol.breaker import BreakerGate
+from flowcontrol.caps import CapsGate
+from flowcontrol.guard import FlowGuard
+from flowcontrol.pacing import RequestPacer
+from flowcontrol.throttle import ThrottleGate
 from readmodel import store
 from readmodel.db import create_schema, make_engine
 from readmodel.writer import ProjectionWriter
@@ -48,6 +53,19 @@ async def local_activities(client: Client, item_id: str) -> int:
             async for event in client.get_workflow_handle(item_id).fetch_history_events()
             if event.event_type == EventType.EVENT_TYPE_MARKER_RECORDED
         ]
+    )
+
+
+def no_flow_rules() -> FlowGuard:
+    """A guard with no rule for any destination: each request goes straight through."""
+    return FlowGuard(
+        RequestPacer({}),
+        ThrottleGate({}),
+        BreakerGate({}),
+        CapsGate(None, {}),
+        attempt_log=None,
+        flow_task_queue="flows",
+        events_task_queue="events",
     )
 
 
@@ -176,7 +194,7 @@ async def test_a_failed_write_leaves_the_transition_to_the_workflow(
     state = OutboxItemState(started=True, attempts=1)
     async with httpx.AsyncClient() as http:
         activities = DeliveryActivities(
-            {destination.name: build_provider(destination, http)}, broken
+            {destination.name: build_provider(destination, http)}, no_flow_rules(), broken
         )
         result = await ActivityEnvironment().run(
             activities.submit_item,
@@ -222,7 +240,7 @@ async def test_a_retried_poll_numbers_its_outcome_after_a_killed_attempt_that_pr
     retry.info = dataclasses.replace(retry.info, attempt=2)
     async with httpx.AsyncClient() as http:
         activities = DeliveryActivities(
-            {destination.name: build_provider(destination, http)}, writer
+            {destination.name: build_provider(destination, http)}, no_flow_rules(), writer
         )
         submitted = await first.run(
             activities.submit_item,

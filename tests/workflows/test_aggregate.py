@@ -13,13 +13,13 @@ from temporalio.client import WithStartWorkflowOperation
 from temporalio.common import WorkflowIDConflictPolicy
 
 from readmodel import aggregates as event_store
-from tests.conftest import unique_name
+from tests.conftest import SEED_TYPES, unique_name
 
 SEATS = {"seats": ["1A", "1B", "2A"]}
 
 
 async def aggregates_on(stack: Any) -> AggregateClient:
-    return AggregateClient(stack.client, stack.task_queue)
+    return AggregateClient(stack.client, stack.task_queue, definitions=SEED_TYPES.definitions)
 
 
 async def test_commands_create_the_aggregate_and_append_events(stack_factory) -> None:

@@ -22,7 +22,7 @@ from temporalio.common import WorkflowIDConflictPolicy
 
 from bench.actions import run_histories
 from readmodel import aggregates as event_store
-from tests.conftest import unique_name
+from tests.conftest import SEED_TYPES, unique_name
 
 
 def assign(seat: str, passenger: str, command_id: str | None = None) -> CommandRequest:
@@ -149,7 +149,7 @@ async def test_many_callers_on_one_aggregate_share_updates_and_none_is_refused(
     """On the dev server's default limits (10 updates in flight): 200 concurrent callers of
     one client each get their own answer; a few updates carry them all."""
     stack = await stack_factory(env=dev_env)
-    client = AggregateClient(stack.client, stack.task_queue)
+    client = AggregateClient(stack.client, stack.task_queue, definitions=SEED_TYPES.definitions)
     flight = unique_name("BA")
     seats = [f"{row}{letter}" for row in range(1, 35) for letter in "ABCDEF"][:200]
     await client.command("flight", flight, "open", {"seats": seats})
@@ -192,7 +192,7 @@ async def test_many_callers_on_one_aggregate_share_updates_and_none_is_refused(
 
 async def test_signalled_commands_from_many_callers_go_as_few_signals(stack_factory) -> None:
     stack = await stack_factory()
-    client = AggregateClient(stack.client, stack.task_queue)
+    client = AggregateClient(stack.client, stack.task_queue, definitions=SEED_TYPES.definitions)
     flight = unique_name("BA")
     seats = [f"{row}A" for row in range(1, 41)]
     await client.command("flight", flight, "open", {"seats": seats})

@@ -17,6 +17,7 @@ from durable_outbox_temporal.contract.item import (
     DeliveryOutcome,
     DeliveryReport,
     ItemStatus,
+    NewItem,
     OutboxItemInput,
     OutboxItemView,
     RecipientStatus,
@@ -91,7 +92,7 @@ async def enqueue_in_one_signal(stack: Any, destination: Any, keys: list[str]) -
     """As a batch enqueue does: the items reach their shard together, in one signal."""
     writer = ProjectionWriter(stack.engine)
     items = [
-        stack.outbox.new_item("tests", destination.name, EMAIL, key=key, projected=True)
+        stack.outbox.new_item("tests", NewItem(destination.name, EMAIL, key), projected=True)
         for key in keys
     ]
     await stack.outbox.hand_over(items, strict=True)

@@ -9,6 +9,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 import pytest
+from durable_outbox_temporal.aggregate_definition import CallProvider, Effect, IssueCommand
 from durable_outbox_temporal.aggregates import AggregateClient
 from durable_outbox_temporal.contract.aggregate import (
     EffectExecution,
@@ -19,23 +20,24 @@ from durable_outbox_temporal.contract.ids import item_workflow_id, provider_idem
 from durable_outbox_temporal.errors import CommandConflict, EffectNotFailed, UnknownEffect
 from temporalio.worker import Replayer
 
-from aggregates import REGISTRY
-from aggregates.definition import CallProvider, Effect, IssueCommand
-from aggregates.flight import FlightSeating
-from aggregates.labour import EMAIL_DESTINATION, NOTIFICATIONS_OUTBOX, WEBHOOK_DESTINATION
-from service.effects import EffectActivities
+from activities.effects import EffectActivities
+from examples.flight.domainmodel import FlightSeating
+from examples.labour.domainmodel import EMAIL_DESTINATION, NOTIFICATIONS_OUTBOX, WEBHOOK_DESTINATION
 from tests.conftest import email_destination, unique_name, webhook_destination
 from tests.workflows.test_outbox_item import timer_durations
 from worker import WORKFLOWS, default_operations_task_queue
+from workflows.aggregate_types import HOSTED
 
 T = TypeVar("T")
 SEATS = {"seats": ["1A", "1B"]}
 
 
 def aggregates_on(stack: Any) -> AggregateClient:
+    # Every type this process's workers host: the seed ones and any a test adds.
     return AggregateClient(
         stack.client,
         stack.task_queue,
+        definitions=dict(HOSTED),
         operations_task_queue=default_operations_task_queue(stack.task_queue),
     )
 
@@ -152,7 +154,7 @@ class MirroredFlight(FlightSeating):
 async def test_a_refused_cross_aggregate_command_fails_and_an_operator_retries_it(
     stack_factory, monkeypatch
 ) -> None:
-    monkeypatch.setitem(REGISTRY, MirroredFlight.type_name, MirroredFlight())
+    monkeypatch.setitem(HOSTED, MirroredFlight.type_name, MirroredFlight())
     stack = await stack_factory()
     client = aggregates_on(stack)
     source, passenger = unique_name("BA"), unique_name("p")
@@ -189,39 +191,6 @@ async def test_a_refused_cross_aggregate_command_fails_and_an_operator_retries_i
         await client.retry_effect(MirroredFlight.type_name, source, "no-such-effect")
 
 
-async def test_a_retried_enqueue_effect_returns_the_same_item(stack_factory, fake_provider) -> None:
-    destination = email_destination(fake_provider)
-    stack = await stack_factory(destination)
-    executor = EffectActivities(stack.outbox, aggregates_on(stack))
-    key = f"labour:{unique_name('l')}:9:notify.s1.email"
-    execution = EffectExecution(
-        "labour",
-        "l",
-        key,
-        "enqueue_item",
-        {
-            "outbox": "tests",
-            "destination": destination.name,
-            "payload": {
-                "senderAddress": "a@example.com",
-                "recipients": {"to": [{"address": "b@example.com"}]},
-                "content": {"subject": "Hello", "plainText": "Hi"},
-            },
-            "ordering_key": None,
-        },
-    )
-
-    first = await executor.execute_effect(execution)
-    second = await executor.execute_effect(execution)
-
-    item_id = item_workflow_id("tests", key)
-    assert first == {"item_id": item_id, "created": True}
-    assert second == {"item_id": item_id, "created": False}
-    assert (await stack.result(item_id)).status == "sent"
-    stats = await fake_provider.admin.key_stats(provider_idempotency_key(item_id))
-    assert stats["deliveries"] == 1
-
-
 class PingingFlight(FlightSeating):
     """The flight example with a provider call per assigned seat."""
 
@@ -242,7 +211,7 @@ async def test_a_provider_call_effect_honours_retry_after_and_delivers_once(
 ) -> None:
     webhook = webhook_destination(fake_provider)
     monkeypatch.setattr(PingingFlight, "destination", webhook.name)
-    monkeypatch.setitem(REGISTRY, PingingFlight.type_name, PingingFlight())
+    monkeypatch.setitem(HOSTED, PingingFlight.type_name, PingingFlight())
     stack = await stack_factory(webhook)
     client = aggregates_on(stack)
     flight = unique_name("BA")
@@ -271,7 +240,7 @@ async def test_the_ledger_survives_continue_as_new(stack_factory, dev_env, monke
     """The dev server here suggests continue-as-new after 40 history events: 30 effects (half
     refused: their mirror flights are not open) outlive several runs, and a failed one carried
     across is retried in a later run."""
-    monkeypatch.setitem(REGISTRY, MirroredFlight.type_name, MirroredFlight())
+    monkeypatch.setitem(HOSTED, MirroredFlight.type_name, MirroredFlight())
     stack = await stack_factory(env=dev_env)
     client = aggregates_on(stack)
     source = unique_name("BA")

@@ -17,7 +17,7 @@ from durable_outbox_temporal.contract.ids import (
     lane_workflow_id,
     provider_idempotency_key,
 )
-from durable_outbox_temporal.contract.item import ItemStatus, OutboxItemView
+from durable_outbox_temporal.contract.item import ItemStatus, NewItem, OutboxItemView
 from durable_outbox_temporal.contract.lane import (
     APPEND_SIGNAL,
     APPEND_UPDATE,
@@ -64,14 +64,14 @@ def lane_destination(fake: FakeProvider, mode: str, **overrides: Any) -> Destina
 
 def holder(destination: Destination, ordering_key: str, outbox: str = "tests") -> str:
     """The workflow that holds the lane: its own, or its bulk destination's shard."""
-    if destination.mode != "bulk":
+    if not destination.is_bulk:
         return lane_workflow_id(outbox, ordering_key)
     shard = shard_of(owner_id(outbox, "", ordering_key), destination.shards)
     return shard_workflow_id(destination.name, shard)
 
 
 def bulk_name(destination: Destination) -> str | None:
-    return destination.name if destination.mode == "bulk" else None
+    return destination.name if destination.is_bulk else None
 
 
 def with_outbox_settings(stack: Stack, **settings: Any) -> None:
@@ -209,7 +209,7 @@ async def test_a_repeated_key_is_one_item_and_a_changed_one_is_refused(
     await wait_for(lambda: _lane_status(stack, destination, dups, LaneStatus.HALTED))
     lane = await stack.outbox.lane("tests", dups, bulk_name(destination))
     assert lane is not None and lane.view.length == 2 and lane.waiting == [waiting]
-    if destination.mode == "bulk":
+    if destination.is_bulk:
         return  # a bulk shard takes repeats silently; the read model answers them (service)
     again = await stack.enqueue(destination, {"n": 1}, key=waiting, ordering_key=dups)
     with pytest.raises(IdempotencyConflict):
@@ -240,7 +240,7 @@ async def test_halt_stops_the_lane_until_the_head_is_redriven(
     assert lane.view.head_key == keys[1] and lane.view.length == 2
     assert "bad recipient" in (lane.view.halted_reason or "")
     assert await arrivals(fake_provider, destination) == [0]
-    if destination.mode == "item":
+    if not destination.is_bulk:
         # The Web UI finds it by its search attribute.
         description = await stack.client.get_workflow_handle(
             holder(destination, lane_key)
@@ -323,7 +323,7 @@ async def test_a_waiting_item_is_cancelled_in_its_lane(
     await wait_for(lambda: _lane_status(stack, destination, lane_key, LaneStatus.HALTED))
 
     item_id = item_workflow_id("tests", keys[1])
-    if destination.mode == "item":
+    if not destination.is_bulk:
         view = await stack.outbox.cancel("tests", keys[1], "not wanted", ordering_key=lane_key)
         assert not isinstance(view, Exception) and view.status is ItemStatus.CANCELLED
     else:
@@ -362,7 +362,7 @@ async def test_a_lane_continues_as_new_carrying_its_queue(
     await until_settled(stack, [item_workflow_id("tests", key) for key in keys])
 
     assert await arrivals(fake_provider, destination) == list(range(30))
-    if destination.mode == "bulk":
+    if destination.is_bulk:
         return  # a shard continues as new when Temporal suggests it (test_bulk covers it)
     # The lane's latest run was continued from an earlier one.
     handle = stack.client.get_workflow_handle(lane_workflow_id("tests", ordering_key))
@@ -457,10 +457,10 @@ async def test_an_append_update_answers_each_item_and_the_signal_records_it_unco
     stack: Stack = await stack_factory(destination)
     ordering_key, key = unique_name("again"), unique_name("k")
     item = stack.outbox.new_item(
-        "tests", destination.name, {"n": 0}, key=key, ordering_key=ordering_key
+        "tests", NewItem(destination.name, {"n": 0}, key, ordering_key=ordering_key)
     )
     changed = stack.outbox.new_item(
-        "tests", destination.name, {"n": 1}, key=key, ordering_key=ordering_key
+        "tests", NewItem(destination.name, {"n": 1}, key, ordering_key=ordering_key)
     )
     # Through the client, so the lane starts with the client's start input; then by hand.
     await stack.enqueue(destination, {"n": 0}, key=unique_name("first"), ordering_key=ordering_key)
@@ -500,7 +500,9 @@ async def test_a_run_of_items_goes_in_one_activity_and_stops_where_one_is_not_de
             provider_idempotency_key(item_workflow_id("tests", keys[n])), steps
         )
     items = [
-        stack.outbox.new_item("tests", destination.name, {"n": n}, key=key, ordering_key=lane_key)
+        stack.outbox.new_item(
+            "tests", NewItem(destination.name, {"n": n}, key, ordering_key=lane_key)
+        )
         for n, key in enumerate(keys)
     ]
     await stack.outbox.hand_over(items, strict=True)
@@ -548,7 +550,9 @@ async def test_a_run_in_item_mode_is_held_to_the_rate_by_the_quota_request_by_re
     lane_key = unique_name("quota")
     keys = [unique_name(f"q-{n}") for n in range(6)]
     items = [
-        stack.outbox.new_item("tests", destination.name, {"n": n}, key=key, ordering_key=lane_key)
+        stack.outbox.new_item(
+            "tests", NewItem(destination.name, {"n": n}, key, ordering_key=lane_key)
+        )
         for n, key in enumerate(keys)
     ]
     await stack.outbox.hand_over(items, strict=True)

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from durable_outbox_temporal import InvalidRequest, OutboxClient
+from durable_outbox_temporal import InvalidRequest, NewItem, OutboxClient
 from durable_outbox_temporal.validation import validate_new_item
 
 from bench.stack import webhook_stack
@@ -33,7 +33,7 @@ async def urgent_after_backlog(
     def build(n: int, priority: int) -> Any:
         key = unique_name("high" if priority == 1 else "low")
         payload = {"n": n, "p": priority}
-        return outbox.new_item("tests", destination, payload, key=key, priority=priority)
+        return outbox.new_item("tests", NewItem(destination, payload, key, priority=priority))
 
     await outbox.hand_over([build(n, 5) for n in range(low)], strict=True)
     for _ in range(200):  # until the backlog drains at the rate

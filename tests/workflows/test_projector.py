@@ -18,7 +18,7 @@ from temporalio.testing import ActivityEnvironment
 from temporalio.worker import Worker
 
 from activities.projectors import ProjectorActivities
-from readmodel.projectors import PROJECTORS
+from examples.labour.projectors import LABOUR_HISTORY_PROJECTOR
 from readmodel.projectors import base as projectors
 from readmodel.projectors.base import AsyncProjector, StoredEvent
 from service.projectors import start_projectors
@@ -38,7 +38,7 @@ async def test_projectors_follow_the_event_store_and_a_failing_one_faults_alone(
 ) -> None:
     stack = await stack_factory(env=dev_env)  # hosts the Projector workflows
     # Unique names: a projector's workflow id and checkpoint are per namespace and database.
-    labour = dataclasses.replace(PROJECTORS["labour_history"], name=unique_name("labour"))
+    labour = dataclasses.replace(LABOUR_HISTORY_PROJECTOR, name=unique_name("labour"))
 
     disk = {"full": True}
 
@@ -96,7 +96,7 @@ async def test_the_runner_heartbeats_through_a_back_off_longer_than_its_heartbea
         raise RuntimeError("the read model's disk is full")
 
     broken = AsyncProjector(
-        "broken", frozenset({"labour"}), always_fails, PROJECTORS["labour_history"].table
+        "broken", frozenset({"labour"}), always_fails, LABOUR_HISTORY_PROJECTOR.table
     )
     runner = ProjectorActivities(engine, {"broken": broken}, backoff_s=1.2, max_backoff_s=1.2)
     env = ActivityEnvironment()

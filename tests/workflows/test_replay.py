@@ -13,7 +13,9 @@ import pytest
 from temporalio.client import WorkflowHistory
 from temporalio.worker import Replayer
 
+from tests.conftest import SEED_TYPES
 from worker import WORKFLOWS
+from workflows.aggregate_types import host
 
 HISTORIES = sorted((Path(__file__).parent.parent / "histories").glob("*.json"))
 
@@ -25,4 +27,5 @@ def test_histories_are_recorded() -> None:
 @pytest.mark.parametrize("path", HISTORIES, ids=[path.stem for path in HISTORIES])
 async def test_history_replays_deterministically(path: Path) -> None:
     history = WorkflowHistory.from_json(path.stem, path.read_text())
+    host(SEED_TYPES.definitions)  # the types the aggregates' histories were recorded with
     await Replayer(workflows=WORKFLOWS).replay_workflow(history)

@@ -13,7 +13,7 @@ from durable_outbox_temporal.contract.item import DeliveryErrorDetails, ItemErro
 from temporalio.api.enums.v1 import EventType
 from temporalio.exceptions import ActivityError, ApplicationError, RetryState
 
-from activities.providers.base import RETRY_AFTER_LIMIT_S
+from configuration.providers import RETRY_AFTER_LIMIT_S
 from tests.conftest import email_destination, webhook_destination
 from tests.fakes import submits
 from workflows.delivery import _failure

@@ -13,8 +13,9 @@ from azure.communication.email import EmailClient
 from azure.core.credentials import AzureKeyCredential
 from durable_outbox_temporal.contract.item import OperationStatus, PollRequest, SubmitRequest
 
-from activities.providers.acs_email import AcsEmailProvider, AcsEmailSettings
+from activities.providers.acs_email import AcsEmailProvider
 from activities.providers.base import PermanentProviderError
+from configuration.providers import AcsEmailSettings
 from devstack.fake_provider import FakeProvider
 from tests.conftest import ACS_ACCESS_KEY
 

@@ -1,22 +1,16 @@
-"""The provider registry: settings checked when the destinations file loads, errors by name."""
+"""The provider registry: each configured kind has a class, built from its checked settings."""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
-from pathlib import Path
-from typing import Any
-
 import httpx
 import pytest
-from durable_outbox_temporal.destinations import (
-    Destination,
-    DestinationConfigError,
-    DestinationRegistry,
-)
+from durable_outbox_temporal.destinations import Destination
 
-from activities.providers import PROVIDER_SETTINGS, build_provider, load_destinations
-from activities.providers.acs_email import AcsEmailProvider, AcsEmailSettings
-from activities.providers.webhook import WebhookProvider, WebhookSettings
+from activities.providers import PROVIDERS, build_provider
+from activities.providers.acs_email import AcsEmailProvider
+from activities.providers.webhook import WebhookProvider
+from configuration.destinations import load_destinations
+from configuration.providers import PROVIDER_SETTINGS
 from configuration.settings import PROJECT_ROOT
 from tests.conftest import ACS_ACCESS_KEY, WEBHOOK_SECRET
 
@@ -24,72 +18,11 @@ EMAIL_SETTINGS = {"endpoint": "https://acs.test", "access_key": ACS_ACCESS_KEY}
 WEBHOOK_SETTINGS = {"url": "https://receiver.test/hook", "secret": WEBHOOK_SECRET}
 
 
-def load(provider: str, settings: dict[str, Any]) -> DestinationRegistry:
-    raw = {"fake-email": {"provider": provider, "settings": settings}}
-    return DestinationRegistry.from_mapping(raw, {}, provider_settings=PROVIDER_SETTINGS)
+def test_the_classes_and_the_configured_settings_name_the_same_kinds_and_models() -> None:
+    """A kind the API accepts the worker can build, with the model the API checked it against."""
+    built_from = {kind: provider.settings_model for kind, provider in PROVIDERS.items()}
 
-
-@pytest.mark.parametrize(
-    ("provider", "settings", "problem"),
-    [
-        ("acs-email", {"access_key": ACS_ACCESS_KEY}, "settings.endpoint: Field required"),
-        ("acs-email", {**EMAIL_SETTINGS, "access_key": "not base64!"}, "settings.access_key: must"),
-        ("acs-email", {**EMAIL_SETTINGS, "access_key": ""}, "settings.access_key: must be base64"),
-        ("acs-email", {**EMAIL_SETTINGS, "endpoint": "acs.test"}, "settings.endpoint: must be an"),
-        ("acs-email", {**EMAIL_SETTINGS, "timeout_s": 0}, "settings.timeout_s: .*greater than 0"),
-        ("acs-email", {**EMAIL_SETTINGS, "acces_key": "eA=="}, "settings.acces_key: unknown field"),
-        ("webhook", {"url": "https://receiver.test"}, "settings.secret: Field required"),
-        ("webhook", {**WEBHOOK_SETTINGS, "secret": "whsec_!!"}, "settings.secret: must be 'whsec_"),
-        ("webhook", {**WEBHOOK_SETTINGS, "url": "ftp://x"}, "settings.url: must be an http"),
-        ("webhook", {**WEBHOOK_SETTINGS, "headers": "x"}, "settings.headers: "),
-    ],
-)
-def test_bad_settings_are_refused_at_load_naming_destination_and_field(
-    provider: str, settings: dict[str, Any], problem: str
-) -> None:
-    with pytest.raises(
-        DestinationConfigError, match=f"^<config>: destination 'fake-email': {problem}"
-    ):
-        load(provider, settings)
-
-
-def test_every_problem_is_reported_at_once() -> None:
-    with pytest.raises(DestinationConfigError) as error:
-        load("webhook", {"url": "x", "secret": "y!"})
-
-    assert "settings.url: " in str(error.value) and "settings.secret: " in str(error.value)
-
-
-def test_unknown_provider_kind_is_refused_at_load_listing_the_known_ones() -> None:
-    with pytest.raises(
-        DestinationConfigError,
-        match=r"destination 'fake-email': provider: unknown provider 'sms' \(known: acs-email,"
-        r" webhook\)",
-    ):
-        load("sms", {})
-
-
-def test_settings_overridden_from_the_environment_are_checked_too(tmp_path: Path) -> None:
-    config = tmp_path / "destinations.toml"
-    config.write_text(
-        '[destinations.hook]\nprovider = "webhook"\n[destinations.hook.settings]\n'
-        f'url = "https://receiver.test"\nsecret = "{WEBHOOK_SECRET}"\n'
-    )
-
-    with pytest.raises(DestinationConfigError, match=r"'hook': settings.secret: must be 'whsec_'"):
-        load_destinations(config, {"DEST_HOOK_SETTINGS_SECRET": "whsec_not base64"})
-
-
-def test_valid_settings_become_the_providers_typed_settings() -> None:
-    destination = load("acs-email", {**EMAIL_SETTINGS, "timeout_s": "2.5"}).get("fake-email")
-
-    assert destination is not None
-    settings = destination.settings_as(AcsEmailSettings)
-    assert (settings.endpoint, settings.timeout_s, settings.headers) == (
-        "https://acs.test",
-        2.5,
-        {},
-    )
+    assert built_from == dict(PROVIDER_SETTINGS)
 
 
 async def test_build_provider_builds_each_kind_from_its_settings() -> None:
@@ -136,42 +69,3 @@ async def test_shipped_destination_files_load_and_build(path: str, kinds: dict[s
         built = {d.name: build_provider(d, http).kind for d in registry}
 
     assert built == kinds
-
-
-def test_dev_config_loads_with_no_environment_at_all() -> None:
-    """`make dev` needs no env: every reference in the dev config has a default."""
-    registry = load_destinations(PROJECT_ROOT / "config" / "destinations.toml", {})
-
-    assert registry.get("fake-webhook").settings["url"].startswith("http://127.0.0.1:8025/")  # type: ignore[union-attr]
-
-
-def test_a_rotation_window_loads_from_toml_and_from_the_environment(tmp_path: Path) -> None:
-    path = tmp_path / "destinations.toml"
-    path.write_text(
-        f"""
-[destinations.hook]
-provider = "webhook"
-[destinations.hook.settings]
-url = "https://receiver.test/hook"
-secret = "whsec_bmV3LXdlYmhvb2stc2lnbmluZy1zZWNyZXQ="
-previous_secret = "{WEBHOOK_SECRET}"
-previous_secret_until = 2026-12-08T00:00:00Z
-max_retry_after_s = 86400
-"""
-    )
-
-    from_file = load_destinations(path, {}).get("hook")
-    moved = load_destinations(
-        path, {"DEST_HOOK_SETTINGS_PREVIOUS_SECRET_UNTIL": "2026-12-09T00:00:00+01:00"}
-    ).get("hook")
-
-    assert from_file is not None and moved is not None
-    settings = from_file.settings_as(WebhookSettings)
-    assert settings.previous_secret == WEBHOOK_SECRET and settings.max_retry_after_s == 86400
-    assert settings.previous_secret_until == datetime(2026, 12, 8, tzinfo=UTC)
-    assert moved.settings_as(WebhookSettings).previous_secret_until == datetime(
-        2026, 12, 8, 23, tzinfo=UTC
-    )
-    local = {"DEST_HOOK_SETTINGS_PREVIOUS_SECRET_UNTIL": "2026-12-08T00:00:00"}
-    with pytest.raises(DestinationConfigError, match="previous_secret_until: .*timezone"):
-        load_destinations(path, local)

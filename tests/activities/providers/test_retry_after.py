@@ -8,12 +8,8 @@ from email.utils import format_datetime
 
 import httpx
 import pytest
-from pydantic import ValidationError
 
 from activities.providers.base import (
-    DEFAULT_MAX_RETRY_AFTER_S,
-    RETRY_AFTER_LIMIT_S,
-    HttpProviderSettings,
     PermanentProviderError,
     TransientProviderError,
     parse_retry_after,
@@ -129,11 +125,3 @@ def test_retry_after_at_the_maximum_is_waited_exactly() -> None:
         raise_for_status(response, "send", max_retry_after_s=3600)
 
     assert error.value.retry_after_s == 3600.0
-
-
-def test_max_retry_after_s_is_bounded_in_the_settings() -> None:
-    assert HttpProviderSettings().max_retry_after_s == DEFAULT_MAX_RETRY_AFTER_S
-    assert HttpProviderSettings(max_retry_after_s=RETRY_AFTER_LIMIT_S).max_retry_after_s > 0
-    for bad in (0, -1, RETRY_AFTER_LIMIT_S + 1, math.inf):
-        with pytest.raises(ValidationError):
-            HttpProviderSettings(max_retry_after_s=bad)

@@ -21,7 +21,8 @@ from activities.providers.base import (
     PermanentProviderError,
     TransientProviderError,
 )
-from activities.providers.webhook import WebhookProvider, WebhookSettings
+from activities.providers.webhook import WebhookProvider
+from configuration.providers import WebhookSettings
 from devstack.fake_provider import FakeProvider
 from tests.conftest import WEBHOOK_SECRET
 

@@ -14,7 +14,7 @@
 from durable_outbox_temporal.client import OutboxClient
 from durable_outbox_temporal.codec import PayloadKeyMissing
 from durable_outbox_temporal.connection import TemporalConnection, connect, load_connect_config
-from durable_outbox_temporal.contract.item import ItemStatus, OutboxItemView
+from durable_outbox_temporal.contract.item import ItemStatus, NewItem, OutboxItemView
 from durable_outbox_temporal.errors import (
     CannotCancel,
     CommandConflict,
@@ -58,6 +58,7 @@ __all__ = [
     "LaneFull",
     "LaneNotFound",
     "LaneNotHalted",
+    "NewItem",
     "ItemErased",
     "NotErasable",
     "NotRedrivable",

@@ -1,9 +1,12 @@
 """`AggregateClient`: commands, state and history of event-sourced aggregates, through Temporal.
 
-    aggregates = AggregateClient(await connect())
+    aggregates = AggregateClient(await connect(), definitions=[FlightSeating()])
     result = await aggregates.command("flight", "BA117", "assign_seat",
                                       {"seat": "1A", "passenger_id": "p1"})
     view = await aggregates.state("flight", "BA117")
+
+The client knows the types it is given (`definitions`: the same the service registers with
+`AGGREGATE_TYPES`), and checks a command's payload against its definition before sending it.
 
 A command is an update that creates the aggregate's workflow on first use (update-with-start),
 so it is answered with the events it appended, or refused with `CommandConflict` or
@@ -26,7 +29,7 @@ of callers stay within Temporal's 10 updates in flight per workflow.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -41,8 +44,11 @@ from temporalio.common import SearchAttributePair, TypedSearchAttributes, Workfl
 from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
 
-from aggregates import REGISTRY
-from aggregates.definition import AggregateDefinition, describe_invalid
+from durable_outbox_temporal.aggregate_definition import (
+    AggregateDefinition,
+    by_type_name,
+    describe_invalid,
+)
 from durable_outbox_temporal.client import RPC_TIMEOUT
 from durable_outbox_temporal.connection import TemporalConnection
 from durable_outbox_temporal.contract import search_attributes
@@ -115,6 +121,7 @@ def _command_bytes(command: _Addressed) -> int:
 class AggregateClient:
     """Typed access to aggregates; the REST API's aggregate routes are a thin layer over it.
 
+    `definitions` are the aggregate types it commands (a mapping by type name, or a list);
     `operations_task_queue` is where an aggregate this client starts runs its effects (the
     operations worker's queue); an aggregate keeps the queue it was started with.
     """
@@ -124,8 +131,10 @@ class AggregateClient:
         client: Client | TemporalConnection,
         task_queue: str = WORKFLOW_TASK_QUEUE,
         *,
+        definitions: Iterable[AggregateDefinition[Any]] | Mapping[str, AggregateDefinition[Any]],
         operations_task_queue: str = OPERATIONS_TASK_QUEUE,
     ) -> None:
+        self.definitions = by_type_name(definitions)
         self._connection = client if isinstance(client, TemporalConnection) else None
         self._client = client if isinstance(client, Client) else None
         self.task_queue = task_queue
@@ -157,9 +166,9 @@ class AggregateClient:
         payload: Mapping[str, Any] | None = None,
     ) -> AggregateDefinition[Any]:
         """The definition, once type, id, command name and payload are known to be valid."""
-        definition = REGISTRY.get(aggregate_type)
+        definition = self.definitions.get(aggregate_type)
         if definition is None:
-            known = ", ".join(sorted(REGISTRY))
+            known = ", ".join(sorted(self.definitions))
             raise UnknownAggregate(f"no aggregate type {aggregate_type!r} (known: {known})")
         if aggregate_id is not None:
             validate_aggregate_id(aggregate_id)

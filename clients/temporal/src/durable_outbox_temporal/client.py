@@ -29,6 +29,7 @@ from durable_outbox_temporal.contract.ids import (
 from durable_outbox_temporal.contract.item import (
     DeliveryReport,
     ItemStatus,
+    NewItem,
     OutboxItemInput,
     OutboxItemView,
 )
@@ -145,7 +146,7 @@ class OutboxClient:
 
     def _bulk(self, destination: str | None) -> Destination | None:
         target = self.destinations.get(destination) if destination else None
-        return target if target is not None and target.mode == "bulk" else None
+        return target if target is not None and target.is_bulk else None
 
     async def enqueue(
         self,
@@ -191,15 +192,13 @@ class OutboxClient:
                 row (`durable_outbox_temporal.contract.transitions.enqueued`) right after the
                 hand-over, which spares the item a local activity.
         """
-        item = self.new_item(
-            outbox,
+        request = NewItem(
             destination,
             payload,
-            key=key,
+            key if key is not None else str(uuid.uuid4()),
             ordering_key=ordering_key,
             not_before=not_before,
             max_attempts=max_attempts,
-            projected=record_queued is not None,
             priority=priority,
             concurrency_key=concurrency_key,
             debounce_key=debounce_key,
@@ -207,6 +206,7 @@ class OutboxClient:
             debounce_mode=debounce_mode,
             max_wait_s=max_wait_s,
         )
+        item = self.new_item(outbox, request, projected=record_queued is not None)
         [result] = await self.hand_over([item])
         if isinstance(result, Exception):
             raise result
@@ -249,73 +249,56 @@ class OutboxClient:
             raise failed[0]
         return results
 
-    def new_item(
-        self,
-        outbox: str,
-        destination: str,
-        payload: dict[str, Any],
-        *,
-        key: str | None = None,
-        ordering_key: str | None = None,
-        not_before: datetime | None = None,
-        max_attempts: int | None = None,
-        projected: bool = False,
-        priority: int | None = None,
-        concurrency_key: str | None = None,
-        debounce_key: str | None = None,
-        debounce_s: float | None = None,
-        debounce_mode: str | None = None,
-        max_wait_s: float | None = None,
-    ) -> OutboxItemInput:
-        """A new item's input, validated (the arguments are `enqueue`'s); starts nothing.
+    def new_item(self, outbox: str, item: NewItem, *, projected: bool = False) -> OutboxItemInput:
+        """The workflow input of `item` in `outbox`, validated (the rules are `enqueue`'s);
+        starts nothing.
 
         `projected`: the caller writes the item's `queued` row itself once it is handed over."""
-        key = key if key is not None else str(uuid.uuid4())
         now = datetime.now(UTC)
         validate_new_item(
             outbox,
-            key,
-            ordering_key=ordering_key,
-            not_before=not_before,
-            max_attempts=max_attempts,
+            item.key,
+            ordering_key=item.ordering_key,
+            not_before=item.not_before,
+            max_attempts=item.max_attempts,
             now=now,
-            priority=priority,
-            payload=payload,
+            priority=item.priority,
+            payload=item.payload,
         )
-        if concurrency_key is not None:
+        if item.concurrency_key is not None:
             try:
-                limits.check_concurrency_key(concurrency_key)
+                limits.check_concurrency_key(item.concurrency_key)
             except ValueError as err:
                 raise InvalidRequest(str(err)) from None
-        target = self._destination(destination)
+        target = self._destination(item.destination)
         try:
             debounced = debounce_rules.debounce_spec(
-                debounce_key,
-                debounce_s,
-                mode=debounce_mode,
-                max_wait_s=max_wait_s,
+                item.debounce_key,
+                item.debounce_s,
+                mode=item.debounce_mode,
+                max_wait_s=item.max_wait_s,
                 provider=target.provider,
-                ordering_key=ordering_key,
-                not_before=not_before,
+                ordering_key=item.ordering_key,
+                not_before=item.not_before,
             )
-            debounce_rules.check_payload(payload)
+            debounce_rules.check_payload(item.payload)
         except ValueError as err:
             raise InvalidRequest(str(err)) from None
         return OutboxItemInput(
             outbox=outbox,
-            key=key,
-            destination=destination,
-            payload=payload,
-            payload_hash=payload_hash(destination, payload, ordering_key),
-            policy=target.policy(max_attempts),
-            ordering_key=ordering_key,
+            key=item.key,
+            destination=item.destination,
+            payload=item.payload,
+            payload_hash=payload_hash(item.destination, item.payload, item.ordering_key),
+            policy=target.policy(item.max_attempts),
+            ordering_key=item.ordering_key,
             enqueued_at=now,
-            not_before=not_before,
+            not_before=item.not_before,
             upsert_sending=False,
             activities_project=True,
             enqueue_projected=projected,
-            priority=priority,
-            concurrency_key=concurrency_key,
+            priority=item.priority,
+            concurrency_key=item.concurrency_key,
             debounce=debounced,
         )
 

@@ -197,7 +197,7 @@ class Destination(BaseModel):
             ("poll", self.poll_batch, self.poll_rate),
             ("submit", self.submit_batch, self.submit_rate),
         ):
-            if batch > 1 and self.mode != "bulk":
+            if batch > 1 and not self.is_bulk:
                 raise ValueError(
                     f"{kind}_batch: only a destination in bulk mode batches its {kind}s"
                 )
@@ -214,7 +214,7 @@ class Destination(BaseModel):
         quota (counted per request, across workers) keeps the provider within `submit_rate`."""
         if self.lane_run == 1:
             return self
-        if self.mode != "item":
+        if self.is_bulk:
             raise ValueError(
                 "lane_run: a bulk destination's lanes go in runs of up to submit_batch items;"
                 " set submit_batch instead"
@@ -234,7 +234,7 @@ class Destination(BaseModel):
     def _poll_in_submit_fits(self) -> Destination:
         if not self.delivery.poll_in_submit:
             return self
-        if self.mode != "item":
+        if self.is_bulk:
             raise ValueError(
                 "poll_in_submit: only a destination in item mode polls in its submits (bulk"
                 " shards share their polls instead: poll_batch)"
@@ -252,6 +252,11 @@ class Destination(BaseModel):
                 " the submit activity waits that long before its poll"
             )
         return self
+
+    @property
+    def is_bulk(self) -> bool:
+        """Whether shard workflows hold the destination's items (`mode = "bulk"`)."""
+        return self.mode == "bulk"
 
     @property
     def poll_in_submit(self) -> bool:

@@ -70,7 +70,7 @@ class Shards(HostedItems):
 
     def _bulk(self, name: str | None) -> Destination:
         target = self.destinations.get(name) if name else None
-        if target is None or target.mode != "bulk":
+        if target is None or not target.is_bulk:
             raise UnknownDestination(f"{name!r} is not a configured bulk-mode destination")
         return target
 

@@ -8,10 +8,14 @@ import math
 import re
 from collections.abc import Iterable
 from datetime import UTC, datetime
+from typing import TYPE_CHECKING
 
 from durable_outbox_temporal.contract import limits
 from durable_outbox_temporal.contract.priority import HIGHEST_PRIORITY, LOWEST_PRIORITY
-from durable_outbox_temporal.errors import InvalidRequest
+from durable_outbox_temporal.errors import InvalidRequest, UnknownDestination
+
+if TYPE_CHECKING:
+    from durable_outbox_temporal.destinations import DestinationRegistry
 
 # How deeply arrays and objects may nest in a payload or any JSON the API takes: far beyond any
 # provider's body, and far below the depth where a recursive walk (a JSON encoder, pydantic, the
@@ -50,6 +54,14 @@ def validate_ordering_key(ordering_key: str) -> str:
         return limits.check_ordering_key(ordering_key)
     except ValueError as err:
         raise InvalidRequest(str(err)) from None
+
+
+def validate_purge(outbox: str, destination: str | None, destinations: DestinationRegistry) -> None:
+    """Raises `InvalidRequest` for an invalid outbox name, `UnknownDestination` for a
+    `destination` (None: every one) not in `destinations`: what a purge of the outbox asks."""
+    validate_outbox(outbox)
+    if destination is not None and destinations.get(destination) is None:
+        raise UnknownDestination(f"unknown destination {destination!r}")
 
 
 def validate_not_before(not_before: datetime, now: datetime) -> datetime:

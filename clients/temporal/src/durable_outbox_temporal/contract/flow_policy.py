@@ -85,7 +85,7 @@ class FlowPolicy(BaseModel):
         default=None,
         description="A configured destination (a webhook an operator's tooling listens on) that"
         " gets an item for each flow event: a throttle storm and its recovery, the circuit"
-        " opening and closing (`service/flow_events.py`); none: the API and dashboard only.",
+        " opening and closing (`activities/flow_events.py`); none: the API and dashboard only.",
     )
     breaker: bool = Field(
         default=True,

@@ -393,6 +393,32 @@ class OutboxItemState:
 
 
 @dataclass
+class NewItem:
+    """One item to enqueue as its caller describes it (the REST body, `OutboxClient.enqueue`'s
+    arguments); `OutboxClient.new_item` checks it and builds its `OutboxItemInput`."""
+
+    destination: str
+    payload: dict[str, Any]
+    # The idempotency key: a repeat is the same item.
+    key: str
+    # Deliver strictly after the outbox's earlier items with this key (its ordering lane).
+    ordering_key: str | None = None
+    not_before: datetime | None = None
+    # Lowers the destination's attempt limit for this item.
+    max_attempts: int | None = None
+    # 1 (first) to 5 (last) under a backlog; None: 3.
+    priority: int | None = None
+    # Whose share of the destination's caps and quotas it counts in (`flowcontrol/caps.py`).
+    concurrency_key: str | None = None
+    # Its debounce window (`durable_outbox_temporal/contract/debounce_rules.py`): key, quiet
+    # seconds, mode, cap.
+    debounce_key: str | None = None
+    debounce_s: float | None = None
+    debounce_mode: str | None = None
+    max_wait_s: float | None = None
+
+
+@dataclass
 class OutboxItemInput:
     """Everything needed to deliver one item; also the continue-as-new carrier (`state`)."""
 

@@ -6,9 +6,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 from typing import Annotated
 
-from pydantic import BaseModel, Field, StringConstraints
-
-from aggregates.definition import (
+from durable_outbox_temporal.aggregate_definition import (
     AggregateDefinition,
     Command,
     Conflict,
@@ -16,6 +14,7 @@ from aggregates.definition import (
     Projector,
     Timer,
 )
+from pydantic import BaseModel, Field, StringConstraints
 
 HolderId = Annotated[str, StringConstraints(min_length=1, max_length=200)]
 # A year: a longer lease is a lock nobody meant to hold.

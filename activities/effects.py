@@ -14,6 +14,7 @@ from typing import Any
 
 from durable_outbox_temporal import OutboxClient
 from durable_outbox_temporal import errors as client_errors
+from durable_outbox_temporal.aggregate_definition import EnqueueItem, IssueCommand, parse_action
 from durable_outbox_temporal.aggregates import AggregateClient
 from durable_outbox_temporal.contract.aggregate import (
     EFFECT_ACTIVITY,
@@ -22,8 +23,6 @@ from durable_outbox_temporal.contract.aggregate import (
 )
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
-
-from aggregates.definition import EnqueueItem, IssueCommand, parse_action
 
 # Who the events of a policy's command are recorded as coming from.
 POLICY_ACTOR = "policy"

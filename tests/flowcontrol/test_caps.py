@@ -1,6 +1,7 @@
-"""The activities' gate for caps and quotas (`activities/flow_gate.py`) over a real read-model
-database: gates of several processes (here: several engines onto one file) never let more
-requests out at once than a cap, a request that cannot wait is held, a quota's window holds."""
+"""The activities' gate for caps and quotas (`flowcontrol/caps.py` `CapsGate`) over a real
+read-model database: gates of several processes (here: several engines onto one file) never let
+more requests out at once than a cap, a request that cannot wait is held, a quota's window
+holds."""
 
 from __future__ import annotations
 
@@ -12,8 +13,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy import Engine
 
-from activities.flow_gate import FlowGate, Held
-from flowcontrol.caps import FlowLimits
+from flowcontrol.caps import CapsGate, FlowLimits, Held
 from readmodel.db import create_schema, make_engine
 
 
@@ -31,7 +31,7 @@ def limits(**fields: object) -> dict[str, FlowLimits]:
 
 
 async def test_requests_of_one_key_never_overlap_beyond_its_cap(engines: list[Engine]) -> None:
-    gates = [FlowGate(engine, limits(key_max_in_flight=2, max_in_flight=3)) for engine in engines]
+    gates = [CapsGate(engine, limits(key_max_in_flight=2, max_in_flight=3)) for engine in engines]
     out: dict[str, int] = {}
     most: dict[str, int] = {}
 
@@ -51,7 +51,7 @@ async def test_requests_of_one_key_never_overlap_beyond_its_cap(engines: list[En
 
 
 async def test_a_request_that_cannot_wait_is_held(engines: list[Engine]) -> None:
-    gate = FlowGate(engines[0], limits(max_in_flight=1))
+    gate = CapsGate(engines[0], limits(max_in_flight=1))
     async with gate.slot("hook", None, submit=False, deadline=time.time() + 30):
         with pytest.raises(Held, match=r"cap of destination hook \(1 out") as held:
             async with gate.slot("hook", None, submit=False, deadline=time.time() + 0.2):
@@ -63,7 +63,7 @@ async def test_a_request_that_cannot_wait_is_held(engines: list[Engine]) -> None
 
 
 async def test_a_full_quota_says_when_it_has_room(engines: list[Engine]) -> None:
-    gate = FlowGate(engines[1], limits(quotas=((timedelta(seconds=60), 2),)))
+    gate = CapsGate(engines[1], limits(quotas=((timedelta(seconds=60), 2),)))
     for _ in range(2):
         async with gate.slot("hook", None, submit=True, deadline=time.time()):
             pass
@@ -78,5 +78,5 @@ async def test_a_full_quota_says_when_it_has_room(engines: list[Engine]) -> None
 
 def test_a_worker_without_the_database_refuses_caps() -> None:
     with pytest.raises(ValueError, match="DATABASE_URL"):
-        FlowGate(None, limits(max_in_flight=1))
-    FlowGate(None, limits())  # no caps: no database needed
+        CapsGate(None, limits(max_in_flight=1))
+    CapsGate(None, limits())  # no caps: no database needed

@@ -10,9 +10,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated
 
-from pydantic import BaseModel, Field, StringConstraints
-
-from aggregates.definition import (
+from durable_outbox_temporal.aggregate_definition import (
     AggregateDefinition,
     Command,
     Conflict,
@@ -20,6 +18,7 @@ from aggregates.definition import (
     InvalidCommand,
     Projector,
 )
+from pydantic import BaseModel, Field, StringConstraints
 
 SeatId = Annotated[str, StringConstraints(min_length=1, max_length=8, pattern=r"^[0-9A-Za-z]+$")]
 PassengerId = Annotated[str, StringConstraints(min_length=1, max_length=100)]

@@ -1,5 +1,9 @@
 """What an aggregate definition is: plain Python, no Temporal, no I/O.
 
+The base an aggregate type is written against, in its own package or in `examples/`: it imports
+nothing of Temporal (an import-linter contract keeps it so), and the service registers a type by
+configuration (`AGGREGATE_TYPES`, docs/how-to/add-an-aggregate-type.md).
+
 A definition names its type, its commands (verbs, each a pydantic model of its payload), its
 events (past tense) and its state, and gives three pure functions:
 
@@ -24,7 +28,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, ClassVar, Generic, TypeVar
@@ -299,6 +303,24 @@ def _redact(data: Mapping[str, Any], model: type[BaseModel]) -> dict[str, Any]:
         name: REDACTED if name in secrets and value is not None else value
         for name, value in data.items()
     }
+
+
+def by_type_name(
+    definitions: Iterable[AggregateDefinition[Any]] | Mapping[str, AggregateDefinition[Any]],
+) -> dict[str, AggregateDefinition[Any]]:
+    """The definitions by their `type_name`; ValueError for two of one name, or a mapping that
+    files a definition under another name."""
+    if isinstance(definitions, Mapping):
+        for name, definition in definitions.items():
+            if name != definition.type_name:
+                raise ValueError(f"{definition.type_name!r} registered as {name!r}")
+        return dict(definitions)
+    found: dict[str, AggregateDefinition[Any]] = {}
+    for definition in definitions:
+        if definition.type_name in found:
+            raise ValueError(f"two aggregate types named {definition.type_name!r}")
+        found[definition.type_name] = definition
+    return found
 
 
 def describe_invalid(err: ValidationError) -> str:

@@ -1,16 +1,41 @@
 """`labour_history`: per mother, her labours with status and counts (a cross-aggregate read
 model). Reads the `labour` aggregates' events by their JSON; an event at
-or below a row's `last_seq` is skipped, so the row never goes backwards."""
+or below a row's `last_seq` is skipped, so the row never goes backwards.
+
+Its table is the example's own (`labour_metadata`), made by the example's migrations
+(`examples/labour/migrations/`), not the product's."""
 
 from __future__ import annotations
 
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, select
+from durable_outbox_temporal.contract.aggregate import MAX_AGGREGATE_ID_LENGTH
+from durable_outbox_temporal.contract.outbox_pending import UTCDateTime
+from sqlalchemy import JSON, Column, Connection, Index, Integer, MetaData, String, Table, select
 
-from readmodel.models import LABOUR_HISTORY
 from readmodel.projectors.base import AsyncProjector, StoredEvent
+
+labour_metadata = MetaData()
+
+# Per labour, for its mother's history.
+LABOUR_HISTORY = Table(
+    "labour_history",
+    labour_metadata,
+    Column("labour_id", String(MAX_AGGREGATE_ID_LENGTH), primary_key=True),
+    Column("mother", String(64), nullable=False),
+    Column("mother_name", String(200), nullable=False),
+    Column("status", String(16), nullable=False),
+    Column("contractions", Integer(), nullable=False),
+    Column("updates", Integer(), nullable=False),
+    Column("announcements", Integer(), nullable=False),
+    # Approved subscribers' ids, sorted: a re-approval or a removal never double counts.
+    Column("subscribers", JSON(), nullable=False),
+    Column("planned_at", UTCDateTime(), nullable=False),
+    Column("completed_at", UTCDateTime(), nullable=True),
+    Column("last_seq", Integer(), nullable=False),
+    Index("ix_labour_history_mother", "mother", "labour_id"),
+)
 
 
 def apply(connection: Connection, event: StoredEvent) -> None:

@@ -3,12 +3,11 @@ the effects an event asks for, keyed so that each happens once. No Temporal."""
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
-from pydantic import ValidationError
-
-from aggregates.definition import (
+from durable_outbox_temporal.aggregate_definition import (
     REDACTED,
     RESERVED_ACTORS,
     SYSTEM_ACTOR,
@@ -20,10 +19,13 @@ from aggregates.definition import (
     InvalidCommand,
     IssueCommand,
 )
-from aggregates.labour import (
+from pydantic import ValidationError
+
+from examples.labour.domainmodel import (
     EMAIL_DESTINATION,
     NOTIFICATIONS_OUTBOX,
     WEBHOOK_DESTINATION,
+    Contact,
     LabourPlanned,
     LabourState,
     LabourTracking,
@@ -31,7 +33,15 @@ from aggregates.labour import (
     UpdatePosted,
     WrongToken,
 )
-from tests.aggregates.test_definitions import NOW, decide
+
+NOW = datetime(2026, 11, 23, 12, tzinfo=UTC)
+
+
+def decide(
+    definition: AggregateDefinition[Any], state: Any, name: str, payload: dict[str, Any]
+) -> list[Event]:
+    return definition.decide(state, definition.parse_command(name, payload), NOW)
+
 
 LABOUR = LabourTracking()
 TOKEN = "t" * 32
@@ -232,7 +242,7 @@ def test_each_command_names_its_actor_and_system_is_reserved() -> None:
     [effect] = LABOUR.plan_effects(
         "lab-1",
         1,
-        LabourPlanned(mother="m1", mother_name="Ada", contact={"email": "a@x.io"}),
+        LabourPlanned(mother="m1", mother_name="Ada", contact=Contact(email="a@x.io")),
         LabourState(),
     )
     assert isinstance(effect.action, IssueCommand)

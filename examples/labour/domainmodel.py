@@ -16,9 +16,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, Field, StringConstraints, model_validator
-
-from aggregates.definition import (
+from durable_outbox_temporal.aggregate_definition import (
     SECRET,
     SYSTEM_ACTOR,
     AggregateDefinition,
@@ -31,6 +29,7 @@ from aggregates.definition import (
     IssueCommand,
     Projector,
 )
+from pydantic import BaseModel, Field, StringConstraints, model_validator
 
 NOTIFICATIONS_OUTBOX = "labour-notifications"
 EMAIL_DESTINATION = "fake-email"
