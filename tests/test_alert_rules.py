@@ -12,22 +12,27 @@ from typing import Any
 import pytest
 import yaml
 
-from api.backlog_metrics import FAMILIES, ITEMS, LANES, Family
+from api.backlog_metrics import FAMILIES, ITEMS, LANES, RELAY_BACKLOG, Family
+from api.destination_metrics import FAMILIES as DESTINATION_FAMILIES
 from readmodel.backlog import BACKLOG_STATUSES, BUSY_LANE_STATUSES
+from tests.docs.test_links import slug
 
 CONFIG = Path(__file__).resolve().parent.parent / "config"
 RULES_FILE = CONFIG / "prometheus-alerts.yml"
 RULES: list[dict[str, Any]] = [
     rule for group in yaml.safe_load(RULES_FILE.read_text())["groups"] for rule in group["rules"]
 ]
-BY_NAME = {family.sample_name: family for family in FAMILIES}
+BY_NAME = {family.sample_name: family for family in (*FAMILIES, *DESTINATION_FAMILIES)}
 # Labels Prometheus adds to every scraped series.
 TARGET_LABELS = {"instance", "job"}
 # The values a status label can take, where the collector bounds them.
 STATUS_VALUES = {
     ITEMS.name: {status.value for status in BACKLOG_STATUSES},
     LANES.name: {status.value for status in BUSY_LANE_STATUSES},
+    # `api/backlog_metrics.py` exports the relay's two: rows waiting and rows refused for good.
+    RELAY_BACKLOG.name: {"pending", "refused"},
 }
+RUNBOOK = Path(__file__).resolve().parent.parent / "docs" / "how-to" / "runbook.md"
 KEYWORDS = {"and", "or", "unless", "by", "without", "on", "ignoring", "bool", "offset"}
 
 
@@ -90,7 +95,19 @@ def test_the_rules_watch_backlog_age_dead_letters_and_halted_lanes() -> None:
         "outbox_items_failed_total",
         "outbox_lanes",
         "outbox_backlog_scrape_ok",
+        "outbox_destination_paused",
+        "outbox_destination_circuit_open",
+        "outbox_relay_lag_seconds",
     } <= watched
+
+
+@pytest.mark.parametrize("rule", RULES, ids=[rule["alert"] for rule in RULES])
+def test_each_rule_links_to_its_runbook_entry(rule: dict[str, Any]) -> None:
+    page, _, anchor = rule["annotations"]["runbook_url"].partition("#")
+    headings = {slug(match) for match in re.findall(r"^#+ (.+)$", RUNBOOK.read_text(), re.M)}
+
+    assert page == "docs/how-to/runbook.md"
+    assert anchor == rule["alert"].lower() and anchor in headings
 
 
 @pytest.mark.skipif(
