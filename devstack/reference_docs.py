@@ -769,6 +769,55 @@ def problems_page() -> str:
     return "\n".join(lines)
 
 
+def retry_schedule_page() -> str:
+    """When a failing item's submits go, and when it fails, under the default delivery policy."""
+    policy = DeliveryPolicy(destination="", submit_task_queue="", poll_task_queue="")
+    jitter = 1 + policy.backoff_jitter
+    rows = []
+    earliest = latest = 0.0
+    for attempt in range(1, policy.max_attempts + 1):
+        if attempt > 1:
+            wait = policy.backoff_s(attempt - 1)
+            earliest, latest = earliest + wait, latest + wait * jitter
+            waited = f"{wait:g}–{wait * jitter:g} s"
+        else:
+            waited = "—"
+        rows.append((str(attempt), waited, f"{_duration(earliest)}–{_duration(latest)}"))
+    return "\n".join(
+        [
+            "# Retry schedule",
+            "",
+            _generated_from(
+                "`DeliveryPolicy`'s defaults (`durable_outbox_temporal/contract/item.py`)"
+            ),
+            "",
+            "An item whose submits fail with a retryable error (5xx, a timeout, a connection error)"
+            f" tries {policy.max_attempts} times (`max_attempts`), waiting"
+            f" `backoff_initial_s` ({policy.backoff_initial_s:g} s) times `backoff_multiplier`"
+            f" ({policy.backoff_multiplier:g}) per attempt, at most `backoff_max_s`"
+            f" ({policy.backoff_max_s:g} s), plus up to `backoff_jitter`"
+            f" ({policy.backoff_jitter:.0%}) more at random. A `Retry-After` from the provider"
+            " replaces the wait. Each attempt also takes its request's own time (at most"
+            f" `submit_timeout_s`, {policy.submit_timeout_s:g} s), not counted below. An item"
+            " waiting on flow control (a pause, a throttle, an open circuit, a cap) spends no"
+            " attempt.",
+            "",
+            *_table(("attempt", "waits before it", "starts after the first, at"), rows),
+            "",
+            f"After attempt {policy.max_attempts} fails, the item ends `failed` (a dead letter),"
+            f" {_duration(earliest)} to {_duration(latest)} after its first attempt with the"
+            " defaults. Each destination sets its own (`[destinations.<name>]` in the"
+            " [configuration](configuration.md)).",
+            "",
+        ]
+    )
+
+
+def _duration(seconds: float) -> str:
+    minutes, rest = divmod(round(seconds), 60)
+    return f"{minutes} min {rest} s" if minutes else f"{rest} s"
+
+
 def _sample_name(name: str, kind: str) -> str:
     return f"{name}_total" if kind == "counter" else name
 
@@ -803,6 +852,7 @@ PAGES: dict[str, Callable[[], str]] = {
     "cli.md": cli_page,
     "metrics.md": metrics_page,
     "problems.md": problems_page,
+    "retry-schedule.md": retry_schedule_page,
 }
 
 

@@ -666,11 +666,9 @@ class Delivery:
             delay = retry_after_s
             why = f"Retry-After {retry_after_s:g}s"
         else:
-            backoff = min(
-                policy.backoff_initial_s * policy.backoff_multiplier ** (state.attempts - 1),
-                policy.backoff_max_s,
+            delay = policy.backoff_s(state.attempts) * (
+                1 + policy.backoff_jitter * workflow.random().random()
             )
-            delay = backoff * (1 + policy.backoff_jitter * workflow.random().random())
             why = f"backoff {delay:.1f}s"
         state.last_error = message
         state.next_attempt_at = workflow.now() + timedelta(seconds=delay)

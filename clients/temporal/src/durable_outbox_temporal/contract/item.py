@@ -325,6 +325,14 @@ class DeliveryPolicy:
         },
     )
 
+    def backoff_s(self, attempts: int) -> float:
+        """The wait after the `attempts`-th failed submit (1: the first) before the next, before
+        its jitter (up to `backoff_jitter` more): the retry schedule
+        (docs/reference/retry-schedule.md)."""
+        return min(
+            self.backoff_initial_s * self.backoff_multiplier ** (attempts - 1), self.backoff_max_s
+        )
+
 
 # The policy fields a destination configures (the rest name the destination and its queues).
 POLICY_SETTINGS = tuple(
