@@ -22,6 +22,10 @@ import httpx
 from durable_outbox_temporal import OutboxClient, connect
 from durable_outbox_temporal.aggregates import AggregateClient
 from durable_outbox_temporal.codec import codec_from_environment, data_converter
+from durable_outbox_temporal.connection import (
+    missing_search_attributes,
+    missing_search_attributes_message,
+)
 from durable_outbox_temporal.destinations import Destination, DestinationRegistry
 from durable_outbox_temporal.tracing import configure_tracing
 from opentelemetry.instrumentation.httpx import HTTPXClientInstrumentor
@@ -348,6 +352,10 @@ async def run_worker(
         codec_from_environment(), claim_checks(storage_engine, settings.claim_check_bytes)
     )
     client = await connect(runtime=runtime, data_converter=converter)
+    missing = await missing_search_attributes(client)
+    if missing:
+        # Every item's start would be refused: say why now, not at the first enqueue.
+        log.error("%s", missing_search_attributes_message(missing))
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):

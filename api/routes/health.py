@@ -7,6 +7,10 @@ import asyncio
 import logging
 from collections.abc import Awaitable
 
+from durable_outbox_temporal.connection import (
+    missing_search_attributes,
+    missing_search_attributes_message,
+)
 from fastapi import APIRouter, Depends, Request, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from temporalio.api.workflowservice.v1 import GetSystemInfoRequest
@@ -37,8 +41,9 @@ async def healthz() -> dict[str, str]:
     responses=problem_responses(503),
 )
 async def readyz(resources: ResourcesDep, request: Request) -> dict[str, str | list[str]]:
-    """200 when both answer within the timeout; else 503 naming what is down. An API started
-    open on purpose (`ALLOW_INSECURE`) lists what is open under `insecure`, ready or not."""
+    """200 when both answer within the timeout and the namespace has the product's search
+    attributes; else 503 naming what is down or missing. An API started open on purpose
+    (`ALLOW_INSECURE`) lists what is open under `insecure`, ready or not."""
     insecure: list[str] = request.app.state.insecure
     checks: dict[str, Awaitable[object]] = {
         "temporal": _temporal_answers(resources),
@@ -54,6 +59,18 @@ async def readyz(resources: ResourcesDep, request: Request) -> dict[str, str | l
             f"not reachable: {', '.join(down)}",
             {"Retry-After": RETRY_AFTER_S},
             down=down,
+            **({"insecure": insecure} if insecure else {}),
+        )
+    missing = await _missing_search_attributes(resources, request)
+    if missing:
+        raise ApiProblem(
+            503,
+            "not-ready",
+            "Not ready",
+            missing_search_attributes_message(missing),
+            {"Retry-After": RETRY_AFTER_S},
+            down=["search_attributes"],
+            missing_search_attributes=missing,
             **({"insecure": insecure} if insecure else {}),
         )
     return {"status": "ready", **({"insecure": insecure} if insecure else {})}
@@ -75,6 +92,24 @@ async def metrics(api_metrics: MetricsDep) -> Response:
 async def _temporal_answers(resources: Resources) -> None:
     client = await resources.outbox.temporal()
     await client.workflow_service.get_system_info(GetSystemInfoRequest())
+
+
+async def _missing_search_attributes(resources: Resources, request: Request) -> list[str]:
+    """The search attributes the namespace lacks, asked until all are there once (they are not
+    taken away at run time). A server that will not list them is taken at its word."""
+    if getattr(request.app.state, "search_attributes_registered", False):
+        return []
+    try:
+        client = await resources.outbox.temporal()
+        missing = await asyncio.wait_for(missing_search_attributes(client), READY_TIMEOUT_S)
+    except Exception as err:
+        log.warning("readiness: search attributes not listed: %s: %s", type(err).__name__, err)
+        return []
+    if missing:
+        log.error("readiness: %s", missing_search_attributes_message(missing))
+    else:
+        request.app.state.search_attributes_registered = True
+    return missing
 
 
 async def _answers(name: str, check: Awaitable[object]) -> bool:

@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from temporalio.api.common.v1 import WorkflowExecution
+from temporalio.api.operatorservice.v1 import ListSearchAttributesRequest
 from temporalio.api.workflowservice.v1 import GetWorkflowExecutionHistoryRequest
 from temporalio.client import Client
 from temporalio.envconfig import ClientConfig, ClientConnectConfig
@@ -30,6 +31,7 @@ from durable_outbox_temporal.codec import (
     data_converter,
     encrypted_with,
 )
+from durable_outbox_temporal.contract import search_attributes
 from durable_outbox_temporal.errors import TemporalUnavailable
 from durable_outbox_temporal.tracing import temporal_interceptors
 
@@ -154,3 +156,21 @@ async def check_stack_keys(client: Client, task_queue: str) -> None:
                         raise PayloadKeyMissing(key_id, f"the stack on task queue {task_queue}")
     except RPCError as err:
         log.debug("payload keys of %s not checked: %s", task_queue, err)
+
+
+async def missing_search_attributes(client: Client) -> list[str]:
+    """The product's search attributes the client's namespace lacks (none: all registered).
+    Without them every item's start is refused, so the worker and the API say so at once."""
+    answer = await client.operator_service.list_search_attributes(
+        ListSearchAttributesRequest(namespace=client.namespace)
+    )
+    known = set(answer.custom_attributes) | set(answer.system_attributes)
+    return [key.name for key in search_attributes.ALL if key.name not in known]
+
+
+def missing_search_attributes_message(missing: list[str]) -> str:
+    """What the worker logs and `/readyz` answers when the namespace lacks search attributes."""
+    return (
+        f"the Temporal namespace lacks the search attributes {', '.join(missing)}: register"
+        " them (Keyword) before items are enqueued (docs/how-to/connect-to-temporal.md)"
+    )
