@@ -71,6 +71,11 @@ class HttpProviderSettings(BaseModel):
     )
 
 
+# ACS tracks a repeatable request this long after its `Repeatability-First-Sent`, then answers
+# 412 (learn.microsoft.com/rest/api/communication/repeatable-requests).
+ACS_REPEATABILITY_WINDOW_S = 300.0
+
+
 class AcsEmailSettings(HttpProviderSettings):
     """An acs-email destination's `settings`: the resource endpoint and its access key."""
 
@@ -81,6 +86,15 @@ class AcsEmailSettings(HttpProviderSettings):
     access_key: Base64Key = Field(
         description="The resource's access key (base64), with which every request is signed"
         " (HMAC-SHA256)."
+    )
+    repeatability_window_s: float = Field(
+        default=ACS_REPEATABILITY_WINDOW_S,
+        gt=0,
+        le=24 * 3600,
+        description="How long ACS remembers a send by its `Repeatability-Request-Id`, in"
+        " seconds (documented: 5 minutes). A retry whose first send is older than this looks"
+        " the operation up by its `Operation-Id` before it sends again"
+        " (docs/explanation/provider-dedupe.md).",
     )
 
 

@@ -1,8 +1,10 @@
 """A local provider that speaks the ACS Email and Standard Webhooks contracts, with faults.
 
 For development, demos, tests and benchmarks: it checks signatures like the real services, dedupes
-by idempotency key (`Operation-Id`, `webhook-id`) and counts what it sees so tests can assert
-"delivered exactly once", "rate never exceeded", "no request before Retry-After elapsed".
+as they do and forgets as they do (ACS's repeatable requests for `repeatability_window_s`, a
+receiver's `webhook-id` for `webhook_dedupe_window_s`: `devstack/fake_memory.py`), and counts
+what it sees so tests can assert "delivered exactly once", "rate never exceeded", "no request
+before Retry-After elapsed".
 Given `--report-url`, it also reports each email recipient's fate there as Event Grid would
 (`devstack/fake_reports.py`), with the events secret from `FAKE_EMAIL_EVENTS_SECRET` (never on
 the command line, where `ps` would show it); an address whose local part starts with `bounce`
@@ -11,12 +13,13 @@ its 400 `BadRequest`, after the signature check and before any fault.
 
 Faults come from four places, most specific first: a per-key script (`POST /_admin/script`),
 per-request headers (`X-Fake-Status`, `X-Fake-Retry-After`, `X-Fake-Latency-Ms`, `X-Fake-Hang-S`,
-`X-Fake-Running-Polls`, `X-Fake-Operation-Result`), a per-endpoint fault that holds until cleared
-(`PUT /_admin/endpoints/{endpoint}` with a step such as `{"status": 410}`, `DELETE` to clear; the
-endpoint is a webhook's path after `/webhook/`, or `emails`), and the global fault config
-(`PUT /_admin/faults`, or at start-up one flag per FaultConfig field). `GET /_admin/deliveries
-?endpoint=` lists first deliveries in arrival order, each with a global sequence number and the
-request's `traceparent` header. Run it with
+`X-Fake-Running-Polls`, `X-Fake-Operation-Result`, `X-Fake-Drop-Response`), a per-endpoint
+fault that holds until cleared (`PUT /_admin/endpoints/{endpoint}` with a step such as
+`{"status": 410}`, `DELETE` to clear; the endpoint is a webhook's path after `/webhook/`, or
+`emails`), and the global fault config (`PUT /_admin/faults`, or at start-up one flag per
+FaultConfig field). `GET /_admin/deliveries?endpoint=` lists deliveries (each request taken as
+new, not as a repeat) in arrival order, each with a global sequence number and the request's
+`traceparent` header. Run it with
 `python -m devstack.fake_provider --port 8025 [--error-rate 0.1 ...]` (`--help` lists the flags).
 """
 
@@ -52,6 +55,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from configuration.settings import DEV_EVENTS_SECRET
+from devstack.fake_memory import RESULT, RepeatableRequests, SeenIds
 from devstack.fake_reports import SCHEMAS, ReportSender, ReportSettings
 from devstack.serving import serve_in_background
 
@@ -81,6 +85,10 @@ class FaultConfig:
         default=False, metadata=_help("send a 429's Retry-After as an HTTP-date")
     )
     timeout_rate: float = field(default=0.0, metadata=_help("share of submits left hanging"))
+    lost_response_rate: float = field(
+        default=0.0,
+        metadata=_help("share of submits taken, then the connection dropped before the answer"),
+    )
     hang_s: float = field(default=30.0, metadata=_help("how long a hanging submit hangs"))
     latency_ms: float = field(default=0.0, metadata=_help("delay added to every submit"))
     running_polls: int = field(
@@ -115,6 +123,13 @@ class FaultConfig:
     unknown_report_rate: float = field(
         default=0.0, metadata=_help("share of operations that add a report for an unknown id")
     )
+    repeatability_window_s: float = field(
+        default=300.0,
+        metadata=_help("how long ACS tracks a repeatable send after its first-sent time"),
+    )
+    webhook_dedupe_window_s: float = field(
+        default=300.0, metadata=_help("how long the webhook receiver remembers a webhook-id")
+    )
 
     def __post_init__(self) -> None:
         if self.report_schema not in SCHEMAS:
@@ -132,6 +147,8 @@ class Step:
     hang_s: float | None = None
     running_polls: int | None = None
     operation_result: str | None = None
+    # Take the request, then drop the connection before the answer is out (a lost response).
+    drop_response: bool = False
 
 
 @dataclass
@@ -211,8 +228,8 @@ class FakeProviderState:
         # Endpoint -> how every request to it is answered, until cleared.
         self.endpoint_faults: dict[str, Step] = {}
         self.operations: dict[str, Operation] = {}
-        self.operation_by_key: dict[str, str] = {}
-        self.delivered_keys: set[str] = set()
+        self.repeatable = RepeatableRequests()
+        self.webhook_ids = SeenIds()
         # Every first delivery in arrival order: what ordering tests check.
         self.delivery_log: list[dict[str, Any]] = []
         # (monotonic time, path) of every request, for max-rate-in-window questions.
@@ -242,6 +259,7 @@ class FakeProviderState:
                     else None
                 ),
                 operation_result=headers.get("x-fake-operation-result"),
+                drop_response=headers.get("x-fake-drop-response", "").lower() in ("1", "true"),
             )
         if endpoint in self.endpoint_faults:
             return dataclasses.replace(self.endpoint_faults[endpoint])
@@ -257,6 +275,14 @@ class FakeProviderState:
             step.retry_after = self._retry_after_value(faults.retry_after)
         elif draw < faults.error_rate + faults.throttle_rate + faults.timeout_rate:
             step.hang_s = faults.hang_s
+        elif (
+            draw
+            < faults.error_rate
+            + faults.throttle_rate
+            + faults.timeout_rate
+            + faults.lost_response_rate
+        ):
+            step.drop_response = True
         if self.rng.random() < faults.operation_fail_rate:
             step.operation_result = "Failed"
         return step
@@ -371,6 +397,20 @@ def _valid_webhook_signature(request: Request, body: bytes, secret: str) -> bool
     return any(hmac.compare_digest(expected, signature.split(",", 1)[-1]) for signature in offered)
 
 
+class LostResponse(Response):
+    """`answer`'s status line and headers, then the connection closes before its body: the
+    request was taken, and the sender cannot tell (an `httpx.RemoteProtocolError` there)."""
+
+    def __init__(self, answer: Response) -> None:
+        super().__init__(answer.body, answer.status_code)
+        self.raw_headers = answer.raw_headers
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        await send(
+            {"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers}
+        )
+
+
 def _acs_error(status: int, code: str, message: str, **headers: str) -> JSONResponse:
     return JSONResponse({"error": {"code": code, "message": message}}, status, headers=headers)
 
@@ -418,13 +458,19 @@ def create_app(state: FakeProviderState) -> Starlette:
         if problem is not None:
             log.info("ACS send %s -> 400 (%s)", key, problem)
             return _acs_error(400, "BadRequest", problem)
+        window_s = state.faults.repeatability_window_s
+        refusal, repeat_of = state.repeatable.check(request.headers, body, time.time(), window_s)
+        if refusal is not None:
+            log.info("ACS send %s -> %s (%s)", key, refusal.status, refusal.message)
+            return _acs_error(refusal.status, refusal.code, refusal.message, **{RESULT: "rejected"})
         step = state.next_step(key, request, "emails")
         fault = await _apply_fault(state, step, stats)
         if fault is not None:
             log.info("ACS send %s -> %s (injected)", key, fault.status_code)
             return fault
-        operation_id = state.operation_by_key.get(key)
+        operation_id = repeat_of
         if operation_id is None:
+            # Not a repeat ACS tracks: executed, even under an Operation-Id it has seen before.
             operation_id = key
             running = step.running_polls
             sender, recipients = _email_parties(body)
@@ -436,19 +482,23 @@ def create_app(state: FakeProviderState) -> Starlette:
                 recipients=recipients,
             )
             state.operations[operation_id] = operation
-            state.operation_by_key[key] = operation_id
+            state.repeatable.executed(request.headers, body, operation_id, window_s)
             state.log_delivery(key, "emails", request, body)
             if state.faults.report_before_success:
                 state.report_on(operation)
         base = str(request.base_url).rstrip("/")
         api_version = request.query_params.get("api-version", "")
         location = f"{base}/emails/operations/{operation_id}?api-version={api_version}"
-        log.info("ACS send %s -> 202", key)
-        return JSONResponse(
+        answer = JSONResponse(
             {"id": operation_id, "status": "Running"},
             202,
-            headers={"Operation-Location": location},
+            headers={"Operation-Location": location, RESULT: "accepted"},
         )
+        if step.drop_response:
+            log.info("ACS send %s -> 202, connection dropped (injected)", key)
+            return LostResponse(answer)
+        log.info("ACS send %s -> 202", key)
+        return answer
 
     async def acs_operation(request: Request) -> Response:
         operation = state.operations.get(request.path_params["operation_id"])
@@ -496,13 +546,18 @@ def create_app(state: FakeProviderState) -> Starlette:
         if key is None or not _valid_webhook_signature(request, body, state.webhook_secret):
             return JSONResponse({"error": "invalid signature"}, 401)
         endpoint = request.path_params["endpoint"]
-        fault = await _apply_fault(state, state.next_step(key, request, endpoint), stats)
+        step = state.next_step(key, request, endpoint)
+        fault = await _apply_fault(state, step, stats)
         if fault is not None:
             log.info("webhook %s %s -> %s (injected)", request.url.path, key, fault.status_code)
             return fault
-        if key not in state.delivered_keys:
-            state.delivered_keys.add(key)
+        window_s = state.faults.webhook_dedupe_window_s
+        if state.webhook_ids.first_time(key, time.time(), window_s):
             state.log_delivery(key, endpoint, request, body)
+        if step.drop_response:
+            log.info("webhook %s %s -> connection dropped (injected)", request.url.path, key)
+            # A 204 would be whole once its headers are out: a body is what gets cut off.
+            return LostResponse(Response(b"received", 200))
         log.info("webhook %s %s -> 204", request.url.path, key)
         return Response(status_code=204)
 

@@ -597,6 +597,9 @@ class AggregateWorkflow:
                         idempotency_key=provider_idempotency_key(f"effect/{record.key}"),
                         payload=dict(record.action["payload"]),
                         attempt=attempt,
+                        # Durable and the same on every attempt: the provider's dedupe window
+                        # is reckoned from it (`SubmitRequest.first_submitted_at`).
+                        first_submitted_at=record.created_at,
                     ),
                     task_queue=submit_task_queue(destination),
                     start_to_close_timeout=_EFFECT_TIMEOUT,

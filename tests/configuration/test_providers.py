@@ -41,6 +41,11 @@ def load(provider: str, settings: dict[str, Any]) -> DestinationRegistry:
         ("acs-email", {**EMAIL_SETTINGS, "endpoint": "acs.test"}, "settings.endpoint: must be an"),
         ("acs-email", {**EMAIL_SETTINGS, "timeout_s": 0}, "settings.timeout_s: .*greater than 0"),
         ("acs-email", {**EMAIL_SETTINGS, "acces_key": "eA=="}, "settings.acces_key: unknown field"),
+        (
+            "acs-email",
+            {**EMAIL_SETTINGS, "repeatability_window_s": 0},
+            "settings.repeatability_window_s: .*greater than 0",
+        ),
         ("webhook", {"url": "https://receiver.test"}, "settings.secret: Field required"),
         ("webhook", {**WEBHOOK_SETTINGS, "secret": "whsec_!!"}, "settings.secret: must be 'whsec_"),
         ("webhook", {**WEBHOOK_SETTINGS, "url": "ftp://x"}, "settings.url: must be an http"),

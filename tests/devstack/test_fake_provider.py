@@ -11,10 +11,11 @@ import os
 import socket
 import sys
 import time
+import uuid
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from email.utils import parsedate_to_datetime
+from email.utils import formatdate, parsedate_to_datetime
 from pathlib import Path
 from typing import Any
 
@@ -149,16 +150,32 @@ async def post_acs(
     return await send_acs_body(http, url, key, json.dumps(email).encode())
 
 
+# Each key's first-sent time, so a repeat of a key is the same repeatable request.
+_FIRST_SENT: dict[str, str] = {}
+
+
+def repeatability_headers(key: str) -> dict[str, str]:
+    """The repeatable-request headers ACS's SDKs send: one request id and first-sent per key."""
+    return {
+        "Repeatability-Request-Id": str(uuid.uuid5(uuid.NAMESPACE_URL, key)),
+        "Repeatability-First-Sent": _FIRST_SENT.setdefault(key, formatdate(usegmt=True)),
+    }
+
+
 async def send_acs_body(
     http: httpx.AsyncClient, url: str, key: str, body: bytes, access_key: str = ACS_ACCESS_KEY
 ) -> httpx.Response:
-    """POST `body` as a send-email request, signed with `access_key`."""
+    """POST `body` as a repeatable send-email request, signed with `access_key`."""
     request = http.build_request(
         "POST",
         f"{url}/emails:send",
         params={"api-version": API_VERSION},
         content=body,
-        headers={"Content-Type": "application/json", "Operation-Id": key},
+        headers={
+            "Content-Type": "application/json",
+            "Operation-Id": key,
+            **repeatability_headers(key),
+        },
     )
     sign_request(request, access_key)
     return await http.send(request)

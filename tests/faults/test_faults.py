@@ -174,6 +174,8 @@ async def test_provider_storm_ends_every_item_with_no_duplicate_or_early_retry(
         retry_after="1",
         timeout_rate=0.05,
         hang_s=1.0,
+        # Sends taken whose answer is lost: the retry must be the same send, not a second one.
+        lost_response_rate=0.05,
         running_polls=2,
         operation_fail_rate=0.1,
         seed=7,

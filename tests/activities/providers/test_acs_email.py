@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import uuid
 from collections.abc import AsyncIterator
+from datetime import UTC, datetime
 from typing import Any
 
 import httpx
@@ -30,13 +31,21 @@ def new_key() -> str:
     return f"acs-{uuid.uuid4().hex}"
 
 
-def submit_request(key: str) -> SubmitRequest:
+# Each key's first submit time, the same on every retry as the item workflow keeps it.
+FIRST_SUBMITTED_AT: dict[str, datetime] = {}
+
+
+def submit_request(
+    key: str, attempt: int = 1, first_submitted_at: datetime | None = None
+) -> SubmitRequest:
     return SubmitRequest(
         destination="email",
         item_id=f"outbox/t/{key}",
         idempotency_key=key,
         payload=MESSAGE,
-        attempt=1,
+        attempt=attempt,
+        first_submitted_at=first_submitted_at
+        or FIRST_SUBMITTED_AT.setdefault(key, datetime.now(UTC)),
     )
 
 

@@ -23,7 +23,7 @@ from activities.providers.base import (
 )
 from activities.providers.webhook import WebhookProvider
 from configuration.providers import WebhookSettings
-from devstack.fake_provider import FakeProvider
+from devstack.fake_provider import FakeProvider, FaultConfig, run_fake_provider
 from tests.conftest import WEBHOOK_SECRET
 
 PAYLOAD = {"event": "order.paid", "amount": 12.5}
@@ -277,3 +277,23 @@ async def test_retry_after_beyond_the_maximum_fails_the_webhook(fake_provider, h
 
     with pytest.raises(PermanentProviderError, match="retry after 300000000000 s, beyond"):
         await provider.submit(submit_request(new_key()))
+
+
+@pytest.mark.parametrize(("window_s", "delivered"), [(300.0, 1), (0.0, 2)])
+async def test_a_lost_answer_retried_is_once_within_the_receivers_window_and_again_after(
+    http, window_s: float, delivered: int
+) -> None:
+    """Webhooks have no reconcile step: past the receiver's dedupe window a retry of a send
+    whose answer was lost is a second delivery (docs/explanation/provider-dedupe.md)."""
+    async with run_fake_provider(FaultConfig(webhook_dedupe_window_s=window_s)) as fake:
+        key = new_key()
+        await fake.admin.script(key, [{"drop_response": True}])
+        provider = fake_webhook(fake, http)
+
+        with pytest.raises(TransientProviderError, match="connection failed"):
+            await provider.submit(submit_request(key))
+        retried = await provider.submit(submit_request(key))
+
+        assert retried.delivered is True
+        stats = await fake.admin.key_stats(key)
+        assert (stats["submits"], stats["deliveries"]) == (2, delivered)

@@ -398,6 +398,8 @@ class OutboxItemState:
     last_event_seq: int = 0
     # Events not yet written to the read model (cleared by each successful projection).
     events: list[ItemEvent] = field(default_factory=list)
+    # When this generation's first submit attempt was made (`SubmitRequest.first_submitted_at`).
+    first_submitted_at: datetime | None = None
 
 
 @dataclass
@@ -594,6 +596,10 @@ class SubmitRequest:
     accepted_goes_on: bool = False
     # The item's `concurrency_key`: its share of the caps and quotas (`flowcontrol/caps.py`).
     concurrency_key: str | None = None
+    # When this generation's first submit attempt was made, on the workflow's clock: the same on
+    # every retry, so a provider's dedupe window (ACS `Repeatability-First-Sent`) is reckoned
+    # from the first send, not from the retry. None: unknown (a caller that does not track it).
+    first_submitted_at: datetime | None = None
 
 
 @dataclass
@@ -615,6 +621,10 @@ class SubmitResult:
     projected_seq: int | None = None
     # The operation's first poll, made by the submit activity (`SubmitRequest.first_poll_after_s`).
     first_poll: PollResult | None = None
+    # The operation was not sent by this attempt but found by looking it up: an earlier
+    # attempt's send whose answer was lost, past the provider's dedupe window (the reconcile
+    # step, docs/explanation/provider-dedupe.md).
+    found_by_lookup: bool = False
 
 
 @dataclass

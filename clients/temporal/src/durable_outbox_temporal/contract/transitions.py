@@ -93,9 +93,10 @@ def apply_submit_result(
     state.operation_started_at = at
     delay = item.policy.poll_interval_s if result.retry_after_s is None else result.retry_after_s
     state.next_attempt_at = at + timedelta(seconds=delay)
-    return record(
-        state, ItemEventType.ACCEPTED, ItemStatus.SENDING, at, f"operation {result.operation_url}"
-    )
+    detail = f"operation {result.operation_url}"
+    if result.found_by_lookup:
+        detail += " (found by lookup: an earlier attempt's send, its answer lost)"
+    return record(state, ItemEventType.ACCEPTED, ItemStatus.SENDING, at, detail)
 
 
 def schedule_next_poll(
