@@ -388,6 +388,7 @@ class Delivery:
                 continue
             state.attempts += 1
             state.next_attempt_at = None
+            state.first_submitted_at = state.first_submitted_at or workflow.now()
             self._show_details(f"Submitting, attempt {state.attempts}/{policy.max_attempts}.")
             request = SubmitRequest(
                 destination=item.destination,
@@ -401,6 +402,7 @@ class Delivery:
                 sequence=self.sequence,
                 accepted_goes_on=policy.order == "submit",
                 concurrency_key=item.concurrency_key,
+                first_submitted_at=state.first_submitted_at,
             )
             self.sequence = None
             seq_before = state.last_event_seq

@@ -1,16 +1,11 @@
 """Azure Communication Services Email: `POST {endpoint}/emails:send`, then poll the operation.
 
-Requests are signed with ACS's HMAC-SHA256 scheme (the one the official SDK uses), so the real
-service, the real SDK's peers and our fake provider all accept them.
+Requests are signed with ACS's HMAC-SHA256 scheme (`activities/providers/acs_signing.py`).
 """
 
 from __future__ import annotations
 
-import base64
-import hashlib
-import hmac
 import json
-from email.utils import formatdate
 from typing import Any, ClassVar
 from urllib.parse import SplitResult, urljoin, urlsplit
 
@@ -23,6 +18,7 @@ from durable_outbox_temporal.contract.item import (
     SubmitResult,
 )
 
+from activities.providers.acs_signing import sign_request
 from activities.providers.base import (
     PermanentProviderError,
     check_retry_after,
@@ -35,23 +31,6 @@ from configuration.providers import AcsEmailSettings
 
 API_VERSION = "2023-03-31"
 _STATUSES = {status.value: status for status in OperationStatus}
-
-
-def sign_request(request: httpx.Request, access_key: str) -> None:
-    """Add ACS HMAC-SHA256 headers: the signature covers verb, path+query, date, host, body hash."""
-    url = urlsplit(str(request.url))
-    path_and_query = url.path + (f"?{url.query}" if url.query else "")
-    date = formatdate(usegmt=True)
-    content_hash = base64.b64encode(hashlib.sha256(request.content).digest()).decode()
-    string_to_sign = f"{request.method}\n{path_and_query}\n{date};{url.netloc};{content_hash}"
-    signature = base64.b64encode(
-        hmac.new(base64.b64decode(access_key), string_to_sign.encode(), hashlib.sha256).digest()
-    ).decode()
-    request.headers["x-ms-date"] = date
-    request.headers["x-ms-content-sha256"] = content_hash
-    request.headers["Authorization"] = (
-        f"HMAC-SHA256 SignedHeaders=x-ms-date;host;x-ms-content-sha256&Signature={signature}"
-    )
 
 
 class AcsEmailProvider:

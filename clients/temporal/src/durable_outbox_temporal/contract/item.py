@@ -381,6 +381,8 @@ class OutboxItemState:
     updated_at: datetime | None = None
     finished_at: datetime | None = None
     provider_message_id: str | None = None
+    # When the item's provider key was first submitted (`SubmitRequest.first_submitted_at`).
+    first_submitted_at: datetime | None = None
     cancel_requested: bool = False
     cancel_reason: str | None = None
     recipients: list[Recipient] = field(default_factory=list)
@@ -586,6 +588,10 @@ class SubmitRequest:
     accepted_goes_on: bool = False
     # The item's `concurrency_key`: its share of the caps and quotas (`flowcontrol/caps.py`).
     concurrency_key: str | None = None
+    # When this idempotency key's first attempt was submitted: the same on every retry, as a
+    # repeatable request's first-sent time must be (ACS SMS `repeatabilityFirstSent`). None
+    # where the caller does not track it (the provider then takes the attempt's own time).
+    first_submitted_at: datetime | None = None
 
 
 @dataclass
@@ -598,6 +604,8 @@ class SubmitResult:
     provider_message_id: str | None = None
     # Who the provider will report on (ACS: the to, cc and bcc addresses); empty if nobody.
     recipients: list[str] = field(default_factory=list)
+    # Recipients whose fate the submit's answer already tells (ACS SMS: a number it refused).
+    recipient_results: list[Recipient] = field(default_factory=list)
     # The time the activity applied the transition at, when it wrote its projection (None: it
     # did not, and the workflow projects it).
     projected_at: datetime | None = None
