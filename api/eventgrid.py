@@ -1,5 +1,5 @@
 """Azure Event Grid deliveries: the Event Grid schema and CloudEvents 1.0, read with the
-`azure-eventgrid` package, and ACS email delivery reports taken out of them.
+`azure-eventgrid` package, and ACS email and SMS delivery reports taken out of them.
 
 Event Grid posts an array of events (Event Grid schema), or one CloudEvent
 (`application/cloudevents+json`), or a batch of them (`application/cloudevents-batch+json`).
@@ -27,6 +27,7 @@ log = logging.getLogger("outbox.api.events")
 
 VALIDATION_EVENT = SystemEventNames.EventGridSubscriptionValidationEventName.value
 EMAIL_DELIVERY_REPORT = SystemEventNames.AcsEmailDeliveryReportReceivedEventName.value
+SMS_DELIVERY_REPORT = SystemEventNames.AcsSmsDeliveryReportReceivedEventName.value
 
 # ACS's statuses, as it spells them, to ours.
 _ACS_STATUSES = {
@@ -38,6 +39,8 @@ _ACS_STATUSES = {
     "Quarantined": RecipientStatus.QUARANTINED,
     "Failed": RecipientStatus.FAILED,
 }
+# An SMS report's `deliveryStatus`, to ours.
+_SMS_STATUSES = {"Delivered": RecipientStatus.DELIVERED, "Failed": RecipientStatus.FAILED}
 _MAX_DETAIL = 1000
 _MAX_ID = 200
 _MAX_ADDRESS = 320  # RFC 3696's longest email address
@@ -82,8 +85,9 @@ def read_delivery(body: bytes) -> Delivery:
             if not isinstance(code, str) or not code:
                 raise _not_a_delivery("subscription validation event without a validationCode")
             delivery.validation_code = code
-        elif event_type == EMAIL_DELIVERY_REPORT:
-            report = _email_report(event_id, data)
+        elif event_type in (EMAIL_DELIVERY_REPORT, SMS_DELIVERY_REPORT):
+            read = _email_report if event_type == EMAIL_DELIVERY_REPORT else _sms_report
+            report = read(event_id, data)
             if report is None:
                 delivery.invalid += 1
             else:
@@ -137,6 +141,38 @@ def _email_report(event_id: str, data: Any) -> DeliveryReport | None:
         recipient=recipient,
         status=status,
         at=at,
+        detail=str(detail)[:_MAX_DETAIL] if detail else None,
+        report_id=event_id,
+    )
+
+
+def _sms_report(event_id: str, data: Any) -> DeliveryReport | None:
+    """The report in an `SMSDeliveryReportReceived` event's data; None (logged) if unreadable.
+
+    Its `tag` is the item's message id (`activities/providers/acs_sms.py` sets it); a report
+    without one is on a message sent some other way, and its own `messageId` finds no item."""
+    try:
+        if not isinstance(data, dict):
+            raise ValueError("data is not an object")
+        status = _SMS_STATUSES[str(data["deliveryStatus"])]
+        message_id, recipient = str(data.get("tag") or data["messageId"]), str(data["to"])
+        if not 0 < len(message_id) <= _MAX_ID or not 0 < len(recipient) <= _MAX_ADDRESS:
+            raise ValueError("tag, messageId or to empty or too long")
+        attempts = data.get("deliveryAttempts") or []
+        last = attempts[-1] if isinstance(attempts, list) and attempts else None
+        when = last.get("timestamp") if isinstance(last, dict) else None
+        at = datetime.fromisoformat(str(when or data["receivedTimestamp"]))
+        if at.tzinfo is None:
+            raise ValueError("the report's timestamp has no time zone")
+        detail = data.get("deliveryStatusDetails")
+    except (KeyError, ValueError, TypeError) as err:
+        log.warning("unreadable SMS delivery report %s: %s", event_id, err)
+        return None
+    return DeliveryReport(
+        message_id=message_id,
+        recipient=recipient,
+        status=status,
+        at=in_utc(at),
         detail=str(detail)[:_MAX_DETAIL] if detail else None,
         report_id=event_id,
     )

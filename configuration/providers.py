@@ -98,6 +98,18 @@ class AcsEmailSettings(HttpProviderSettings):
     )
 
 
+class AcsSmsSettings(HttpProviderSettings):
+    """An acs-sms destination's `settings`: the resource endpoint and its access key."""
+
+    endpoint: HttpUrlText = Field(
+        description="The ACS resource's endpoint, an http(s) URL; sends go to `{endpoint}/sms`."
+    )
+    access_key: Base64Key = Field(
+        description="The resource's access key (base64), with which every request is signed"
+        " (HMAC-SHA256)."
+    )
+
+
 def check_webhook_secret(secret: str) -> str:
     """`secret` if it is base64 after an optional `whsec_` prefix; raises ValueError otherwise."""
     try:
@@ -146,5 +158,6 @@ class WebhookSettings(HttpProviderSettings):
 # checks that the two registries list the same kinds.
 PROVIDER_SETTINGS: Mapping[str, type[BaseModel]] = {
     "acs-email": AcsEmailSettings,
+    "acs-sms": AcsSmsSettings,
     "webhook": WebhookSettings,
 }

@@ -16,9 +16,9 @@ matching TEMPORAL_ADDRESS and FAKE_PROVIDER_URL, and DATABASE_URL (SQLite in the
 unless it is set.
 
 The fake provider POSTs its ACS delivery reports (as Event Grid would) to the API's
-`/v1/destinations/fake-email/events`, with the secret `fake-email` checks: FAKE_EMAIL_EVENTS_SECRET
-(dev-events-secret), set in every child's environment (never on a command line) so both sides
-agree. Mail to bounce@… bounces.
+`/v1/destinations/fake-email/events` (SMS reports: `.../fake-sms/events`), with the secret both
+destinations check: FAKE_EMAIL_EVENTS_SECRET (dev-events-secret), set in every child's environment
+(never on a command line) so both sides agree. Mail to bounce@… bounces.
 """
 
 from __future__ import annotations
@@ -188,12 +188,17 @@ def build_children(env: dict[str, str]) -> list[Child]:
     # The Web UI calls the API's codec server from its own origin: the port in use, not 8233.
     env.setdefault("CODEC_CORS_ORIGINS", f"http://127.0.0.1:{ui_port},http://localhost:{ui_port}")
     report_url = f"http://127.0.0.1:{api_port}/v1/destinations/fake-email/events"
+    sms_report_url = f"http://127.0.0.1:{api_port}/v1/destinations/fake-sms/events"
     # Children write to a pipe: without this, Python would hold their output back in buffers.
     env["PYTHONUNBUFFERED"] = "1"
     fake = [
         *[python, "-m", "devstack.fake_provider", "--host", "127.0.0.1", "--port", str(fake_port)],
         # DEV_FAKE_REPORTS=0 (the benchmarks) keeps report traffic out of the measurement.
-        *(["--report-url", report_url] if env.get("DEV_FAKE_REPORTS", "1") != "0" else []),
+        *(
+            ["--report-url", report_url, "--sms-report-url", sms_report_url]
+            if env.get("DEV_FAKE_REPORTS", "1") != "0"
+            else []
+        ),
     ]
     api = [python, "-m", "uvicorn", "api.main:create_app", "--factory"]
     return [
@@ -291,6 +296,14 @@ def banner(env: dict[str, str]) -> str:
                                   {{"address": "bounce@example.com"}}]}},
            "content": {{"subject": "Welcome", "plainText": "Hi"}}}}}}'
     curl -s {auth_header}{api}/v1/outboxes/demo/items/welcome-1   # recipients, delivery
+
+    # An SMS to two numbers (E.164); +999… is refused, the other is reported delivered:
+    curl -s -X POST {api}/v1/outboxes/demo/items {auth_header}\
+      -H 'Content-Type: application/json' -H 'Idempotency-Key: sms-1' \
+      -d '{{"destination": "fake-sms", "payload": {{"from": "+18005550100",
+           "smsRecipients": [{{"to": "+15550100"}}, {{"to": "+9995550100"}}],
+           "message": "Your code is 1234"}}}}'
+    curl -s {auth_header}{api}/v1/outboxes/demo/items/sms-1
 
   Ctrl-C stops everything; items persist in {data_dir}.
 """

@@ -1,4 +1,5 @@
-"""A local provider that speaks the ACS Email and Standard Webhooks contracts, with faults.
+"""A local provider that speaks the ACS Email, ACS SMS (`devstack/fake_sms.py`) and Standard
+Webhooks contracts, with faults.
 
 For development, demos, tests and benchmarks: it checks signatures like the real services, dedupes
 as they do and forgets as they do (ACS's repeatable requests for `repeatability_window_s`, a
@@ -15,10 +16,10 @@ Faults come from four places, most specific first: a per-key script (`POST /_adm
 per-request headers (`X-Fake-Status`, `X-Fake-Retry-After`, `X-Fake-Latency-Ms`, `X-Fake-Hang-S`,
 `X-Fake-Running-Polls`, `X-Fake-Operation-Result`, `X-Fake-Drop-Response`), a per-endpoint
 fault that holds until cleared (`PUT /_admin/endpoints/{endpoint}` with a step such as
-`{"status": 410}`, `DELETE` to clear; the endpoint is a webhook's path after `/webhook/`, or
-`emails`), and the global fault config (`PUT /_admin/faults`, or at start-up one flag per
-FaultConfig field). `GET /_admin/deliveries?endpoint=` lists deliveries (each request taken as
-new, not as a repeat) in arrival order, each with a global sequence number and the request's
+`{"status": 410}`, `DELETE` to clear; the endpoint is a webhook's path after `/webhook/`,
+`emails` or `sms`), and the global fault config (`PUT /_admin/faults`, or at start-up one flag
+per FaultConfig field). `GET /_admin/deliveries?endpoint=` lists deliveries (each request taken
+as new, not as a repeat) in arrival order, each with a global sequence number and the request's
 `traceparent` header. Run it with
 `python -m devstack.fake_provider --port 8025 [--error-rate 0.1 ...]` (`--help` lists the flags).
 """
@@ -55,6 +56,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from configuration.settings import DEV_EVENTS_SECRET
+from devstack import fake_sms
 from devstack.fake_memory import RESULT, RepeatableRequests, SeenIds
 from devstack.fake_reports import SCHEMAS, ReportSender, ReportSettings
 from devstack.serving import serve_in_background
@@ -103,6 +105,9 @@ class FaultConfig:
     seed: int | None = field(default=None, metadata=_help("seed of the random fault draws"))
     report_url: str | None = field(
         default=None, metadata=_help("where ACS delivery reports are POSTed (none: no reports)")
+    )
+    sms_report_url: str | None = field(
+        default=None, metadata=_help("where ACS SMS delivery reports are POSTed (none: no reports)")
     )
     report_schema: str = field(
         default="eventgrid", metadata=_help("reports as 'eventgrid' (array) or 'cloudevents'")
@@ -239,6 +244,7 @@ class FakeProviderState:
         self.spans: list[tuple[float, float, str, dict[str, Any]]] = []
         # Endpoint -> `HEAD` probes received (an open circuit's, `flowcontrol/breaker.py`).
         self.probes: dict[str, int] = defaultdict(int)
+        self.sms = fake_sms.SmsMemory()
 
     def next_step(self, key: str, request: Request, endpoint: str) -> Step:
         """The scripted step for `key`, else one built from headers, else the endpoint's fault,
@@ -655,6 +661,7 @@ def create_app(state: FakeProviderState) -> Starlette:
         routes=[
             Route("/emails:send", acs_send, methods=["POST"]),
             Route("/emails/operations/{operation_id}", acs_operation, methods=["GET"]),
+            *fake_sms.routes(state),
             Route("/webhook/{endpoint:path}", webhook, methods=["POST"]),
             Route("/webhook/{endpoint:path}", webhook_probe, methods=["HEAD"]),
             Route("/_admin/stats", admin_stats),

@@ -1,4 +1,4 @@
-"""The fake provider's Event Grid: ACS email delivery reports POSTed to a callback URL.
+"""The fake provider's Event Grid: ACS email and SMS delivery reports POSTed to a callback URL.
 
 Real ACS reports each recipient's fate as a `Microsoft.Communication.EmailDeliveryReportReceived`
 event that Event Grid delivers to a subscriber; this sends the same events, in the Event Grid
@@ -24,6 +24,7 @@ from configuration.redaction import redact
 log = logging.getLogger("fake_provider.reports")
 
 EVENT_TYPE = "Microsoft.Communication.EmailDeliveryReportReceived"
+SMS_EVENT_TYPE = "Microsoft.Communication.SMSDeliveryReportReceived"
 TOPIC = (
     "/subscriptions/00000000-0000-0000-0000-000000000000/resourceGroups/fake/providers"
     "/microsoft.communication/communicationservices/fake-acs"
@@ -101,6 +102,14 @@ class ReportSender:
         posts = [_events(finals, settings.schema)]
         if interims:
             posts.append(_events(interims, settings.schema))  # older news, delivered last
+        self._start(settings, posts)
+
+    def schedule_sms(self, settings: ReportSettings, data: dict[str, Any]) -> None:
+        """Send one SMS message's report (its data from `devstack/fake_sms.py`) after
+        `settings.delay_s`."""
+        self._start(settings, [_events([data], settings.schema, SMS_EVENT_TYPE)])
+
+    def _start(self, settings: ReportSettings, posts: list[list[dict[str, Any]]]) -> None:
         if settings.duplicate:
             posts = [post for post in posts for _ in range(2)]
         task = asyncio.create_task(self._send(settings, posts))
@@ -169,11 +178,17 @@ def _data(
     }
 
 
-def _events(reports: list[dict[str, Any]], schema: str) -> list[dict[str, Any]]:
+def _events(
+    reports: list[dict[str, Any]], schema: str, event_type: str = EVENT_TYPE
+) -> list[dict[str, Any]]:
     events = []
     for data in reports:
         event_id = str(uuid.uuid4())
-        subject = f"sender/{data['sender']}/message/{data['messageId']}"
+        subject = (
+            f"phonenumber/{data['to']}"
+            if event_type == SMS_EVENT_TYPE
+            else f"sender/{data['sender']}/message/{data['messageId']}"
+        )
         event_time = datetime.now(UTC).isoformat().replace("+00:00", "Z")
         if schema == "eventgrid":
             events.append(
@@ -181,7 +196,7 @@ def _events(reports: list[dict[str, Any]], schema: str) -> list[dict[str, Any]]:
                     "id": event_id,
                     "topic": TOPIC,
                     "subject": subject,
-                    "eventType": EVENT_TYPE,
+                    "eventType": event_type,
                     "eventTime": event_time,
                     "dataVersion": "1.0",
                     "metadataVersion": "1",
@@ -195,7 +210,7 @@ def _events(reports: list[dict[str, Any]], schema: str) -> list[dict[str, Any]]:
                     "id": event_id,
                     "source": TOPIC,
                     "subject": subject,
-                    "type": EVENT_TYPE,
+                    "type": event_type,
                     "time": event_time,
                     "datacontenttype": "application/json",
                     "data": data,

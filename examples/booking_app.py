@@ -1,9 +1,10 @@
 """A booking service using the transactional outbox (docs/how-to/transactional-relay.md).
 
-`POST /bookings` inserts the booking and its two confirmations — an email (`fake-email`) and an
-SMS sent through a webhook (`fake-webhook`) — in ONE transaction of the application's database.
+`POST /bookings` inserts the booking and its two confirmations — an email (`fake-email`, ACS
+Email) and then an SMS (`fake-sms`, ACS SMS) — in ONE transaction of the application's database.
 If anything fails before the commit, neither the booking nor a message exists; once it commits,
-the relay running in `make dev`'s worker delivers each message exactly once.
+the relay running in `make dev`'s worker delivers each message exactly once, in booking order:
+both carry the booking's ordering key, so the SMS goes only once the email has ended.
 
 The application shares the outbox's database (`DATABASE_URL`): that is what makes the booking
 and its messages one transaction. Run it beside `make dev`:
@@ -17,10 +18,12 @@ and its messages one transaction. Run it beside `make dev`:
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Annotated
 
+from durable_outbox_temporal.contract.sms import is_e164
 from durable_outbox_temporal.transactional import enqueue_in
 from fastapi import FastAPI, HTTPException
-from pydantic import BaseModel
+from pydantic import AfterValidator, BaseModel
 from sqlalchemy import Column, DateTime, Engine, MetaData, String, Table, insert
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
@@ -38,11 +41,22 @@ BOOKINGS = Table(
 )
 
 
+# The number the confirmations come from (an ACS phone number of the resource).
+SENDER_PHONE = "+18005550100"
+
+
+def _e164(phone: str) -> str:
+    if not is_e164(phone):
+        raise ValueError("must be a phone number in E.164 form, such as +15550100")
+    return phone
+
+
 class Booking(BaseModel):
     id: str
     customer: str
     email: str
-    phone: str
+    # Checked here, so a bad number is the caller's 422 rather than a message that cannot go.
+    phone: Annotated[str, AfterValidator(_e164)]
     at: datetime
 
 
@@ -59,11 +73,14 @@ def create_booking_app(engine: Engine) -> FastAPI:
                     insert(BOOKINGS).values(id=booking.id, customer=booking.customer, at=booking.at)
                 )
                 when = f"{booking.at:%Y-%m-%d %H:%M} UTC"
+                # One lane per booking: its email, then its SMS, in the order enqueued here.
+                lane = f"booking-{booking.id}"
                 email_key = enqueue_in(
                     session,
                     outbox="bookings",
                     destination="fake-email",
                     key=f"{booking.id}-email",
+                    ordering_key=lane,
                     payload={
                         "senderAddress": "bookings@example.com",
                         "recipients": {"to": [{"address": booking.email}]},
@@ -76,9 +93,14 @@ def create_booking_app(engine: Engine) -> FastAPI:
                 sms_key = enqueue_in(
                     session,
                     outbox="bookings",
-                    destination="fake-webhook",
+                    destination="fake-sms",
                     key=f"{booking.id}-sms",
-                    payload={"sms": {"to": booking.phone, "text": f"Appointment {when}"}},
+                    ordering_key=lane,
+                    payload={
+                        "from": SENDER_PHONE,
+                        "smsRecipients": [{"to": booking.phone}],
+                        "message": f"Dear {booking.customer}, your appointment: {when}.",
+                    },
                 )
         except IntegrityError as err:
             raise HTTPException(409, f"booking {booking.id} exists") from err

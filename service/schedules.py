@@ -22,7 +22,7 @@ from durable_outbox_temporal import (
     OutboxError,
 )
 from durable_outbox_temporal.client import RPC_TIMEOUT
-from durable_outbox_temporal.contract import limits
+from durable_outbox_temporal.contract import limits, sms
 from durable_outbox_temporal.contract.ids import scheduled_batch_workflow_id, temporal_schedule_id
 from durable_outbox_temporal.contract.schedule import (
     DEFAULT_CATCHUP_WINDOW_S,
@@ -37,7 +37,9 @@ from durable_outbox_temporal.contract.schedule import (
     ScheduledBatchInput,
     check_key_suffix,
     check_schedule_id,
+    fire_values,
     item_key,
+    render,
     unknown_placeholders,
 )
 from durable_outbox_temporal.fan_out import fan_out
@@ -296,11 +298,20 @@ class ScheduleService:
             errors.append((location, f"unknown placeholder {{{{{name}}}}} (known: {known})"))
         if not errors:
             # The longest key this item can get must still be a valid key.
-            sample = item_key(schedule_id, datetime(2000, 1, 1, tzinfo=UTC), item.suffix(index))
+            sample_at = datetime(2000, 1, 1, tzinfo=UTC)
+            sample = item_key(schedule_id, sample_at, item.suffix(index))
             try:
                 limits.check_idempotency_key(sample)
             except ValueError as err:
                 errors.append((f"{at}.key_suffix", f"the item's key {sample!r}: {err}"))
+            target = self.client.destinations.get(item.destination)
+            try:
+                # What every fire would enqueue, as the destination's provider checks it.
+                values = fire_values(schedule_id, sample_at, None, sample)
+                if target is not None:
+                    sms.check_payload_for(target.provider, render(item.payload, values))
+            except ValueError as err:
+                errors.append((f"{at}.payload", str(err)))
         return errors
 
     async def list(self) -> list[ScheduleSummary]:

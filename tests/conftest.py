@@ -181,6 +181,12 @@ def email_destination(fake: FakeProvider, **overrides: Any) -> Destination:
     return make_destination("acs-email", settings, **overrides)
 
 
+def sms_destination(fake: FakeProvider, **overrides: Any) -> Destination:
+    """An acs-sms destination at the fake provider."""
+    settings = {"endpoint": fake.url, "access_key": ACS_ACCESS_KEY}
+    return make_destination("acs-sms", settings, **overrides)
+
+
 def webhook_destination(fake: FakeProvider, **overrides: Any) -> Destination:
     """A webhook destination at the fake provider; its URL path carries its own name."""
     name = overrides.pop("name", None) or unique_name("webhook")

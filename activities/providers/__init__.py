@@ -15,9 +15,10 @@ from durable_outbox_temporal.destinations import Destination, DestinationConfigE
 from pydantic import BaseModel
 
 from activities.providers.acs_email import AcsEmailProvider
+from activities.providers.acs_sms import AcsSmsProvider
 from activities.providers.base import Provider
 from activities.providers.webhook import WebhookProvider
-from configuration.providers import AcsEmailSettings, WebhookSettings
+from configuration.providers import AcsEmailSettings, AcsSmsSettings, WebhookSettings
 
 SettingsT = TypeVar("SettingsT", bound=BaseModel)
 
@@ -35,6 +36,7 @@ class ProviderKind(Generic[SettingsT]):
 
 PROVIDERS: dict[str, ProviderKind[Any]] = {
     AcsEmailProvider.kind: ProviderKind(AcsEmailSettings, AcsEmailProvider),
+    AcsSmsProvider.kind: ProviderKind(AcsSmsSettings, AcsSmsProvider),
     WebhookProvider.kind: ProviderKind(WebhookSettings, WebhookProvider),
 }
 

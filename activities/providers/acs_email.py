@@ -1,7 +1,8 @@
 """Azure Communication Services Email: `POST {endpoint}/emails:send`, then poll the operation.
 
-Requests are signed with ACS's HMAC-SHA256 scheme (the one the official SDK uses), so the real
-service, the real SDK's peers and our fake provider all accept them.
+Requests are signed with ACS's HMAC-SHA256 scheme (`activities/providers/acs_signing.py`, the one
+the official SDK uses), so the real service, the real SDK's peers and our fake provider all
+accept them.
 
 Exactly once across retries: each send carries the item's key as `Operation-Id` and ACS's
 repeatable-request headers, `Repeatability-Request-Id` and `Repeatability-First-Sent` (the time
@@ -14,9 +15,6 @@ again, as a new repeatable request (docs/explanation/provider-dedupe.md).
 
 from __future__ import annotations
 
-import base64
-import hashlib
-import hmac
 import json
 import uuid
 from datetime import UTC, datetime, timedelta
@@ -33,6 +31,7 @@ from durable_outbox_temporal.contract.item import (
     SubmitResult,
 )
 
+from activities.providers.acs_signing import sign_request
 from activities.providers.base import (
     PermanentProviderError,
     TransientProviderError,
@@ -49,23 +48,6 @@ _STATUSES = {status.value: status for status in OperationStatus}
 # `Repeatability-Request-Id` must be a GUID: derived from the item's key (and, for a send made
 # anew after the window, from its own first-sent time), so every retry names the same request.
 _REPEATABILITY_NAMESPACE = uuid.UUID("6f1f5a52-4d0e-4c55-9a43-2a7c1f0e8b31")
-
-
-def sign_request(request: httpx.Request, access_key: str) -> None:
-    """Add ACS HMAC-SHA256 headers: the signature covers verb, path+query, date, host, body hash."""
-    url = urlsplit(str(request.url))
-    path_and_query = url.path + (f"?{url.query}" if url.query else "")
-    date = formatdate(usegmt=True)
-    content_hash = base64.b64encode(hashlib.sha256(request.content).digest()).decode()
-    string_to_sign = f"{request.method}\n{path_and_query}\n{date};{url.netloc};{content_hash}"
-    signature = base64.b64encode(
-        hmac.new(base64.b64decode(access_key), string_to_sign.encode(), hashlib.sha256).digest()
-    ).decode()
-    request.headers["x-ms-date"] = date
-    request.headers["x-ms-content-sha256"] = content_hash
-    request.headers["Authorization"] = (
-        f"HMAC-SHA256 SignedHeaders=x-ms-date;host;x-ms-content-sha256&Signature={signature}"
-    )
 
 
 class AcsEmailProvider:

@@ -97,7 +97,7 @@ async def validate_webhook(
 @router.post(
     "/events",
     response_model=ReportsReceived | ValidationResponse,
-    summary="Receive Event Grid deliveries (ACS email delivery reports)",
+    summary="Receive Event Grid deliveries (ACS email and SMS delivery reports)",
 )
 async def receive_events(
     request: Request,
@@ -106,7 +106,8 @@ async def receive_events(
     metrics: MetricsDep,
 ) -> ReportsReceived | ValidationResponse:
     """Event Grid schema (an array) or CloudEvents 1.0 (one event or a batch). Each
-    `Microsoft.Communication.EmailDeliveryReportReceived` event is signalled to its item."""
+    `Microsoft.Communication.EmailDeliveryReportReceived` and `...SMSDeliveryReportReceived`
+    event is signalled to its item."""
     delivery = read_delivery(await request.body())
     if delivery.validation_code is not None:
         return ValidationResponse(validationResponse=delivery.validation_code)

@@ -46,6 +46,11 @@ def load(provider: str, settings: dict[str, Any]) -> DestinationRegistry:
             {**EMAIL_SETTINGS, "repeatability_window_s": 0},
             "settings.repeatability_window_s: .*greater than 0",
         ),
+        ("acs-sms", {"access_key": ACS_ACCESS_KEY}, "settings.endpoint: Field required"),
+        ("acs-sms", {"endpoint": "https://acs.test"}, "settings.access_key: Field required"),
+        ("acs-sms", {**EMAIL_SETTINGS, "access_key": "not base64!"}, "settings.access_key: must"),
+        ("acs-sms", {**EMAIL_SETTINGS, "endpoint": "acs.test"}, "settings.endpoint: must be an"),
+        ("acs-sms", {**EMAIL_SETTINGS, "sender": "+1555"}, "settings.sender: unknown field"),
         ("webhook", {"url": "https://receiver.test"}, "settings.secret: Field required"),
         ("webhook", {**WEBHOOK_SETTINGS, "secret": "whsec_!!"}, "settings.secret: must be 'whsec_"),
         ("webhook", {**WEBHOOK_SETTINGS, "url": "ftp://x"}, "settings.url: must be an http"),
@@ -72,7 +77,7 @@ def test_unknown_provider_kind_is_refused_at_load_listing_the_known_ones() -> No
     with pytest.raises(
         DestinationConfigError,
         match=r"destination 'fake-email': provider: unknown provider 'sms' \(known: acs-email,"
-        r" webhook\)",
+        r" acs-sms, webhook\)",
     ):
         load("sms", {})
 

@@ -13,7 +13,7 @@ from typing import Any
 import httpx
 import pytest
 from durable_outbox_temporal import EnqueueResult, InvalidRequest, OutboxClient
-from durable_outbox_temporal.contract.ids import item_workflow_id
+from durable_outbox_temporal.contract.ids import item_workflow_id, provider_idempotency_key
 from durable_outbox_temporal.destinations import DestinationRegistry
 from durable_outbox_temporal.transactional import enqueue_in
 from prometheus_client import CollectorRegistry, generate_latest
@@ -25,8 +25,8 @@ from examples.booking_app import create_booking_app
 from readmodel.models import OUTBOX_PENDING
 from service.relay import Relay, relay_stats
 from tests.api.conftest import api_settings, open_api
-from tests.conftest import email_destination, unique_name, webhook_destination
-from tests.fakes import deliveries
+from tests.conftest import email_destination, sms_destination, unique_name, webhook_destination
+from tests.fakes import deliveries, script
 from tests.workflows.test_lane import item_result
 
 
@@ -160,11 +160,11 @@ async def test_the_relay_backlog_and_lag_are_exported(engine: Engine) -> None:
 async def test_the_booking_example_commits_a_booking_with_its_messages_or_nothing(
     engine: Engine, stack_factory, fake_provider
 ) -> None:
-    email, webhook = (
+    email, sms = (
         email_destination(fake_provider, name="fake-email"),
-        webhook_destination(fake_provider, name="fake-webhook"),
+        sms_destination(fake_provider, name="fake-sms"),
     )
-    stack = await stack_factory(email, webhook)
+    stack = await stack_factory(email, sms)
     transport = httpx.ASGITransport(app=create_booking_app(engine))
     booking = {
         "id": unique_name("b"),
@@ -173,18 +173,57 @@ async def test_the_booking_example_commits_a_booking_with_its_messages_or_nothin
         "phone": "+15550100",
         "at": "2030-01-01T09:30:00Z",
     }
+    # The email's submit is slow: without the booking's lane its SMS would reach the provider
+    # first, as the seed's example once did.
+    await script(
+        fake_provider, item_workflow_id("bookings", f"{booking['id']}-email"), [{"latency_ms": 300}]
+    )
 
     async with httpx.AsyncClient(transport=transport, base_url="http://app") as client:
         created = await client.post("/bookings", json=booking)
         again = await client.post("/bookings", json=booking)  # exists: nothing more is sent
+        bad_phone = await client.post(
+            "/bookings", json={**booking, "id": unique_name("b"), "phone": "555-0100"}
+        )
     assert created.status_code == 201 and again.status_code == 409
+    assert bad_phone.status_code == 422 and "E.164" in bad_phone.text  # nothing enqueued
     assert statuses(engine) == ["pending", "pending"]
     relay = Relay(stack.outbox, engine)
-    assert await relay.relay_once() == 2
-    for key in (created.json()["email"], created.json()["sms"]):
-        view = await stack.result(item_workflow_id("bookings", key))
-        assert view.status == "sent"
-        assert await deliveries(fake_provider, item_workflow_id("bookings", key)) == 1
+    # One lane's rows go one pass after the other, in commit order.
+    assert [await relay.relay_once() for _ in range(3)] == [1, 1, 0]
+    email_key, sms_key = created.json()["email"], created.json()["sms"]
+    for key in (email_key, sms_key):
+        assert (await item_result(stack, key, "bookings")).status == "sent"
+    assert await deliveries(fake_provider, item_workflow_id("bookings", email_key)) == 1
+    email_tag = provider_idempotency_key(item_workflow_id("bookings", email_key))
+    sms_tag = provider_idempotency_key(item_workflow_id("bookings", sms_key))
+    sent = {entry["key"]: entry["seq"] for entry in await fake_provider.admin.deliveries()}
+    # The SMS reached the provider once, and after its booking's email.
+    assert [key for key in sent if key.startswith(sms_tag)] == [f"{sms_tag}/+15550100"]
+    assert sent[email_tag] < sent[f"{sms_tag}/+15550100"]
+
+
+async def test_an_sms_the_provider_would_refuse_is_a_refused_row_not_a_failed_delivery(
+    engine: Engine, stack_factory, fake_provider
+) -> None:
+    sms = sms_destination(fake_provider)
+    stack = await stack_factory(sms)
+    payload = {"from": "+18005550100", "smsRecipients": [{"to": "555-0100"}], "message": "hi"}
+    key = unique_name("sms")
+    with Session(engine) as session, session.begin():
+        enqueue_in(session, outbox="tests", destination=sms.name, payload=payload, key=key)
+
+    assert await Relay(stack.outbox, engine).relay_once() == 1
+
+    with engine.connect() as connection:
+        status, error = connection.execute(
+            select(OUTBOX_PENDING.c.status, OUTBOX_PENDING.c.last_error)
+        ).one()
+    assert status == "refused"
+    assert "smsRecipients[0].to: '555-0100' is not a phone number in E.164" in error
+    tag = provider_idempotency_key(item_workflow_id("tests", key))
+    sent = await fake_provider.admin.deliveries("sms")
+    assert not any(entry["key"].startswith(tag) for entry in sent)  # nothing went
 
 
 async def test_a_commit_wakes_the_relay_on_postgres(

@@ -8,6 +8,7 @@ from durable_outbox_temporal.destinations import Destination
 
 from activities.providers import PROVIDERS, build_provider
 from activities.providers.acs_email import AcsEmailProvider
+from activities.providers.acs_sms import AcsSmsProvider
 from activities.providers.webhook import WebhookProvider
 from configuration.destinations import load_destinations
 from configuration.providers import PROVIDER_SETTINGS
@@ -28,9 +29,11 @@ def test_the_classes_and_the_configured_settings_name_the_same_kinds_and_models(
 async def test_build_provider_builds_each_kind_from_its_settings() -> None:
     email = Destination(name="mail", provider="acs-email", settings=EMAIL_SETTINGS)
     hook = Destination(name="hook", provider="webhook", settings=WEBHOOK_SETTINGS)
+    sms = Destination(name="sms", provider="acs-sms", settings=EMAIL_SETTINGS)
 
     async with httpx.AsyncClient() as http:
         assert isinstance(build_provider(email, http), AcsEmailProvider)
+        assert isinstance(build_provider(sms, http), AcsSmsProvider)
         assert isinstance(build_provider(hook, http), WebhookProvider)
 
 
@@ -44,7 +47,11 @@ async def test_build_provider_names_the_destination_and_field() -> None:
 
 # Each shipped file's destinations and their provider kinds.
 SHIPPED_CONFIGS = {
-    "config/destinations.toml": {"fake-email": "acs-email", "fake-webhook": "webhook"},
+    "config/destinations.toml": {
+        "fake-email": "acs-email",
+        "fake-webhook": "webhook",
+        "fake-sms": "acs-sms",
+    },
     "bench/destinations.toml": {
         "bench-email": "acs-email",
         "bench-two-activities": "acs-email",

@@ -18,7 +18,7 @@ from temporalio.client import Client
 
 from durable_outbox_temporal import lanes
 from durable_outbox_temporal.connection import TemporalConnection, check_stack_keys
-from durable_outbox_temporal.contract import debounce_rules, limits
+from durable_outbox_temporal.contract import debounce_rules, limits, sms
 from durable_outbox_temporal.contract.debounce import DebounceWindowView
 from durable_outbox_temporal.contract.ids import (
     WORKFLOW_TASK_QUEUE,
@@ -282,6 +282,7 @@ class OutboxClient:
                 not_before=item.not_before,
             )
             debounce_rules.check_payload(item.payload)
+            sms.check_payload_for(target.provider, item.payload)
         except ValueError as err:
             raise InvalidRequest(str(err)) from None
         return OutboxItemInput(

@@ -597,7 +597,8 @@ class SubmitRequest:
     # The item's `concurrency_key`: its share of the caps and quotas (`flowcontrol/caps.py`).
     concurrency_key: str | None = None
     # When this generation's first submit attempt was made, on the workflow's clock: the same on
-    # every retry, so a provider's dedupe window (ACS `Repeatability-First-Sent`) is reckoned
+    # every retry, so a provider's dedupe window (ACS email's `Repeatability-First-Sent`, ACS SMS's
+    # `repeatabilityFirstSent`) is reckoned
     # from the first send, not from the retry. None: unknown (a caller that does not track it).
     first_submitted_at: datetime | None = None
 
@@ -612,6 +613,8 @@ class SubmitResult:
     provider_message_id: str | None = None
     # Who the provider will report on (ACS: the to, cc and bcc addresses); empty if nobody.
     recipients: list[str] = field(default_factory=list)
+    # Recipients whose fate the submit's answer already tells (ACS SMS: a number it refused).
+    recipient_results: list[Recipient] = field(default_factory=list)
     # The time the activity applied the transition at, when it wrote its projection (None: it
     # did not, and the workflow projects it).
     projected_at: datetime | None = None

@@ -80,6 +80,22 @@ def expect_reports_on(item: OutboxItemInput, state: OutboxItemState, addresses: 
             state.recipients.append(Recipient(address=address))
 
 
+def note_recipient_results(
+    item: OutboxItemInput, state: OutboxItemState, results: list[Recipient]
+) -> None:
+    """Show what the submit's answer said of some recipients (a number the provider refused),
+    where reports on the recipients are kept at all."""
+    if item.policy.report_window_s <= 0:
+        return
+    for result in results:
+        address = result.address.casefold()
+        recipient = next((r for r in state.recipients if r.address.casefold() == address), None)
+        if recipient is None:
+            state.recipients.append(dataclasses.replace(result))
+        else:
+            recipient.status, recipient.detail = result.status, result.detail
+
+
 def apply_submit_result(
     item: OutboxItemInput, state: OutboxItemState, result: SubmitResult, at: datetime
 ) -> bool:
@@ -87,6 +103,7 @@ def apply_submit_result(
     Whether the status changed."""
     state.provider_message_id = result.provider_message_id
     expect_reports_on(item, state, result.recipients)
+    note_recipient_results(item, state, result.recipient_results)
     if result.delivered:
         return finish(state, ItemStatus.SENT, ItemEventType.SENT, at, "delivered")
     state.operation_url = result.operation_url
