@@ -33,13 +33,14 @@ import textwrap
 import time
 from collections.abc import Callable, Sequence
 from enum import IntEnum
-from importlib import metadata
 from pathlib import Path
 from typing import Any, TypeAlias
 from urllib.parse import quote
 
 import httpx
 from durable_outbox_temporal.contract.item import DeliveryOutcome, ItemStatus
+
+from configuration.version import VERSION
 
 BATCH_SIZE = 100
 
@@ -710,13 +711,6 @@ def _add_outbox(command: argparse.ArgumentParser, help_text: str = "the outbox's
     command.add_argument("outbox", help=help_text)
 
 
-def _version() -> str:
-    try:
-        return metadata.version("durable-outbox")
-    except metadata.PackageNotFoundError:  # run from a checkout that was never installed
-        return "unknown"
-
-
 def _exit_codes_text() -> str:
     return "exit codes:\n" + "\n".join(
         textwrap.fill(
@@ -762,7 +756,7 @@ def _global_options() -> argparse.ArgumentParser:
         epilog=_exit_codes_text(),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
+    parser.add_argument("--version", action="version", version=f"%(prog)s {VERSION}")
     parser.add_argument(
         "--output",
         choices=OUTPUTS,

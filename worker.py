@@ -30,6 +30,7 @@ from durable_outbox_temporal.destinations import Destination, DestinationRegistr
 from durable_outbox_temporal.tracing import configure_tracing
 from opentelemetry.instrumentation.httpx import HTTPXClientInstrumentor
 from sqlalchemy import Engine
+from sqlalchemy.exc import DBAPIError
 from temporalio.client import Client
 from temporalio.runtime import PrometheusConfig, Runtime, TelemetryConfig
 from temporalio.worker import (
@@ -57,8 +58,9 @@ from configuration.destinations import load_destinations
 from configuration.providers import HttpProviderSettings
 from configuration.redaction import install_log_redaction
 from configuration.settings import Settings, get_settings
+from configuration.version import VERSION
 from flowcontrol.guard import FlowGuard
-from readmodel.db import create_schema, make_engine
+from readmodel.db import SchemaNewerThanCode, create_schema, make_engine, verify_schema
 from readmodel.payload_store import claim_checks, prune_forever
 from readmodel.writer import ProjectionWriter
 from service.aggregate_types import AggregateTypeError, AggregateTypes, load_aggregate_types
@@ -116,6 +118,7 @@ def build_workers(
     sticky_queue_timeout_s: float = 3.0,
     ledger_engine: Engine | None = None,
     aggregate_types: AggregateTypes | None = None,
+    shutdown_grace_s: float = 0.0,
 ) -> list[Worker]:
     """All workers of one process; `engine` is the read model the projection writes to, and
     `sandboxed` runs workflows in Temporal's determinism sandbox (the tests do).
@@ -127,8 +130,10 @@ def build_workers(
     `ledger_engine` is the database the caps and quotas count in, and the flow rules changed at
     run time are read from (default: `engine`; an activities-only process needs one for them).
     `aggregate_types` are the aggregate types the workflows host, with their projectors
-    (default: those `AGGREGATE_TYPES` configures).
+    (default: those `AGGREGATE_TYPES` configures). `shutdown_grace_s` is how long activities in
+    flight at shutdown get to finish before they are cancelled (`WORKER_SHUTDOWN_GRACE_S`).
     """
+    grace = timedelta(seconds=shutdown_grace_s)
     operations_task_queue = operations_task_queue or default_operations_task_queue(
         workflow_task_queue
     )
@@ -160,6 +165,7 @@ def build_workers(
                 sandboxed=sandboxed,
                 sticky_queue_timeout_s=sticky_queue_timeout_s,
                 interceptors=interceptors,
+                shutdown_grace=grace,
             ),
             operations_worker(
                 client,
@@ -168,6 +174,7 @@ def build_workers(
                 types,
                 task_queue=operations_task_queue,
                 interceptors=interceptors,
+                shutdown_grace=grace,
             ),
         ]
     # The one flow guard every submit and poll of this process goes through.
@@ -181,7 +188,9 @@ def build_workers(
     )
     providers = {d.name: build_provider(d, http_client) for d in destinations}
     delivery = DeliveryActivities(providers, guard, writer)
-    workers += delivery_workers(client, delivery, destinations, interceptors=interceptors)
+    workers += delivery_workers(
+        client, delivery, destinations, interceptors=interceptors, shutdown_grace=grace
+    )
     return workers
 
 
@@ -195,6 +204,7 @@ def workflow_worker(
     sandboxed: bool,
     sticky_queue_timeout_s: float,
     interceptors: Sequence[Interceptor],
+    shutdown_grace: timedelta = timedelta(),
 ) -> Worker:
     """The worker of every workflow type, with the local activities they run (projections, the
     event store, queue rates) and a debounce window's hand-over."""
@@ -205,6 +215,7 @@ def workflow_worker(
         client,
         interceptors=interceptors,
         task_queue=task_queue,
+        graceful_shutdown_timeout=shutdown_grace,
         workflows=WORKFLOWS,
         activities=[
             projection.project_item,
@@ -241,6 +252,7 @@ def operations_worker(
     *,
     task_queue: str,
     interceptors: Sequence[Interceptor],
+    shutdown_grace: timedelta = timedelta(),
 ) -> Worker:
     """The activities the workflows need that are not local ones (the workflow queue polls for
     none): a schedule's fire, redrive and purge pages, effects, projector runs, flow events."""
@@ -255,6 +267,7 @@ def operations_worker(
         client,
         interceptors=interceptors,
         task_queue=task_queue,
+        graceful_shutdown_timeout=shutdown_grace,
         activities=[
             ScheduleActivities(outbox).enqueue_batch,
             RedriveActivities(ItemService(outbox, engine).redrive, engine).redrive_page,
@@ -272,6 +285,7 @@ def delivery_workers(
     destinations: Sequence[Destination],
     *,
     interceptors: Sequence[Interceptor],
+    shutdown_grace: timedelta = timedelta(),
 ) -> list[Worker]:
     """One submit and one poll worker per destination, each at its queue's rate: the rate is
     per task queue and enforced by the server, across all worker processes. A bulk
@@ -298,6 +312,7 @@ def delivery_workers(
                     client,
                     interceptors=interceptors,
                     task_queue=task_queue,
+                    graceful_shutdown_timeout=shutdown_grace,
                     activities=activities,
                     max_task_queue_activities_per_second=rate,
                     # As the workflow worker's pollers.
@@ -337,7 +352,10 @@ async def run_worker(
     engine = None
     if run_workflows:
         engine = make_engine(settings.database_url)
-        create_schema(engine, aggregate_types.migrations)
+        try:
+            create_schema(engine, aggregate_types.migrations)
+        except SchemaNewerThanCode as err:
+            raise SystemExit(f"durable-outbox {VERSION} refuses to start: {err}") from None
     runtime = worker_runtime(settings.worker_metrics_address)
     tracing = configure_tracing("durable-outbox-worker")
     # Claim checks read and write the database every process shares (DATABASE_URL): an
@@ -348,6 +366,8 @@ async def run_worker(
     # Caps and quotas count in that database too (`flowcontrol/caps.py`), and the flow rules
     # changed at run time are read from it (`readmodel.flow_overrides`).
     ledger_engine = engine or storage_engine or make_engine(settings.database_url)
+    if engine is None:
+        _refuse_a_newer_schema(ledger_engine, aggregate_types)
     converter = data_converter(
         codec_from_environment(), claim_checks(storage_engine, settings.claim_check_bytes)
     )
@@ -380,6 +400,7 @@ async def run_worker(
             interceptors=interceptors,
             sticky_queue_timeout_s=settings.sticky_queue_timeout_s,
             aggregate_types=aggregate_types,
+            shutdown_grace_s=settings.worker_shutdown_grace_s,
         )
         for worker in workers:
             await stack.enter_async_context(worker)
@@ -416,9 +437,25 @@ async def run_worker(
             or "none",
         )
         await stop.wait()
-        log.info("shutting down: finishing in-flight tasks")
+        log.info(
+            "shutting down: in-flight activities get %ss to finish (WORKER_SHUTDOWN_GRACE_S)",
+            settings.worker_shutdown_grace_s,
+        )
+        # All at once, so the whole process drains within one grace, not one per worker.
+        await asyncio.gather(*(worker.shutdown() for worker in workers))
     if storage_engine is not None:
         storage_engine.dispose()
+
+
+def _refuse_a_newer_schema(engine: Engine, aggregate_types: AggregateTypes) -> None:
+    """An activities-only worker migrates nothing, but must not run on a schema it predates."""
+    try:
+        verify_schema(engine, aggregate_types.migrations)
+    except SchemaNewerThanCode as err:
+        raise SystemExit(f"durable-outbox {VERSION} refuses to start: {err}") from None
+    except DBAPIError as err:
+        # As before: the database may come up after the worker; its activities retry.
+        log.warning("read model unreachable at start-up (%s); continuing", type(err).__name__)
 
 
 def main(argv: list[str] | None = None) -> None:

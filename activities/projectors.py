@@ -10,6 +10,7 @@ transaction holds the checkpoint, so even two runners at once never apply an eve
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Mapping
 
@@ -47,14 +48,16 @@ class ProjectorActivities:
 
     @activity.defn(name=RUN_ACTIVITY)
     async def run_projector(self, name: str) -> None:
-        """Project for `run_s` (an hour), then return for the workflow to run it again; until
-        cancelled sooner (the worker stops, or the workflow is terminated)."""
+        """Project for `run_s` (an hour), then return for the workflow to run it again; sooner
+        when its worker begins to stop, and until cancelled (the workflow is terminated)."""
         projector = self._registry.get(name)
         if projector is None:
             raise ApplicationError(f"no projector {name!r}", non_retryable=True)
         backoff = self._backoff_s
         deadline = asyncio.get_running_loop().time() + self._run_s
-        while asyncio.get_running_loop().time() < deadline:
+        # A stopping worker hands the runner back between batches: the workflow runs it again
+        # on another worker, instead of the shutdown's grace running out on a loop that never ends.
+        while asyncio.get_running_loop().time() < deadline and not activity.is_worker_shutdown():
             activity.heartbeat()
             try:
                 applied = await asyncio.to_thread(
@@ -76,11 +79,13 @@ class ProjectorActivities:
 
 async def _pause(seconds: float) -> None:
     """Sleep, heartbeating three times per heartbeat timeout: the longest back-off (30 s) is as
-    long as the workflow's heartbeat timeout, and must not look like a dead worker to Temporal."""
+    long as the workflow's heartbeat timeout, and must not look like a dead worker to Temporal.
+    Wakes at once when the worker begins to stop."""
     timeout = activity.info().heartbeat_timeout
     slice_s = timeout.total_seconds() / 3 if timeout else seconds
     loop = asyncio.get_running_loop()
     wake_at = loop.time() + seconds
-    while (left := wake_at - loop.time()) > 0:
-        await asyncio.sleep(min(left, slice_s))
+    while (left := wake_at - loop.time()) > 0 and not activity.is_worker_shutdown():
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(activity.wait_for_worker_shutdown(), min(left, slice_s))
         activity.heartbeat()

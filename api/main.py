@@ -56,10 +56,12 @@ from api.routes import codec as codec_route
 from api.routes import destinations as destination_routes
 from api.routes import token as token_route
 from api.security import AllowedHosts, CodecCors, check_configuration
+from api.startup import PlainStartupRefusal, StartupRefused
 from configuration.destinations import load_destinations
 from configuration.redaction import install_log_redaction
 from configuration.settings import Settings, get_settings
-from readmodel.db import create_schema, make_engine
+from configuration.version import VERSION
+from readmodel.db import SchemaNewerThanCode, create_schema, make_engine
 from readmodel.payload_store import claim_checks
 from service.aggregate_types import AggregateTypes, load_aggregate_types
 from service.aggregates import AggregateService
@@ -83,7 +85,7 @@ def create_app(
     _configure_logging()
     app = FastAPI(
         title="durable-outbox",
-        version="0.1.0",
+        version=VERSION,
         summary="Durable, observable, rate-limited side effects on Temporal",
         description=(
             "Errors are RFC 9457 `application/problem+json`. Request bodies are limited to"
@@ -178,6 +180,8 @@ def _create_schema(db: Engine, aggregate_types: AggregateTypes) -> None:
     except DBAPIError as err:
         # Start anyway: /readyz reports the database, and the worker creates the schema too.
         log.error("read model unreachable at start-up (%s); continuing", type(err).__name__)
+    except SchemaNewerThanCode as err:
+        raise StartupRefused(f"durable-outbox {VERSION} refuses to start: {err}") from None
 
 
 def _connect(
@@ -269,5 +273,7 @@ def _add_middleware(app: FastAPI, settings: Settings) -> None:
     app.add_middleware(MetricsMiddleware, metrics=app.state.metrics)
     # The Web UI calls the codec server from the browser, from its own origin.
     app.add_middleware(CodecCors, origins=settings.codec_cors_origins_list)
-    # Outermost: a request for another host name (DNS rebinding) is refused before anything.
+    # Outermost for requests: a request for another host name (DNS rebinding) is refused first.
     app.add_middleware(AllowedHosts, allowed_hosts=settings.allowed_hosts_list)
+    # The lifespan only: a start-up refused on purpose logs its reason, not a traceback.
+    app.add_middleware(PlainStartupRefusal)

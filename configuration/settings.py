@@ -172,6 +172,16 @@ class Settings(BaseSettings):
         description="How long a workflow task waits for the worker that ran the workflow last"
         " before any worker may take it, in seconds: how long a dead worker's items stall.",
     )
+    # A deploy's SIGTERM: submits and polls in flight finish (or, past the grace, are cancelled and
+    # retried by another worker) rather than being cut mid-request. Keep it under the
+    # orchestrator's own kill timeout (docker compose's stop_grace_period, Kubernetes'
+    # terminationGracePeriodSeconds).
+    worker_shutdown_grace_s: float = Field(
+        default=30.0,
+        ge=0,
+        description="How long a stopping worker lets its in-flight activities finish before it"
+        " cancels them, in seconds.",
+    )
     # Connections the worker keeps to providers (all destinations share them). httpx's pool looks
     # at every connection on each request, so a pool larger than the concurrency a provider
     # needs costs CPU. Size it to rate x provider latency, with room.

@@ -12,6 +12,8 @@ from typing import Any
 
 from alembic import command
 from alembic.config import Config
+from alembic.migration import MigrationContext
+from alembic.script import ScriptDirectory
 from sqlalchemy import Connection, Engine, create_engine, event, inspect, text
 from sqlalchemy.engine import make_url
 
@@ -78,10 +80,42 @@ def create_schema(engine: Engine, migrations: Sequence[Path] = ()) -> None:
     """
     with schema_lock(engine) as connection:
         config = alembic_config(connection, migrations)
+        check_schema_known(connection, config)
         if _is_unversioned(connection):
             # Its tables are revision 0001's: record that rather than create them again.
             command.stamp(config, UNVERSIONED_REVISION)
         command.upgrade(config, "heads")
+
+
+class SchemaNewerThanCode(RuntimeError):
+    """The read model was migrated by a newer release than this code: a process of this code
+    must not start on it (it would read and write tables it does not know)."""
+
+
+def check_schema_known(connection: Connection, config: Config) -> None:
+    """Raise `SchemaNewerThanCode` if the database is at a revision this code's migrations do
+    not have, naming both revisions and the way back (docs/how-to/upgrade.md)."""
+    script = ScriptDirectory.from_config(config)
+    known = {revision.revision for revision in script.walk_revisions()}
+    current = MigrationContext.configure(connection).get_current_heads()
+    unknown = sorted(set(current) - known)
+    if not unknown:
+        return
+    heads = sorted(script.get_heads())
+    way_back = " then ".join(f"`alembic downgrade {head}`" for head in heads)
+    raise SchemaNewerThanCode(
+        f"the read model's schema is at revision {', '.join(unknown)}, which this code does not"
+        f" know (its newest: {', '.join(heads)}): a newer release migrated it. Run that release"
+        f" again, or first take the schema back with the newer release's own migrations"
+        f" ({way_back}, run from its checkout or image; see docs/how-to/upgrade.md, 'Roll back')"
+    )
+
+
+def verify_schema(engine: Engine, migrations: Sequence[Path] = ()) -> None:
+    """`check_schema_known` for a process that reads and writes the read model but leaves
+    migrating it to others (an activities-only worker)."""
+    with engine.connect() as connection:
+        check_schema_known(connection, alembic_config(connection, migrations))
 
 
 def alembic_config(connection: Connection, migrations: Sequence[Path] = ()) -> Config:

@@ -50,6 +50,7 @@ from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Interceptor, Worker
 
 from configuration.settings import SEED_AGGREGATE_TYPES
+from configuration.version import VERSION
 from devstack.fake_provider import FakeProvider, run_fake_provider
 from devstack.temporal_server import dev_server_extra_args, temporal_cli_path, test_server_path
 from readmodel.db import create_schema, make_engine
@@ -67,6 +68,29 @@ def _free_port() -> int:
 # The dev server's Web UI, for the browser test that reads an item's story there.
 DEV_UI_PORT = _free_port()
 HISTORIES_DIR = Path(__file__).parent / "histories"
+
+
+# The histories this process recorded: a test that finishes several items keeps the last one's
+# under its name, but nothing recorded before this run is ever written over.
+_RECORDED_THIS_RUN: set[Path] = set()
+
+
+def record_history_file(name: str, history_json: str, archive: Path = HISTORIES_DIR) -> Path:
+    """Write a recorded history into the current release's folder of the archive, never over
+    a file recorded before this run (the archive only grows: docs/how-to/upgrade.md)."""
+    folder = archive / VERSION
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / name
+    if path.exists() and path not in _RECORDED_THIS_RUN:
+        raise FileExistsError(
+            f"{path} is already recorded and the archive is never rewritten: give the new"
+            " recording another name (record_history's suffix)"
+        )
+    _RECORDED_THIS_RUN.add(path)
+    path.write_text(history_json)
+    return path
+
+
 # The SDK waits 5 s for a server to start; with the suite's processes starting theirs together
 # on 2 cores, a dev server has taken longer (and every test of that process then failed).
 SERVER_STARTUP_TIMEOUT = timedelta(seconds=60)
@@ -307,13 +331,14 @@ class Stack:
 
     async def record_history(self, workflow_id: str, suffix: str = "") -> None:
         """With RECORD_HISTORIES=1, keep the finished history for the replay tests (under the
-        test's name, plus `suffix` for a second workflow of one test)."""
+        test's name, plus `suffix` for a second workflow of one test), in the current release's
+        folder of the archive, never over a history archived before this run
+        (tests/workflows/test_replay.py)."""
         if os.environ.get("RECORD_HISTORIES") != "1":
             return
         history = await self.client.get_workflow_handle(workflow_id).fetch_history()
         test_name = os.environ["PYTEST_CURRENT_TEST"].split("::")[-1].split(" ")[0]
-        HISTORIES_DIR.mkdir(exist_ok=True)
-        (HISTORIES_DIR / f"{test_name}{suffix}.json").write_text(history.to_json())
+        record_history_file(f"{test_name}{suffix}.json", history.to_json())
 
     async def failure(self, item_id: str, *, skip_time: bool = True) -> ApplicationError:
         """Wait for the item to fail; returns the workflow's ApplicationError."""

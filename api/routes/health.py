@@ -19,6 +19,7 @@ from api.deps import MetricsDep, Resources, ResourcesDep
 from api.errors import RETRY_AFTER_S, ApiProblem
 from api.metrics import require_metrics_token
 from api.schemas import problem_responses
+from configuration.version import VERSION
 from readmodel.db import ping
 
 log = logging.getLogger("outbox.api")
@@ -29,10 +30,11 @@ router = APIRouter(tags=["health"])
 READY_TIMEOUT_S = 2.0
 
 
-@router.get("/healthz", summary="The process is up")
+@router.get("/healthz", summary="The process is up, and which release it runs")
 async def healthz() -> dict[str, str]:
-    """Answers as long as the event loop runs; checks nothing else, so restarts stay rare."""
-    return {"status": "ok"}
+    """Answers as long as the event loop runs; checks nothing else, so restarts stay rare.
+    `version` is the release (CHANGELOG.md), so a rolling deploy shows which process runs which."""
+    return {"status": "ok", "version": VERSION}
 
 
 @router.get(

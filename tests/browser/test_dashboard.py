@@ -12,6 +12,7 @@ from playwright.async_api import Browser, expect
 from temporalio.service import RPCError
 
 from api.main import create_app
+from configuration.version import VERSION
 from devstack.fake_provider import run_fake_provider
 from devstack.serving import serve_in_background
 from tests.api.conftest import api_settings, serve_stack
@@ -59,6 +60,8 @@ async def test_enqueue_form_creates_an_item(served_api_factory, browser: Browser
     api = await served_api_factory()
     page = await browser.new_page()
     await page.goto(api.url + "/")
+    # The release the API runs, as /healthz says it.
+    await expect(page.locator("#version")).to_have_text(f"v{VERSION}", timeout=10_000)
     await expect(page.locator("#enqueue-destination option")).to_have_count(1, timeout=10_000)
 
     await page.fill("#enqueue-outbox", "forms")

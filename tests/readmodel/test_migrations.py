@@ -7,6 +7,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
+import pytest
 from alembic import command
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
@@ -30,7 +31,15 @@ from sqlalchemy import (
 )
 
 from examples.labour.projectors import LABOUR_HISTORY
-from readmodel.db import MIGRATIONS_DIR, alembic_config, create_schema, make_engine, schema_lock
+from readmodel.db import (
+    MIGRATIONS_DIR,
+    SchemaNewerThanCode,
+    alembic_config,
+    create_schema,
+    make_engine,
+    schema_lock,
+    verify_schema,
+)
 from readmodel.models import metadata
 from service.aggregate_types import load_aggregate_types
 
@@ -303,3 +312,89 @@ def test_labour_history_keeps_its_rows_where_the_labour_type_is_registered(
     assert differences(registered, both) == []
     assert versions(unregistered) == [head_revision()]
     assert differences(unregistered, metadata) == []
+
+
+# The previous release (0.1.0)'s newest revision: the schema a rollback to it must leave.
+PREVIOUS_RELEASE_HEAD = "0017"
+
+
+def schema_of(engine: Engine) -> dict[str, list[str]]:
+    """Each table's columns, as an older release's code would find them."""
+    found = inspect(engine)
+    return {
+        table: sorted(column["name"] for column in found.get_columns(table))
+        for table in sorted(found.get_table_names())
+        if table != "alembic_version"
+    }
+
+
+def test_a_rollback_to_the_previous_release_keeps_the_data(engine_factory: EngineFactory) -> None:
+    """The way back to 0.1.0 (docs/how-to/upgrade.md): `alembic downgrade 0017`, then the
+    labour branch to its base. The schema is then 0.1.0's, with every row, and the upgrade
+    runs again on it."""
+    labour = load_aggregate_types("examples.labour:LABOUR").migrations
+    released = engine_factory("released")
+    with schema_lock(released) as connection:
+        command.upgrade(alembic_config(connection), PREVIOUS_RELEASE_HEAD)
+    engine = engine_factory("rolled_back")
+    create_schema(engine, labour)
+    with engine.begin() as connection:
+        item = {**item_row("k1", 0), "recipients": [], "last_event_seq": 2}
+        del item["version"]
+        connection.execute(insert(metadata.tables["outbox_items"]).values(item))
+        connection.execute(insert(metadata.tables["outbox_events"]).values(event_row("k1", 1)))
+        connection.execute(
+            insert(LABOUR_HISTORY).values(
+                labour_id="lab-1",
+                mother="m1",
+                mother_name="Ada",
+                status="planned",
+                contractions=2,
+                updates=0,
+                announcements=0,
+                subscribers=["s1"],
+                planned_at=AT,
+                last_seq=3,
+            )
+        )
+
+    with schema_lock(engine) as connection:
+        command.downgrade(alembic_config(connection, labour), PREVIOUS_RELEASE_HEAD)
+    with schema_lock(engine) as connection:
+        command.downgrade(alembic_config(connection, labour), "labour@base")
+
+    assert versions(engine) == [PREVIOUS_RELEASE_HEAD]
+    assert schema_of(engine) == schema_of(released)
+    with engine.connect() as connection:
+        assert connection.execute(text("SELECT key, last_event_seq FROM outbox_items")).all() == [
+            ("k1", 2)
+        ]
+        assert connection.execute(text("SELECT seq FROM outbox_events")).scalars().all() == [1]
+        assert connection.execute(text("SELECT labour_id FROM labour_history")).all() == [
+            ("lab-1",)
+        ]
+    create_schema(engine, labour)
+    assert sorted(versions(engine)) == [head_revision(), "labour_0001"]
+    with engine.connect() as connection:
+        assert connection.execute(text("SELECT labour_id FROM labour_history")).all() == [
+            ("lab-1",)
+        ]
+
+
+def test_code_older_than_the_schema_refuses_it_naming_both_revisions(
+    engine_factory: EngineFactory,
+) -> None:
+    """A newer release's revision in `alembic_version`: this code neither migrates nor uses the
+    database, and says which revisions and how to go back."""
+    engine = engine_factory("newer")
+    create_schema(engine)
+    with engine.begin() as connection:
+        connection.execute(text("UPDATE alembic_version SET version_num = '0999'"))
+    with pytest.raises(SchemaNewerThanCode) as refused:
+        create_schema(engine)
+    message = str(refused.value)
+    assert "revision 0999" in message and f"its newest: {head_revision()}" in message
+    assert f"`alembic downgrade {head_revision()}`" in message
+    with pytest.raises(SchemaNewerThanCode):
+        verify_schema(engine)
+    assert versions(engine) == ["0999"]

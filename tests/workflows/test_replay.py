@@ -1,8 +1,12 @@
-"""Replay recorded histories: a change that makes the workflow non-deterministic fails here.
+"""Replay the archive of recorded histories: a change that makes a workflow non-deterministic
+against any release's histories fails here.
 
-Histories (items, lanes and aggregates) are recorded from the lifecycle tests with
-`RECORD_HISTORIES=1 make test` and committed under `tests/histories/`; record new ones whenever a
-workflow gains a new path.
+The archive keeps one folder per release, `tests/histories/<version>/`, sealed by a `SHA256SUMS`
+manifest once released and never rewritten (`tests/test_history_archive.py` holds it so): the
+live workflows of a release are exactly the histories its code recorded, so HEAD replays them all.
+The lifecycle tests record new ones into the current version's folder with
+`RECORD_HISTORIES=1 make test` (never over an existing file); `docs/how-to/upgrade.md` says when
+to record and seal.
 """
 
 from __future__ import annotations
@@ -13,18 +17,30 @@ import pytest
 from temporalio.client import WorkflowHistory
 from temporalio.worker import Replayer
 
-from tests.conftest import SEED_TYPES
+from tests.conftest import HISTORIES_DIR, SEED_TYPES
 from worker import WORKFLOWS
 from workflows.aggregate_types import host
 
-HISTORIES = sorted((Path(__file__).parent.parent / "histories").glob("*.json"))
+# The oldest release whose workflows may still be open where HEAD is deployed: an upgrade from
+# anything older must first let them close (docs/how-to/upgrade.md). Raising it is how a
+# `workflow.patched` branch becomes removable; the older folders stay in the archive.
+OLDEST_OPEN_RELEASE = (0, 1, 0)
+HISTORIES = sorted(
+    path
+    for path in HISTORIES_DIR.glob("*/*.json")
+    if tuple(int(part) for part in path.parent.name.split(".")) >= OLDEST_OPEN_RELEASE
+)
 
 
 def test_histories_are_recorded() -> None:
-    assert len(HISTORIES) >= 5, "record histories with RECORD_HISTORIES=1 (see module docstring)"
+    releases = {path.parent.name for path in HISTORIES}
+    assert "0.1.0" in releases, "the first release's histories are the archive's floor"
+    assert len(HISTORIES) >= 70
 
 
-@pytest.mark.parametrize("path", HISTORIES, ids=[path.stem for path in HISTORIES])
+@pytest.mark.parametrize(
+    "path", HISTORIES, ids=[f"{path.parent.name}/{path.stem}" for path in HISTORIES]
+)
 async def test_history_replays_deterministically(path: Path) -> None:
     history = WorkflowHistory.from_json(path.stem, path.read_text())
     host(SEED_TYPES.definitions)  # the types the aggregates' histories were recorded with
