@@ -22,6 +22,7 @@ import httpx
 from durable_outbox_temporal import OutboxClient, connect
 from durable_outbox_temporal.aggregates import AggregateClient
 from durable_outbox_temporal.codec import codec_from_environment, data_converter
+from durable_outbox_temporal.contract.sealed_columns import seal_with
 from durable_outbox_temporal.destinations import Destination, DestinationRegistry
 from durable_outbox_temporal.tracing import configure_tracing
 from opentelemetry.instrumentation.httpx import HTTPXClientInstrumentor
@@ -344,9 +345,12 @@ async def run_worker(
     # Caps and quotas count in that database too (`flowcontrol/caps.py`), and the flow rules
     # changed at run time are read from it (`readmodel.flow_overrides`).
     ledger_engine = engine or storage_engine or make_engine(settings.database_url)
-    converter = data_converter(
-        codec_from_environment(), claim_checks(storage_engine, settings.claim_check_bytes)
-    )
+    codec = codec_from_environment()
+    for database in (engine, storage_engine, ledger_engine):
+        if database is not None:
+            # The read model's columns of a caller's data are sealed under the payload keys.
+            seal_with(database, None if codec is None else codec.value_keys())
+    converter = data_converter(codec, claim_checks(storage_engine, settings.claim_check_bytes))
     client = await connect(runtime=runtime, data_converter=converter)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

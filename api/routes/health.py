@@ -37,8 +37,10 @@ async def healthz() -> dict[str, str]:
     responses=problem_responses(503),
 )
 async def readyz(resources: ResourcesDep, request: Request) -> dict[str, str | list[str]]:
-    """200 when both answer within the timeout; else 503 naming what is down. An API started
-    open on purpose (`ALLOW_INSECURE`) lists what is open under `insecure`, ready or not."""
+    """200 when both answer within the timeout; else 503 naming what is down. An API running
+    open (in development, or in production with `ALLOW_INSECURE`) lists what is open under
+    `insecure`, ready or not: no token, no payload keys (the read model then holds callers'
+    data in plain text), a public events secret."""
     insecure: list[str] = request.app.state.insecure
     checks: dict[str, Awaitable[object]] = {
         "temporal": _temporal_answers(resources),
