@@ -26,6 +26,7 @@ from durable_outbox_temporal.connection import (
     missing_search_attributes,
     missing_search_attributes_message,
 )
+from durable_outbox_temporal.contract.sealed_columns import seal_with
 from durable_outbox_temporal.destinations import Destination, DestinationRegistry
 from durable_outbox_temporal.tracing import configure_tracing
 from opentelemetry.instrumentation.httpx import HTTPXClientInstrumentor
@@ -368,9 +369,12 @@ async def run_worker(
     ledger_engine = engine or storage_engine or make_engine(settings.database_url)
     if engine is None:
         _refuse_a_newer_schema(ledger_engine, aggregate_types)
-    converter = data_converter(
-        codec_from_environment(), claim_checks(storage_engine, settings.claim_check_bytes)
-    )
+    codec = codec_from_environment()
+    for database in (engine, storage_engine, ledger_engine):
+        if database is not None:
+            # The read model's columns of a caller's data are sealed under the payload keys.
+            seal_with(database, None if codec is None else codec.value_keys())
+    converter = data_converter(codec, claim_checks(storage_engine, settings.claim_check_bytes))
     client = await connect(runtime=runtime, data_converter=converter)
     missing = await missing_search_attributes(client)
     if missing:

@@ -49,6 +49,7 @@ from durable_outbox_temporal import (
     UnknownEffect,
     is_temporal_unavailable,
 )
+from durable_outbox_temporal.contract.sealing import SealedValueError
 from durable_outbox_temporal.validation import MAX_JSON_DEPTH, unsendable_json_value
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -226,6 +227,11 @@ def known_problem(err: Exception) -> ApiProblem | None:
         return ApiProblem.from_outbox_error(err)
     if isinstance(err, InvalidCursor):
         return ApiProblem(422, "invalid-cursor", "Invalid cursor", str(err))
+    if isinstance(err, SealedValueError):
+        # The data is there, sealed; this API cannot open it until it is given the key.
+        return ApiProblem(
+            503, "payload-key-missing", "Payload key missing", str(err), key_id=err.key_id
+        )
     if is_temporal_unavailable(err) or (
         isinstance(err, RPCError) and err.status in _TEMPORAL_RETRY_LATER
     ):
@@ -290,6 +296,7 @@ def install_error_handlers(app: FastAPI) -> None:
         RPCError,
         RPCTimeoutOrCancelledError,
         DBAPIError,
+        SealedValueError,
     ):
         app.add_exception_handler(error_type, _known)
 

@@ -21,6 +21,7 @@ from datetime import timedelta
 from durable_outbox_temporal import OutboxClient, TemporalConnection
 from durable_outbox_temporal.aggregates import AggregateClient
 from durable_outbox_temporal.codec import codec_from_environment, data_converter
+from durable_outbox_temporal.contract.sealed_columns import seal_with
 from durable_outbox_temporal.destinations import DestinationRegistry
 from durable_outbox_temporal.tracing import configure_tracing
 from fastapi import Depends, FastAPI
@@ -151,6 +152,9 @@ def lifespan(
             registry = load_destinations(settings.outbox_config)
         check_configuration(app, settings, registry)
         db = engine if engine is not None else make_engine(settings.database_url)
+        # The read model's columns of a caller's data are sealed under the payload keys.
+        codec = app.state.codec
+        seal_with(db, None if codec is None else codec.value_keys())
         # An entry of AGGREGATE_TYPES that does not load stops the start-up, naming it.
         aggregate_types = load_aggregate_types(settings.aggregate_types)
         _create_schema(db, aggregate_types)

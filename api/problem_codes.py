@@ -182,6 +182,14 @@ _GENERAL = (
         _RETRY_LATER,
     ),
     ProblemCode(
+        "payload-key-missing",
+        503,
+        "A stored value (a payload, an address, an event's data) is encrypted under a payload key"
+        " this API does not have (`key_id` names it), or under another key of that id.",
+        "Give the API every key the read model's values were sealed with (`PAYLOAD_KEYS`, the"
+        " newest first; docs/how-to/security.md); retrying without it does not help.",
+    ),
+    ProblemCode(
         "not-ready",
         503,
         "A dependency the API needs is unreachable (`down` lists them).",
@@ -240,8 +248,10 @@ _ITEMS = (
     ProblemCode(
         "not-erasable",
         409,
-        "Only an item that has ended (sent, failed or cancelled) can have its payload erased.",
-        "Wait for the item to end, or cancel it first.",
+        "Only an item that has ended (sent, failed, cancelled or superseded) can be erased; a sent"
+        " one once its delivery reports' window has passed, a superseded one once the carrier"
+        " holding its copy has ended (`detail` says which).",
+        "Wait for the item (or its carrier, or its report window) to end, or cancel it first.",
     ),
     ProblemCode(
         "not-a-dead-letter",

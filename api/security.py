@@ -33,6 +33,10 @@ def open_configuration(
         reasons.append("no API token (API_TOKEN or API_TOKENS_FILE): anyone may call the API")
     if codec is None:
         reasons.append("no payload keys (PAYLOAD_KEYS or PAYLOAD_KEYS_FILE): plain payloads")
+        reasons.append(
+            "read model: callers' data (payloads, addresses, event details, attempt bodies,"
+            " aggregate events and state) stored in plain text, without payload keys"
+        )
     for destination in destinations:
         secret = destination.events_secret
         if secret is not None and secret.get_secret_value() in PUBLIC_EVENTS_SECRETS:
@@ -99,7 +103,7 @@ def check_configuration(
     app: FastAPI, settings: Settings, destinations: DestinationRegistry
 ) -> None:
     """Refuse to start a production API with an open configuration unless `ALLOW_INSECURE`; say
-    what is open on every start, and keep it for `/readyz` when it was allowed."""
+    what is open on every start, and keep it for `/readyz` (in development too)."""
     reasons = open_configuration(app.state.tokens, app.state.codec, destinations)
     if app.state.tokens:
         log.info("API requires a bearer token (%d configured)", len(app.state.tokens))
@@ -113,5 +117,4 @@ def check_configuration(
         )
     for reason in reasons:
         log.warning("INSECURE: %s", reason)
-    if settings.allow_insecure:
-        app.state.insecure = reasons
+    app.state.insecure = reasons

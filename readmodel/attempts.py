@@ -5,8 +5,8 @@ submit or poll activity opened around its provider call; the activity then write
 one INSERT each, best effort (a failed write is logged, never a failed delivery). Secrets stay
 out: the URL keeps its host and path only, request headers that carry credentials are dropped,
 the response keeps only `Retry-After`, `Operation-Location` and `Location`, and the body is
-capped. Each item keeps its newest `KEEP_PER_ITEM` attempts. Erasing an ended item's payload
-(`erase_item`) blanks the bodies and headers and keeps the numbers, statuses and times.
+capped. Each item keeps its newest `KEEP_PER_ITEM` attempts. Erasing an ended item
+(`readmodel.erasure`) blanks the bodies and headers and keeps the numbers, statuses and times.
 """
 
 from __future__ import annotations
@@ -15,15 +15,15 @@ import contextlib
 import contextvars
 import logging
 import re
-from collections.abc import Collection, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
-from typing import Any, cast
+from datetime import datetime
+from typing import Any
 from urllib.parse import urlsplit
 
 from sqlalchemy import Engine, and_, delete, func, insert, literal, select, update
 
-from readmodel.models import ITEM_ATTEMPTS, ITEM_ERASURES, ITEMS, PAYLOAD_BLOBS
+from readmodel.models import ITEM_ATTEMPTS, ITEM_ERASURES, ITEMS
 
 log = logging.getLogger(__name__)
 
@@ -217,44 +217,11 @@ def erased_at(engine: Engine, item_id: str) -> datetime | None:
         ).scalar_one_or_none()
 
 
-def erase_item(
-    engine: Engine, item_id: str, erasable: Collection[str], now: datetime | None = None
-) -> datetime | None:
-    """Remove the item's payload (the read model's and its claim-check blobs) and its attempts'
-    headers and bodies; keep statuses, numbers and times; mark it erased. Returns when, or None
-    when its row's status is not one of `erasable` at that moment (a redrive took it meanwhile:
-    `readmodel.store.claim_redrive`), and nothing is erased."""
-    now = now or datetime.now(UTC)
-    t = ITEM_ATTEMPTS
-    with engine.begin() as connection:
-        # One statement decides: a concurrent redrive's claim and this erase never both win.
-        erased = connection.execute(
-            update(ITEMS)
-            .where(ITEMS.c.id == item_id, ITEMS.c.status.in_(list(erasable)))
-            .values(payload=None)
-        )
-        if erased.rowcount != 1:
-            connection.rollback()
-            return None
-        connection.execute(delete(PAYLOAD_BLOBS).where(PAYLOAD_BLOBS.c.workflow_id == item_id))
-        connection.execute(
-            update(t)
-            .where(t.c.item_id == item_id)
-            .values(request_headers={}, response_headers={}, body=None, body_truncated=False)
-        )
-        found = connection.execute(
-            select(ITEM_ERASURES.c.erased_at).where(ITEM_ERASURES.c.item_id == item_id)
-        ).scalar_one_or_none()
-        if found is not None:
-            return cast(datetime, found)
-        connection.execute(insert(ITEM_ERASURES).values(item_id=item_id, erased_at=now))
-    return now
-
-
 def claim_redrive(engine: Engine, item_id: str) -> bool:
     """Mark a failed item whose payload was not erased `queued` for the redrive about to start,
-    in one statement against `erase_item`'s: True when taken. Its own events follow once the
-    redriven run writes them (`release_redrive` gives it back if the redrive is refused)."""
+    in one statement against `readmodel.erasure.erase_item`'s: True when taken. Its own events
+    follow once the redriven run writes them (`release_redrive` gives it back if the redrive
+    is refused)."""
     with engine.begin() as connection:
         claimed = connection.execute(
             update(ITEMS)

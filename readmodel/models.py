@@ -29,6 +29,13 @@ from durable_outbox_temporal.contract.limits import (
     MAX_OUTBOX_LENGTH,
 )
 from durable_outbox_temporal.contract.outbox_pending import OUTBOX_PENDING_TABLE, UTCDateTime
+from durable_outbox_temporal.contract.sealed_columns import (
+    SealedJSON,
+    SealedText,
+    keys_of,
+    open_json,
+    seal_json,
+)
 from pydantic import TypeAdapter
 from sqlalchemy import (
     JSON,
@@ -54,7 +61,8 @@ T = TypeVar("T")
 
 
 class DataclassList(TypeDecorator[list[Any]]):
-    """A list of dataclasses (e.g. an item's recipients) stored as JSON, read back as objects."""
+    """A list of dataclasses (e.g. an item's recipients) stored as JSON, read back as objects;
+    sealed under the engine's payload keys (`contract.sealed_columns`)."""
 
     impl = JSON()
     cache_ok = True
@@ -68,10 +76,18 @@ class DataclassList(TypeDecorator[list[Any]]):
         if value is None:
             return None
         # Dicts (from `dataclasses.asdict`) or objects alike; datetimes become ISO text.
-        return self._adapter.dump_python(self._adapter.validate_python(value), mode="json")
+        plain = self._adapter.dump_python(self._adapter.validate_python(value), mode="json")
+        return seal_json(plain, keys_of(dialect))
 
     def process_result_value(self, value: Any, dialect: Dialect) -> list[Any] | None:
-        return None if value is None else self._adapter.validate_python(value)
+        if value is None:
+            return None
+        return self._adapter.validate_python(open_json(value, keys_of(dialect)))
+
+
+def sealed_text(name: str, nullable: bool = True) -> Column[str]:
+    """A text column of a caller's data, stored sealed under the engine's payload keys."""
+    return Column(name, SealedText(), nullable=nullable)
 
 
 def dataclass_columns(
@@ -155,10 +171,12 @@ ITEMS = Table(
             "id": Column("id", String(MAX_ITEM_ID_LENGTH), primary_key=True),
             # Never NULL in the table: it is the keyset the item lists page on.
             "created_at": Column("created_at", UTCDateTime(), nullable=False),
+            # A provider's error text may name a recipient.
+            "last_error": sealed_text("last_error"),
         },
     ),
     # none_as_null: a projection without payload must be SQL NULL so COALESCE keeps the stored one.
-    Column("payload", JSON(none_as_null=True), nullable=True),
+    Column("payload", SealedJSON(none_as_null=True), nullable=True),
     Index("ix_outbox_items_outbox_created", "outbox", "created_at", "id"),
     Index("ix_outbox_items_outbox_status", "outbox", "status", "created_at", "id"),
     Index("ix_outbox_items_outbox_destination", "outbox", "destination", "created_at"),
@@ -179,7 +197,8 @@ EVENTS = Table(
     cursor_column(),
     Column("item_id", String(MAX_ITEM_ID_LENGTH), nullable=False),
     Column("outbox", String(MAX_OUTBOX_LENGTH), nullable=False),
-    *dataclass_columns(ItemEvent),
+    # A detail may name a recipient ("grace@example.com: delivered") or quote a caller.
+    *dataclass_columns(ItemEvent, overrides={"detail": sealed_text("detail")}),
     UniqueConstraint("item_id", "seq", name="uq_outbox_events_item_seq"),
     Index("ix_outbox_events_outbox_id", "outbox", "id"),
     # Without AUTOINCREMENT SQLite would reuse the id of a deleted newest row, and a tailer
@@ -197,7 +216,7 @@ AGGREGATE_EVENTS = Table(
     Column("aggregate_id", String(MAX_AGGREGATE_ID_LENGTH), nullable=False),
     *dataclass_columns(
         RecordedEvent,
-        overrides={"data": Column("data", JSON(), nullable=False)},
+        overrides={"data": Column("data", SealedJSON(), nullable=False)},
     ),
     UniqueConstraint("aggregate_type", "aggregate_id", "seq", name="uq_aggregate_events_seq"),
     sqlite_autoincrement=True,
@@ -210,7 +229,7 @@ AGGREGATES = Table(
     Column("id", String(MAX_AGGREGATE_ID_LENGTH), primary_key=True),
     # The newest event's seq: the row only ever moves forward in it.
     Column("version", Integer(), nullable=False),
-    Column("state", JSON(), nullable=False),
+    Column("state", SealedJSON(), nullable=False),
     Column("updated_at", UTCDateTime(), nullable=False),
 )
 
@@ -345,10 +364,10 @@ ITEM_ATTEMPTS = Table(
     Column("method", String(16), nullable=False),
     Column("host", String(255), nullable=False),
     Column("path", String(2048), nullable=False),
-    Column("request_headers", JSON(), nullable=False),
+    Column("request_headers", SealedJSON(), nullable=False),
     Column("status", Integer(), nullable=True),
-    Column("response_headers", JSON(), nullable=False),
-    Column("body", String(), nullable=True),
+    Column("response_headers", SealedJSON(), nullable=False),
+    Column("body", SealedText(), nullable=True),
     Column("body_truncated", Boolean(), nullable=False),
     Column("error", String(255), nullable=True),
 )

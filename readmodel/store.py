@@ -114,7 +114,7 @@ def _projection_statements(dialect: str) -> tuple[Executable, Executable, Execut
         set_=updates,
         where=ITEMS.c.last_event_seq < upsert.excluded.last_event_seq,
     )
-    # Never an erased item's (`readmodel/attempts.py` `erase_item`): a late projection carrying
+    # Never an erased item's (`readmodel/erasure.py`): a late projection carrying
     # the payload would bring it back.
     fill_payload = (
         update(ITEMS)

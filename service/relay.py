@@ -9,7 +9,9 @@ when no earlier row of its key is still pending, so two relays never append one 
 of order. A row the outbox refuses for good (an unknown destination, a different request under
 the same key) is marked `refused` with the reason, and its key's later rows go on. So is a row
 whose enqueue fails in any other way (a bug, a payload the client cannot encode) on each of
-`max_attempts` passes, one lease apart: it would otherwise block its key for ever.
+`max_attempts` passes, one lease apart: it would otherwise block its key for ever. A row sealed
+under a payload key this relay does not have waits, a lease apart, for the key to be configured:
+the row is kept, never refused for it, and the log names the key.
 
 New rows wake a relay at once on PostgreSQL (LISTEN on the channel `enqueue_in` notifies on
 commit); it also polls, the only way on SQLite (where one relay runs). Relayed rows are pruned
@@ -26,8 +28,10 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from durable_outbox_temporal import OutboxClient, OutboxError, TemporalUnavailable
+from durable_outbox_temporal.contract.sealed_columns import keys_of, open_json
+from durable_outbox_temporal.contract.sealing import SealedValueError
 from durable_outbox_temporal.transactional import NOTIFY_CHANNEL
-from sqlalchemy import Engine, and_, delete, exists, func, select, update
+from sqlalchemy import JSON, Engine, and_, delete, exists, func, select, type_coerce, update
 from sqlalchemy.engine import RowMapping
 
 from readmodel.models import OUTBOX_PENDING
@@ -101,10 +105,16 @@ class Relay:
     async def _relay_row(self, row: RowMapping) -> bool:
         """Enqueue one claimed row and mark it; whether it is settled (relayed or refused)."""
         try:
+            payload = open_json(row["payload"], keys_of(self._engine))
+        except SealedValueError as err:
+            log.warning("relay: row %s waits for its payload key: %s", row["id"], err)
+            await asyncio.to_thread(self._note_failure, row["id"], str(err))
+            return False
+        try:
             await self._outbox.enqueue(
                 row["outbox"],
                 row["destination"],
-                row["payload"],
+                payload,
                 key=row["key"],
                 ordering_key=row["ordering_key"],
                 not_before=row["not_before"],
@@ -154,8 +164,12 @@ class Relay:
                 earlier.c.id < OUTBOX_PENDING.c.id,
             )
         )
+        # The payload as stored: opened row by row (`_relay_row`), so one row whose key is
+        # missing holds up no other.
+        columns = [c for c in OUTBOX_PENDING.c if c.name != "payload"]
+        stored_payload = type_coerce(OUTBOX_PENDING.c.payload, JSON()).label("payload")
         query = (
-            select(OUTBOX_PENDING)
+            select(*columns, stored_payload)
             .where(
                 OUTBOX_PENDING.c.status == "pending",
                 (OUTBOX_PENDING.c.claimed_until.is_(None)) | (OUTBOX_PENDING.c.claimed_until < now),
@@ -255,6 +269,8 @@ async def run_alone() -> None:
     import signal
 
     from durable_outbox_temporal import connect
+    from durable_outbox_temporal.codec import codec_from_environment
+    from durable_outbox_temporal.contract.sealed_columns import seal_with
 
     from configuration.destinations import load_destinations
     from configuration.settings import get_settings
@@ -262,6 +278,8 @@ async def run_alone() -> None:
 
     settings = get_settings()
     engine = make_engine(settings.database_url)
+    codec = codec_from_environment()
+    seal_with(engine, None if codec is None else codec.value_keys())
     create_schema(engine)
     client = await connect()
     outbox = OutboxClient(

@@ -1,13 +1,14 @@
-"""An item's attempt log (each request its activities made to the provider) and erasing an
-ended item's payload (`readmodel/attempts.py`)."""
+"""An item's attempt log (each request its activities made to the provider,
+`readmodel/attempts.py`) and erasing an ended item's personal data (`readmodel/erasure.py`)."""
 
 from __future__ import annotations
 
 import asyncio
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from durable_outbox_temporal.contract.item import ItemStatus
+from durable_outbox_temporal.contract.item import DeliveryOutcome, ItemStatus, OutboxItemView
+from durable_outbox_temporal.destinations import Destination
 from durable_outbox_temporal.errors import NotErasable
 from fastapi import APIRouter
 from pydantic import BaseModel, Field
@@ -16,6 +17,7 @@ from api.deps import ItemServiceDep
 from api.errors import ApiProblem
 from api.schemas import problem_responses
 from readmodel import attempts as attempt_log
+from readmodel import erasure
 
 router = APIRouter(
     prefix="/v1/outboxes/{outbox}",
@@ -87,23 +89,41 @@ async def get_attempts(outbox: str, key: str, items: ItemServiceDep) -> dict[str
     responses=problem_responses(409),
 )
 async def erase_payload(outbox: str, key: str, items: ItemServiceDep) -> ErasedResponse:
-    """Remove the item's payload (read model and claim-check blob) and its attempts' headers
-    and bodies, keeping its statuses, times and attempt numbers; only once it has ended."""
-    snapshot = await items.get(outbox, key)
-    if snapshot.view.status not in ERASABLE:
-        raise _not_erasable(key, snapshot.view.status)
-    at = await asyncio.to_thread(
-        attempt_log.erase_item, items.engine, snapshot.view.id, [str(s) for s in ERASABLE]
-    )
+    """Remove the item's personal data from the read model, leaving no copy: its payload, its
+    recipients' addresses and the event details that name them, its attempts' headers and
+    bodies, its claim-check blob, the relay's copy and its debounce carrier's copy. Its
+    statuses, times and attempt numbers stay. Only once it has ended and no longer takes
+    delivery reports."""
+    view = (await items.get(outbox, key)).view
+    if view.status not in ERASABLE:
+        raise _not_erasable(
+            f"item {key!r} is {view.status}: only a sent, failed, cancelled or superseded"
+            " item's payload can be erased"
+        )
+    reports_until = _reports_until(view, items.client.destinations.get(view.destination))
+    if reports_until is not None and reports_until > datetime.now(UTC):
+        raise _not_erasable(
+            f"item {key!r} takes delivery reports until {reports_until.isoformat()}: a report"
+            " would bring its recipients' addresses back; erase it after that"
+        )
+    try:
+        at = await asyncio.to_thread(
+            erasure.erase_item, items.engine, view.id, [str(s) for s in ERASABLE]
+        )
+    except erasure.CarrierUnderWay as err:
+        raise _not_erasable(f"item {key!r}: {err}") from err
     if at is None:  # a redrive took it meanwhile: it is running again
-        raise _not_erasable(key, ItemStatus.QUEUED)
+        raise _not_erasable(f"item {key!r} is queued again (redriven): it has not ended")
     return ErasedResponse(erased_at=at)
 
 
-def _not_erasable(key: str, status: ItemStatus) -> ApiProblem:
-    return ApiProblem.from_outbox_error(
-        NotErasable(
-            f"item {key!r} is {status}: only a sent, failed, cancelled or superseded item's"
-            " payload can be erased"
-        )
-    )
+def _reports_until(view: OutboxItemView, destination: Destination | None) -> datetime | None:
+    """Until when a sent item's workflow waits for reports on recipients still pending."""
+    window_s = destination.delivery.report_window_s if destination is not None else 0
+    if view.delivery is not DeliveryOutcome.PENDING or view.finished_at is None or window_s <= 0:
+        return None
+    return view.finished_at + timedelta(seconds=window_s)
+
+
+def _not_erasable(detail: str) -> ApiProblem:
+    return ApiProblem.from_outbox_error(NotErasable(detail))

@@ -44,8 +44,10 @@ async def healthz() -> dict[str, str]:
 )
 async def readyz(resources: ResourcesDep, request: Request) -> dict[str, str | list[str]]:
     """200 when both answer within the timeout and the namespace has the product's search
-    attributes; else 503 naming what is down or missing. An API started open on purpose
-    (`ALLOW_INSECURE`) lists what is open under `insecure`, ready or not."""
+    attributes; else 503 naming what is down or missing. An API running open (in development,
+    or in production with `ALLOW_INSECURE`) lists what is open under `insecure`, ready or not:
+    no token, no payload keys (the read model then holds callers' data in plain text), a public
+    events secret."""
     insecure: list[str] = request.app.state.insecure
     checks: dict[str, Awaitable[object]] = {
         "temporal": _temporal_answers(resources),

@@ -12,7 +12,8 @@ from typing import Any
 
 from durable_outbox_temporal.contract.aggregate import MAX_AGGREGATE_ID_LENGTH
 from durable_outbox_temporal.contract.outbox_pending import UTCDateTime
-from sqlalchemy import JSON, Column, Connection, Index, Integer, MetaData, String, Table, select
+from durable_outbox_temporal.contract.sealed_columns import SealedJSON
+from sqlalchemy import Column, Connection, Index, Integer, MetaData, String, Table, select
 
 from readmodel.projectors.base import AsyncProjector, StoredEvent
 
@@ -29,8 +30,9 @@ LABOUR_HISTORY = Table(
     Column("contractions", Integer(), nullable=False),
     Column("updates", Integer(), nullable=False),
     Column("announcements", Integer(), nullable=False),
-    # Approved subscribers' ids, sorted: a re-approval or a removal never double counts.
-    Column("subscribers", JSON(), nullable=False),
+    # Approved subscribers' ids, sorted: a re-approval or a removal never double counts. Sealed
+    # under the payload keys, as the product's own columns of a caller's data are.
+    Column("subscribers", SealedJSON(), nullable=False),
     Column("planned_at", UTCDateTime(), nullable=False),
     Column("completed_at", UTCDateTime(), nullable=True),
     Column("last_seq", Integer(), nullable=False),

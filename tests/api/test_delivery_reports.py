@@ -279,3 +279,16 @@ async def test_a_body_that_is_no_event_grid_delivery_is_400(reports_api: Reports
     assert_problem(await http.post(url, params=secret, json=[1, 2]), 400)
     assert_problem(await http.post(url, params=secret, json={"not": "a cloud event"}), 400)
     assert_problem(await http.post(url, params=secret, json=[{"id": "x"}]), 400)
+
+
+async def test_an_item_waiting_for_reports_refuses_an_erase_saying_until_when(
+    reports_api: ReportsApi,
+) -> None:
+    api = reports_api
+    await api.sent_item("erase-early")
+
+    refused = await api.http.delete("/v1/outboxes/tests/items/erase-early/payload")
+
+    body = assert_problem(refused, 409)
+    assert body["code"] == "not-erasable" and "delivery reports until" in body["detail"]
+    assert (await api.item("erase-early"))["payload"] == EMAIL

@@ -51,7 +51,8 @@ async def test_open_api_without_token(api) -> None:
 async def test_readyz_reports_ready(api) -> None:
     response = await api.http.get("/readyz")
 
-    assert response.status_code == 200 and response.json() == {"status": "ready"}
+    # In development, without a token or payload keys, it says what is open.
+    assert response.status_code == 200 and response.json()["status"] == "ready"
 
 
 async def test_readyz_is_503_when_database_is_down(api_factory) -> None:

@@ -7,6 +7,7 @@ import asyncio
 import contextlib
 
 import httpx
+from durable_outbox_temporal.codec import new_key_setting
 from durable_outbox_temporal.contract.flow import flow_workflow_id
 from playwright.async_api import Browser, expect
 from temporalio.service import RPCError
@@ -16,6 +17,7 @@ from configuration.version import VERSION
 from devstack.fake_provider import run_fake_provider
 from devstack.serving import serve_in_background
 from tests.api.conftest import api_settings, serve_stack
+from tests.api.test_read_model_encryption import database_bytes
 from tests.browser.conftest import ARTIFACTS, reload_until
 from tests.conftest import email_destination, webhook_destination
 
@@ -73,8 +75,11 @@ async def test_enqueue_form_creates_an_item(served_api_factory, browser: Browser
 
 
 async def test_recipients_delivery_shows_from_the_providers_reports(
-    stack_factory, browser: Browser
+    stack_factory, browser: Browser, monkeypatch
 ) -> None:
+    """With payload keys, as in production: the read model holds the addresses sealed, and the
+    dashboard shows them decrypted."""
+    monkeypatch.setenv("PAYLOAD_KEYS", new_key_setting("dash"))
     secret = "browser-events-secret-0123"
     async with contextlib.AsyncExitStack() as running:
         fake = await running.enter_async_context(run_fake_provider())
@@ -121,11 +126,13 @@ async def test_recipients_delivery_shows_from_the_providers_reports(
         await expect(recipients.locator("tr[data-address='bounce@example.com']")).to_contain_text(
             "bounced"
         )
+        await expect(page.locator("#detail")).to_contain_text("noreply@example.com")
         await page.select_option("#delivery-filter", "delivered")
         await expect(page.locator("tr.item")).to_have_count(0)
         await page.select_option("#delivery-filter", "bounced")
         await expect(page.locator("tr.item")).to_have_count(1)
         await page.screenshot(path=str(ARTIFACTS / "dashboard-recipients.png"), full_page=True)
+        assert b"bounce@example.com" not in database_bytes(stack.engine)
 
 
 async def test_aggregates_page_sends_commands_and_shows_events_live(

@@ -29,6 +29,7 @@ from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from temporalio.api.common.v1 import Payload
 from temporalio.converter import DataConverter, ExternalStorage, PayloadCodec
 
+from durable_outbox_temporal.contract.sealing import ValueKeys
 from durable_outbox_temporal.payload_json import OutboxPayloadConverter
 
 ENCODING = b"binary/encrypted"
@@ -82,6 +83,11 @@ class EncryptionCodec(PayloadCodec):
         if not keys:
             raise CodecKeyError("PAYLOAD_KEYS names no key")
         return cls(keys, next(iter(keys)))
+
+    def value_keys(self) -> ValueKeys:
+        """The same keys for values at rest in SQL (`contract.sealing`): the read model's
+        sealed columns and `enqueue_in`'s rows."""
+        return ValueKeys(self._ciphers, self.current)
 
     async def encode(self, payloads: Sequence[Payload]) -> list[Payload]:
         cipher = self._ciphers[self.current]

@@ -10,7 +10,6 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 from sqlalchemy import (
-    JSON,
     BigInteger,
     Column,
     DateTime,
@@ -28,6 +27,7 @@ from durable_outbox_temporal.contract.limits import (
     MAX_KEY_LENGTH,
     MAX_OUTBOX_LENGTH,
 )
+from durable_outbox_temporal.contract.sealed_columns import SealedJSON
 
 
 class UTCDateTime(TypeDecorator[datetime]):
@@ -61,7 +61,8 @@ OUTBOX_PENDING_TABLE = Table(
     Column("outbox", String(MAX_OUTBOX_LENGTH), nullable=False),
     Column("key", String(MAX_KEY_LENGTH), nullable=False),
     Column("destination", String(MAX_DESTINATION_LENGTH), nullable=False),
-    Column("payload", JSON(), nullable=False),
+    # Sealed under the payload keys: `enqueue_in` seals it, the relay opens it.
+    Column("payload", SealedJSON(), nullable=False),
     Column("ordering_key", String(MAX_KEY_LENGTH), nullable=True),
     Column("not_before", UTCDateTime(), nullable=True),
     Column("max_attempts", Integer(), nullable=True),

@@ -1,0 +1,184 @@
+"""Erasing an ended item's personal data from the read model, leaving no copy behind.
+
+`erase_item` removes, in one transaction: the item's payload; its recipients' addresses (each
+recipient's status and time stay, its provider detail goes); every address the payload or the
+recipients named, wherever the item's event details and last error quote it; its attempts'
+headers and bodies (numbers, statuses and times stay); its claim-check blobs; the relay's
+`outbox_pending` rows of its key; and its debounce window's copy in the carrier that delivered
+it (the whole payload under `latest`, its entry under `collect`). The item is then marked
+erased, so a redrive is refused and a late projection never brings the payload back
+(`readmodel.store`). Temporal's copy is encrypted (payload codec) and goes with its retention.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Collection, Iterable
+from datetime import UTC, datetime
+from typing import Any, cast
+
+from durable_outbox_temporal.contract.debounce import COLLECTED_KEY
+from durable_outbox_temporal.contract.item import Recipient
+from sqlalchemy import Connection, Engine, delete, insert, select, update
+
+from readmodel.models import (
+    EVENTS,
+    ITEM_ATTEMPTS,
+    ITEM_ERASURES,
+    ITEMS,
+    OUTBOX_PENDING,
+    PAYLOAD_BLOBS,
+)
+
+# What stands where an address was.
+ERASED = "[erased]"
+# An address in a payload's text: enough to find what a detail could quote.
+_ADDRESS = re.compile(r"[^\s@\"'<>(),;:]+@[^\s@\"'<>(),;:]+")
+
+
+class CarrierUnderWay(Exception):
+    """The debounce window's carrier holding a copy of the item's payload has not ended."""
+
+
+def erase_item(
+    engine: Engine, item_id: str, erasable: Collection[str], now: datetime | None = None
+) -> datetime | None:
+    """Erase the item's personal data (see the module); returns when, or None when its row's
+    status is not one of `erasable` at that moment (a redrive took it meanwhile:
+    `readmodel.attempts.claim_redrive`), and nothing is erased. Raises `CarrierUnderWay` when
+    its window's carrier, holding a copy, is still under way."""
+    now = now or datetime.now(UTC)
+    with engine.begin() as connection:
+        row = (
+            connection.execute(
+                select(
+                    ITEMS.c.outbox,
+                    ITEMS.c.key,
+                    ITEMS.c.payload,
+                    ITEMS.c.recipients,
+                    ITEMS.c.last_error,
+                    ITEMS.c.superseded_by,
+                ).where(ITEMS.c.id == item_id)
+            )
+            .mappings()
+            .first()
+        )
+        if row is None:
+            return None
+        recipients: list[Recipient] = row["recipients"] or []
+        addresses = _addresses(row["payload"], recipients)
+        # One statement decides: a concurrent redrive's claim and this erase never both win.
+        erased = connection.execute(
+            update(ITEMS)
+            .where(ITEMS.c.id == item_id, ITEMS.c.status.in_(list(erasable)))
+            .values(
+                payload=None,
+                recipients=[
+                    Recipient(ERASED, recipient.status, None, recipient.at)
+                    for recipient in recipients
+                ],
+                last_error=_redact(row["last_error"], addresses),
+            )
+        )
+        if erased.rowcount != 1:
+            connection.rollback()
+            return None
+        _redact_events(connection, item_id, addresses)
+        connection.execute(
+            update(ITEM_ATTEMPTS)
+            .where(ITEM_ATTEMPTS.c.item_id == item_id)
+            .values(request_headers={}, response_headers={}, body=None, body_truncated=False)
+        )
+        connection.execute(delete(PAYLOAD_BLOBS).where(PAYLOAD_BLOBS.c.workflow_id == item_id))
+        connection.execute(
+            delete(OUTBOX_PENDING).where(
+                OUTBOX_PENDING.c.outbox == row["outbox"], OUTBOX_PENDING.c.key == row["key"]
+            )
+        )
+        if row["superseded_by"] is not None and row["payload"] is not None:
+            _erase_from_carrier(connection, row["superseded_by"], row["payload"], erasable, now)
+        return _mark_erased(connection, item_id, now)
+
+
+def _addresses(payload: Any, recipients: Iterable[Recipient]) -> set[str]:
+    found = {recipient.address for recipient in recipients if recipient.address != ERASED}
+    found.update(_ADDRESS.findall(" ".join(_strings(payload))))
+    return found
+
+
+def _strings(value: Any) -> Iterable[str]:
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, dict):
+        for item in value.values():
+            yield from _strings(item)
+    elif isinstance(value, list):
+        for item in value:
+            yield from _strings(item)
+
+
+def _redact(text: str | None, addresses: set[str]) -> str | None:
+    if text is None or not addresses:
+        return text
+    pattern = "|".join(re.escape(address) for address in sorted(addresses, key=len, reverse=True))
+    return re.sub(pattern, ERASED, text, flags=re.IGNORECASE)
+
+
+def _redact_events(connection: Connection, item_id: str, addresses: set[str]) -> None:
+    details = connection.execute(
+        select(EVENTS.c.id, EVENTS.c.detail).where(
+            EVENTS.c.item_id == item_id, EVENTS.c.detail.is_not(None)
+        )
+    ).all()
+    for event_id, detail in details:
+        redacted = _redact(detail, addresses)
+        if redacted != detail:
+            connection.execute(
+                update(EVENTS).where(EVENTS.c.id == event_id).values(detail=redacted)
+            )
+
+
+def _erase_from_carrier(
+    connection: Connection,
+    carrier_id: str,
+    payload: dict[str, Any],
+    erasable: Collection[str],
+    now: datetime,
+) -> None:
+    """Remove the member's copy from the carrier that delivered its window: the carrier's
+    whole payload when it is that copy (`latest`), else the copy's entry (`collect`)."""
+    carrier = (
+        connection.execute(select(ITEMS.c.status, ITEMS.c.payload).where(ITEMS.c.id == carrier_id))
+        .mappings()
+        .first()
+    )
+    if carrier is None or carrier["payload"] is None:
+        return
+    carried: dict[str, Any] = carrier["payload"]
+    collected = carried.get(COLLECTED_KEY) if len(carried) == 1 else None
+    if carried != payload and not (isinstance(collected, list) and payload in collected):
+        return
+    if carrier["status"] not in erasable:
+        raise CarrierUnderWay(
+            f"its debounce window's carrier {carrier_id!r} holds a copy of its payload and is"
+            f" {carrier['status']}: erase it once the carrier has ended"
+        )
+    if carried == payload:
+        connection.execute(update(ITEMS).where(ITEMS.c.id == carrier_id).values(payload=None))
+        _mark_erased(connection, carrier_id, now)
+        return
+    assert isinstance(collected, list)
+    kept = [entry for entry in collected if entry != payload]
+    connection.execute(
+        update(ITEMS).where(ITEMS.c.id == carrier_id).values(payload={COLLECTED_KEY: kept})
+    )
+
+
+def _mark_erased(connection: Connection, item_id: str, now: datetime) -> datetime:
+    found = connection.execute(
+        select(ITEM_ERASURES.c.erased_at).where(ITEM_ERASURES.c.item_id == item_id)
+    ).scalar_one_or_none()
+    if found is not None:
+        return cast(datetime, found)
+    connection.execute(insert(ITEM_ERASURES).values(item_id=item_id, erased_at=now))
+    return now

@@ -1,0 +1,126 @@
+"""Erasing an ended item leaves no copy of its personal data in the read model: payload,
+recipients' addresses (statuses kept), event details and the last error naming them, attempt
+headers and bodies, claim-check blob, the relay's row, its debounce carrier's copy; a carrier
+still under way refuses the erase. On SQLite and PostgreSQL, sealed and plain."""
+
+from __future__ import annotations
+
+import pytest
+from durable_outbox_temporal.codec import EncryptionCodec, new_key_setting
+from durable_outbox_temporal.contract.debounce import COLLECTED_KEY
+from durable_outbox_temporal.contract.item import (
+    ItemEvent,
+    ItemEventType,
+    ItemProjection,
+    ItemStatus,
+    RecipientStatus,
+)
+from durable_outbox_temporal.contract.sealed_columns import seal_with
+from sqlalchemy import Engine, insert, select
+
+from readmodel import attempts, erasure, store
+from readmodel.models import OUTBOX_PENDING, PAYLOAD_BLOBS
+from tests.readmodel.test_sealing import raw_text, write_everything
+from tests.readmodel.test_store import T0, view
+
+ERASABLE = ["sent", "failed", "cancelled", "superseded"]
+
+
+@pytest.mark.parametrize("sealed", [False, True], ids=["plain", "sealed"])
+def test_an_erased_item_leaves_no_copy(engine: Engine, sealed: bool) -> None:
+    # Each written with the relay's `outbox_pending` row of its key (`enqueue_in`).
+    codec = EncryptionCodec.from_setting(new_key_setting("k1")) if sealed else None
+    write_everything(engine, "grace", key="gone", codec=codec)
+    write_everything(engine, "kept", key="other", codec=codec)
+    with engine.begin() as connection:
+        connection.execute(
+            insert(PAYLOAD_BLOBS).values(
+                digest="d" * 64, data=b"grace", size=5, stored_at=T0, workflow_id="outbox/o/gone"
+            )
+        )
+
+    erased_at = erasure.erase_item(engine, "outbox/o/gone", ERASABLE)
+
+    assert erased_at is not None
+    at_rest = raw_text(engine)
+    if not sealed:  # (the aggregate's own "grace" is not the item's to erase)
+        assert "grace@example.com" not in at_rest and "250 grace" not in at_rest
+        assert "kept@example.com" in at_rest
+    seal_with(engine, None if codec is None else codec.value_keys())
+    record = store.get_item(engine, "outbox/o/gone")
+    assert record is not None and record.payload is None
+    assert record.view.status is ItemStatus.SENT
+    [recipient] = record.view.recipients
+    assert (recipient.address, recipient.status, recipient.detail) == (
+        erasure.ERASED,
+        RecipientStatus.DELIVERED,
+        None,
+    )
+    assert record.view.last_error == f"bounced {erasure.ERASED}"
+    details = [event.detail for event in store.item_events(engine, "outbox/o/gone")]
+    assert details == [None, f"{erasure.ERASED}: ok"]
+    [attempt] = attempts.read_attempts(engine, "outbox/o/gone")
+    assert attempt["response"]["body"] is None and attempt["request"]["headers"] == {}
+    assert attempt["response"]["status"] == 202
+    with engine.connect() as connection:
+        assert connection.execute(select(PAYLOAD_BLOBS.c.digest)).all() == []
+        relayed = connection.execute(select(OUTBOX_PENDING.c.key)).scalars().all()
+    assert relayed == ["other"]  # the relay's row of its key went; other keys' rows stay
+    other = store.get_item(engine, "outbox/o/other")
+    assert other is not None and other.payload == {"to": "kept@example.com", "subject": "kept"}
+    assert erasure.erase_item(engine, "outbox/o/gone", ERASABLE) == erased_at
+
+
+def member(engine: Engine, key: str, payload: dict[str, object], carrier: str) -> None:
+    store.apply_projection(
+        engine,
+        ItemProjection(
+            view(key, 1, ItemStatus.SUPERSEDED, superseded_by=f"outbox/o/{carrier}"),
+            [ItemEvent(1, ItemEventType.SUPERSEDED, ItemStatus.SUPERSEDED, T0)],
+            T0,
+            payload=payload,
+        ),
+    )
+
+
+def carrier(engine: Engine, key: str, payload: dict[str, object], status: ItemStatus) -> None:
+    store.apply_projection(
+        engine,
+        ItemProjection(
+            view(key, 1, status),
+            [ItemEvent(1, ItemEventType.ENQUEUED, status, T0)],
+            T0,
+            payload=payload,
+        ),
+    )
+
+
+def test_a_debounce_members_copy_in_its_carrier_goes_with_it(engine: Engine) -> None:
+    ada, bob = {"to": "ada@example.com"}, {"to": "bob@example.com"}
+    member(engine, "ada", ada, carrier="collected")
+    member(engine, "bob", bob, carrier="collected")
+    carrier(engine, "collected", {COLLECTED_KEY: [ada, bob]}, ItemStatus.SENT)
+    member(engine, "latest", bob, carrier="latest-carrier")
+    carrier(engine, "latest-carrier", bob, ItemStatus.SENT)
+
+    assert erasure.erase_item(engine, "outbox/o/ada", ERASABLE) is not None
+    assert erasure.erase_item(engine, "outbox/o/latest", ERASABLE) is not None
+
+    collected = store.get_item(engine, "outbox/o/collected")
+    assert collected is not None and collected.payload == {COLLECTED_KEY: [bob]}
+    latest = store.get_item(engine, "outbox/o/latest-carrier")
+    assert latest is not None and latest.payload is None
+    assert attempts.erased_at(engine, "outbox/o/latest-carrier") is not None  # never redriven
+
+
+def test_a_carrier_still_under_way_refuses_the_erase(engine: Engine) -> None:
+    ada = {"to": "ada@example.com"}
+    member(engine, "ada", ada, carrier="running")
+    carrier(engine, "running", {COLLECTED_KEY: [ada]}, ItemStatus.SENDING)
+
+    with pytest.raises(erasure.CarrierUnderWay, match="'outbox/o/running'.*sending"):
+        erasure.erase_item(engine, "outbox/o/ada", ERASABLE)
+
+    kept = store.get_item(engine, "outbox/o/ada")
+    assert kept is not None and kept.payload == ada
+    assert attempts.erased_at(engine, "outbox/o/ada") is None
