@@ -68,6 +68,7 @@ chaos: install
 	QUICK=$(QUICK) LANE_MODE=item $(BIN)/python -m bench.lane_scale
 	QUICK=$(QUICK) LANE_MODE=bulk $(BIN)/python -m bench.lane_scale
 	QUICK=$(QUICK) $(BIN)/python -m bench.aggregate_scale
+	QUICK=$(QUICK) $(BIN)/python -m bench.bounded_load
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache build *.egg-info

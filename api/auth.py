@@ -19,9 +19,9 @@ tools, and logs show it as `***`). A browser must also come from the API's own o
 `WEBSOCKET_ORIGINS`. The Temporal Web UI's codec calls carry a cookie of their own instead: a
 short-lived value signed with `SESSION_SECRET`, naming the token (never holding it).
 
-Open on purpose: `/healthz`, `/readyz` (orchestrators probe without credentials), `/metrics`
-(Prometheus scrapes on the internal network; it exposes counts, never payloads), the dashboard
-page (static; it asks the user for the token) and the OpenAPI docs. Missing or malformed
+Open on purpose: `/healthz`, `/readyz` (orchestrators probe without credentials), the dashboard
+page (static; it asks the user for the token) and the OpenAPI docs. `/metrics` needs a token with
+the `metrics` scope unless `METRICS_TOKEN_REQUIRED=false` (`api.metrics`). Missing or malformed
 `Authorization` is 401 with `WWW-Authenticate: Bearer`; an unknown token is 403, and so is a
 token without the route's scope or outbox, saying which.
 """
@@ -70,6 +70,8 @@ class Scope(StrEnum):
     READ = "read"
     ENQUEUE = "enqueue"
     OPERATE = "operate"
+    # Scraping `/metrics` (a Prometheus token needs nothing else).
+    METRICS = "metrics"
 
 
 ALL_SCOPES = frozenset(Scope)
@@ -317,15 +319,21 @@ def websocket_refusal(websocket: WebSocket, outbox: str | None, origins: list[st
     origin = websocket.headers.get("origin")
     if origin is not None and not _origin_allowed(origin, websocket.headers.get("host"), origins):
         return f"origin {origin!r} may not open this stream"
-    tokens: list[ApiToken] = websocket.app.state.tokens
-    if not tokens:
+    if not websocket.app.state.tokens:
         return None
-    token = None
-    for offered in _websocket_credentials(websocket):
-        token = token or matching_token(offered, tokens)
+    token = websocket_token(websocket)
     if token is None:
         return "invalid or missing token"
     return refusal(token, Scope.READ, outbox)
+
+
+def websocket_token(websocket: WebSocket) -> ApiToken | None:
+    """The configured token a socket's handshake carries (header, subprotocol or `?token=`)."""
+    tokens: list[ApiToken] = websocket.app.state.tokens
+    token = None
+    for offered in _websocket_credentials(websocket):
+        token = token or matching_token(offered, tokens)
+    return token
 
 
 def websocket_subprotocol(websocket: WebSocket) -> str | None:

@@ -6,6 +6,8 @@ lanes, the longest lane, and the running and halted lanes. A scrape reads the re
 once per `BACKLOG_METRICS_CACHE_S`, in a thread, and waits at most `BACKLOG_METRICS_TIMEOUT_S`;
 when the reading fails or is late, only `outbox_backlog_scrape_ok 0` is exported for the backlog
 (the API's own metrics are served as usual), so stale figures never pass for current ones.
+The `outbox` label is bounded (`api/outbox_labels.py`): outboxes without a label of their own
+are summed under `other`.
 """
 
 from __future__ import annotations
@@ -14,7 +16,8 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Iterable, Iterator
+from collections import Counter
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Literal
@@ -24,11 +27,14 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from sqlalchemy import Engine
 
+from api.outbox_labels import OutboxLabels
 from readmodel.backlog import (
     BACKLOG_STATUSES,
     BUSY_LANE_STATUSES,
     Backlog,
     DeliveryTally,
+    ItemBacklog,
+    LaneBacklog,
     OutboxDestination,
     read_backlog,
 )
@@ -150,8 +156,16 @@ class BacklogMetrics:
     than `cache_s`; `collect` only formats the latest reading, so it never blocks the loop.
     """
 
-    def __init__(self, registry: CollectorRegistry, *, cache_s: float, timeout_s: float) -> None:
+    def __init__(
+        self,
+        registry: CollectorRegistry,
+        *,
+        cache_s: float,
+        timeout_s: float,
+        labels: OutboxLabels | None = None,
+    ) -> None:
         self.cache_s = cache_s
+        self.labels = labels or OutboxLabels()
         self.timeout_s = timeout_s
         self._engine: Engine | None = None
         self._tally = DeliveryTally()
@@ -165,7 +179,7 @@ class BacklogMetrics:
         # reads 0 instead of vanishing (a vanished series looks like "no data" to an alert).
         self._pairs: set[OutboxDestination] = set()
         self._lane_outboxes: set[str] = set()
-        # The outboxes of those pairs: the ones the read model holds items of.
+        # The outboxes the read model holds items of (their names, not their labels).
         self._outboxes: set[str] = set()
         registry.register(self)
 
@@ -217,7 +231,10 @@ class BacklogMetrics:
             )
             self._backlog = None
         else:
-            self._backlog = backlog
+            self._outboxes.update(row.outbox for row in backlog.items)
+            self._outboxes.update(outbox for outbox, _ in [*backlog.sent, *backlog.failed])
+            self.labels.admit_most_active(_activity(backlog))
+            self._backlog = _labelled(backlog, self.labels)
         finally:
             self._duration_s = time.perf_counter() - started
             self._read_at = time.monotonic()
@@ -253,7 +270,6 @@ class BacklogMetrics:
         self._pairs.update((row.outbox, row.destination) for row in backlog.items)
         self._pairs.update(backlog.sent)
         self._pairs.update(backlog.failed)
-        self._outboxes.update(outbox for outbox, _ in self._pairs)
         pairs = sorted(self._pairs)
 
         items, age = ITEMS.family(), OLDEST_QUEUED_AGE.family()
@@ -280,3 +296,51 @@ class BacklogMetrics:
                 lane_items.add_metric([outbox, status.value], row.items if row else 0)
             longest.add_metric([outbox], max((row.longest for row in rows if row), default=0))
         yield from (lanes, lane_items, longest)
+
+
+def _activity(backlog: Backlog) -> dict[str, int]:
+    """Per outbox: items held in the backlog, sent and failed (what ranks it for a label)."""
+    activity: Counter[str] = Counter()
+    for row in backlog.items:
+        activity[row.outbox] += row.items
+    for totals in (backlog.sent, backlog.failed):
+        for (outbox, _), count in totals.items():
+            activity[outbox] += count
+    return dict(activity)
+
+
+def _labelled(backlog: Backlog, labels: OutboxLabels) -> Backlog:
+    """`backlog` with each outbox replaced by its label, rows of one label summed (the oldest
+    item the oldest of them, the longest lane the longest)."""
+    items: dict[tuple[str, str, ItemStatus], ItemBacklog] = {}
+    for row in backlog.items:
+        key = (labels.label(row.outbox), row.destination, row.status)
+        seen = items.get(key)
+        items[key] = ItemBacklog(
+            key[0],
+            row.destination,
+            row.status,
+            row.items + (seen.items if seen else 0),
+            min(row.oldest_created_at, seen.oldest_created_at) if seen else row.oldest_created_at,
+        )
+    lanes: dict[tuple[str, object], LaneBacklog] = {}
+    for lane in backlog.lanes:
+        lane_key = (labels.label(lane.outbox), lane.status)
+        had = lanes.get(lane_key)
+        lanes[lane_key] = LaneBacklog(
+            lane_key[0],
+            lane.status,
+            lane.lanes + (had.lanes if had else 0),
+            lane.items + (had.items if had else 0),
+            max(lane.longest, had.longest if had else 0),
+        )
+
+    def summed(totals: Mapping[OutboxDestination, int]) -> Counter[OutboxDestination]:
+        by_label: Counter[OutboxDestination] = Counter()
+        for (outbox, destination), count in totals.items():
+            by_label[(labels.label(outbox), destination)] += count
+        return by_label
+
+    return Backlog(
+        list(items.values()), list(lanes.values()), summed(backlog.sent), summed(backlog.failed)
+    )

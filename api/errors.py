@@ -196,7 +196,7 @@ def problem_body(
     return body
 
 
-def problem_response(request: Request, problem: ApiProblem) -> JSONResponse:
+def problem_response(request: Request | None, problem: ApiProblem) -> JSONResponse:
     """The problem as an `application/problem+json` response."""
     return JSONResponse(
         problem.body(request),

@@ -1,4 +1,5 @@
-"""Request body size limit (`MAX_REQUEST_BYTES`), enforced before parsing.
+"""Request body size limit (`MAX_REQUEST_BYTES`, and a lower one of its own for some paths such
+as `/codec/`'s `CODEC_MAX_REQUEST_BYTES`), enforced before parsing.
 
 A declared `Content-Length` over the limit is refused without reading the body; a body without
 one (chunked) is counted as it streams in and refused as soon as it passes the limit.
@@ -7,6 +8,7 @@ one (chunked) is counted as it streams in and refused as soon as it passes the l
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 
 from starlette.requests import Request
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -17,17 +19,32 @@ from api.errors import PROBLEM_JSON, problem_body
 class BodySizeLimit:
     """413 problem+json for bodies over `max_bytes`: by Content-Length, or counted as streamed."""
 
-    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
+    def __init__(
+        self,
+        app: ASGIApp,
+        max_bytes: int,
+        path_limits: Mapping[str, tuple[int, str]] | None = None,
+    ) -> None:
         self.app = app
         self.max_bytes = max_bytes
+        # Path prefix -> (its limit, the setting that sets it).
+        self.path_limits = dict(path_limits or {})
+
+    def _limit(self, scope: Scope) -> tuple[int, str]:
+        path = str(scope.get("path", ""))
+        for prefix, limit in self.path_limits.items():
+            if path.startswith(prefix):
+                return limit
+        return self.max_bytes, "MAX_REQUEST_BYTES"
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
+        max_bytes, setting = self._limit(scope)
         declared = dict(scope["headers"]).get(b"content-length")
-        if declared is not None and declared.isdigit() and int(declared) > self.max_bytes:
-            await self._reject(scope, send)
+        if declared is not None and declared.isdigit() and int(declared) > max_bytes:
+            await self._reject(scope, send, max_bytes, setting)
             return
         received = 0
         too_large = False
@@ -38,7 +55,7 @@ class BodySizeLimit:
             message = await receive()
             if message["type"] == "http.request":
                 received += len(message.get("body", b""))
-                if received > self.max_bytes:
+                if received > max_bytes:
                     too_large = True
                     raise _TooLarge
             return message
@@ -59,16 +76,16 @@ class BodySizeLimit:
             if not too_large:
                 raise
         if too_large and not response_started:
-            await self._reject(scope, send)
+            await self._reject(scope, send, max_bytes, setting)
 
-    async def _reject(self, scope: Scope, send: Send) -> None:
+    async def _reject(self, scope: Scope, send: Send, max_bytes: int, setting: str) -> None:
         body = json.dumps(
             problem_body(
                 Request(scope),  # for the `type` URI's base
                 413,
                 "about:blank",
                 "Request body too large",
-                f"the body exceeds the limit of {self.max_bytes} bytes (MAX_REQUEST_BYTES)",
+                f"the body exceeds the limit of {max_bytes} bytes ({setting})",
                 instance=scope.get("path", ""),
             )
         ).encode()

@@ -30,12 +30,13 @@ from sqlalchemy import Engine
 from sqlalchemy.exc import DBAPIError
 from temporalio.client import Client
 
-from api.auth import load_tokens, require_json, require_token
+from api.auth import CODEC_PATH, load_tokens, require_json, require_token
 from api.deps import Resources
 from api.errors import install_error_handlers
 from api.limits import BodySizeLimit
-from api.live import LiveHub
+from api.live import LiveHub, SocketLimits
 from api.metrics import ApiMetrics, MetricsMiddleware
+from api.outbox_labels import OutboxLabels
 from api.routes import (
     activity,
     aggregates,
@@ -56,7 +57,7 @@ from api.routes import (
 from api.routes import codec as codec_route
 from api.routes import destinations as destination_routes
 from api.routes import token as token_route
-from api.security import AllowedHosts, CodecCors, check_configuration
+from api.security import AllowedHosts, CodecCors, SecurityHeaders, check_configuration
 from api.startup import PlainStartupRefusal, StartupRefused
 from configuration.destinations import load_destinations
 from configuration.redaction import install_log_redaction
@@ -110,6 +111,7 @@ def create_app(
         backlog_cache_s=settings.backlog_metrics_cache_s,
         backlog_timeout_s=settings.backlog_metrics_timeout_s,
         token_required=settings.metrics_token_required,
+        outbox_labels=OutboxLabels(settings.metrics_outboxes_list, settings.metrics_outbox_labels),
     )
     install_error_handlers(app)
     if configure_tracing("durable-outbox-api"):
@@ -163,7 +165,9 @@ def lifespan(
         else:
             outbox = outbox_client
         app.state.resources = _services(settings, outbox, registry, db, aggregate_types)
-        app.state.live = LiveHub(db)
+        app.state.live = LiveHub(
+            db, SocketLimits(settings.live_sockets_max, settings.live_sockets_per_token)
+        )
         app.state.metrics.backlog.attach(db)
         app.state.metrics.destinations.attach(app.state.resources.controls)
         try:
@@ -239,6 +243,7 @@ def _read_request_state(app: FastAPI, settings: Settings) -> None:
     app.state.tokens = load_tokens(settings)
     # The Web UI's codec server decrypts with the same keys the clients encrypt with.
     app.state.codec = codec_from_environment()
+    app.state.codec_max_payloads = settings.codec_max_payloads
     # Signs the codec session cookies: shared by the API processes behind one host if set.
     app.state.session_key = (
         settings.session_secret.encode() if settings.session_secret else secrets.token_bytes(32)
@@ -269,15 +274,22 @@ def include_routers(app: FastAPI) -> None:
     app.include_router(docs.router)
     app.include_router(problems.router)  # open: each problem's `type` links here
     app.mount(docs.ASSETS_PATH, docs.assets(), name="docs-assets")
+    app.mount(dashboard.STATIC_PATH, dashboard.assets(), name="static")
 
 
 def _add_middleware(app: FastAPI, settings: Settings) -> None:
     # The middleware added last runs first: metrics wrap the size limit and count its 413s.
-    app.add_middleware(BodySizeLimit, max_bytes=settings.max_request_bytes)
+    app.add_middleware(
+        BodySizeLimit,
+        max_bytes=settings.max_request_bytes,
+        path_limits={CODEC_PATH: (settings.codec_max_request_bytes, "CODEC_MAX_REQUEST_BYTES")},
+    )
     app.add_middleware(MetricsMiddleware, metrics=app.state.metrics)
     # The Web UI calls the codec server from the browser, from its own origin.
     app.add_middleware(CodecCors, origins=settings.codec_cors_origins_list)
-    # Outermost for requests: a request for another host name (DNS rebinding) is refused first.
+    # Every answer says how a browser may use it: own scripts only, never in a frame.
+    app.add_middleware(SecurityHeaders)
+    # Outermost: a request for another host name (DNS rebinding) is refused before anything.
     app.add_middleware(AllowedHosts, allowed_hosts=settings.allowed_hosts_list)
     # The lifespan only: a start-up refused on purpose logs its reason, not a traceback.
     app.add_middleware(PlainStartupRefusal)

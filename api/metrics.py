@@ -1,10 +1,11 @@
 """Prometheus metrics: HTTP requests by route template, enqueues by outcome, the backlog, and
 the destinations' state (paused, throttled, circuit, rate in force).
 
-Every label value is bounded by what operators configured or what the read model holds, never by
-what a caller invents: `/metrics` may be open to anyone who reaches the API. With tokens
-configured it also takes a bearer token with the `read` scope, and with `METRICS_TOKEN_REQUIRED`
-it needs one (`require_metrics_token`).
+Every label value is bounded by what operators configured, never by what a caller invents: the
+`outbox` label names the outboxes in `METRICS_OUTBOXES` and at most `METRICS_OUTBOX_LABELS` of the
+most active others, the rest count as `other` (`api/outbox_labels.py`). With tokens configured
+`/metrics` needs a bearer token with the `metrics` scope, unless `METRICS_TOKEN_REQUIRED=false`
+(`require_metrics_token`).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from api import auth
 from api.backlog_metrics import BacklogMetrics
 from api.destination_metrics import DestinationMetrics
 from api.errors import ApiProblem
+from api.outbox_labels import OutboxLabels
 
 # The `outbox` label of refused enqueues naming an outbox nobody has used: names a caller
 # invents all count here instead of each adding series.
@@ -35,16 +37,21 @@ class ApiMetrics:
         *,
         backlog_cache_s: float = 5.0,
         backlog_timeout_s: float = 5.0,
-        token_required: bool = False,
+        token_required: bool = True,
+        outbox_labels: OutboxLabels | None = None,
     ) -> None:
         # With tokens configured: refuse `/metrics` without one (`METRICS_TOKEN_REQUIRED`).
         self.token_required = token_required
+        self.outbox_labels = outbox_labels or OutboxLabels()
         # Outboxes that took an item through this API: their refusals keep their own label.
         self._outboxes: set[str] = set()
         self.registry = CollectorRegistry()
         # Read from the read model at scrape time (`refresh`), once the app has its engine.
         self.backlog = BacklogMetrics(
-            self.registry, cache_s=backlog_cache_s, timeout_s=backlog_timeout_s
+            self.registry,
+            cache_s=backlog_cache_s,
+            timeout_s=backlog_timeout_s,
+            labels=self.outbox_labels,
         )
         # Read from Temporal at scrape time, once the app has its destination controls.
         self.destinations = DestinationMetrics(
@@ -67,7 +74,8 @@ class ApiMetrics:
             "outbox_items_enqueued_total",
             "Enqueued items by outbox, destination and result"
             " (created, existing, rejected, error); a refused enqueue naming an outbox that"
-            " does not exist counts under outbox '(unknown)'.",
+            " does not exist counts under outbox '(unknown)', an outbox without a label of its"
+            " own (METRICS_OUTBOX_LABELS) under 'other'.",
             ["outbox", "destination", "result"],
             registry=self.registry,
         )
@@ -89,11 +97,18 @@ class ApiMetrics:
     def count_enqueue(self, outbox: str, destination: str, result: str) -> None:
         """Count one enqueue; callers pass only configured destinations. A refused one
         (`rejected`) keeps its outbox's name only if that outbox exists (it took an item here,
-        or the read model holds items of it); otherwise it counts under `UNKNOWN_OUTBOX`."""
+        or the read model holds items of it); otherwise it counts under `UNKNOWN_OUTBOX`. An
+        outbox without a label of its own (`OutboxLabels`) counts as `other`."""
         if result in ("created", "existing"):
             self._outboxes.add(outbox)
         elif result == "rejected" and outbox != _INVALID_OUTBOX and not self._exists(outbox):
             outbox = UNKNOWN_OUTBOX
+        if outbox not in (UNKNOWN_OUTBOX, _INVALID_OUTBOX):
+            # A valid enqueue (taken, or failed on the way) admits its outbox while there is
+            # room; the labels stay bounded whatever the outbox names.
+            if result != "rejected":
+                self.outbox_labels.admit(outbox)
+            outbox = self.outbox_labels.label(outbox)
         self.enqueued.labels(outbox, destination, result).inc()
 
     def _exists(self, outbox: str) -> bool:
@@ -101,9 +116,10 @@ class ApiMetrics:
 
 
 def require_metrics_token(request: Request) -> None:
-    """Dependency of `/metrics`: with tokens configured, a bearer token sent with the scrape must
-    be valid and hold the `read` scope (403 otherwise), and one is needed (401) when
-    `token_required` is set. Without tokens configured `/metrics` is open, like the API."""
+    """Dependency of `/metrics`: with tokens configured, a bearer token with the `metrics` scope
+    (401 without one, 403 with another), unless `token_required` was turned off, when a scrape
+    may come without one (a token sent is checked all the same). Without tokens configured
+    `/metrics` is open, like the API."""
     tokens: list[auth.ApiToken] = request.app.state.tokens
     if not tokens:
         return
@@ -117,16 +133,16 @@ def require_metrics_token(request: Request) -> None:
             401,
             "unauthorized",
             "Unauthorized",
-            "send 'Authorization: Bearer <token>' with a token that has the 'read' scope",
+            "send 'Authorization: Bearer <token>' with a token that has the 'metrics' scope",
             headers={"WWW-Authenticate": 'Bearer realm="durable-outbox"'},
         )
     token = auth.matching_token(offered, tokens)
     if token is None:
         raise ApiProblem(403, "forbidden", "Forbidden", "the bearer token is not valid")
     # Metrics cover every outbox: a token limited to some outboxes is refused too.
-    why = auth.refusal(token, auth.Scope.READ, None)
+    why = auth.refusal(token, auth.Scope.METRICS, None)
     if why is not None:
-        raise ApiProblem(403, "forbidden", "Forbidden", why, missing_scope=auth.Scope.READ)
+        raise ApiProblem(403, "forbidden", "Forbidden", why, missing_scope=auth.Scope.METRICS)
 
 
 class MetricsMiddleware:

@@ -117,8 +117,14 @@ _GENERAL = (
     ProblemCode(
         "request-too-large",
         413,
-        "The body is over `MAX_REQUEST_BYTES`.",
+        "The body is over `MAX_REQUEST_BYTES` (over `CODEC_MAX_REQUEST_BYTES` for `/codec/`).",
         "Send less: split a batch, or store big payloads elsewhere and send a reference.",
+    ),
+    ProblemCode(
+        "too-many-payloads",
+        413,
+        "A `/codec/` request carries more than `CODEC_MAX_PAYLOADS` payloads.",
+        "Split the payloads over several requests.",
     ),
     ProblemCode(
         "unsupported-media-type",

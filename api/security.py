@@ -1,5 +1,6 @@
 """The API's production shape: the start-up check that refuses an open configuration in
-production, the host check, and CORS for the codec server only (README, Security)."""
+production, the host check, CORS for the codec server only, and the headers that tell a browser
+what a page may load (README, Security)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from fastapi import FastAPI
 from fastapi.middleware.cors import CORSMiddleware
 from starlette.datastructures import Headers
 from starlette.requests import Request
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from api.auth import CODEC_PATH, ApiToken
 from api.errors import ApiProblem, problem_response
@@ -78,6 +79,55 @@ class AllowedHosts:
         return host == pattern
 
 
+# The dashboard's pages (and every other answer): the API's own scripts, styles and connections
+# (its live sockets included) only; no inline script or style, no plugin, never in a frame.
+CONTENT_SECURITY_POLICY = (
+    "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:;"
+    " connect-src 'self'; object-src 'none'; base-uri 'none'; form-action 'self';"
+    " frame-ancestors 'none'"
+)
+# Swagger UI and Redoc style their elements inline as they render, and Redoc searches in a
+# worker it starts from a blob: scripts stay the API's own files.
+DOCS_CONTENT_SECURITY_POLICY = (
+    "default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inline';"
+    " img-src 'self' data:; font-src 'self' data:; worker-src 'self' blob:; connect-src 'self';"
+    " object-src 'none'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'"
+)
+_DOCS_PAGES = ("/docs", "/redoc")
+_SECURITY_HEADERS = [
+    (b"x-content-type-options", b"nosniff"),
+    # For browsers without frame-ancestors.
+    (b"x-frame-options", b"DENY"),
+    (b"referrer-policy", b"no-referrer"),
+]
+
+
+class SecurityHeaders:
+    """`Content-Security-Policy`, `X-Content-Type-Options: nosniff`, `X-Frame-Options: DENY` and
+    `Referrer-Policy: no-referrer` on every HTTP answer that does not set its own."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        path = scope["path"].removeprefix(str(scope.get("root_path", "")).rstrip("/"))
+        policy = DOCS_CONTENT_SECURITY_POLICY if path in _DOCS_PAGES else CONTENT_SECURITY_POLICY
+        added = [(b"content-security-policy", policy.encode()), *_SECURITY_HEADERS]
+
+        async def with_headers(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                headers = list(message.get("headers", []))
+                present = {name.lower() for name, _ in headers}
+                headers += [(name, value) for name, value in added if name not in present]
+                message = {**message, "headers": headers}
+            await send(message)
+
+        await self.app(scope, receive, with_headers)
+
+
 class CodecCors:
     """CORS (with credentials) for the codec server's routes only: the Web UI's origin may call
     `/codec/`, and no other route answers its preflights."""
@@ -103,18 +153,21 @@ def check_configuration(
     app: FastAPI, settings: Settings, destinations: DestinationRegistry
 ) -> None:
     """Refuse to start a production API with an open configuration unless `ALLOW_INSECURE`; say
-    what is open on every start, and keep it for `/readyz` (in development too)."""
+    what is open on every start, and keep it for `/readyz` (in development too). An open
+    `/metrics` (`METRICS_TOKEN_REQUIRED=false` with tokens) is a choice made explicitly: it does
+    not stop a start, and is listed all the same."""
     reasons = open_configuration(app.state.tokens, app.state.codec, destinations)
+    chosen = []
     if app.state.tokens:
         log.info("API requires a bearer token (%d configured)", len(app.state.tokens))
-    if not reasons:
-        return
-    if settings.outbox_env == "production" and not settings.allow_insecure:
+        if not settings.metrics_token_required:
+            chosen.append("METRICS_TOKEN_REQUIRED=false: /metrics answers without a token")
+    if reasons and settings.outbox_env == "production" and not settings.allow_insecure:
         raise InsecureConfiguration(
             "refusing to start a production API (OUTBOX_ENV=production) with an open"
             f" configuration: {'; '.join(reasons)}. Set them (README, Security), or"
             " ALLOW_INSECURE=1 to run open on purpose."
         )
-    for reason in reasons:
+    for reason in reasons + chosen:
         log.warning("INSECURE: %s", reason)
-    app.state.insecure = reasons
+    app.state.insecure = reasons + chosen

@@ -19,12 +19,21 @@ class RedactSecrets(logging.Filter):
         if isinstance(record.msg, str):
             record.msg = redact(record.msg)
         if isinstance(record.args, tuple):
-            record.args = tuple(redact(a) if isinstance(a, str) else a for a in record.args)
+            # Not only strings: httpx logs its request line with an `httpx.URL` argument.
+            record.args = tuple(_redacted_arg(a) for a in record.args)
         elif isinstance(record.args, dict):
-            record.args = {
-                k: redact(v) if isinstance(v, str) else v for k, v in record.args.items()
-            }
+            record.args = {k: _redacted_arg(v) for k, v in record.args.items()}
         return True
+
+
+def _redacted_arg(arg: object) -> object:
+    if isinstance(arg, str):
+        return redact(arg)
+    if isinstance(arg, (int, float, bool)) or arg is None:
+        return arg
+    text = str(arg)
+    redacted = redact(text)
+    return arg if redacted == text else redacted
 
 
 def redact(text: str) -> str:
@@ -33,9 +42,12 @@ def redact(text: str) -> str:
 
 
 def install_log_redaction() -> None:
-    """The filter on uvicorn's loggers (its access log propagates nowhere) and on every handler
-    of the root logger, which every other logger's records reach."""
-    loggers = [logging.getLogger(name) for name in ("uvicorn", "uvicorn.error", "uvicorn.access")]
+    """The filter on uvicorn's loggers (its access log propagates nowhere), on httpx's (its
+    request lines quote the URL, query and all) and on every handler of the root logger, which
+    every other logger's records reach."""
+    loggers = [
+        logging.getLogger(name) for name in ("uvicorn", "uvicorn.error", "uvicorn.access", "httpx")
+    ]
     root = logging.getLogger()
     for target in [*loggers, *root.handlers, *(h for lg in loggers for h in lg.handlers)]:
         if not any(isinstance(f, RedactSecrets) for f in target.filters):

@@ -114,10 +114,10 @@ class Settings(BaseSettings):
         default=7 * 24 * 3600.0, ge=0, description="How long relayed rows are kept, in seconds."
     )
     metrics_token_required: bool = Field(
-        default=False,
-        description="With API tokens configured, refuse `/metrics` (401) without a bearer token"
-        " holding the `read` scope; off, Prometheus scrapes without one (a token sent is checked"
-        " all the same).",
+        default=True,
+        description="With API tokens configured, `/metrics` needs a bearer token holding the"
+        " `metrics` scope (401 without one). `false` lets Prometheus scrape without one (a token"
+        " sent is checked all the same) and is listed under `insecure` in `/readyz`.",
     )
     relay_max_attempts: int = Field(
         default=10,
@@ -156,6 +156,43 @@ class Settings(BaseSettings):
     max_request_bytes: int = Field(
         default=10 * 1024 * 1024,
         description="Largest accepted request body, in bytes (413 above it).",
+    )
+    # Bounds on what one caller can make the API hold or do (docs/how-to/security.md).
+    codec_max_payloads: int = Field(
+        default=1000,
+        ge=1,
+        description="Most payloads one `/codec/encode` or `/codec/decode` request may carry"
+        " (413 above it).",
+    )
+    codec_max_request_bytes: int = Field(
+        default=4 * 1024 * 1024,
+        ge=1,
+        description="Largest `/codec/` request body, in bytes (413 above it); below"
+        " `MAX_REQUEST_BYTES`, which bounds every other route.",
+    )
+    live_sockets_max: int = Field(
+        default=500,
+        ge=1,
+        description="Live sockets (`/live`) one API process holds open at once; one more is"
+        " refused (HTTP 429 before the handshake, with `Retry-After`).",
+    )
+    live_sockets_per_token: int = Field(
+        default=20,
+        ge=1,
+        description="Live sockets one token (or, with no tokens configured, one client address)"
+        " holds open at once in one API process; one more is refused like a full process.",
+    )
+    metrics_outbox_labels: int = Field(
+        default=50,
+        ge=0,
+        le=10_000,
+        description="Outboxes that get their own `outbox` label in the API's metrics besides"
+        " those in `METRICS_OUTBOXES`: the most active ones seen; the rest count as `other`.",
+    )
+    metrics_outboxes: str = Field(
+        default="",
+        description="Outboxes, comma-separated, that always get their own `outbox` label in"
+        " the API's metrics.",
     )
 
     fake_provider_url: str = Field(
@@ -231,6 +268,10 @@ class Settings(BaseSettings):
     @property
     def allowed_hosts_list(self) -> list[str]:
         return [host.strip() for host in self.allowed_hosts.split(",") if host.strip()] or ["*"]
+
+    @property
+    def metrics_outboxes_list(self) -> list[str]:
+        return [o.strip() for o in self.metrics_outboxes.split(",") if o.strip()]
 
     @property
     def websocket_origins_list(self) -> list[str]:

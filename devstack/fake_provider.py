@@ -55,6 +55,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from configuration.redaction import install_log_redaction
 from configuration.settings import DEV_EVENTS_SECRET
 from devstack import fake_sms
 from devstack.fake_memory import RESULT, RepeatableRequests, SeenIds
@@ -938,6 +939,13 @@ def faults_from(args: argparse.Namespace) -> FaultConfig:
     )
 
 
+def configure_logging() -> None:
+    """INFO lines of the fake, with the events secret its report URLs carry written `***`
+    (httpx logs each request's URL)."""
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s fake: %(message)s")
+    install_log_redaction()
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = command_line_parser()
     args = parser.parse_args(argv)
@@ -945,7 +953,7 @@ def main(argv: list[str] | None = None) -> None:
         faults = faults_from(args)
     except ValueError as err:  # a value argparse cannot check, such as --report-schema
         parser.error(str(err))
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s fake: %(message)s")
+    configure_logging()
     state = FakeProviderState(
         os.environ.get("FAKE_ACS_ACCESS_KEY", DEFAULT_ACS_ACCESS_KEY),
         os.environ.get("FAKE_WEBHOOK_SECRET", DEFAULT_WEBHOOK_SECRET),

@@ -199,6 +199,16 @@ BENCH_VARIABLES = (
         "`100000` (`10000` with `QUICK=1`)",
         "`bench.aggregate_scale`: commands sent to one aggregate",
     ),
+    Variable(
+        "LOAD_OUTBOXES",
+        "`500` (`150` with `QUICK=1`)",
+        "`bench.bounded_load`: outbox names it enqueues to",
+    ),
+    Variable(
+        "LOAD_DEADLINE_S",
+        "`300`",
+        "`bench.bounded_load`: fail when the load is not done this long after it starts",
+    ),
     Variable("FAIRNESS_RATE", "`10`", "`bench.fairness`: the destination's submits per second"),
     Variable(
         "FAIRNESS_BACKLOG",
@@ -703,7 +713,10 @@ def metrics_page() -> str:
         "",
         "## API",
         "",
-        "`GET /metrics` on the API, open to Prometheus without a token. The backlog metrics are"
+        "`GET /metrics` on the API: with API tokens configured, a scrape needs a token with the"
+        " `metrics` scope (unless `METRICS_TOKEN_REQUIRED=false`). The `outbox` label names the"
+        " outboxes in `METRICS_OUTBOXES` and at most `METRICS_OUTBOX_LABELS` others (the most"
+        " active); every other outbox counts as `other`. The backlog metrics are"
         " read from the read model at scrape time (at most once per `BACKLOG_METRICS_CACHE_S`);"
         " when that reading fails or is late, only `outbox_backlog_scrape_ok 0` is exported of"
         " them. The destinations' state is read from Temporal the same way"

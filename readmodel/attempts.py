@@ -3,9 +3,10 @@
 `send` (`activities/providers/base.py`) notes every HTTP exchange in the `capture()` the
 submit or poll activity opened around its provider call; the activity then writes them here,
 one INSERT each, best effort (a failed write is logged, never a failed delivery). Secrets stay
-out: the URL keeps its host and path only, request headers that carry credentials are dropped,
-the response keeps only `Retry-After`, `Operation-Location` and `Location`, and the body is
-capped. Each item keeps its newest `KEEP_PER_ITEM` attempts. Erasing an ended item
+out: the URL keeps its host and path only, headers are kept by an allowlist (`kept_header`: content
+type and length, dates, request, idempotency and webhook ids, rate-limit and retry headers; the
+response also its `Operation-Location` and `Location`) and everything else is dropped, and the
+body is capped. Each item keeps its newest `KEEP_PER_ITEM` attempts. Erasing an ended item
 (`readmodel.erasure`) blanks the bodies and headers and keeps the numbers, statuses and times.
 """
 
@@ -31,13 +32,45 @@ log = logging.getLogger(__name__)
 KEEP_PER_ITEM = 50
 # Response bodies are kept up to this many characters.
 BODY_LIMIT = 2048
-# Response headers worth keeping: what the next attempt was timed or pointed by.
-KEPT_RESPONSE_HEADERS = ("retry-after", "operation-location", "location")
-# Request headers never stored: credentials, signatures, keys, cookies.
-_SECRET_HEADER = re.compile(r"(?i)auth|signature|secret|token|key|cookie|credential|sas")
+# Headers stored, by an allowlist: a header a provider invents (`X-Api-Pass`, `X-Session`) may
+# carry a credential whatever it is called, so nothing outside this list is kept.
+KEPT_HEADERS = frozenset(
+    {
+        "content-type",
+        "content-length",
+        "date",
+        "x-ms-date",
+        "x-request-id",
+        "request-id",
+        "x-correlation-id",
+        "x-ms-request-id",
+        "x-ms-client-request-id",
+        "apim-request-id",
+        "idempotency-key",
+        "x-idempotency-key",
+        "repeatability-request-id",
+        "repeatability-first-sent",
+        "webhook-id",
+        "webhook-timestamp",
+        "x-webhook-id",
+        "retry-after",
+        "retry-after-ms",
+        "x-ms-retry-after-ms",
+    }
+)
+# Rate-limit headers come in many spellings (`X-RateLimit-Remaining`, `RateLimit-Reset`, ...).
+_RATE_LIMIT_HEADER = re.compile(r"(?i)^(?:x-)?rate-?limit(?:-[a-z-]+)?$")
+# What else a response keeps: where the operation it started can be polled.
+KEPT_RESPONSE_HEADERS = frozenset({"operation-location", "location"})
 # A credential in a kept header's URL query, written `***` (as `configuration/redaction.py` does for
 # log lines; the read model imports nothing of `configuration`).
 _SECRET_IN_QUERY = re.compile(r"(?i)([?&](?:token|secret|access_token|api_key|sig)=)[^&\s\"']*")
+
+
+def kept_header(name: str) -> bool:
+    """Whether the attempt log stores a header of this name (the allowlist)."""
+    lowered = name.lower()
+    return lowered in KEPT_HEADERS or _RATE_LIMIT_HEADER.match(lowered) is not None
 
 
 def redact(text: str) -> str:
@@ -114,13 +147,13 @@ def note(
                 request_headers={
                     str(k): str(v)
                     for k, v in dict(request_headers or {}).items()
-                    if not _SECRET_HEADER.search(str(k))
+                    if kept_header(str(k))
                 },
                 status=status,
                 response_headers={
                     str(k).lower(): redact(str(v))
                     for k, v in dict(response_headers or {}).items()
-                    if str(k).lower() in KEPT_RESPONSE_HEADERS
+                    if kept_header(str(k)) or str(k).lower() in KEPT_RESPONSE_HEADERS
                 },
                 body=kept_body,
                 body_truncated=body is not None and len(body) > BODY_LIMIT,

@@ -11,9 +11,9 @@ import base64
 import dataclasses
 import functools
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 from durable_outbox_temporal.contract.item import ItemProjection, ItemStatus
 from sqlalchemy import Engine, Executable, and_, bindparam, func, or_, select, text, update
@@ -219,21 +219,35 @@ def list_items(
     return items, encode_cursor(last.created_at, last.id)
 
 
+class ReportTarget(NamedTuple):
+    """The item a provider's message id belongs to, and the addresses it expects reports on."""
+
+    item_id: str
+    ordering_key: str | None
+    # Casefolded; empty when the item tracks no recipients.
+    recipients: frozenset[str]
+
+
 def items_by_message_id(
     engine: Engine, destination: str, message_ids: Sequence[str]
-) -> dict[str, tuple[str, str | None]]:
-    """The item id and ordering key of each provider message id the destination's items hold
-    (absent: unknown)."""
+) -> dict[str, ReportTarget]:
+    """The item of each provider message id the destination's items hold (absent: unknown)."""
     if not message_ids:
         return {}
-    query = select(ITEMS.c.provider_message_id, ITEMS.c.id, ITEMS.c.ordering_key).where(
+    query = select(
+        ITEMS.c.provider_message_id, ITEMS.c.id, ITEMS.c.ordering_key, ITEMS.c.recipients
+    ).where(
         ITEMS.c.provider_message_id.in_(sorted(set(message_ids))),
         ITEMS.c.destination == destination,
     )
     with engine.connect() as connection:
         return {
-            message_id: (item_id, ordering_key)
-            for message_id, item_id, ordering_key in connection.execute(query)
+            message_id: ReportTarget(
+                item_id,
+                ordering_key,
+                frozenset(recipient.address.casefold() for recipient in recipients or ()),
+            )
+            for message_id, item_id, ordering_key, recipients in connection.execute(query)
         }
 
 
@@ -242,6 +256,31 @@ def events_since(engine: Engine, outbox: str, since_id: int, limit: int = 500) -
     query = (
         select(EVENTS)
         .where(EVENTS.c.outbox == outbox, EVENTS.c.id > since_id)
+        .order_by(EVENTS.c.id)
+        .limit(limit)
+    )
+    with engine.connect() as connection:
+        return [read_event(row) for row in connection.execute(query).mappings()]
+
+
+def events_since_each(
+    engine: Engine, cursors: Mapping[str, int], limit: int = 500
+) -> list[EventRecord]:
+    """Events of each outbox in `cursors` after its own cursor, in cursor order: one query for
+    every outbox a live tailer follows (per-outbox cursors, as ids of one outbox commit in order
+    but those of two outboxes need not)."""
+    if not cursors:
+        return []
+    query = (
+        select(EVENTS)
+        .where(
+            or_(
+                *(
+                    and_(EVENTS.c.outbox == outbox, EVENTS.c.id > since_id)
+                    for outbox, since_id in sorted(cursors.items())
+                )
+            )
+        )
         .order_by(EVENTS.c.id)
         .limit(limit)
     )

@@ -33,7 +33,8 @@ class ReportTally:
 
     # Signalled to their item, which applies each once (a repeat changes nothing).
     applied: int = 0
-    # No item holds the message id: not ours, or sent before the item's accept was recorded.
+    # No item holds the message id (not ours, or sent before the item's accept was recorded), or
+    # its item holds it but expects no report on that recipient.
     unknown: int = 0
     # The item's workflow has ended: its report window is over.
     late: int = 0
@@ -62,11 +63,13 @@ class DeliveryReportService:
         routed: list[tuple[str, str | None, DeliveryReport]] = []
         for report in reports:
             found = item_ids.get(report.message_id)
-            if found is None:
+            if found is None or (
+                found.recipients and report.recipient.casefold() not in found.recipients
+            ):
                 tally.unknown += 1
                 self._log_unknown(destination, report)
             else:
-                routed.append((*found, report))
+                routed.append((found.item_id, found.ordering_key, report))
         outcomes = await fan_out(
             [
                 functools.partial(
@@ -89,13 +92,15 @@ class DeliveryReportService:
         return tally
 
     def _log_unknown(self, destination: str, report: DeliveryReport) -> None:
-        if report.message_id in self._logged_unknown:
+        stray = f"{report.message_id}/{report.recipient}"
+        if stray in self._logged_unknown:
             return
-        self._logged_unknown[report.message_id] = None
+        self._logged_unknown[stray] = None
         if len(self._logged_unknown) > _LOGGED_UNKNOWN:
             self._logged_unknown.popitem(last=False)
         log.warning(
-            "delivery report for unknown message %s at %s (recipient %s, %s); accepted, ignored",
+            "delivery report for unknown message or recipient %s at %s (recipient %s, %s);"
+            " accepted, ignored",
             report.message_id,
             destination,
             report.recipient,

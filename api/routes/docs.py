@@ -1,23 +1,31 @@
 """`/docs` (Swagger UI) and `/redoc` with their scripts and styles served by the API itself, so
-both work where no CDN can be reached. Open, like `/openapi.json` (see api/auth.py)."""
+both work where no CDN can be reached. Open, like `/openapi.json` (see api/auth.py).
+
+Neither page holds an inline script: the Content-Security-Policy (`api/security.py`) allows
+only the API's own script files, so Swagger UI starts from `static/docs/swagger-init.js`.
+"""
 
 from __future__ import annotations
 
+from html import escape
+from pathlib import Path
+
 from fastapi import APIRouter, Request
-from fastapi.openapi.docs import get_redoc_html, get_swagger_ui_html
 from fastapi.responses import HTMLResponse
 from fastapi.staticfiles import StaticFiles
 
 ASSETS_PATH = "/docs-assets"
 # fastapi-offline ships the Swagger UI and Redoc builds FastAPI would otherwise take from a CDN.
 _ASSETS_PACKAGE = ("fastapi_offline", "static")
+# Ours: what the pages would otherwise hold inline.
+OWN_ASSETS = Path(__file__).resolve().parent.parent / "static" / "docs"
 
 router = APIRouter(include_in_schema=False)
 
 
 def assets() -> StaticFiles:
-    """The app to mount at `ASSETS_PATH`: the packaged JS, CSS and favicon."""
-    return StaticFiles(packages=[_ASSETS_PACKAGE])
+    """The app to mount at `ASSETS_PATH`: the packaged JS, CSS and favicon, and our own."""
+    return StaticFiles(directory=OWN_ASSETS, packages=[_ASSETS_PACKAGE])
 
 
 def _prefix(request: Request) -> str:
@@ -29,14 +37,19 @@ def _prefix(request: Request) -> str:
 async def swagger_ui(request: Request) -> HTMLResponse:
     """Swagger UI over the OpenAPI schema: every operation, with a form to try it."""
     prefix = _prefix(request)
-    return get_swagger_ui_html(
-        openapi_url=f"{prefix}{request.app.openapi_url}",
-        title=f"{request.app.title} - Swagger UI",
-        swagger_js_url=f"{prefix}{ASSETS_PATH}/swagger-ui-bundle.js",
-        swagger_css_url=f"{prefix}{ASSETS_PATH}/swagger-ui.css",
-        swagger_favicon_url=f"{prefix}{ASSETS_PATH}/favicon.png",
-        # Otherwise the page shows a badge that sends the schema to validator.swagger.io.
-        swagger_ui_parameters={"validatorUrl": None},
+    assets_url = f"{prefix}{ASSETS_PATH}"
+    schema_url = escape(prefix + request.app.openapi_url)
+    return HTMLResponse(
+        _page(
+            f"{request.app.title} - Swagger UI",
+            head=f'<link rel="stylesheet" href="{assets_url}/swagger-ui.css">',
+            body=(
+                f'<div id="swagger-ui" data-openapi-url="{schema_url}"></div>\n'
+                f'<script src="{assets_url}/swagger-ui-bundle.js"></script>\n'
+                f'<script src="{assets_url}/swagger-init.js"></script>'
+            ),
+            favicon=f"{assets_url}/favicon.png",
+        )
     )
 
 
@@ -44,10 +57,25 @@ async def swagger_ui(request: Request) -> HTMLResponse:
 async def redoc(request: Request) -> HTMLResponse:
     """Redoc over the OpenAPI schema: the same operations as one long page."""
     prefix = _prefix(request)
-    return get_redoc_html(
-        openapi_url=f"{prefix}{request.app.openapi_url}",
-        title=f"{request.app.title} - ReDoc",
-        redoc_js_url=f"{prefix}{ASSETS_PATH}/redoc.standalone.js",
-        redoc_favicon_url=f"{prefix}{ASSETS_PATH}/favicon.png",
-        with_google_fonts=False,
+    assets_url = f"{prefix}{ASSETS_PATH}"
+    return HTMLResponse(
+        _page(
+            f"{request.app.title} - ReDoc",
+            head=f'<link rel="stylesheet" href="{assets_url}/redoc.css">',
+            body=(
+                "<noscript>ReDoc needs JavaScript to show the documentation.</noscript>\n"
+                f'<redoc spec-url="{escape(prefix + request.app.openapi_url)}"></redoc>\n'
+                f'<script src="{assets_url}/redoc.standalone.js"></script>'
+            ),
+            favicon=f"{assets_url}/favicon.png",
+        )
+    )
+
+
+def _page(title: str, *, head: str, body: str, favicon: str) -> str:
+    return (
+        '<!doctype html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n'
+        '<meta name="viewport" content="width=device-width, initial-scale=1">\n'
+        f"<title>{escape(title)}</title>\n"
+        f'<link rel="icon" href="{favicon}">\n{head}\n</head>\n<body>\n{body}\n</body>\n</html>\n'
     )

@@ -4,13 +4,19 @@
 
 A browser passes its token as the subprotocols `bearer` and `bearer.<base64url token>` (see
 `api.auth`); a page of another origin is refused. A `since` that is no event id closes the socket
-with 1008 and says why.
+with 1008 and says why; so does an aggregate that does not exist (yet).
+
+Bounded (`api.live.SocketLimits`): past `LIVE_SOCKETS_PER_TOKEN` sockets of one token, or
+`LIVE_SOCKETS_MAX` of the process, the handshake is answered 429 with `Retry-After` (a server
+that cannot answer a handshake with HTTP accepts and closes with 1013). A client that does not
+read what it is sent is dropped with 1013 and the id to resume from.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import AsyncIterator
 from typing import Any
 
 from durable_outbox_temporal import InvalidRequest, OutboxError, validate_outbox
@@ -19,8 +25,9 @@ from durable_outbox_temporal.contract.ids import parse_item_workflow_id
 from fastapi import APIRouter, WebSocket, WebSocketDisconnect, status
 from pydantic import TypeAdapter
 
-from api.auth import websocket_refusal, websocket_subprotocol
-from api.live import LiveHub, SubscriberTooSlow
+from api.auth import websocket_refusal, websocket_subprotocol, websocket_token
+from api.errors import ApiProblem, problem_response
+from api.live import LiveHub, SocketLimits, SubscriberTooSlow
 from readmodel import aggregates as event_store
 from readmodel import store
 from readmodel.models import EventRecord
@@ -31,6 +38,11 @@ _BACKFILL_PAGE = 500
 # Event ids and sequence numbers are 64-bit signed integers in the read model.
 _MAX_POSITION = 2**63 - 1
 _EVENT_JSON = TypeAdapter(EventRecord)
+# How long one message may take to leave: a client that reads nothing fills its connection's
+# buffers, and is then dropped rather than held open.
+SEND_TIMEOUT_S = 10.0
+# What a refused client is told to wait before it tries again.
+RETRY_AFTER_S = 5
 
 
 def event_message(event: EventRecord) -> dict[str, Any]:
@@ -50,6 +62,12 @@ async def live(websocket: WebSocket, outbox: str, since: int | None = None) -> N
     except InvalidRequest as err:
         await websocket.close(code=status.WS_1008_POLICY_VIOLATION, reason=str(err))
         return
+    async with _socket_slot(websocket) as admitted:
+        if admitted:
+            await _stream_outbox(websocket, outbox, since)
+
+
+async def _stream_outbox(websocket: WebSocket, outbox: str, since: int | None) -> None:
     hub: LiveHub = websocket.app.state.live
     engine = websocket.app.state.resources.engine
     # Subscribe before backfilling, so nothing committed in between can fall through the gap;
@@ -66,11 +84,12 @@ async def live(websocket: WebSocket, outbox: str, since: int | None = None) -> N
         hub.unsubscribe(outbox, subscription)
         raise
     disconnected = asyncio.ensure_future(_until_disconnect(websocket))
+    upcoming: asyncio.Future[EventRecord] | None = None
     try:
         while since is not None:
             page = await asyncio.to_thread(store.events_since, engine, outbox, last, _BACKFILL_PAGE)
             for event in page:
-                await websocket.send_json(event_message(event))
+                await _send(websocket, event_message(event))
                 last = event.id
             if len(page) < _BACKFILL_PAGE:
                 break
@@ -78,22 +97,19 @@ async def live(websocket: WebSocket, outbox: str, since: int | None = None) -> N
             upcoming = asyncio.ensure_future(subscription.next())
             await asyncio.wait({upcoming, disconnected}, return_when=asyncio.FIRST_COMPLETED)
             if disconnected.done():
-                upcoming.cancel()
                 return
             event = upcoming.result()
             if event.id <= last:
                 continue
-            await websocket.send_json(event_message(event))
+            await _send(websocket, event_message(event))
             last = event.id
     except SubscriberTooSlow:
-        await websocket.close(
-            code=status.WS_1013_TRY_AGAIN_LATER, reason=f"reconnect with since={last}"
-        )
+        await _close(websocket, status.WS_1013_TRY_AGAIN_LATER, f"reconnect with since={last}")
     except WebSocketDisconnect:
         pass
     finally:
-        disconnected.cancel()
         hub.unsubscribe(outbox, subscription)
+        await _finish(disconnected, upcoming)
 
 
 async def _admitted(websocket: WebSocket, outbox: str | None, since: int | None) -> bool:
@@ -112,6 +128,68 @@ async def _admitted(websocket: WebSocket, outbox: str | None, since: int | None)
         )
         return False
     return True
+
+
+@contextlib.asynccontextmanager
+async def _socket_slot(websocket: WebSocket) -> AsyncIterator[bool]:
+    """A slot under the socket limits for the stream's whole life; False (the handshake answered
+    429) when the token or the process holds its most."""
+    limits: SocketLimits = websocket.app.state.live.limits
+    holder = _holder(websocket)
+    refused = limits.acquire(holder)
+    if refused is not None:
+        await _refuse_busy(websocket, refused)
+        yield False
+        return
+    try:
+        yield True
+    finally:
+        limits.release(holder)
+
+
+def _holder(websocket: WebSocket) -> str:
+    """Whose sockets these count as: the token's, or without tokens the client address's."""
+    token = websocket_token(websocket)
+    if token is not None:
+        return f"token:{token.name}"
+    client = websocket.client
+    return f"address:{client.host if client else '?'}"
+
+
+async def _refuse_busy(websocket: WebSocket, why: str) -> None:
+    if "websocket.http.response" in websocket.scope.get("extensions", {}):
+        problem = ApiProblem(
+            429,
+            "rate-limited",
+            "Too many live sockets",
+            f"{why}; close one, or try again later",
+            {"Retry-After": str(RETRY_AFTER_S)},
+        )
+        await websocket.send_denial_response(problem_response(None, problem))
+        return
+    await websocket.accept(subprotocol=websocket_subprotocol(websocket))
+    await _close(websocket, status.WS_1013_TRY_AGAIN_LATER, f"{why}; retry after {RETRY_AFTER_S} s")
+
+
+async def _send(websocket: WebSocket, message: dict[str, Any]) -> None:
+    try:
+        await asyncio.wait_for(websocket.send_json(message), SEND_TIMEOUT_S)
+    except TimeoutError as err:
+        raise SubscriberTooSlow from err
+
+
+async def _close(websocket: WebSocket, code: int, reason: str) -> None:
+    """Close saying why, unless the client is gone or no longer reads (then just end)."""
+    with contextlib.suppress(Exception):
+        await asyncio.wait_for(websocket.close(code=code, reason=reason), SEND_TIMEOUT_S)
+
+
+async def _finish(*tasks: asyncio.Future[Any] | None) -> None:
+    """Cancel the stream's helper tasks and wait for them: none outlives its socket."""
+    pending = [task for task in tasks if task is not None]
+    for task in pending:
+        task.cancel()
+    await asyncio.gather(*pending, return_exceptions=True)
 
 
 async def _until_disconnect(websocket: WebSocket) -> None:
@@ -142,10 +220,27 @@ async def aggregate_live(
     except OutboxError as err:
         await websocket.close(code=status.WS_1008_POLICY_VIOLATION, reason=str(err))
         return
-    engine = resources.engine
-    if since is None:
-        record = await asyncio.to_thread(event_store.get, engine, aggregate_type, aggregate_id)
-        since = record.version if record is not None else 0
+    record = await asyncio.to_thread(
+        event_store.get, resources.engine, aggregate_type, aggregate_id
+    )
+    if record is None:
+        # Sockets for ids that do not exist would each poll for nothing.
+        await websocket.close(
+            code=status.WS_1008_POLICY_VIOLATION,
+            reason=f"no aggregate {aggregate_type}/{aggregate_id}: open it once it has an event",
+        )
+        return
+    async with _socket_slot(websocket) as admitted:
+        if admitted:
+            await _stream_aggregate(
+                websocket, aggregate_type, aggregate_id, record.version if since is None else since
+            )
+
+
+async def _stream_aggregate(
+    websocket: WebSocket, aggregate_type: str, aggregate_id: str, since: int
+) -> None:
+    resources = websocket.app.state.resources
     await websocket.accept(subprotocol=websocket_subprotocol(websocket))
     disconnected = asyncio.ensure_future(_until_disconnect(websocket))
     last = since
@@ -156,11 +251,13 @@ async def aggregate_live(
                 aggregate_type, aggregate_id, after=last, limit=500
             )
             for event in page:
-                await websocket.send_json(_AGGREGATE_EVENT_JSON.dump_python(event, mode="json"))
+                await _send(websocket, _AGGREGATE_EVENT_JSON.dump_python(event, mode="json"))
                 last = event.seq
             if not page:
                 await asyncio.wait({disconnected}, timeout=AGGREGATE_POLL_S)
+    except SubscriberTooSlow:
+        await _close(websocket, status.WS_1013_TRY_AGAIN_LATER, f"reconnect with since={last}")
     except WebSocketDisconnect:
         pass
     finally:
-        disconnected.cancel()
+        await _finish(disconnected)

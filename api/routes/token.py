@@ -13,8 +13,11 @@ from api.auth import (
     SESSION_TTL_S,
     TOKEN_ROUTE,
     ApiToken,
+    Scope,
+    refusal,
     session_value,
 )
+from api.errors import ApiProblem
 
 router = APIRouter(tags=["token"])
 
@@ -45,10 +48,16 @@ async def start_session(request: Request, response: Response) -> None:
     port: same site) can decrypt payloads with "include cross-origin credentials" on. Its value
     is a signed session good for an hour, naming the caller's token without holding it; `Secure`
     when the request came over HTTPS (or a proxy says it did). The dashboard calls it each time
-    it loads a token; `DELETE` ends it."""
+    it loads a token; `DELETE` ends it. A token the codec would refuse (one limited to some
+    outboxes, or without `read`) gets 403 rather than a cookie it could never use."""
     token: ApiToken | None = getattr(request.state, "token", None)
     if token is None:
         return  # the API runs open: the codec server needs no cookie
+    why = refusal(token, Scope.READ, None)
+    if why is not None:
+        raise ApiProblem(
+            403, "forbidden", "Forbidden", f"no codec session: {why}", missing_scope=Scope.READ
+        )
     forwarded = request.headers.get("x-forwarded-proto", "").partition(",")[0].strip().lower()
     response.set_cookie(
         SESSION_COOKIE,

@@ -4,6 +4,7 @@ collector behaves when the read model is slow, down, or scraped often."""
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import time
 import uuid
 from collections.abc import Callable
@@ -343,24 +344,42 @@ async def test_refused_enqueues_of_invented_outboxes_share_one_label(api: Api) -
     assert samples[(enqueued, frozenset(real.items()))] == 1
 
 
-async def test_metrics_take_a_read_token_when_tokens_are_configured(api_factory) -> None:
-    """`/metrics` stays open to Prometheus by default, yet a token sent is checked."""
-    api = await api_factory(api_token="operator-token")
-
-    assert (await api.http.get("/metrics")).status_code == 200
-    with_token = await api.http.get("/metrics", headers={"Authorization": "Bearer operator-token"})
-    assert with_token.status_code == 200
-    assert "outbox_http_requests_total" in with_token.text
-    assert_problem(await api.http.get("/metrics", headers={"Authorization": "Bearer wrong"}), 403)
-
-
-async def test_metrics_token_required_refuses_a_scrape_without_one(api_factory) -> None:
-    """`METRICS_TOKEN_REQUIRED`: the series (outbox and destination names) are for token holders."""
-    api = await api_factory(api_token="operator-token", metrics_token_required=True)
+async def test_metrics_need_a_metrics_token_when_tokens_are_configured(
+    api_factory, tmp_path
+) -> None:
+    """With tokens configured, a scrape needs a token with the `metrics` scope: the series name
+    outboxes and destinations."""
+    tokens = tmp_path / "tokens.toml"
+    lines = []
+    for name, scopes in (("prometheus", '["metrics"]'), ("reader", '["read"]')):
+        digest = hashlib.sha256(f"{name}-token".encode()).hexdigest()
+        lines += [f"[tokens.{name}]", f'sha256 = "{digest}"', f"scopes = {scopes}"]
+    tokens.write_text("\n".join(lines) + "\n")
+    api = await api_factory(api_token="operator-token", api_tokens_file=str(tokens))
 
     refused = await api.http.get("/metrics")
-
     assert_problem(refused, 401, "unauthorized")
     assert refused.headers["WWW-Authenticate"].startswith("Bearer")
-    scraped = await api.http.get("/metrics", headers={"Authorization": "Bearer operator-token"})
-    assert scraped.status_code == 200 and "outbox_items_enqueued_total" in scraped.text
+    assert_problem(await api.http.get("/metrics", headers={"Authorization": "Bearer wrong"}), 403)
+    reader = await api.http.get("/metrics", headers={"Authorization": "Bearer reader-token"})
+    assert assert_problem(reader, 403, "forbidden")["missing_scope"] == "metrics"
+    for token in ("prometheus-token", "operator-token"):
+        scraped = await api.http.get("/metrics", headers={"Authorization": f"Bearer {token}"})
+        assert scraped.status_code == 200 and "outbox_items_enqueued_total" in scraped.text
+    # Nothing else is open to the metrics token.
+    stats = await api.http.get(
+        "/v1/outboxes/tests/stats", headers={"Authorization": "Bearer prometheus-token"}
+    )
+    assert_problem(stats, 403, "forbidden")
+    assert "insecure" not in (await api.http.get("/readyz")).json()
+
+
+async def test_an_open_metrics_route_is_a_choice_listed_as_insecure(api_factory) -> None:
+    """`METRICS_TOKEN_REQUIRED=false`: Prometheus scrapes without a token, a token sent is
+    checked all the same, and `/readyz` says the metrics are open."""
+    api = await api_factory(api_token="operator-token", metrics_token_required=False)
+
+    assert (await api.http.get("/metrics")).status_code == 200
+    assert_problem(await api.http.get("/metrics", headers={"Authorization": "Bearer wrong"}), 403)
+    ready = (await api.http.get("/readyz")).json()
+    assert ready["insecure"] == ["METRICS_TOKEN_REQUIRED=false: /metrics answers without a token"]

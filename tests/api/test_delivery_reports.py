@@ -244,6 +244,13 @@ async def test_cloudevents_single_and_batch(reports_api: ReportsApi) -> None:
         json=[grid_event(data(message_id, "ada@example.com", "Bounced", "2026-11-24T00:00:00Z"))],
     )
     assert late.json()["late"] == 1
+    # A recipient the item never sent to is not the item's: unknown, not late.
+    stray = await api.http.post(
+        api.events,
+        params={"secret": SECRET},
+        json=[grid_event(data(message_id, "eve@example.com", "Delivered"))],
+    )
+    assert stray.json()["unknown"] == 1 and stray.json()["late"] == 0
 
 
 async def test_unknown_messages_and_unreadable_reports_are_accepted_and_counted(

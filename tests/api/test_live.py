@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
+import gc
 import json
 import uuid
 from typing import Any
@@ -13,6 +15,7 @@ import pytest
 import websockets
 from durable_outbox_temporal.contract.item import ItemEventType, ItemProjection, ItemStatus
 from sqlalchemy import Engine
+from sqlalchemy import event as sa_event
 
 from api.live import SUBSCRIBER_BUFFER, LiveHub, SubscriberTooSlow
 from readmodel import store
@@ -160,3 +163,114 @@ async def test_aggregate_stream_backfills_pushes_and_resumes_by_seq(served_api_f
     assert [(e["seq"], e["type"]) for e in backfilled] == [(1, "FlightOpened")]
     assert [(e["seq"], e["type"]) for e in pushed] == [(2, "SeatAssigned")]
     assert [(e["seq"], e["type"]) for e in resumed] == [(3, "SeatReleased"), (4, "SeatAssigned")]
+
+
+# --- bounded: socket limits, one tailer, no leftovers ---------------------------------------
+
+
+async def test_sockets_past_the_token_or_process_limit_are_refused_with_retry_after(
+    served_api_factory,
+) -> None:
+    api = await served_api_factory(
+        api_token="first-token, second-token, third-token",
+        live_sockets_per_token=2,
+        live_sockets_max=3,
+    )
+
+    def as_token(token: str) -> dict[str, Any]:
+        return {"additional_headers": {"Authorization": f"Bearer {token}"}}
+
+    async with contextlib.AsyncExitStack() as sockets:
+        for _ in range(2):
+            await sockets.enter_async_context(
+                websockets.connect(ws_url(api, ""), **as_token("first-token"))
+            )
+        with pytest.raises(websockets.InvalidStatus) as per_token:
+            await websockets.connect(ws_url(api, ""), **as_token("first-token"))
+        await sockets.enter_async_context(
+            websockets.connect(ws_url(api, ""), **as_token("second-token"))
+        )
+        with pytest.raises(websockets.InvalidStatus) as per_process:
+            await websockets.connect(ws_url(api, ""), **as_token("third-token"))
+
+        for refused, limit in (
+            (per_token, "LIVE_SOCKETS_PER_TOKEN"),
+            (per_process, "LIVE_SOCKETS_MAX"),
+        ):
+            response = refused.value.response
+            assert response.status_code == 429
+            assert int(response.headers["Retry-After"]) > 0
+            assert limit in json.loads(response.body)["detail"]
+    # Closed sockets give their slots back.
+    async with websockets.connect(ws_url(api, ""), **as_token("third-token")) as socket:
+        assert socket.state.name == "OPEN"
+
+
+async def test_one_tailer_reads_for_every_outbox_in_one_query_a_poll(engine: Engine) -> None:
+    hub = LiveHub(engine)
+    statements: list[str] = []
+
+    def record(_conn: Any, _cursor: Any, statement: str, *_args: Any) -> None:
+        if "FROM outbox_events" in statement and "max(" not in statement:
+            statements.append(statement)
+
+    subscriptions = [await hub.subscribe(f"many-{n}") for n in range(30)]
+    sa_event.listen(engine, "before_cursor_execute", record)
+    try:
+        start = hub.polls
+        projection = ItemProjection(
+            view("k", 1, ItemStatus.QUEUED, "many-7"),
+            [event(1, ItemEventType.ENQUEUED, ItemStatus.QUEUED)],
+        )
+        await asyncio.to_thread(store.apply_projection, engine, projection)
+        got = await asyncio.wait_for(subscriptions[7].next(), timeout=10)
+        polls = hub.polls - start
+    finally:
+        sa_event.remove(engine, "before_cursor_execute", record)
+
+    assert got.outbox == "many-7" and hub.tailers == 1
+    assert len(statements) <= polls + 1  # one query a poll, not one per outbox
+    await hub.close()
+    assert hub.tailers == 0
+
+
+def _stream_tasks() -> list[asyncio.Task[Any]]:
+    names = ("Subscription.next", "Queue.get", "Event.wait", "_until_disconnect")
+    return [
+        task
+        for task in asyncio.all_tasks()
+        if any(name in getattr(task.get_coro(), "__qualname__", "") for name in names)
+    ]
+
+
+async def test_a_closed_socket_leaves_no_task_and_logs_no_error(
+    served_api_factory, caplog: pytest.LogCaptureFixture
+) -> None:
+    api = await served_api_factory()
+    before = set(_stream_tasks())
+    with caplog.at_level("WARNING"):
+        for n in range(20):
+            async with websockets.connect(ws_url(api, "since=0", outbox=f"closing-{n % 4}")):
+                pass
+        for _ in range(500):  # the server notices each close as its receive ends
+            if not set(_stream_tasks()) - before:
+                break
+            await asyncio.sleep(0.01)
+        gc.collect()
+
+    assert set(_stream_tasks()) - before == set()
+    assert [r.getMessage() for r in caplog.records if r.levelname == "ERROR"] == []
+
+
+async def test_aggregate_sockets_only_for_aggregates_that_exist(served_api_factory) -> None:
+    api = await served_api_factory()
+    base = api.url.replace("http://", "ws://") + "/v1/aggregates/flight"
+
+    with pytest.raises(websockets.InvalidStatus) as refused:
+        async with websockets.connect(f"{base}/never-opened/live"):
+            pass
+    assert refused.value.response.status_code == 403
+    async with httpx.AsyncClient(base_url=api.url) as http:
+        await http.post("/v1/aggregates/flight/opened/commands/open", json={"seats": ["1A"]})
+    async with websockets.connect(f"{base}/opened/live?since=0") as socket:
+        assert [e["type"] for e in await receive(socket, 1)] == ["FlightOpened"]

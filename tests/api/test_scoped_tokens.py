@@ -94,7 +94,7 @@ async def test_each_route_needs_its_scope_and_outbox(api_factory, tmp_path) -> N
         "scopes": ["enqueue", "read"],
         "outboxes": ["billing"],
     }
-    assert who["root-token"]["scopes"] == ["enqueue", "operate", "read"]
+    assert who["root-token"]["scopes"] == ["enqueue", "metrics", "operate", "read"]
     assert who["root-token"]["outboxes"] is None
     assert_problem(await api.http.get("/v1/token", headers=bearer("nope")), 403, "forbidden")
 
@@ -114,3 +114,13 @@ def test_a_malformed_tokens_file_stops_the_api_at_start(tmp_path, content, probl
     path.write_text(content)
     with pytest.raises(ValueError, match=problem.replace("[", r"\[").replace(".", r"\.")):
         create_app(api_settings(api_tokens_file=str(path)))
+
+
+async def test_a_codec_session_only_for_a_token_the_codec_would_take(api_factory, tmp_path) -> None:
+    api = await api_factory(api_token="root-token", api_tokens_file=str(tokens_file(tmp_path)))
+
+    limited = await api.http.post("/v1/token/session", json={}, headers=bearer("billing-token"))
+    body = assert_problem(limited, 403, "forbidden")
+    assert "limited to outboxes billing" in body["detail"] and "set-cookie" not in limited.headers
+    reader = await api.http.post("/v1/token/session", json={}, headers=bearer("reader-token"))
+    assert reader.status_code == 204 and "outbox_session=" in reader.headers["set-cookie"]

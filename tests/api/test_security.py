@@ -310,3 +310,35 @@ async def test_undecodable_codec_input_is_a_422_problem(api_factory, monkeypatch
 
     for body in (payload(b"\xff\xfe", b"x" * 40), payload(b"k1", b""), payload(b"k1", b"short")):
         assert_problem(await api.http.post("/codec/decode", json=body), 422, "undecodable-payload")
+
+
+# --- headers every answer carries -----------------------------------------------------------
+
+
+async def test_every_answer_says_how_a_browser_may_use_it(api) -> None:
+    from api.security import CONTENT_SECURITY_POLICY, DOCS_CONTENT_SECURITY_POLICY
+
+    answers = {
+        path: await api.http.get(path)
+        for path in ("/", "/aggregates", "/static/dashboard.js", "/v1/outboxes", "/docs")
+    }
+
+    for path, answer in answers.items():
+        assert answer.status_code == 200, path
+        assert answer.headers["x-content-type-options"] == "nosniff", path
+        assert answer.headers["x-frame-options"] == "DENY", path
+        assert answer.headers["referrer-policy"] == "no-referrer", path
+    for path in ("/", "/aggregates", "/static/dashboard.js", "/v1/outboxes"):
+        policy = answers[path].headers["content-security-policy"]
+        assert policy == CONTENT_SECURITY_POLICY
+    assert "script-src 'self';" in CONTENT_SECURITY_POLICY
+    assert "frame-ancestors 'none'" in CONTENT_SECURITY_POLICY
+    assert (
+        "unsafe-inline" not in CONTENT_SECURITY_POLICY
+        and "unsafe-eval" not in CONTENT_SECURITY_POLICY
+    )
+    assert answers["/docs"].headers["content-security-policy"] == DOCS_CONTENT_SECURITY_POLICY
+    # No page holds an inline script: each <script> names a file of the API's own.
+    for path in ("/", "/aggregates", "/docs"):
+        assert "<script>" not in answers[path].text, path
+    assert answers["/static/dashboard.js"].headers["content-type"].startswith("text/javascript")

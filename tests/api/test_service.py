@@ -40,8 +40,10 @@ async def test_token_required_when_configured(api_factory) -> None:
     assert api.stack.outbox.started == []
     assert_problem(wrong, 403, "forbidden")
     assert (first.status_code, second.status_code) == (200, 200)
-    for open_path in ("/healthz", "/readyz", "/metrics", "/openapi.json"):
+    for open_path in ("/healthz", "/readyz", "/openapi.json"):
         assert (await api.http.get(open_path)).status_code == 200, open_path
+    # With tokens configured, a scrape needs one too (METRICS_TOKEN_REQUIRED, on by default).
+    assert_problem(await api.http.get("/metrics"), 401, "unauthorized")
 
 
 async def test_open_api_without_token(api) -> None:

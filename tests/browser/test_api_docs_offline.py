@@ -14,7 +14,7 @@ import pytest_asyncio
 from playwright.async_api import Browser, Page, Route, expect
 
 from api.main import create_app
-from api.routes.docs import ASSETS_PATH
+from api.routes.docs import ASSETS_PATH, OWN_ASSETS
 from devstack.serving import serve_in_background
 from tests.api.conftest import api_settings
 from tests.browser.conftest import ARTIFACTS
@@ -49,7 +49,9 @@ async def test_the_page_names_only_the_apis_own_files_and_they_are_served(
         expected = _CONTENT_TYPES[url[url.rindex(".") :]]
         assert asset.status_code == 200, url
         assert asset.headers["content-type"].startswith(expected), (url, asset.headers)
-        assert len(asset.content) > 1000, url
+        # The bundles are large; our own start-up script and stylesheet are a few lines.
+        own = (OWN_ASSETS / url.rsplit("/", 1)[1]).exists()
+        assert len(asset.content) > (0 if own else 1000), url
 
 
 async def test_the_docs_are_open_when_the_api_requires_a_token() -> None:

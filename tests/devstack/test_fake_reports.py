@@ -200,3 +200,19 @@ async def test_an_unknown_report_schema_is_refused() -> None:
     async with run_fake_provider() as fake, httpx.AsyncClient() as http:
         response = await http.put(f"{fake.url}/_admin/faults", json={"report_schema": "xml"})
     assert response.status_code == 422
+
+
+async def test_the_fakes_log_never_shows_the_events_secret_of_a_report_url(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """httpx logs every request line with its URL: the fake's logging writes `secret=***`."""
+    from devstack import fake_provider
+
+    fake_provider.configure_logging()
+    transport = httpx.MockTransport(lambda request: httpx.Response(200))
+    with caplog.at_level("INFO", logger="httpx"):
+        async with httpx.AsyncClient(transport=transport) as client:
+            await client.post("http://api.test/v1/events/email?secret=dev-events-secret-x")
+    assert "HTTP Request: POST" in caplog.text
+    assert "dev-events-secret-x" not in caplog.text
+    assert "secret=***" in caplog.text

@@ -51,3 +51,50 @@ def test_only_the_newest_attempts_are_kept(engine: Engine) -> None:
 
 def test_no_capture_no_note() -> None:
     attempts.note("GET", "https://h/", {}, datetime.now(UTC), 1, status=200)  # does nothing
+
+
+def test_headers_are_kept_by_an_allowlist_only() -> None:
+    sent = {
+        "X-Password": "p",
+        "X-Api-Pass": "p",
+        "X-Client-Pwd": "p",
+        "X-Session": "s",
+        "X-Passphrase": "p",
+        "X-Custom": "c",
+        "Content-Type": "application/json",
+        "Content-Length": "12",
+        "Idempotency-Key": "k1",
+        "webhook-id": "msg_1",
+        "X-Request-Id": "r1",
+    }
+    with attempts.capture("submit") as made:
+        attempts.note(
+            "POST",
+            "https://h/send",
+            sent,
+            datetime.now(UTC),
+            1,
+            status=429,
+            response_headers={
+                "X-RateLimit-Remaining": "0",
+                "RateLimit-Reset": "3",
+                "Retry-After": "3",
+                "Date": "Sat, 28 Nov 2026 07:00:00 GMT",
+                "Set-Cookie": "session=abc",
+                "X-Session": "s",
+            },
+        )
+    (attempt,) = made
+    assert attempt.request_headers == {
+        "Content-Type": "application/json",
+        "Content-Length": "12",
+        "Idempotency-Key": "k1",
+        "webhook-id": "msg_1",
+        "X-Request-Id": "r1",
+    }
+    assert attempt.response_headers == {
+        "x-ratelimit-remaining": "0",
+        "ratelimit-reset": "3",
+        "retry-after": "3",
+        "date": "Sat, 28 Nov 2026 07:00:00 GMT",
+    }

@@ -15,6 +15,9 @@ _WINDOW = re.compile(r"^\s*(?P<n>[0-9]+(?:\.[0-9]+)?)\s*(?P<unit>ms|s|m|h|d)?\s*
 _UNIT_S = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86_400, None: 1}
 # The longest quota window: a day's requests are kept per scope (`readmodel.permits`).
 MAX_WINDOW = timedelta(days=1)
+# The shortest: below a second a quota is a rate (`rate`), and a window of nanoseconds would
+# count nothing at all.
+MIN_WINDOW = timedelta(seconds=1)
 
 
 def window(value: str | float) -> timedelta:
@@ -26,8 +29,11 @@ def window(value: str | float) -> timedelta:
         if not match:
             raise ValueError(f"{value!r} is not a window: give seconds, or e.g. 1s, 10m, 1h, 1d")
         seconds = float(match["n"]) * _UNIT_S[match["unit"]]
-    if not 0 < seconds <= MAX_WINDOW.total_seconds():
-        raise ValueError(f"a quota's window must be over 0 s and at most {MAX_WINDOW}")
+    if not MIN_WINDOW.total_seconds() <= seconds <= MAX_WINDOW.total_seconds():
+        raise ValueError(
+            f"a quota's window must be at least {MIN_WINDOW.total_seconds():g} s and at most"
+            f" {MAX_WINDOW}"
+        )
     return timedelta(seconds=seconds)
 
 
@@ -36,7 +42,9 @@ class Quota(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    per: str | float = Field(description="The window: seconds, or `1s`, `10m`, `1h`, `1d`.")
+    per: str | float = Field(
+        description="The window: seconds, or `1s`, `10m`, `1h`, `1d` (from 1 s to a day)."
+    )
     max: int = Field(ge=1, le=10_000_000, description="Submits allowed in any such window.")
 
     @field_validator("per")

@@ -1,0 +1,94 @@
+"""The codec server is bounded: payloads and bytes per request (413 past them), and its work runs
+off the event loop, so `/healthz` answers while the largest allowed request is in progress."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import threading
+from collections.abc import Sequence
+
+import pytest
+from durable_outbox_temporal.codec import new_key_setting
+from temporalio.api.common.v1 import Payload
+
+from tests.api.test_items import assert_problem
+
+
+def wire(count: int, size: int = 8) -> dict[str, object]:
+    data = base64.b64encode(b"x" * size).decode()
+    return {"payloads": [{"metadata": {}, "data": data} for _ in range(count)]}
+
+
+async def test_more_payloads_than_the_cap_is_413(api_factory, monkeypatch) -> None:
+    monkeypatch.setenv("PAYLOAD_KEYS", new_key_setting("k1"))
+    api = await api_factory(codec_max_payloads=3)
+
+    encoded = await api.http.post("/codec/encode", json=wire(3))
+    assert encoded.status_code == 200 and len(encoded.json()["payloads"]) == 3
+    decoded = await api.http.post("/codec/decode", json=encoded.json())
+    assert [p["data"] for p in decoded.json()["payloads"]] == [wire(1)["payloads"][0]["data"]] * 3  # type: ignore[index]
+    for route in ("/codec/encode", "/codec/decode"):
+        body = assert_problem(await api.http.post(route, json=wire(4)), 413, "too-many-payloads")
+        assert "at most 3 (CODEC_MAX_PAYLOADS)" in body["detail"]
+
+
+async def test_a_codec_body_over_its_own_limit_is_413_while_other_routes_take_more(
+    api_factory,
+) -> None:
+    api = await api_factory(codec_max_request_bytes=2000, max_request_bytes=100_000)
+
+    refused = await api.http.post("/codec/decode", json=wire(1, size=3000))
+    body = assert_problem(refused, 413)
+    assert "2000 bytes (CODEC_MAX_REQUEST_BYTES)" in body["detail"]
+    assert (await api.http.post("/codec/decode", json=wire(1, size=1000))).status_code == 200
+    # Elsewhere the general limit holds: a 3 kB body is no 413 there.
+    item = await api.http.post(
+        "/v1/outboxes/codec/items",
+        json={"destination": api.webhook.name, "payload": {"pad": "x" * 3000}},
+    )
+    assert item.status_code == 202, item.text
+
+
+class BlockingCodec:
+    """A codec whose work holds its thread until released, as a large request's CPU work does:
+    run on the event loop, it would hold every other request too."""
+
+    def __init__(self) -> None:
+        self.started = threading.Event()
+        self.release = threading.Event()
+
+    async def decode(self, payloads: Sequence[Payload]) -> list[Payload]:
+        self.started.set()
+        self.release.wait(timeout=30)
+        return list(payloads)
+
+    encode = decode
+
+
+@pytest.mark.parametrize("route", ["/codec/decode", "/codec/encode"])
+async def test_healthz_answers_while_the_codec_works(api_factory, route: str) -> None:
+    api = await api_factory()
+    codec = BlockingCodec()
+    api.http._transport.app.state.codec = codec  # type: ignore[attr-defined]
+
+    working = asyncio.create_task(api.http.post(route, json=wire(1000)))
+    try:
+        assert await asyncio.to_thread(codec.started.wait, 30)
+        health = await asyncio.wait_for(api.http.get("/healthz"), timeout=30)
+        assert health.status_code == 200
+        assert not working.done()  # answered while the codec request was still in progress
+    finally:
+        codec.release.set()
+    assert (await working).status_code == 200
+
+
+async def test_a_codec_body_that_is_no_payload_list_is_a_problem(api) -> None:
+    """The body is parsed on the worker thread, with the same answers as any route's."""
+    malformed = api.http.build_request(
+        "POST", "/codec/decode", content=b"{nope", headers={"Content-Type": "application/json"}
+    )
+    assert_problem(await api.http.send(malformed), 400, "malformed-json")
+    wrong = await api.http.post("/codec/decode", json={"payloads": [{"data": 5}]})
+    body = assert_problem(wrong, 422)
+    assert body["errors"][0]["location"][:2] == ["body", "payloads"], body
