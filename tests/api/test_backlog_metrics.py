@@ -371,7 +371,9 @@ async def test_metrics_need_a_metrics_token_when_tokens_are_configured(
         "/v1/outboxes/tests/stats", headers={"Authorization": "Bearer prometheus-token"}
     )
     assert_problem(stats, 403, "forbidden")
-    assert "insecure" not in (await api.http.get("/readyz")).json()
+    # The stack runs without payload keys (listed); nothing of the metrics is.
+    insecure = (await api.http.get("/readyz")).json().get("insecure", [])
+    assert not [reason for reason in insecure if "metrics" in reason.lower()]
 
 
 async def test_an_open_metrics_route_is_a_choice_listed_as_insecure(api_factory) -> None:
@@ -382,4 +384,4 @@ async def test_an_open_metrics_route_is_a_choice_listed_as_insecure(api_factory)
     assert (await api.http.get("/metrics")).status_code == 200
     assert_problem(await api.http.get("/metrics", headers={"Authorization": "Bearer wrong"}), 403)
     ready = (await api.http.get("/readyz")).json()
-    assert ready["insecure"] == ["METRICS_TOKEN_REQUIRED=false: /metrics answers without a token"]
+    assert "METRICS_TOKEN_REQUIRED=false: /metrics answers without a token" in ready["insecure"]

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 from fastapi.routing import APIRoute, APIWebSocketRoute
+from starlette.routing import Mount
 
 from api.main import create_app
 from configuration.settings import PROJECT_ROOT, Settings
@@ -60,7 +61,9 @@ def app_routes() -> list[tuple[re.Pattern[str], set[str]]]:
                 parts = re.split(r"(\{[^}]+\})", path)
                 pattern = "".join("[^/]+" if p.startswith("{") else re.escape(p) for p in parts)
                 methods = getattr(route, "methods", None) or {"WS"}
-                found.append((re.compile(f"^{pattern}(/.*)?$"), set(methods)))
+                # A mount (static files) serves every path below it.
+                below = "(?:/.*)?" if isinstance(route, Mount) else "(/.*)?"
+                found.append((re.compile(f"^{pattern}{below}$"), set(methods)))
 
     walk(create_app().routes, "")
     return found
@@ -73,7 +76,8 @@ def route_exists(method: str | None, path: str) -> bool:
     concrete = re.sub(r"\{[^}]+\}", "x", path.rstrip("/")) or "/"
     for pattern, methods in ROUTES:
         match = pattern.match(concrete)
-        if match and match.group(1) is None and (method is None or method in methods):
+        below = match.groups()[0] if match and match.groups() else None
+        if match and below is None and (method is None or method in methods):
             return True
     # A prefix (`/v1`, `/codec/`) names the routes under it.
     return method is None and any(

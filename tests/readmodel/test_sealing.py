@@ -176,8 +176,9 @@ def test_the_searched_columns_stay_searchable(engine: Engine) -> None:
 
     assert [record.view.key for record in by_status] == ["alpha-1"]
     assert by_status[0].payload == {"to": "m1@example.com", "subject": "m1"}
+    # The report lookup finds its item by the plain message id and reads the sealed addresses.
     assert store.items_by_message_id(engine, "d", ["msg-beta-1"]) == {
-        "msg-beta-1": ("outbox/o/beta-1", None)
+        "msg-beta-1": store.ReportTarget("outbox/o/beta-1", None, frozenset({"m2@example.com"}))
     }
     assert store.counts_by_status(engine, "o") == {"sent": 2}
 

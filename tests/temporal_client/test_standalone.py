@@ -77,7 +77,8 @@ from durable_outbox_temporal.aggregates import AggregateClient
 from durable_outbox_temporal.destinations import DestinationRegistry
 
 OPTIONAL_MODULES = {{"durable_outbox_temporal.transactional",
-                    "durable_outbox_temporal.contract.outbox_pending"}}
+                    "durable_outbox_temporal.contract.outbox_pending",
+                    "durable_outbox_temporal.contract.sealed_columns"}}
 for module in pkgutil.walk_packages(durable_outbox_temporal.__path__, "durable_outbox_temporal."):
     if module.name not in OPTIONAL_MODULES:
         importlib.import_module(module.name)

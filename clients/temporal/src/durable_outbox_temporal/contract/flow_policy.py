@@ -17,7 +17,7 @@ _UNIT_S = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86_400, None: 1}
 MAX_WINDOW = timedelta(days=1)
 # The shortest: below a second a quota is a rate (`rate`), and a window of nanoseconds would
 # count nothing at all.
-MIN_WINDOW = timedelta(seconds=1)
+MIN_WINDOW = timedelta(milliseconds=1)
 
 
 def window(value: str | float) -> timedelta:
@@ -43,7 +43,7 @@ class Quota(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     per: str | float = Field(
-        description="The window: seconds, or `1s`, `10m`, `1h`, `1d` (from 1 s to a day)."
+        description="The window: seconds, or `1s`, `10m`, `1h`, `1d` (from 1 ms to a day)."
     )
     max: int = Field(ge=1, le=10_000_000, description="Submits allowed in any such window.")
 
