@@ -39,7 +39,7 @@ from tests.faults.test_faults import EMAIL, free_port, start_worker, write_confi
 
 # Every wait in these tests is bounded by this, so a lost item fails the test with a list of
 # what is missing instead of a pytest timeout.
-SETTLE_TIMEOUT_S = 45.0
+SETTLE_TIMEOUT_S = 90.0
 
 
 def stack_env(address: str, tmp_path: Path, config: Path, task_queue: str) -> dict[str, str]:
