@@ -31,7 +31,12 @@ ITEMS = 24
 SETTLE_S = 120.0
 
 
-@pytest.mark.parametrize("mode", ["item", "bulk", "item-runs"])
+# Item-mode runs missed their 120 s settle bound in the last two full-suite runs (2026-11-28)
+# and settle in seconds alone: they run serially in `make chaos` (`-m chaos`) until that is
+# understood (the closing note of the session that moved them says what is known).
+@pytest.mark.parametrize(
+    "mode", ["item", "bulk", pytest.param("item-runs", marks=pytest.mark.chaos)]
+)
 async def test_an_order_submit_lane_survives_worker_kills_in_order(
     dev_env: Any, fake_provider: Any, tmp_path: Path, mode: str
 ) -> None:
