@@ -19,8 +19,7 @@ from durable_outbox_temporal.contract.ids import item_workflow_id
 
 from tests.api.conftest import Api, api_settings, open_api
 from tests.api.test_items import EMAIL, assert_problem
-from tests.conftest import webhook_destination
-from tests.workflows.test_debounce import window_result
+from tests.conftest import webhook_destination, workflow_result
 
 ITEMS = "/v1/outboxes/tests/items"
 
@@ -46,7 +45,7 @@ async def _close_window(api: Api, debounce_key: str) -> int:
         debounce_workflow_id("tests", api.webhook.name, debounce_key)
     )
     async with stack.env.time_skipping_unlocked():
-        closed: int = await window_result(handle)
+        closed: int = await workflow_result(handle)
     return closed
 
 
@@ -228,7 +227,7 @@ async def test_cancels_racing_the_close_never_call_a_delivered_member_cancelled(
             window = stack.client.get_workflow_handle(
                 debounce_workflow_id("tests", webhook.name, debounce_key)
             )
-            await window.result()
+            await workflow_result(window)
             # The carrier's delivery, if any: it ends `sent` once the provider has it.
             carried = [key for key in keys if statuses[key] != "cancelled"]
             if carried:

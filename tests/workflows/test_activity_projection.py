@@ -41,7 +41,7 @@ from flowcontrol.throttle import ThrottleGate
 from readmodel import store
 from readmodel.db import create_schema, make_engine
 from readmodel.writer import ProjectionWriter
-from tests.conftest import email_destination, unique_name, webhook_destination
+from tests.conftest import email_destination, unique_name, webhook_destination, workflow_result
 from tests.workflows.test_outbox_item import EMAIL
 from worker import build_workers
 
@@ -159,9 +159,9 @@ async def test_an_activities_only_worker_leaves_the_projections_to_the_workflow(
         )
         item = await outbox.enqueue("tests", destination.name, EMAIL, key=unique_name("k"))
         async with time_skipping_env.time_skipping_unlocked():
-            view: Any = await client.get_workflow_handle(
-                item.item_id, result_type=OutboxItemView
-            ).result()
+            view: Any = await workflow_result(
+                client.get_workflow_handle(item.item_id, result_type=OutboxItemView)
+            )
 
     assert view.status is ItemStatus.SENT
     # enqueued, accepted, sent: each by the workflow's local activity.

@@ -22,7 +22,7 @@ from temporalio.exceptions import ApplicationError
 
 from service.dead_letters import DeadLetterService
 from service.items import ItemService
-from tests.conftest import Stack, webhook_destination
+from tests.conftest import Stack, webhook_destination, workflow_result
 from worker import default_operations_task_queue
 from workflows.redrive_batch import BATCH_FAILED_ERROR, PAGE_RETRIES
 
@@ -74,7 +74,7 @@ async def test_a_redrive_batch_with_a_filter_the_read_model_cannot_run_ends_fail
     await until_retrying(handle)
     await until_closed(stack, handle)
     with pytest.raises(WorkflowFailureError) as failure:
-        await handle.result()
+        await workflow_result(handle)
     shown = await service.batch("tests", batch_id)
     await stack.record_history(handle.id)
 

@@ -16,7 +16,7 @@ from durable_outbox_temporal.contract.item import ItemStatus, OutboxItemView
 
 from readmodel import store
 from readmodel.writer import ProjectionWriter
-from tests.conftest import Stack, unique_name, webhook_destination
+from tests.conftest import Stack, unique_name, webhook_destination, workflow_result
 from tests.workflows.test_bulk import until_settled
 
 MODES = ["item", "bulk"]
@@ -48,23 +48,9 @@ async def _windows_closed(stack: Stack, destination: Any, debounce_key: str) -> 
         else contextlib.nullcontext()
     )
     async with unlocked:
-        closed: int = await window_result(handle)
+        closed: int = await workflow_result(handle)
     await stack.record_history(handle.id, "_window")
     return closed
-
-
-async def window_result(handle: Any) -> int:
-    """The window workflow's result. The time-skipping server may end its long poll for the
-    close event with no event at all under load (the SDK then raises "No completion event
-    found"), where the dev server answers an empty page to poll again: poll again."""
-    for _ in range(10):
-        try:
-            closed: int = await handle.result()
-            return closed
-        except RuntimeError as err:
-            if "No completion event found" not in str(err):
-                raise
-    raise AssertionError(f"{handle.id} never ended")
 
 
 async def _window(stack: Stack, destination: Any, debounce_key: str) -> DebounceWindowView:

@@ -33,7 +33,7 @@ from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError
 
 from devstack.fake_provider import FakeProvider
-from tests.conftest import Stack, unique_name, webhook_destination
+from tests.conftest import Stack, unique_name, webhook_destination, workflow_result
 from tests.workflows.test_batch_retries import until_closed, until_retrying
 from worker import default_operations_task_queue
 from workflows.redrive_batch import BATCH_FAILED_ERROR, PAGE_RETRIES
@@ -114,11 +114,11 @@ async def test_a_fire_enqueues_each_templated_item_once_and_a_rerun_adds_nothing
     batch = digest_batch(stack, destination)
 
     first = await start_fire(stack, batch, FIRE)
-    result = await first.result()
+    result = await workflow_result(first)
     await finish_items(stack, result.keys)
     # The same fire run again (a re-run under another id, as after a reset or a manual replay).
     again = await start_fire(stack, batch, FIRE, suffix="-rerun")
-    rerun = await again.result()
+    rerun = await workflow_result(again)
     await stack.record_history(first.id)
     await stack.record_history(again.id, "_rerun")
 
@@ -146,7 +146,7 @@ async def test_each_fire_time_enqueues_its_own_items(
     later = FIRE.replace(hour=23, minute=31)
 
     handles = [await start_fire(stack, batch, fire) for fire in (FIRE, later)]
-    results = [await handle.result() for handle in handles]
+    results = [await workflow_result(handle) for handle in handles]
     for result in results:
         await finish_items(stack, result.keys)
     await stack.record_history(handles[1].id)
@@ -175,7 +175,7 @@ async def test_a_refused_item_fails_the_fire_once_the_others_are_enqueued(
 
     handle = await start_fire(stack, batch, FIRE)
     with pytest.raises(WorkflowFailureError) as failure:
-        await handle.result()
+        await workflow_result(handle)
     cause = failure.value.cause
     assert isinstance(cause, ApplicationError) and cause.type == BATCH_INCOMPLETE_ERROR
     result = cause.details[0]
@@ -197,7 +197,7 @@ async def test_a_run_no_schedule_started_fails_without_enqueueing(
 
     handle = await start_fire(stack, batch, None)
     with pytest.raises(WorkflowFailureError) as failure:
-        await handle.result()
+        await workflow_result(handle)
 
     cause = failure.value.cause
     assert isinstance(cause, ApplicationError) and cause.type == NOT_SCHEDULED_ERROR
@@ -218,7 +218,7 @@ async def test_a_fire_that_cannot_enqueue_ends_failed_with_the_reason_after_boun
     await until_retrying(handle)
     await until_closed(stack, handle)
     with pytest.raises(WorkflowFailureError) as failure:
-        await handle.result()
+        await workflow_result(handle)
 
     cause = failure.value.cause
     assert isinstance(cause, ApplicationError) and cause.type == BATCH_FAILED_ERROR
