@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 from durable_outbox_temporal.contract.aggregate import RecordedEvent, StoreEvents
-from sqlalchemy import Engine, Executable, and_, select, text
+from sqlalchemy import Engine, Executable, and_, or_, select, text
 from sqlalchemy.dialects import postgresql, sqlite
 
 from readmodel.models import AGGREGATE_EVENTS, AGGREGATES, read_aggregate_event
@@ -94,6 +95,39 @@ def events(
     )
     with engine.connect() as connection:
         return [read_aggregate_event(row) for row in connection.execute(query).mappings()]
+
+
+def events_after_each(
+    engine: Engine, cursors: Mapping[tuple[str, str], int], limit: int = 500
+) -> list[tuple[tuple[str, str], RecordedEvent]]:
+    """Events of each aggregate in `cursors` (keyed by type and id) with seq above its own
+    cursor, oldest first: one query for every aggregate a live tailer follows."""
+    if not cursors:
+        return []
+    query = (
+        select(AGGREGATE_EVENTS)
+        .where(
+            or_(
+                *(
+                    and_(
+                        AGGREGATE_EVENTS.c.aggregate_type == aggregate_type,
+                        AGGREGATE_EVENTS.c.aggregate_id == aggregate_id,
+                        AGGREGATE_EVENTS.c.seq > after,
+                    )
+                    for (aggregate_type, aggregate_id), after in sorted(cursors.items())
+                )
+            )
+        )
+        # The cursor grows with seq within one aggregate (its events are stored in order), and
+        # across aggregates it keeps a busy one from starving the others of a page.
+        .order_by(AGGREGATE_EVENTS.c.id)
+        .limit(limit)
+    )
+    with engine.connect() as connection:
+        return [
+            ((row["aggregate_type"], row["aggregate_id"]), read_aggregate_event(row))
+            for row in connection.execute(query).mappings()
+        ]
 
 
 def get(engine: Engine, aggregate_type: str, aggregate_id: str) -> AggregateRecord | None:

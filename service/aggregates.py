@@ -81,21 +81,12 @@ class AggregateService:
                 raise UnknownAggregate(f"no {aggregate_type} {aggregate_id!r}")
         return await self._visible(definition, aggregate_id, events, reader)
 
-    async def new_events(
-        self,
-        aggregate_type: str,
-        aggregate_id: str,
-        *,
-        after: int,
-        limit: int = 500,
-        reader: str | None = None,
+    async def visible(
+        self, aggregate_type: str, aggregate_id: str, events: list[RecordedEvent]
     ) -> list[RecordedEvent]:
-        """`events` for a live stream: an aggregate not stored yet has none so far."""
+        """Events a live stream's tailer read, as any reader sees them (secret fields redacted)."""
         definition = self.client.check(aggregate_type, aggregate_id)
-        events = await asyncio.to_thread(
-            event_store.events, self.engine, aggregate_type, aggregate_id, after=after, limit=limit
-        )
-        return await self._visible(definition, aggregate_id, events, reader)
+        return await self._visible(definition, aggregate_id, events, None)
 
     async def _visible(
         self,

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 from durable_outbox_temporal import InvalidRequest, OutboxError, validate_outbox
@@ -27,7 +27,7 @@ from pydantic import TypeAdapter
 
 from api.auth import websocket_refusal, websocket_subprotocol, websocket_token
 from api.errors import ApiProblem, problem_response
-from api.live import LiveHub, SocketLimits, SubscriberTooSlow
+from api.live import Event, LiveHub, SocketLimits, SubscriberTooSlow, Subscription
 from readmodel import aggregates as event_store
 from readmodel import store
 from readmodel.models import EventRecord
@@ -80,17 +80,47 @@ async def _stream_outbox(websocket: WebSocket, outbox: str, since: int | None) -
         else:
             last = since
         await websocket.accept(subprotocol=websocket_subprotocol(websocket))
-    except BaseException:
+
+        async def backfill(after: int) -> list[EventRecord]:
+            return await asyncio.to_thread(
+                store.events_since, engine, outbox, after, _BACKFILL_PAGE
+            )
+
+        async def message(event: EventRecord) -> dict[str, Any]:
+            return event_message(event)
+
+        await _pump(
+            websocket,
+            subscription,
+            last,
+            backfill=None if since is None else backfill,
+            position=lambda event: event.id,
+            message=message,
+        )
+    finally:
         hub.unsubscribe(outbox, subscription)
-        raise
+
+
+async def _pump(
+    websocket: WebSocket,
+    subscription: Subscription[Event],
+    last: int,
+    *,
+    backfill: Callable[[int], Awaitable[list[Event]]] | None,
+    position: Callable[[Event], int],
+    message: Callable[[Event], Awaitable[dict[str, Any]]],
+) -> None:
+    """Send the stored events after `last` page by page (with `backfill`), then each one the
+    tailer brings, skipping what was sent already; a client too slow is closed with 1013 and the
+    position to resume from."""
     disconnected = asyncio.ensure_future(_until_disconnect(websocket))
-    upcoming: asyncio.Future[EventRecord] | None = None
+    upcoming: asyncio.Future[Event] | None = None
     try:
-        while since is not None:
-            page = await asyncio.to_thread(store.events_since, engine, outbox, last, _BACKFILL_PAGE)
+        while backfill is not None:
+            page = await backfill(last)
             for event in page:
-                await _send(websocket, event_message(event))
-                last = event.id
+                await _send(websocket, await message(event))
+                last = position(event)
             if len(page) < _BACKFILL_PAGE:
                 break
         while True:
@@ -99,16 +129,15 @@ async def _stream_outbox(websocket: WebSocket, outbox: str, since: int | None) -
             if disconnected.done():
                 return
             event = upcoming.result()
-            if event.id <= last:
+            if position(event) <= last:
                 continue
-            await _send(websocket, event_message(event))
-            last = event.id
+            await _send(websocket, await message(event))
+            last = position(event)
     except SubscriberTooSlow:
         await _close(websocket, status.WS_1013_TRY_AGAIN_LATER, f"reconnect with since={last}")
     except WebSocketDisconnect:
         pass
     finally:
-        hub.unsubscribe(outbox, subscription)
         await _finish(disconnected, upcoming)
 
 
@@ -200,9 +229,6 @@ async def _until_disconnect(websocket: WebSocket) -> None:
                 return
 
 
-# How often an aggregate's socket looks for new events in the event store. Per socket: an
-# indexed range read, cheap next to the commands that produce the events.
-AGGREGATE_POLL_S = 0.25
 _AGGREGATE_EVENT_JSON = TypeAdapter(RecordedEvent)
 
 
@@ -233,31 +259,49 @@ async def aggregate_live(
     async with _socket_slot(websocket) as admitted:
         if admitted:
             await _stream_aggregate(
-                websocket, aggregate_type, aggregate_id, record.version if since is None else since
+                websocket,
+                aggregate_type,
+                aggregate_id,
+                record.version,
+                record.version if since is None else since,
             )
 
 
 async def _stream_aggregate(
-    websocket: WebSocket, aggregate_type: str, aggregate_id: str, since: int
+    websocket: WebSocket, aggregate_type: str, aggregate_id: str, version: int, since: int
 ) -> None:
     resources = websocket.app.state.resources
-    await websocket.accept(subprotocol=websocket_subprotocol(websocket))
-    disconnected = asyncio.ensure_future(_until_disconnect(websocket))
-    last = since
+    hub: LiveHub = websocket.app.state.live
+    key = (aggregate_type, aggregate_id)
+    # As for an outbox: subscribed before the backfill, the overlap dropped by seq.
+    subscription = hub.subscribe_aggregate(key, version)
     try:
-        while not disconnected.done():
-            # Secret fields redacted, as for any reader the aggregate does not entitle.
-            page = await resources.aggregates.new_events(
-                aggregate_type, aggregate_id, after=last, limit=500
+        await websocket.accept(subprotocol=websocket_subprotocol(websocket))
+
+        async def backfill(after: int) -> list[RecordedEvent]:
+            return await asyncio.to_thread(
+                event_store.events,
+                resources.engine,
+                aggregate_type,
+                aggregate_id,
+                after=after,
+                limit=_BACKFILL_PAGE,
             )
-            for event in page:
-                await _send(websocket, _AGGREGATE_EVENT_JSON.dump_python(event, mode="json"))
-                last = event.seq
-            if not page:
-                await asyncio.wait({disconnected}, timeout=AGGREGATE_POLL_S)
-    except SubscriberTooSlow:
-        await _close(websocket, status.WS_1013_TRY_AGAIN_LATER, f"reconnect with since={last}")
-    except WebSocketDisconnect:
-        pass
+
+        async def message(event: RecordedEvent) -> dict[str, Any]:
+            # Secret fields redacted, as for any reader the aggregate does not entitle.
+            (shown,) = await resources.aggregates.visible(aggregate_type, aggregate_id, [event])
+            return dict(_AGGREGATE_EVENT_JSON.dump_python(shown, mode="json"))
+
+        await _pump(
+            websocket,
+            subscription,
+            since,
+            # Always: events stored between reading `version` and subscribing may have been
+            # fanned out already, to the aggregate's other sockets only.
+            backfill=backfill,
+            position=lambda event: event.seq,
+            message=message,
+        )
     finally:
-        await _finish(disconnected)
+        hub.unsubscribe_aggregate(key, subscription)

@@ -18,8 +18,10 @@ from sqlalchemy import Engine
 from sqlalchemy import event as sa_event
 
 from api.live import SUBSCRIBER_BUFFER, LiveHub, SubscriberTooSlow
+from readmodel import aggregates as event_store
 from readmodel import store
 from tests.api.conftest import ServedApi
+from tests.readmodel.test_aggregate_store import batch
 from tests.readmodel.test_store import event, view
 
 
@@ -230,6 +232,31 @@ async def test_one_tailer_reads_for_every_outbox_in_one_query_a_poll(engine: Eng
 
     assert got.outbox == "many-7" and hub.tailers == 1
     assert len(statements) <= polls + 1  # one query a poll, not one per outbox
+    await hub.close()
+    assert hub.tailers == 0
+
+
+async def test_one_tailer_reads_for_every_aggregate_in_one_query_a_poll(engine: Engine) -> None:
+    hub = LiveHub(engine)
+    statements: list[str] = []
+
+    def record(_conn: Any, _cursor: Any, statement: str, *_args: Any) -> None:
+        if "FROM aggregate_events" in statement:
+            statements.append(statement)
+
+    subscriptions = [hub.subscribe_aggregate(("flight", f"many-{n}"), 0) for n in range(30)]
+    sa_event.listen(engine, "before_cursor_execute", record)
+    try:
+        start = hub.polls
+        await asyncio.to_thread(event_store.store_events, engine, batch(1, 2, "many-7"))
+        got = [await asyncio.wait_for(subscriptions[7].next(), timeout=10) for _ in range(2)]
+        polls = hub.polls - start
+    finally:
+        sa_event.remove(engine, "before_cursor_execute", record)
+
+    assert [event.seq for event in got] == [1, 2] and hub.tailers == 1
+    assert subscriptions[8].queue.empty()
+    assert len(statements) <= polls + 1  # one query a poll, not one per aggregate or socket
     await hub.close()
     assert hub.tailers == 0
 

@@ -75,3 +75,20 @@ def test_ids_of_a_type_page_by_id(engine: Engine) -> None:
     assert [r.id for r in first] == ["a", "b"] and after == "b"
     assert [r.id for r in rest] == ["c"] and end is None
     assert event_store.list_ids(engine, "lock") == ([], None)
+
+
+def test_events_after_each_reads_every_followed_aggregate_from_its_own_seq(engine: Engine) -> None:
+    event_store.store_events(engine, batch(1, 3, "BA1"))
+    event_store.store_events(engine, batch(1, 2, "BA2"))
+    event_store.store_events(engine, batch(1, 2, "BA3"))  # not followed
+
+    found = event_store.events_after_each(engine, {("flight", "BA1"): 1, ("flight", "BA2"): 0})
+
+    assert [(key[1], event.seq) for key, event in found] == [
+        ("BA1", 2),
+        ("BA1", 3),
+        ("BA2", 1),
+        ("BA2", 2),
+    ]
+    assert event_store.events_after_each(engine, {}) == []
+    assert len(event_store.events_after_each(engine, {("flight", "BA1"): 0}, limit=2)) == 2
