@@ -31,6 +31,7 @@ from sqlalchemy.exc import DBAPIError
 from temporalio.client import Client
 
 from api.auth import CODEC_PATH, load_tokens, require_json, require_token
+from api.codec_work import CodecWorkers
 from api.deps import Resources
 from api.errors import install_error_handlers
 from api.limits import BodySizeLimit
@@ -176,6 +177,7 @@ def lifespan(
             await app.state.metrics.backlog.detach()
             await app.state.metrics.destinations.detach()
             await app.state.live.close()
+            app.state.codec_workers.close()
             if engine is None:
                 db.dispose()
 
@@ -244,6 +246,7 @@ def _read_request_state(app: FastAPI, settings: Settings) -> None:
     # The Web UI's codec server decrypts with the same keys the clients encrypt with.
     app.state.codec = codec_from_environment()
     app.state.codec_max_payloads = settings.codec_max_payloads
+    app.state.codec_workers = CodecWorkers(app.state.codec, settings.codec_processes)
     # Signs the codec session cookies: shared by the API processes behind one host if set.
     app.state.session_key = (
         settings.session_secret.encode() if settings.session_secret else secrets.token_bytes(32)

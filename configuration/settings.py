@@ -164,6 +164,13 @@ class Settings(BaseSettings):
         description="Most payloads one `/codec/encode` or `/codec/decode` request may carry"
         " (413 above it).",
     )
+    codec_processes: int = Field(
+        default=1,
+        ge=1,
+        le=64,
+        description="Processes that do `/codec/` work beside the API process, started on the"
+        " first codec request: its parsing and encryption never hold the API's event loop.",
+    )
     codec_max_request_bytes: int = Field(
         default=4 * 1024 * 1024,
         ge=1,

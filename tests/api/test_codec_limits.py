@@ -5,13 +5,16 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import threading
+import os
+import time
 from collections.abc import Sequence
+from pathlib import Path
 
 import pytest
 from durable_outbox_temporal.codec import new_key_setting
 from temporalio.api.common.v1 import Payload
 
+from api.codec_work import CodecWorkers
 from tests.api.test_items import assert_problem
 
 
@@ -50,41 +53,58 @@ async def test_a_codec_body_over_its_own_limit_is_413_while_other_routes_take_mo
     assert item.status_code == 202, item.text
 
 
-class BlockingCodec:
-    """A codec whose work holds its thread until released, as a large request's CPU work does:
-    run on the event loop, it would hold every other request too."""
+class GatedCodec:
+    """A codec whose work holds until `gate` exists, as a large request's CPU work does, and
+    writes the process it ran in to `started`: run in the API process, it would hold the GIL
+    the event loop needs."""
 
-    def __init__(self) -> None:
-        self.started = threading.Event()
-        self.release = threading.Event()
+    def __init__(self, started: Path, gate: Path) -> None:
+        self.started = started
+        self.gate = gate
 
     async def decode(self, payloads: Sequence[Payload]) -> list[Payload]:
-        self.started.set()
-        self.release.wait(timeout=30)
+        self.started.write_text(str(os.getpid()))
+        deadline = time.monotonic() + 30
+        while not self.gate.exists() and time.monotonic() < deadline:
+            time.sleep(0.01)  # noqa: ASYNC251 - blocking, as CPU work does
         return list(payloads)
 
     encode = decode
 
 
+async def _exists(path: Path) -> bool:
+    for _ in range(3000):
+        if path.exists() and path.read_text():
+            return True
+        await asyncio.sleep(0.01)
+    return False
+
+
 @pytest.mark.parametrize("route", ["/codec/decode", "/codec/encode"])
-async def test_healthz_answers_while_the_codec_works(api_factory, route: str) -> None:
+async def test_healthz_answers_while_the_codec_works_in_a_process_of_its_own(
+    api_factory, route: str, tmp_path: Path
+) -> None:
     api = await api_factory()
-    codec = BlockingCodec()
-    api.http._transport.app.state.codec = codec  # type: ignore[attr-defined]
+    started, gate = tmp_path / "started", tmp_path / "gate"
+    app = api.http._transport.app  # type: ignore[attr-defined]
+    app.state.codec_workers = CodecWorkers(GatedCodec(started, gate), processes=1)
 
     working = asyncio.create_task(api.http.post(route, json=wire(1000)))
     try:
-        assert await asyncio.to_thread(codec.started.wait, 30)
+        assert await _exists(started)
         health = await asyncio.wait_for(api.http.get("/healthz"), timeout=30)
         assert health.status_code == 200
         assert not working.done()  # answered while the codec request was still in progress
+        assert int(started.read_text()) != os.getpid()
     finally:
-        codec.release.set()
-    assert (await working).status_code == 200
+        gate.touch()
+        answer = await working
+        app.state.codec_workers.close()
+    assert answer.status_code == 200
 
 
 async def test_a_codec_body_that_is_no_payload_list_is_a_problem(api) -> None:
-    """The body is parsed on the worker thread, with the same answers as any route's."""
+    """The body is parsed in the codec's process, with the same answers as any route's."""
     malformed = api.http.build_request(
         "POST", "/codec/decode", content=b"{nope", headers={"Content-Type": "application/json"}
     )

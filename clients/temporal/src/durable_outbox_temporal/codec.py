@@ -63,8 +63,13 @@ class EncryptionCodec(PayloadCodec):
         for key_id, key in keys.items():
             if len(key) != 32:
                 raise CodecKeyError(f"key {key_id!r} is {len(key)} bytes; AES-256 needs 32")
+        self._keys = dict(keys)
         self._ciphers = {key_id: AESGCM(key) for key_id, key in keys.items()}
         self.current = current
+
+    def __reduce__(self) -> tuple[type[EncryptionCodec], tuple[dict[str, bytes], str]]:
+        # Pickled as its keys, for processes that rebuild it (the API's codec workers).
+        return (EncryptionCodec, (self._keys, self.current))
 
     @classmethod
     def from_setting(cls, setting: str) -> EncryptionCodec:
