@@ -42,6 +42,7 @@ from durable_outbox_temporal import (
     NotErasable,
     NotRedrivable,
     OutboxError,
+    PayloadTooLarge,
     TemporalUnavailable,
     UnknownAggregate,
     UnknownCommand,
@@ -77,6 +78,7 @@ _TEMPORAL_RETRY_LATER = (RPCStatusCode.CANCELLED,)
 # (HTTP status, problem code, title) per client error.
 _OUTBOX_ERRORS: dict[type[OutboxError], tuple[int, str, str]] = {
     InvalidRequest: (422, "invalid-request", "Invalid request"),
+    PayloadTooLarge: (413, "request-too-large", "Request body too large"),
     UnknownDestination: (404, "unknown-destination", "Unknown destination"),
     IdempotencyConflict: (409, "idempotency-conflict", "Idempotency-Key reused"),
     ItemFailedUseRedrive: (409, "item-failed", "Item failed; redrive it"),

@@ -117,7 +117,8 @@ _GENERAL = (
     ProblemCode(
         "request-too-large",
         413,
-        "The body is over `MAX_REQUEST_BYTES` (over `CODEC_MAX_REQUEST_BYTES` for `/codec/`).",
+        "The body is over `MAX_REQUEST_BYTES` (over `CODEC_MAX_REQUEST_BYTES` for `/codec/`),"
+        " or an item's payload is over its `http` destination's `max_body_bytes`.",
         "Send less: split a batch, or store big payloads elsewhere and send a reference.",
     ),
     ProblemCode(

@@ -9,10 +9,19 @@ from __future__ import annotations
 import base64
 import binascii
 from collections.abc import Mapping
-from typing import Annotated
+from typing import Annotated, Literal
 from urllib.parse import urlsplit
 
-from pydantic import AfterValidator, AwareDatetime, BaseModel, ConfigDict, Field, model_validator
+from durable_outbox_temporal.contract.http_call import DEFAULT_MAX_BODY_BYTES, placeholders
+from pydantic import (
+    AfterValidator,
+    AwareDatetime,
+    BaseModel,
+    ConfigDict,
+    Field,
+    SecretStr,
+    model_validator,
+)
 
 
 def check_http_url(url: str) -> str:
@@ -154,10 +163,126 @@ class WebhookSettings(HttpProviderSettings):
         return self
 
 
+def check_url_template(template: str) -> str:
+    """`template` if its placeholders are known and it is an http(s) URL once they are filled;
+    raises ValueError otherwise."""
+    placeholders(template)
+    try:
+        check_http_url(template.replace("{", "").replace("}", ""))
+    except ValueError:
+        raise ValueError("must be an http:// or https:// URL (placeholders allowed)") from None
+    if urlsplit(template).netloc != urlsplit(template.replace("{", "").replace("}", "")).netloc:
+        raise ValueError("may not have a placeholder in its host")
+    return template
+
+
+UrlTemplate = Annotated[str, AfterValidator(check_url_template)]
+
+
+def _scheme_and_host(url: str) -> tuple[str, str]:
+    parts = urlsplit(url)
+    return parts.scheme.lower(), parts.netloc.lower()
+
+
+# Stripe keeps an idempotency key at least 24 hours (docs.stripe.com/api/idempotent_requests).
+HTTP_IDEMPOTENCY_WINDOW_S = 24 * 3600.0
+
+
+class HttpCallSettings(HttpProviderSettings):
+    """An http destination's `settings`: a payment or other JSON API and its credentials."""
+
+    method: Literal["POST", "PUT", "PATCH", "DELETE"] = Field(
+        default="POST", description="The HTTP method of each call."
+    )
+    url: UrlTemplate = Field(
+        description="Where each item is sent, an http(s) URL template: `{idempotency_key}` is"
+        " the item's provider key, `{payload.<field>}` a top-level field of its payload"
+        " (an item without it is refused at enqueue)."
+    )
+    status_url: UrlTemplate | None = Field(
+        default=None,
+        description="The reconcile step's lookup, a URL template as `url`'s and on its origin:"
+        " `GET` it answers"
+        " 2xx if the call was made, 404 if not. Past `idempotency_window_s` a retry looks the"
+        " call up first and sends only if it is not found; without it such a retry is sent"
+        " again (at-least-once, docs/explanation/provider-dedupe.md).",
+    )
+    idempotency_window_s: float = Field(
+        default=HTTP_IDEMPOTENCY_WINDOW_S,
+        gt=0,
+        le=30 * 24 * 3600,
+        description="How long the API remembers an `Idempotency-Key`, in seconds (Stripe: 24"
+        " hours). A retry whose first call is older than this uses `status_url` first.",
+    )
+    poll_operations: bool = Field(
+        default=False,
+        description="Whether a 202 with `Operation-Location` or `Location` is a long-running"
+        " operation to poll (`GET` it, honouring `Retry-After`) rather than a finished call.",
+    )
+    max_body_bytes: int = Field(
+        default=DEFAULT_MAX_BODY_BYTES,
+        gt=0,
+        le=16 * 1024 * 1024,
+        description="The largest body, in bytes of compact JSON; a larger payload is refused"
+        " at enqueue with 413.",
+    )
+    auth: Literal["none", "bearer", "basic", "header"] = Field(
+        default="none",
+        description="How each request authenticates: `bearer` sends `Authorization: Bearer"
+        " {token}`, `basic` HTTP Basic with `username` and `password`, `header` the header"
+        " `auth_header` with `token` as its value.",
+    )
+    token: SecretStr | None = Field(
+        default=None,
+        description="The bearer token or the `header` auth's value; never logged. Take it from"
+        " the environment (`${PAY_API_TOKEN}`).",
+    )
+    username: str | None = Field(default=None, description="The `basic` auth's user name.")
+    password: SecretStr | None = Field(
+        default=None, description="The `basic` auth's password; never logged."
+    )
+    auth_header: str | None = Field(
+        default=None,
+        pattern=r"^[A-Za-z0-9-]+$",
+        description="The `header` auth's header name (`X-Api-Key`).",
+    )
+
+    @model_validator(mode="after")
+    def _lookup_is_on_the_same_origin(self) -> HttpCallSettings:
+        # The lookup carries the credentials, which go to the call's origin only.
+        if self.status_url is not None and _scheme_and_host(self.status_url) != _scheme_and_host(
+            self.url
+        ):
+            raise ValueError("status_url: must be on url's scheme, host and port")
+        return self
+
+    @model_validator(mode="after")
+    def _credentials_are_complete(self) -> HttpCallSettings:
+        needed = {
+            "none": (),
+            "bearer": ("token",),
+            "basic": ("username", "password"),
+            "header": ("auth_header", "token"),
+        }[self.auth]
+        missing = [name for name in needed if not getattr(self, name)]
+        if missing:
+            raise ValueError(f"{', '.join(missing)}: required with auth = {self.auth!r}")
+        # A credential the scheme would not send is a mistake in the file, not to be ignored.
+        unused = [
+            name
+            for name in ("token", "username", "password", "auth_header")
+            if name not in needed and getattr(self, name) is not None
+        ]
+        if unused:
+            raise ValueError(f"{', '.join(unused)}: not used with auth = {self.auth!r}")
+        return self
+
+
 # A provider kind names its settings model here and its class in `activities/providers/`; a test
 # checks that the two registries list the same kinds.
 PROVIDER_SETTINGS: Mapping[str, type[BaseModel]] = {
     "acs-email": AcsEmailSettings,
     "acs-sms": AcsSmsSettings,
     "webhook": WebhookSettings,
+    "http": HttpCallSettings,
 }

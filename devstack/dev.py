@@ -305,6 +305,12 @@ def banner(env: dict[str, str]) -> str:
            "message": "Your code is 1234"}}}}'
     curl -s {auth_header}{api}/v1/outboxes/demo/items/sms-1
 
+    # A payment through the fake payment API (pm_card_chargeDeclined is declined: 402):
+    curl -s -X POST {api}/v1/outboxes/demo/items {auth_header}\
+      -H 'Content-Type: application/json' -H 'Idempotency-Key: pay-1' \
+      -d '{{"destination": "fake-payments", "payload": {{"amount": 2000, "currency": "eur",
+           "payment_method": "pm_card_visa"}}}}'
+
   Ctrl-C stops everything; items persist in {data_dir}.
 """
 

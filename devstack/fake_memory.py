@@ -9,6 +9,10 @@
   without the headers is not repeatable: it is executed every time.
 - A Standard Webhooks receiver's dedupe by `webhook-id`: an id seen within the window is not
   delivered again; after it, the same id is a new delivery.
+- A payment API's `Idempotency-Key` (Stripe's rules, docs.stripe.com/api/idempotent_requests): a
+  key is remembered with its first answer for the window (24 hours) after its first use; a repeat
+  with the same body gets that answer again, one with another body is refused; after the window
+  the key is forgotten and a repeat is executed as a new request.
 """
 
 from __future__ import annotations
@@ -111,6 +115,46 @@ class SeenIds:
             return False
         self._first_seen[message_id] = now
         return True
+
+
+@dataclass(frozen=True)
+class RememberedAnswer:
+    """The first answer to a key, replayed to every repeat within the window."""
+
+    body_hash: str
+    status: int
+    body: bytes
+    headers: dict[str, str]
+    expires_at: float
+
+
+class IdempotencyKeys:
+    """Keys a payment API has answered, each until `window_s` after its first use."""
+
+    def __init__(self) -> None:
+        self._answers: dict[str, RememberedAnswer] = {}
+
+    def recall(self, key: str, body: bytes, now: float) -> tuple[RememberedAnswer | None, bool]:
+        """(the first answer, whether `body` matches the first request's) for a key within its
+        window; (None, True) for a key never used or forgotten."""
+        answer = self._answers.get(key)
+        if answer is None or answer.expires_at <= now:
+            self._answers.pop(key, None)
+            return None, True
+        return answer, answer.body_hash == _hash(body)
+
+    def remember(
+        self,
+        key: str,
+        body: bytes,
+        answer: tuple[int, bytes, dict[str, str]],
+        now: float,
+        window_s: float,
+    ) -> None:
+        status, answer_body, headers = answer
+        self._answers[key] = RememberedAnswer(
+            _hash(body), status, answer_body, headers, now + window_s
+        )
 
 
 def _header_problem(request_id: str | None, first_sent: str | None) -> str | None:

@@ -1,5 +1,5 @@
-"""A local provider that speaks the ACS Email, ACS SMS (`devstack/fake_sms.py`) and Standard
-Webhooks contracts, with faults.
+"""A local provider that speaks the ACS Email, ACS SMS (`devstack/fake_sms.py`), Standard
+Webhooks and payment API (`devstack/fake_payments.py`) contracts, with faults.
 
 For development, demos, tests and benchmarks: it checks signatures like the real services, dedupes
 as they do and forgets as they do (ACS's repeatable requests for `repeatability_window_s`, a
@@ -17,10 +17,10 @@ per-request headers (`X-Fake-Status`, `X-Fake-Retry-After`, `X-Fake-Latency-Ms`,
 `X-Fake-Running-Polls`, `X-Fake-Operation-Result`, `X-Fake-Drop-Response`), a per-endpoint
 fault that holds until cleared (`PUT /_admin/endpoints/{endpoint}` with a step such as
 `{"status": 410}`, `DELETE` to clear; the endpoint is a webhook's path after `/webhook/`,
-`emails` or `sms`), and the global fault config (`PUT /_admin/faults`, or at start-up one flag
-per FaultConfig field). `GET /_admin/deliveries?endpoint=` lists deliveries (each request taken
-as new, not as a repeat) in arrival order, each with a global sequence number and the request's
-`traceparent` header. Run it with
+`emails`, `sms` or `payments`), and the global fault config (`PUT /_admin/faults`, or at
+start-up one flag per FaultConfig field). `GET /_admin/deliveries?endpoint=` lists deliveries
+(each request taken as new, not as a repeat) in arrival order, each with a global sequence number
+and the request's `traceparent` header. Run it with
 `python -m devstack.fake_provider --port 8025 [--error-rate 0.1 ...]` (`--help` lists the flags).
 """
 
@@ -57,7 +57,7 @@ from starlette.routing import Route
 
 from configuration.redaction import install_log_redaction
 from configuration.settings import DEV_EVENTS_SECRET
-from devstack import fake_sms
+from devstack import fake_payments, fake_sms
 from devstack.fake_memory import RESULT, RepeatableRequests, SeenIds
 from devstack.fake_reports import SCHEMAS, ReportSender, ReportSettings
 from devstack.serving import serve_in_background
@@ -66,6 +66,8 @@ log = logging.getLogger("fake_provider")
 
 DEFAULT_ACS_ACCESS_KEY = "ZmFrZS1hY3MtYWNjZXNzLWtleQ=="
 DEFAULT_WEBHOOK_SECRET = "whsec_ZmFrZS13ZWJob29rLXNpZ25pbmctc2VjcmV0"
+# The bearer token of the fake's payment API (`devstack/fake_payments.py`).
+DEFAULT_PAYMENT_TOKEN = "sk_test_fake_payment_token"
 # Standard Webhooks receivers reject timestamps further than this from their clock.
 WEBHOOK_TOLERANCE_S = 300
 
@@ -136,6 +138,10 @@ class FaultConfig:
     webhook_dedupe_window_s: float = field(
         default=300.0, metadata=_help("how long the webhook receiver remembers a webhook-id")
     )
+    payment_key_window_s: float = field(
+        default=24 * 3600.0,
+        metadata=_help("how long the payment API remembers an Idempotency-Key and its answer"),
+    )
 
     def __post_init__(self) -> None:
         if self.report_schema not in SCHEMAS:
@@ -198,9 +204,11 @@ class FakeProviderState:
         webhook_secret: str,
         faults: FaultConfig,
         events_secret: str | None = None,
+        payment_token: str = DEFAULT_PAYMENT_TOKEN,
     ) -> None:
         self.acs_access_key = acs_access_key
         self.webhook_secret = webhook_secret
+        self.payment_token = payment_token
         # What the reports carry to the report URL, as its subscription's `?secret=` would.
         self.events_secret = events_secret
         self.faults = faults
@@ -246,6 +254,7 @@ class FakeProviderState:
         # Endpoint -> `HEAD` probes received (an open circuit's, `flowcontrol/breaker.py`).
         self.probes: dict[str, int] = defaultdict(int)
         self.sms = fake_sms.SmsMemory()
+        self.payments = fake_payments.PaymentMemory()
 
     def next_step(self, key: str, request: Request, endpoint: str) -> Step:
         """The scripted step for `key`, else one built from headers, else the endpoint's fault,
@@ -663,6 +672,7 @@ def create_app(state: FakeProviderState) -> Starlette:
             Route("/emails:send", acs_send, methods=["POST"]),
             Route("/emails/operations/{operation_id}", acs_operation, methods=["GET"]),
             *fake_sms.routes(state),
+            *fake_payments.routes(state),
             Route("/webhook/{endpoint:path}", webhook, methods=["POST"]),
             Route("/webhook/{endpoint:path}", webhook_probe, methods=["HEAD"]),
             Route("/_admin/stats", admin_stats),
@@ -895,10 +905,11 @@ async def run_fake_provider(
     acs_access_key: str = DEFAULT_ACS_ACCESS_KEY,
     webhook_secret: str = DEFAULT_WEBHOOK_SECRET,
     events_secret: str | None = None,
+    payment_token: str = DEFAULT_PAYMENT_TOKEN,
 ) -> AsyncIterator[FakeProvider]:
     """Serve the fake on a free loopback port for the duration of the block."""
     state = FakeProviderState(
-        acs_access_key, webhook_secret, faults or FaultConfig(), events_secret
+        acs_access_key, webhook_secret, faults or FaultConfig(), events_secret, payment_token
     )
     try:
         async with serve_in_background(create_app(state)) as url:
@@ -960,6 +971,7 @@ def main(argv: list[str] | None = None) -> None:
         faults,
         # config/destinations.toml's fallback too, so an unset variable still pairs them.
         os.environ.get("FAKE_EMAIL_EVENTS_SECRET") or DEV_EVENTS_SECRET,
+        os.environ.get("FAKE_PAYMENT_TOKEN", DEFAULT_PAYMENT_TOKEN),
     )
     uvicorn.run(create_app(state), host=args.host, port=args.port, log_level="warning")
 

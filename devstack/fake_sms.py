@@ -104,8 +104,12 @@ def routes(state: fake_provider.FakeProviderState) -> list[BaseRoute]:
             _answer(state, key, document, recipient, request, body)
             for recipient in document["smsRecipients"]
         ]
+        answer = JSONResponse({"value": answers}, 202)
+        if step.drop_response:
+            log.info("ACS SMS send %s -> 202, connection dropped (injected)", key)
+            return fake_provider.LostResponse(answer)
         log.info("ACS SMS send %s -> 202 (%d recipients)", key, len(answers))
-        return JSONResponse({"value": answers}, 202)
+        return answer
 
     async def admin(request: Request) -> Response:
         """`GET` the SMS service's window; `PATCH {"window_s": ...}` to change it."""

@@ -149,7 +149,24 @@ DEV_VARIABLES = (
         "the shipped destinations' secret",
         "the secret the fake provider checks webhook signatures with",
     ),
+    Variable(
+        "FAKE_PAYMENT_TOKEN",
+        "the shipped destination's token",
+        "the bearer token the fake provider's payment API takes",
+    ),
     Variable("NO_COLOR", "unset", "set: the stack's output is not coloured"),
+)
+EXAMPLE_VARIABLES = (
+    Variable(
+        "WEBHOOK_SECRET",
+        "required",
+        "the webhook destination's signing secret the receiver verifies with",
+    ),
+    Variable(
+        "WEBHOOK_DB",
+        "`webhooks.sqlite3`",
+        "the receiver's SQLite database: the `webhook-id`s it has handled and its events",
+    ),
 )
 BENCH_VARIABLES = (
     Variable("QUICK", "unset", "`1`: the short run of `make bench` and `make chaos`"),
@@ -289,6 +306,13 @@ def configuration_page() -> str:
         " directory and a development `PAYLOAD_KEYS` unless those two are set.",
         "",
         *_variables_table(DEV_VARIABLES),
+        "",
+        "## Examples",
+        "",
+        "The example webhook receiver (`examples/webhook_receiver/receiver.py`,"
+        " [receive webhooks](../how-to/receive-webhooks.md)).",
+        "",
+        *_variables_table(EXAMPLE_VARIABLES),
         "",
         "## Benchmarks",
         "",

@@ -22,7 +22,7 @@ from durable_outbox_temporal import (
     OutboxError,
 )
 from durable_outbox_temporal.client import RPC_TIMEOUT
-from durable_outbox_temporal.contract import limits, sms
+from durable_outbox_temporal.contract import limits, provider_payloads
 from durable_outbox_temporal.contract.ids import scheduled_batch_workflow_id, temporal_schedule_id
 from durable_outbox_temporal.contract.schedule import (
     DEFAULT_CATCHUP_WINDOW_S,
@@ -309,7 +309,9 @@ class ScheduleService:
                 # What every fire would enqueue, as the destination's provider checks it.
                 values = fire_values(schedule_id, sample_at, None, sample)
                 if target is not None:
-                    sms.check_payload_for(target.provider, render(item.payload, values))
+                    provider_payloads.check_payload_for(
+                        target.provider, target.settings, render(item.payload, values)
+                    )
             except ValueError as err:
                 errors.append((f"{at}.payload", str(err)))
         return errors

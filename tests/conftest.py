@@ -224,6 +224,17 @@ def sms_destination(fake: FakeProvider, **overrides: Any) -> Destination:
     return make_destination("acs-sms", settings, **overrides)
 
 
+def payment_destination(fake: FakeProvider, **overrides: Any) -> Destination:
+    """An http destination at the fake provider's payment API, with its lookup by key."""
+    settings = {
+        "url": f"{fake.url}/payments",
+        "status_url": f"{fake.url}/payments/by-key/{{idempotency_key}}",
+        "auth": "bearer",
+        "token": fake.state.payment_token,
+    }
+    return make_destination("http", settings, **overrides)
+
+
 def webhook_destination(fake: FakeProvider, **overrides: Any) -> Destination:
     """A webhook destination at the fake provider; its URL path carries its own name."""
     name = overrides.pop("name", None) or unique_name("webhook")

@@ -17,8 +17,14 @@ from pydantic import BaseModel
 from activities.providers.acs_email import AcsEmailProvider
 from activities.providers.acs_sms import AcsSmsProvider
 from activities.providers.base import Provider
+from activities.providers.http_call import HttpCallProvider
 from activities.providers.webhook import WebhookProvider
-from configuration.providers import AcsEmailSettings, AcsSmsSettings, WebhookSettings
+from configuration.providers import (
+    AcsEmailSettings,
+    AcsSmsSettings,
+    HttpCallSettings,
+    WebhookSettings,
+)
 
 SettingsT = TypeVar("SettingsT", bound=BaseModel)
 
@@ -38,6 +44,7 @@ PROVIDERS: dict[str, ProviderKind[Any]] = {
     AcsEmailProvider.kind: ProviderKind(AcsEmailSettings, AcsEmailProvider),
     AcsSmsProvider.kind: ProviderKind(AcsSmsSettings, AcsSmsProvider),
     WebhookProvider.kind: ProviderKind(WebhookSettings, WebhookProvider),
+    HttpCallProvider.kind: ProviderKind(HttpCallSettings, HttpCallProvider),
 }
 
 

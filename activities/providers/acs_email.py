@@ -20,7 +20,7 @@ import uuid
 from datetime import UTC, datetime, timedelta
 from email.utils import formatdate
 from typing import Any, ClassVar
-from urllib.parse import SplitResult, quote, urljoin, urlsplit
+from urllib.parse import quote, urljoin, urlsplit
 
 import httpx
 from durable_outbox_temporal.contract.item import (
@@ -36,7 +36,10 @@ from activities.providers.base import (
     PermanentProviderError,
     TransientProviderError,
     check_retry_after,
+    json_object,
+    origin,
     parse_retry_after,
+    past_window,
     probe_url,
     raise_for_status,
     send,
@@ -60,7 +63,7 @@ class AcsEmailProvider:
 
     def __init__(self, settings: AcsEmailSettings, http_client: httpx.AsyncClient) -> None:
         self._endpoint = settings.endpoint.rstrip("/")
-        self._origin = _origin(urlsplit(self._endpoint))
+        self._origin = origin(urlsplit(self._endpoint))
         self._access_key = settings.access_key
         self._max_retry_after_s = settings.max_retry_after_s
         self._repeatability_window = timedelta(seconds=settings.repeatability_window_s)
@@ -76,7 +79,7 @@ class AcsEmailProvider:
             raise PermanentProviderError(f"ACS send: the payload is not JSON: {err}") from None
         now = datetime.now(UTC)
         first_sent = request.first_submitted_at
-        if self.reconcile and self._past_window(request, now):
+        if self.reconcile and past_window(request, now, self._repeatability_window):
             # An earlier attempt may have been accepted with its answer lost, and ACS no longer
             # dedupes a repeat of it: ask before sending.
             adopted = await self.find_operation(request)
@@ -110,17 +113,9 @@ class AcsEmailProvider:
             delivered=False,
             operation_url=operation_url,
             retry_after_s=self._retry_after(response, "ACS send: operation accepted"),
-            provider_message_id=_json(response).get("id") or request.idempotency_key,
+            provider_message_id=json_object(response).get("id") or request.idempotency_key,
             recipients=recipient_addresses(request.payload),
         )
-
-    def _past_window(self, request: SubmitRequest, now: datetime) -> bool:
-        """Whether ACS may have forgotten the item's first send: its first-sent time is older
-        than the window, or unknown on a retry."""
-        first_sent = request.first_submitted_at
-        if first_sent is None:
-            return request.attempt > 1
-        return now - first_sent > self._repeatability_window
 
     async def _send(
         self, request: SubmitRequest, body: bytes, first_sent: datetime | None, now: datetime
@@ -167,7 +162,7 @@ class AcsEmailProvider:
         return SubmitResult(
             delivered=False,
             operation_url=operation_url,
-            provider_message_id=_json(response).get("id") or request.idempotency_key,
+            provider_message_id=json_object(response).get("id") or request.idempotency_key,
             recipients=recipient_addresses(request.payload),
             found_by_lookup=True,
         )
@@ -184,7 +179,7 @@ class AcsEmailProvider:
         sign_request(http_request, self._access_key)
         response = await send(self._client, http_request, "ACS poll")
         raise_for_status(response, "ACS poll", self._max_retry_after_s)
-        body = _json(response)
+        body = json_object(response)
         status = _STATUSES.get(str(body.get("status", "")).lower())
         if status is None:
             raise PermanentProviderError(f"ACS poll: unknown operation status {body!r:.200}")
@@ -201,7 +196,7 @@ class AcsEmailProvider:
     def _on_endpoint(self, operation_url: str, what: str) -> str:
         """`operation_url` if it is on the endpoint's scheme, host and port: the poll is signed
         with the access key, which must never go to another host whatever the answer said."""
-        if _origin(urlsplit(operation_url)) != self._origin:
+        if origin(urlsplit(operation_url)) != self._origin:
             raise PermanentProviderError(
                 f"{what}: Operation-Location {_without_query(operation_url)!r} is not on the"
                 f" endpoint's host {self._endpoint!r}; not following it"
@@ -215,19 +210,6 @@ class AcsEmailProvider:
             what,
             response.status_code,
         )
-
-
-_DEFAULT_PORTS = {"http": 80, "https": 443}
-
-
-def _origin(url: SplitResult) -> tuple[str, str, int | None]:
-    """Scheme, host and port, as a browser's same-origin rule compares them."""
-    scheme = url.scheme.lower()
-    try:
-        port = url.port or _DEFAULT_PORTS.get(scheme)
-    except ValueError:
-        port = -1
-    return scheme, (url.hostname or "").lower(), port
 
 
 def _without_query(url: str) -> str:
@@ -247,11 +229,3 @@ def recipient_addresses(payload: dict[str, Any]) -> list[str]:
             if isinstance(address, str) and address and address not in addresses:
                 addresses.append(address)
     return addresses
-
-
-def _json(response: httpx.Response) -> dict[str, Any]:
-    try:
-        body = response.json()
-    except ValueError:
-        return {}
-    return body if isinstance(body, dict) else {}

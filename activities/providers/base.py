@@ -11,8 +11,9 @@ import email.utils
 import math
 import re
 import time
-from datetime import UTC, datetime
-from typing import ClassVar, Protocol
+from datetime import UTC, datetime, timedelta
+from typing import Any, ClassVar, Protocol
+from urllib.parse import SplitResult
 
 import httpx
 from durable_outbox_temporal.contract.item import (
@@ -93,6 +94,29 @@ async def probe_url(client: httpx.AsyncClient, url: str, limits: httpx.Timeout, 
     return f"HTTP {response.status_code}"
 
 
+def past_window(request: SubmitRequest, now: datetime, window: timedelta) -> bool:
+    """Whether the provider may have forgotten the item's first submit (its dedupe window has
+    passed): its first submit is older than `window`, or unknown on a retry."""
+    first_sent = request.first_submitted_at
+    if first_sent is None:
+        return request.attempt > 1
+    return now - first_sent > window
+
+
+_DEFAULT_PORTS = {"http": 80, "https": 443}
+
+
+def origin(url: SplitResult) -> tuple[str, str, int | None]:
+    """Scheme, host and port, as a browser's same-origin rule compares them: a URL a provider
+    answered with gets the destination's credentials only on the destination's origin."""
+    scheme = url.scheme.lower()
+    try:
+        port = url.port or _DEFAULT_PORTS.get(scheme)
+    except ValueError:
+        port = -1
+    return scheme, (url.hostname or "").lower(), port
+
+
 TRANSIENT_STATUS_CODES = frozenset({408, 425, 429, 500, 502, 503, 504})
 
 
@@ -166,13 +190,18 @@ def raise_for_status(
     raise PermanentProviderError(message, status_code=status_code, error_code=code)
 
 
-def error_code(response: httpx.Response) -> str | None:
-    """The `error.code` of a JSON error body (the Azure REST convention ACS follows), if any."""
+def json_object(response: httpx.Response) -> dict[str, Any]:
+    """The response's JSON body if it is an object; empty otherwise."""
     try:
         body = response.json()
     except ValueError:
-        return None
-    error = body.get("error") if isinstance(body, dict) else None
+        return {}
+    return body if isinstance(body, dict) else {}
+
+
+def error_code(response: httpx.Response) -> str | None:
+    """The `error.code` of a JSON error body (the Azure REST convention ACS follows), if any."""
+    error = json_object(response).get("error")
     code = error.get("code") if isinstance(error, dict) else None
     return str(code) if code else None
 

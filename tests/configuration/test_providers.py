@@ -17,6 +17,7 @@ from configuration.providers import (
     PROVIDER_SETTINGS,
     RETRY_AFTER_LIMIT_S,
     AcsEmailSettings,
+    HttpCallSettings,
     HttpProviderSettings,
     WebhookSettings,
 )
@@ -25,6 +26,7 @@ from tests.conftest import ACS_ACCESS_KEY, WEBHOOK_SECRET
 
 EMAIL_SETTINGS = {"endpoint": "https://acs.test", "access_key": ACS_ACCESS_KEY}
 WEBHOOK_SETTINGS = {"url": "https://receiver.test/hook", "secret": WEBHOOK_SECRET}
+PAY_SETTINGS = {"url": "https://pay.test/v1/charges", "auth": "bearer", "token": "sk_live_x"}
 
 
 def load(provider: str, settings: dict[str, Any]) -> DestinationRegistry:
@@ -55,6 +57,44 @@ def load(provider: str, settings: dict[str, Any]) -> DestinationRegistry:
         ("webhook", {**WEBHOOK_SETTINGS, "secret": "whsec_!!"}, "settings.secret: must be 'whsec_"),
         ("webhook", {**WEBHOOK_SETTINGS, "url": "ftp://x"}, "settings.url: must be an http"),
         ("webhook", {**WEBHOOK_SETTINGS, "headers": "x"}, "settings.headers: "),
+        ("http", {"auth": "none"}, "settings.url: Field required"),
+        ("http", {**PAY_SETTINGS, "token": None}, "token: required with auth = 'bearer'"),
+        ("http", {**PAY_SETTINGS, "auth": "basic"}, "username, password: required with auth"),
+        ("http", {**PAY_SETTINGS, "auth": "none"}, "token: not used with auth = 'none'"),
+        (
+            "http",
+            {**PAY_SETTINGS, "status_url": "https://other.test/{idempotency_key}"},
+            "status_url: must be on url's scheme, host and port",
+        ),
+        ("http", {**PAY_SETTINGS, "auth": "header"}, "auth_header: required with auth = 'header'"),
+        ("http", {**PAY_SETTINGS, "auth": "oauth"}, "settings.auth: Input should be 'none'"),
+        (
+            "http",
+            {**PAY_SETTINGS, "url": "https://pay.test/{order}"},
+            "settings.url: unknown placeholder \\{order\\}",
+        ),
+        (
+            "http",
+            {**PAY_SETTINGS, "status_url": "https://pay.test/{payload.id"},
+            "settings.status_url: has an unmatched",
+        ),
+        (
+            "http",
+            {**PAY_SETTINGS, "url": "https://{payload.host}/x"},
+            "settings.url: may not have a placeholder in its host",
+        ),
+        (
+            "http",
+            {**PAY_SETTINGS, "url": "pay.test/{idempotency_key}"},
+            "settings.url: must be an http",
+        ),
+        ("http", {**PAY_SETTINGS, "method": "GET"}, "settings.method: Input should be"),
+        (
+            "http",
+            {**PAY_SETTINGS, "max_body_bytes": 0},
+            "settings.max_body_bytes: .*greater than 0",
+        ),
+        ("http", {**PAY_SETTINGS, "idempotency_window_s": 0}, "settings.idempotency_window_s: "),
     ],
 )
 def test_bad_settings_are_refused_at_load_naming_destination_and_field(
@@ -77,7 +117,7 @@ def test_unknown_provider_kind_is_refused_at_load_listing_the_known_ones() -> No
     with pytest.raises(
         DestinationConfigError,
         match=r"destination 'fake-email': provider: unknown provider 'sms' \(known: acs-email,"
-        r" acs-sms, webhook\)",
+        r" acs-sms, http, webhook\)",
     ):
         load("sms", {})
 
@@ -150,3 +190,11 @@ max_retry_after_s = 86400
     local = {"DEST_HOOK_SETTINGS_PREVIOUS_SECRET_UNTIL": "2026-12-08T00:00:00"}
     with pytest.raises(DestinationConfigError, match="previous_secret_until: .*timezone"):
         load_destinations(path, local)
+
+
+def test_http_credentials_never_show_in_the_settings_text() -> None:
+    destination = load("http", {**PAY_SETTINGS, "auth": "header", "auth_header": "X-Api-Key"})
+    settings = destination.get("fake-email").settings_as(HttpCallSettings)  # type: ignore[union-attr]
+
+    assert settings.token is not None and settings.token.get_secret_value() == "sk_live_x"
+    assert "sk_live_x" not in repr(settings) and "sk_live_x" not in str(settings)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 import uuid
@@ -237,3 +238,62 @@ async def test_a_webhooks_dropped_response_was_delivered(fake, http) -> None:
 
     assert (await fake.admin.key_stats(message_id))["deliveries"] == 1
     assert [entry["key"] for entry in await fake.admin.deliveries("memory")] == [message_id]
+
+
+async def pay(
+    fake: FakeProvider, http: httpx.AsyncClient, key: str, amount: int = 100
+) -> httpx.Response:
+    return await http.post(
+        f"{fake.url}/payments",
+        json={"amount": amount, "currency": "eur"},
+        headers={
+            "Authorization": f"Bearer {fake.state.payment_token}",
+            "Idempotency-Key": f'"{key}"',
+        },
+    )
+
+
+async def test_the_payment_api_replays_a_key_then_forgets_it_but_keeps_the_payment(
+    http: httpx.AsyncClient,
+) -> None:
+    async with run_fake_provider(FaultConfig(payment_key_window_s=0.3)) as fake:
+        key = str(uuid.uuid4())
+        first = await pay(fake, http, key)
+        replayed = await pay(fake, http, key)
+        other_body = await pay(fake, http, key, amount=999)
+        await asyncio.sleep(0.4)  # the window is wall-clock time, as Stripe's is
+        after = await pay(fake, http, key)
+        found = await http.get(
+            f"{fake.url}/payments/by-key/{key}",
+            headers={"Authorization": f"Bearer {fake.state.payment_token}"},
+        )
+
+    assert first.status_code == 200 and replayed.json() == first.json()
+    assert replayed.headers["Idempotent-Replayed"] == "true"
+    assert other_body.status_code == 400 and other_body.json()["error"]["type"] == (
+        "idempotency_error"
+    )
+    assert key in other_body.json()["error"]["message"]
+    # Forgotten: executed again, a second payment.
+    assert after.status_code == 200 and after.json()["id"] != first.json()["id"]
+    assert found.status_code == 200 and found.json()["idempotency_key"] == key
+
+
+async def test_the_payment_api_refuses_a_call_without_a_key_or_the_token(
+    fake: FakeProvider, http: httpx.AsyncClient
+) -> None:
+    no_key = await http.post(
+        f"{fake.url}/payments",
+        json={"amount": 1},
+        headers={"Authorization": f"Bearer {fake.state.payment_token}"},
+    )
+    no_token = await http.post(
+        f"{fake.url}/payments", json={"amount": 1}, headers={"Idempotency-Key": "k"}
+    )
+    unknown = await http.get(
+        f"{fake.url}/payments/by-key/nope",
+        headers={"Authorization": f"Bearer {fake.state.payment_token}"},
+    )
+
+    assert (no_key.status_code, no_token.status_code, unknown.status_code) == (400, 401, 404)
+    assert await fake.admin.deliveries("payments") == []

@@ -9,6 +9,7 @@ from durable_outbox_temporal.destinations import Destination
 from activities.providers import PROVIDERS, build_provider
 from activities.providers.acs_email import AcsEmailProvider
 from activities.providers.acs_sms import AcsSmsProvider
+from activities.providers.http_call import HttpCallProvider
 from activities.providers.webhook import WebhookProvider
 from configuration.destinations import load_destinations
 from configuration.providers import PROVIDER_SETTINGS
@@ -30,11 +31,13 @@ async def test_build_provider_builds_each_kind_from_its_settings() -> None:
     email = Destination(name="mail", provider="acs-email", settings=EMAIL_SETTINGS)
     hook = Destination(name="hook", provider="webhook", settings=WEBHOOK_SETTINGS)
     sms = Destination(name="sms", provider="acs-sms", settings=EMAIL_SETTINGS)
+    pay = Destination(name="pay", provider="http", settings={"url": "https://pay.test/charges"})
 
     async with httpx.AsyncClient() as http:
         assert isinstance(build_provider(email, http), AcsEmailProvider)
         assert isinstance(build_provider(sms, http), AcsSmsProvider)
         assert isinstance(build_provider(hook, http), WebhookProvider)
+        assert isinstance(build_provider(pay, http), HttpCallProvider)
 
 
 async def test_build_provider_names_the_destination_and_field() -> None:
@@ -51,6 +54,7 @@ SHIPPED_CONFIGS = {
         "fake-email": "acs-email",
         "fake-webhook": "webhook",
         "fake-sms": "acs-sms",
+        "fake-payments": "http",
     },
     "bench/destinations.toml": {
         "bench-email": "acs-email",
@@ -65,6 +69,7 @@ SAMPLE_ENV = {
     "FAKE_PROVIDER_URL": "http://127.0.0.1:8025",
     "FAKE_ACS_ACCESS_KEY": ACS_ACCESS_KEY,
     "FAKE_WEBHOOK_SECRET": WEBHOOK_SECRET,
+    "FAKE_PAYMENT_TOKEN": "sk_test_token",
 }
 
 

@@ -18,7 +18,7 @@ from temporalio.client import Client
 
 from durable_outbox_temporal import lanes
 from durable_outbox_temporal.connection import TemporalConnection, check_stack_keys
-from durable_outbox_temporal.contract import debounce_rules, limits, sms
+from durable_outbox_temporal.contract import debounce_rules, http_call, limits, provider_payloads
 from durable_outbox_temporal.contract.debounce import DebounceWindowView
 from durable_outbox_temporal.contract.ids import (
     WORKFLOW_TASK_QUEUE,
@@ -40,6 +40,7 @@ from durable_outbox_temporal.errors import (
     CannotCancel,
     InvalidRequest,
     ItemNotFound,
+    PayloadTooLarge,
     UnknownDestination,
     check_same_request,
     failed_use_redrive,
@@ -282,7 +283,9 @@ class OutboxClient:
                 not_before=item.not_before,
             )
             debounce_rules.check_payload(item.payload)
-            sms.check_payload_for(target.provider, item.payload)
+            provider_payloads.check_payload_for(target.provider, target.settings, item.payload)
+        except http_call.BodyTooLarge as err:
+            raise PayloadTooLarge(str(err)) from None
         except ValueError as err:
             raise InvalidRequest(str(err)) from None
         return OutboxItemInput(

@@ -27,6 +27,11 @@ class InvalidRequest(OutboxError):
     """The outbox name, key or another argument is malformed."""
 
 
+class PayloadTooLarge(InvalidRequest):
+    """The payload is over its destination's size limit (an `http` destination's
+    `max_body_bytes`)."""
+
+
 class UnknownDestination(OutboxError):
     """No destination of that name is configured."""
 

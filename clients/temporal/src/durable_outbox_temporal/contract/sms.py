@@ -87,11 +87,3 @@ def check_sms_payload(payload: dict[str, Any]) -> None:
     unexpected = sorted(set(payload) - {"from", "message", "smsRecipients", "smsSendOptions"})
     if unexpected:
         raise ValueError(f"payload: {', '.join(unexpected)}: not a field of an ACS SMS send")
-
-
-def check_payload_for(provider: str, payload: dict[str, Any]) -> None:
-    """Refuse (ValueError) a payload the provider kind can never send: where an item is
-    enqueued and where a schedule's template is checked. Only `acs-sms` has a shape of its own;
-    other kinds take any JSON object."""
-    if provider == ACS_SMS:
-        check_sms_payload(payload)

@@ -96,6 +96,10 @@ def note_recipient_results(
             recipient.status, recipient.detail = result.status, result.detail
 
 
+# How an event says the provider's lookup found the item (the reconcile step).
+FOUND_BY_LOOKUP = "found by lookup: an earlier attempt's send, its answer lost"
+
+
 def apply_submit_result(
     item: OutboxItemInput, state: OutboxItemState, result: SubmitResult, at: datetime
 ) -> bool:
@@ -105,14 +109,17 @@ def apply_submit_result(
     expect_reports_on(item, state, result.recipients)
     note_recipient_results(item, state, result.recipient_results)
     if result.delivered:
-        return finish(state, ItemStatus.SENT, ItemEventType.SENT, at, "delivered")
+        detail = "delivered"
+        if result.found_by_lookup:
+            detail += f" ({FOUND_BY_LOOKUP})"
+        return finish(state, ItemStatus.SENT, ItemEventType.SENT, at, detail)
     state.operation_url = result.operation_url
     state.operation_started_at = at
     delay = item.policy.poll_interval_s if result.retry_after_s is None else result.retry_after_s
     state.next_attempt_at = at + timedelta(seconds=delay)
     detail = f"operation {result.operation_url}"
     if result.found_by_lookup:
-        detail += " (found by lookup: an earlier attempt's send, its answer lost)"
+        detail += f" ({FOUND_BY_LOOKUP})"
     return record(state, ItemEventType.ACCEPTED, ItemStatus.SENDING, at, detail)
 
 
