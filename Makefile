@@ -62,6 +62,8 @@ bench: install
 # Then 10,000 items in one ordering lane (1,000 with QUICK=1), in item mode and then in bulk mode,
 # with three worker SIGKILLs each: none lost, duplicated or reordered.
 # Then 100,000 commands to one aggregate (10,000): none lost, refused or applied twice.
+# Then an upgrade from the previous release with work in flight: everything finishes, none lost,
+# doubled or reordered, no non-determinism (docs/how-to/upgrade.md#the-upgrade-test).
 chaos: install
 	$(BIN)/pytest -p no:xdist -m chaos tests
 	QUICK=$(QUICK) CHAOS_MODE=item $(BIN)/python -m bench.chaos
@@ -70,6 +72,7 @@ chaos: install
 	QUICK=$(QUICK) LANE_MODE=bulk $(BIN)/python -m bench.lane_scale
 	QUICK=$(QUICK) $(BIN)/python -m bench.aggregate_scale
 	QUICK=$(QUICK) $(BIN)/python -m bench.bounded_load
+	$(BIN)/python -m bench.upgrade
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache build *.egg-info
