@@ -56,7 +56,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from configuration.redaction import install_log_redaction
-from configuration.settings import DEV_EVENTS_SECRET
+from configuration.settings import DEV_EVENTS_SECRET, PUBLIC_ACS_ACCESS_KEY, PUBLIC_WEBHOOK_SECRET
 from devstack import fake_sms
 from devstack.fake_memory import RESULT, RepeatableRequests, SeenIds
 from devstack.fake_reports import SCHEMAS, ReportSender, ReportSettings
@@ -64,8 +64,9 @@ from devstack.serving import serve_in_background
 
 log = logging.getLogger("fake_provider")
 
-DEFAULT_ACS_ACCESS_KEY = "ZmFrZS1hY3MtYWNjZXNzLWtleQ=="
-DEFAULT_WEBHOOK_SECRET = "whsec_ZmFrZS13ZWJob29rLXNpZ25pbmctc2VjcmV0"
+# Published (config/destinations.toml's fallbacks): production processes refuse them.
+DEFAULT_ACS_ACCESS_KEY = PUBLIC_ACS_ACCESS_KEY
+DEFAULT_WEBHOOK_SECRET = PUBLIC_WEBHOOK_SECRET
 # Standard Webhooks receivers reject timestamps further than this from their clock.
 WEBHOOK_TOLERANCE_S = 300
 
