@@ -17,7 +17,8 @@
     outbox aggregates state flight BA1 | outbox aggregates events flight BA1 [--all]
     outbox dev                                      # what `make dev` runs
 
-`--api` (or OUTBOX_API_URL) picks the API; API_TOKEN, when set, is sent as a bearer token.
+`--api` (or OUTBOX_API_URL) picks the API, by default the running `make dev` stack's (on its
+DEV_API_PORT); API_TOKEN, when set, is sent as a bearer token.
 `--output table` prints a table, `--output json` the API's JSON; without it, a table on a
 terminal and JSON in a pipe or file (`tail` prints one line per event unless `--output json`).
 """
@@ -40,6 +41,7 @@ from urllib.parse import quote
 import httpx
 from durable_outbox_temporal.contract.item import DeliveryOutcome, ItemStatus
 
+from configuration.api_address import default_api_url
 from configuration.version import VERSION
 
 BATCH_SIZE = 100
@@ -765,8 +767,10 @@ def _global_options() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--api",
-        default=os.environ.get("OUTBOX_API_URL", "http://127.0.0.1:8000"),
-        help="the API's base URL (default: $OUTBOX_API_URL, else http://127.0.0.1:8000)",
+        # Resolved in `main`, not here: the reference page generated from this parser stays the
+        # same whatever stack runs beside it.
+        help="the API's base URL (default: $OUTBOX_API_URL, else the API of the running `make"
+        " dev` stack, else http://127.0.0.1:$DEV_API_PORT, port 8000 when unset)",
     )
     parser.add_argument(
         "--token",
@@ -1051,6 +1055,7 @@ def _add_tail_command(commands: _Commands) -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> None:
     """Run one command; every failure ends as one line on stderr and an `ExitCode`."""
     args = build_parser().parse_args(argv)
+    args.api = args.api or default_api_url(os.environ)
     try:
         args.run(args)
         sys.stdout.flush()  # here, so a closed pipe is met while we can still handle it

@@ -21,7 +21,7 @@ from typing import Any
 import httpx
 from durable_outbox_temporal import OutboxClient, connect
 from durable_outbox_temporal.aggregates import AggregateClient
-from durable_outbox_temporal.codec import codec_from_environment, data_converter
+from durable_outbox_temporal.codec import EncryptionCodec, codec_from_environment, data_converter
 from durable_outbox_temporal.connection import (
     missing_search_attributes,
     missing_search_attributes_message,
@@ -56,12 +56,24 @@ from activities.purge import PurgeActivities
 from activities.redrive import RedriveActivities
 from activities.schedules import ScheduleActivities
 from configuration.destinations import load_destinations
+from configuration.production import (
+    InsecureConfiguration,
+    open_payloads,
+    public_credentials,
+    refuse_open_production,
+)
 from configuration.providers import HttpProviderSettings
 from configuration.redaction import install_log_redaction
 from configuration.settings import Settings, get_settings
 from configuration.version import VERSION
 from flowcontrol.guard import FlowGuard
-from readmodel.db import SchemaNewerThanCode, create_schema, make_engine, verify_schema
+from readmodel.db import (
+    SchemaNewerThanCode,
+    create_schema,
+    make_engine,
+    schema_not_at_head,
+    verify_schema,
+)
 from readmodel.payload_store import claim_checks, prune_forever
 from readmodel.writer import ProjectionWriter
 from service.aggregate_types import AggregateTypeError, AggregateTypes, load_aggregate_types
@@ -350,6 +362,8 @@ async def run_worker(
         if unknown:
             raise SystemExit(f"unknown destinations: {', '.join(unknown)}")
         destinations = [d for d in destinations if d.name in only_destinations]
+    codec = codec_from_environment()
+    refuse_an_open_production(settings, codec, destinations)
     engine = None
     if run_workflows:
         engine = make_engine(settings.database_url)
@@ -369,7 +383,6 @@ async def run_worker(
     ledger_engine = engine or storage_engine or make_engine(settings.database_url)
     if engine is None:
         _refuse_a_newer_schema(ledger_engine, aggregate_types)
-    codec = codec_from_environment()
     for database in (engine, storage_engine, ledger_engine):
         if database is not None:
             # The read model's columns of a caller's data are sealed under the payload keys.
@@ -451,15 +464,35 @@ async def run_worker(
         storage_engine.dispose()
 
 
+def refuse_an_open_production(
+    settings: Settings, codec: EncryptionCodec | None, destinations: Sequence[Destination]
+) -> None:
+    """As the API: a production worker does not start with plain payloads or a published
+    credential for a destination it serves unless `ALLOW_INSECURE`; otherwise it says what is
+    open."""
+    reasons = open_payloads(codec) + public_credentials(destinations)
+    try:
+        refuse_open_production("worker", settings, reasons)
+    except InsecureConfiguration as err:
+        raise SystemExit(str(err)) from None
+    for reason in reasons:
+        log.warning("INSECURE: %s", reason)
+
+
 def _refuse_a_newer_schema(engine: Engine, aggregate_types: AggregateTypes) -> None:
-    """An activities-only worker migrates nothing, but must not run on a schema it predates."""
+    """An activities-only worker migrates nothing, but must not run on a schema it predates, and
+    says (as `/readyz` does) when the schema is behind it."""
     try:
         verify_schema(engine, aggregate_types.migrations)
+        behind = schema_not_at_head(engine, aggregate_types.migrations)
     except SchemaNewerThanCode as err:
         raise SystemExit(f"durable-outbox {VERSION} refuses to start: {err}") from None
     except DBAPIError as err:
         # As before: the database may come up after the worker; its activities retry.
         log.warning("read model unreachable at start-up (%s); continuing", type(err).__name__)
+        return
+    if behind:
+        log.error("%s", behind)
 
 
 def main(argv: list[str] | None = None) -> None:

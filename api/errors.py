@@ -62,6 +62,7 @@ from temporalio.client import RPCTimeoutOrCancelledError
 from temporalio.service import RPCError, RPCStatusCode
 
 from api.problem_codes import FALLBACK_CODE, PROBLEM_CODES, STATUS_CODES, domain_code
+from readmodel.db import missing_schema_object
 from readmodel.store import InvalidCursor
 from service.dead_letters import NotADeadLetter, RedriveBatchNotFound
 from service.schedules import InvalidSchedule, ScheduleExists, ScheduleNotFound
@@ -249,6 +250,16 @@ def known_problem(err: Exception) -> ApiProblem | None:
     if isinstance(err, RPCError) and err.status == RPCStatusCode.NOT_FOUND:
         # The item ended or vanished between two calls of one request: a race, not a bug.
         return ApiProblem(404, "item-not-found", "Item not found", "no such item")
+    if isinstance(err, DBAPIError) and (missing := missing_schema_object(err)) is not None:
+        # Retrying cannot help: the schema must be migrated (or this release rolled back).
+        return ApiProblem(
+            503,
+            "schema-not-at-head",
+            "Read model schema not at head",
+            f"the read model's database has no {missing}: its schema is behind this release;"
+            " run `alembic upgrade heads` with this release's DATABASE_URL",
+            missing=missing,
+        )
     if isinstance(err, DBAPIError):
         return ApiProblem(
             503,

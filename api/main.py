@@ -5,13 +5,15 @@ the destinations, the read-model engine (schema created at start-up) and the liv
 Tests inject their own client and engine so the real app runs against a test server.
 
 With `OUTBOX_ENV=production` (the image's default) the lifespan refuses an open configuration
-(no token, no payload keys, a public events secret) unless `ALLOW_INSECURE` is set
-(`api/security.py`). Every log line has its `token=` and `secret=` values replaced with `***`
-(`configuration/redaction.py`).
+(no token, no payload keys, a published credential) unless `ALLOW_INSECURE` is set
+(`api/security.py`, `configuration/production.py`). Every log line has its `token=` and
+`secret=` values replaced with `***` (`configuration/redaction.py`).
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 import secrets
 from collections.abc import AsyncIterator, Callable
@@ -21,6 +23,10 @@ from datetime import timedelta
 from durable_outbox_temporal import OutboxClient, TemporalConnection
 from durable_outbox_temporal.aggregates import AggregateClient
 from durable_outbox_temporal.codec import codec_from_environment, data_converter
+from durable_outbox_temporal.connection import (
+    missing_search_attributes,
+    missing_search_attributes_message,
+)
 from durable_outbox_temporal.contract.sealed_columns import seal_with
 from durable_outbox_temporal.destinations import DestinationRegistry
 from durable_outbox_temporal.tracing import configure_tracing
@@ -64,7 +70,7 @@ from configuration.destinations import load_destinations
 from configuration.redaction import install_log_redaction
 from configuration.settings import Settings, get_settings
 from configuration.version import VERSION
-from readmodel.db import SchemaNewerThanCode, create_schema, make_engine
+from readmodel.db import SchemaNewerThanCode, create_schema, make_engine, schema_not_at_head
 from readmodel.payload_store import claim_checks
 from service.aggregate_types import AggregateTypes, load_aggregate_types
 from service.aggregates import AggregateService
@@ -171,9 +177,14 @@ def lifespan(
         )
         app.state.metrics.backlog.attach(db)
         app.state.metrics.destinations.attach(app.state.resources.controls)
+        # In the background: the API starts (and /readyz answers) while Temporal is down.
+        search_attributes = asyncio.create_task(_log_missing_search_attributes(app, outbox))
         try:
             yield
         finally:
+            search_attributes.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await search_attributes
             await app.state.metrics.backlog.detach()
             await app.state.metrics.destinations.detach()
             await app.state.live.close()
@@ -189,9 +200,28 @@ def _create_schema(db: Engine, aggregate_types: AggregateTypes) -> None:
         create_schema(db, aggregate_types.migrations)
     except DBAPIError as err:
         # Start anyway: /readyz reports the database, and the worker creates the schema too.
-        log.error("read model unreachable at start-up (%s); continuing", type(err).__name__)
+        log.error("read model not migrated at start-up (%s); continuing", type(err).__name__)
+        # A database that answers but would not migrate (no DDL rights): what /readyz says.
+        with contextlib.suppress(DBAPIError):
+            behind = schema_not_at_head(db, aggregate_types.migrations)
+            if behind:
+                log.error("%s", behind)
     except SchemaNewerThanCode as err:
         raise StartupRefused(f"durable-outbox {VERSION} refuses to start: {err}") from None
+
+
+async def _log_missing_search_attributes(app: FastAPI, outbox: OutboxClient) -> None:
+    """Say at start, as the worker does and as `/readyz` answers, that the namespace lacks the
+    search attributes every item's start needs."""
+    try:
+        missing = await missing_search_attributes(await outbox.temporal())
+    except Exception as err:  # Temporal down: /readyz says so
+        log.warning("search attributes not checked at start-up: %s: %s", type(err).__name__, err)
+        return
+    if missing:
+        log.error("%s", missing_search_attributes_message(missing))
+    else:
+        app.state.search_attributes_registered = True
 
 
 def _connect(

@@ -189,6 +189,14 @@ _GENERAL = (
         _RETRY_LATER,
     ),
     ProblemCode(
+        "schema-not-at-head",
+        503,
+        "The read-model database lacks a table or column this release uses (`missing` names"
+        " it): its schema was not migrated to this release's head revisions.",
+        "Run `alembic upgrade heads` with this release's `DATABASE_URL` (or start a worker, which"
+        " migrates at start-up); retrying without it does not help. `/readyz` says the same.",
+    ),
+    ProblemCode(
         "payload-key-missing",
         503,
         "A stored value (a payload, an address, an event's data) is encrypted under a payload key"
@@ -199,8 +207,11 @@ _GENERAL = (
     ProblemCode(
         "not-ready",
         503,
-        "A dependency the API needs is unreachable (`down` lists them).",
-        "Wait for it; `/readyz` turns 200 when the API can serve.",
+        "A dependency the API needs is unreachable or not set up (`down` lists them: `temporal`,"
+        " `database`, `schema` behind this release, `search_attributes` missing); `detail` says"
+        " what to do for the last two.",
+        "Wait for what is down; migrate the schema (`alembic upgrade heads`) or register the"
+        " search attributes as `detail` says. `/readyz` turns 200 when the API can serve.",
     ),
     ProblemCode(
         "error",

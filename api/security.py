@@ -16,13 +16,10 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from api.auth import CODEC_PATH, ApiToken
 from api.errors import ApiProblem, problem_response
-from configuration.settings import PUBLIC_EVENTS_SECRETS, Settings
+from configuration.production import open_payloads, public_credentials, refuse_open_production
+from configuration.settings import Settings
 
 log = logging.getLogger("outbox.api")
-
-
-class InsecureConfiguration(RuntimeError):
-    """A production API would start open; the message lists what is missing."""
 
 
 def open_configuration(
@@ -32,20 +29,7 @@ def open_configuration(
     reasons = []
     if not tokens:
         reasons.append("no API token (API_TOKEN or API_TOKENS_FILE): anyone may call the API")
-    if codec is None:
-        reasons.append("no payload keys (PAYLOAD_KEYS or PAYLOAD_KEYS_FILE): plain payloads")
-        reasons.append(
-            "read model: callers' data (payloads, addresses, event details, attempt bodies,"
-            " aggregate events and state) stored in plain text, without payload keys"
-        )
-    for destination in destinations:
-        secret = destination.events_secret
-        if secret is not None and secret.get_secret_value() in PUBLIC_EVENTS_SECRETS:
-            reasons.append(
-                f"destination {destination.name!r} takes delivery reports with the public"
-                " development events_secret"
-            )
-    return reasons
+    return reasons + open_payloads(codec) + public_credentials(destinations)
 
 
 class AllowedHosts:
@@ -162,12 +146,7 @@ def check_configuration(
         log.info("API requires a bearer token (%d configured)", len(app.state.tokens))
         if not settings.metrics_token_required:
             chosen.append("METRICS_TOKEN_REQUIRED=false: /metrics answers without a token")
-    if reasons and settings.outbox_env == "production" and not settings.allow_insecure:
-        raise InsecureConfiguration(
-            "refusing to start a production API (OUTBOX_ENV=production) with an open"
-            f" configuration: {'; '.join(reasons)}. Set them (README, Security), or"
-            " ALLOW_INSECURE=1 to run open on purpose."
-        )
+    refuse_open_production("API", settings, reasons)
     for reason in reasons + chosen:
         log.warning("INSECURE: %s", reason)
     app.state.insecure = reasons + chosen

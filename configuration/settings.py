@@ -15,6 +15,12 @@ PROJECT_ROOT = Path(__file__).resolve().parent.parent
 # (`make dev`'s): published here, so a production API refuses to take reports with it.
 DEV_EVENTS_SECRET = "dev-events-secret"
 PUBLIC_EVENTS_SECRETS = frozenset({DEV_EVENTS_SECRET})
+# The fake provider's credentials, config/destinations.toml's fallbacks unless FAKE_ACS_ACCESS_KEY,
+# FAKE_WEBHOOK_SECRET and FAKE_PAYMENT_TOKEN are set: published here, so no production process
+# signs with them.
+PUBLIC_ACS_ACCESS_KEY = "ZmFrZS1hY3MtYWNjZXNzLWtleQ=="
+PUBLIC_WEBHOOK_SECRET = "whsec_ZmFrZS13ZWJob29rLXNpZ25pbmctc2VjcmV0"
+PUBLIC_PAYMENT_TOKEN = "sk_test_fake_payment_token"
 # The seed examples (`examples/`), registered like any type of one's own.
 SEED_AGGREGATE_TYPES = "examples.flight:FLIGHT,examples.labour:LABOUR,examples.lock:LOCK"
 
@@ -57,12 +63,13 @@ class Settings(BaseSettings):
     outbox_env: Literal["development", "production"] = Field(
         default="development",
         description="`production` (the image's default): the API refuses to start without a"
-        " token, payload keys and private events secrets unless `ALLOW_INSECURE` is set.",
+        " token, and the API and the worker without payload keys or with a public development"
+        " credential (events secret, access key, webhook secret), unless `ALLOW_INSECURE` is set.",
     )
     allow_insecure: bool = Field(
         default=False,
-        description="Let a `production` API start with an open configuration anyway; it then"
-        " warns on every start and `/readyz` lists what is open.",
+        description="Let a `production` API or worker start with an open configuration anyway;"
+        " it then warns on every start and `/readyz` lists what is open.",
     )
     allowed_hosts: str = Field(
         default="*",

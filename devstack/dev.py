@@ -13,7 +13,8 @@ reports), DEV_FAKE_ARGS (none: extra fake provider flags such as
 `--bounce-rate 0.2 --duplicate-reports`, which win over the stack's own),
 DEV_TEMPORAL_METRICS_PORT (random: the dev server's Prometheus `/metrics`). The children get the
 matching TEMPORAL_ADDRESS and FAKE_PROVIDER_URL, and DATABASE_URL (SQLite in the data directory)
-unless it is set.
+unless it is set. While the stack is up, its API's URL is in `api-url` in the data directory,
+where the `outbox` CLI looks for its default API.
 
 The fake provider POSTs its ACS delivery reports (as Event Grid would) to the API's
 `/v1/destinations/fake-email/events` (SMS reports: `.../fake-sms/events`), with the secret both
@@ -40,6 +41,12 @@ from typing import IO
 
 from durable_outbox_temporal.codec import new_key_setting
 
+from configuration.api_address import (
+    API_URL_FILE,
+    DEFAULT_DEV_API_PORT,
+    dev_api_url,
+    dev_data_dir,
+)
 from configuration.settings import DEV_EVENTS_SECRET, PROJECT_ROOT
 from devstack.temporal_server import (
     STOP_GRACE_S,
@@ -167,12 +174,12 @@ def _pipe_output(child: Child, colour: bool) -> None:
 
 def build_children(env: dict[str, str]) -> list[Child]:
     """The four processes, in start order, configured from DEV_* variables (`env` is updated)."""
-    data_dir = Path(env.get("DEV_DATA_DIR", str(PROJECT_ROOT / ".data"))).resolve()
+    data_dir = dev_data_dir(env)
     temporal_port = int(env.get("DEV_TEMPORAL_PORT", "7233"))
     ui_port = int(env.get("DEV_UI_PORT", "8233"))
     metrics_port = env.get("DEV_TEMPORAL_METRICS_PORT")
     fake_port = int(env.get("DEV_FAKE_PORT", "8025"))
-    api_port = int(env.get("DEV_API_PORT", "8000"))
+    api_port = int(env.get("DEV_API_PORT", DEFAULT_DEV_API_PORT))
     python = sys.executable
     # The stack's own servers, whatever a shell or .env points at (a cloud cluster, say).
     env["TEMPORAL_ADDRESS"] = f"127.0.0.1:{temporal_port}"
@@ -264,9 +271,9 @@ def api_requires_token(api_url: str) -> bool:
 
 def banner(env: dict[str, str]) -> str:
     """What is running where, how to call it, and whether the API asks for a token."""
-    api = f"http://127.0.0.1:{env.get('DEV_API_PORT', '8000')}"
+    api = dev_api_url(env)
     ui = f"http://127.0.0.1:{env.get('DEV_UI_PORT', '8233')}"
-    data_dir = Path(env.get("DEV_DATA_DIR", str(PROJECT_ROOT / ".data"))).resolve()
+    data_dir = dev_data_dir(env)
     # Ask the API itself: its tokens may come from the environment or from the project's .env.
     if api_requires_token(api):
         auth = "bearer token required (API_TOKEN)"
@@ -482,6 +489,8 @@ def main() -> int:
         signal.signal(sig, on_signal)
     try:
         start(children, env, stopping=stopping)
+        # The `outbox` CLI's default API while the stack is up, whatever DEV_API_PORT it has.
+        (dev_data_dir(env) / API_URL_FILE).write_text(dev_api_url(env) + "\n")
         print(banner(env), flush=True)
         colour = _use_colour()
         while not stopping.wait(0.5):
@@ -496,6 +505,7 @@ def main() -> int:
         return 1
     finally:
         stop(children, hurry)
+        (dev_data_dir(env) / API_URL_FILE).unlink(missing_ok=True)
         print("dev: stopped", file=sys.stderr, flush=True)
 
 

@@ -56,7 +56,12 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from configuration.redaction import install_log_redaction
-from configuration.settings import DEV_EVENTS_SECRET
+from configuration.settings import (
+    DEV_EVENTS_SECRET,
+    PUBLIC_ACS_ACCESS_KEY,
+    PUBLIC_PAYMENT_TOKEN,
+    PUBLIC_WEBHOOK_SECRET,
+)
 from devstack import fake_payments, fake_sms
 from devstack.fake_memory import RESULT, RepeatableRequests, SeenIds
 from devstack.fake_reports import SCHEMAS, ReportSender, ReportSettings
@@ -64,10 +69,11 @@ from devstack.serving import serve_in_background
 
 log = logging.getLogger("fake_provider")
 
-DEFAULT_ACS_ACCESS_KEY = "ZmFrZS1hY3MtYWNjZXNzLWtleQ=="
-DEFAULT_WEBHOOK_SECRET = "whsec_ZmFrZS13ZWJob29rLXNpZ25pbmctc2VjcmV0"
+# Published (config/destinations.toml's fallbacks): production processes refuse them.
+DEFAULT_ACS_ACCESS_KEY = PUBLIC_ACS_ACCESS_KEY
+DEFAULT_WEBHOOK_SECRET = PUBLIC_WEBHOOK_SECRET
 # The bearer token of the fake's payment API (`devstack/fake_payments.py`).
-DEFAULT_PAYMENT_TOKEN = "sk_test_fake_payment_token"
+DEFAULT_PAYMENT_TOKEN = PUBLIC_PAYMENT_TOKEN
 # Standard Webhooks receivers reject timestamps further than this from their clock.
 WEBHOOK_TOLERANCE_S = 300
 

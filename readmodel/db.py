@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import sqlite3
 import time
 from collections.abc import Iterator, Sequence
@@ -16,11 +17,16 @@ from alembic.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy import Connection, Engine, create_engine, event, inspect, text
 from sqlalchemy.engine import make_url
+from sqlalchemy.exc import DBAPIError
 
 # Any constant will do: it names the lock every process takes while it migrates the schema.
 _SCHEMA_LOCK_KEY = 0x6F7574626F78  # "outbox"
 _WAL_SWITCH_TIMEOUT_S = 30.0
 MIGRATIONS_DIR = Path(__file__).resolve().parent / "migrations"
+# PostgreSQL's SQLSTATEs for a table and a column the statement names but the schema lacks.
+_UNDEFINED_OBJECT_STATES = {"42P01": "table", "42703": "column"}
+_POSTGRES_NAMED = re.compile(r'(?:relation|column) "([^"]+)"')
+_SQLITE_MISSING = re.compile(r"no such (table|column): (\S+)")
 # The revision whose tables `create_schema` made before the read model had migrations.
 UNVERSIONED_REVISION = "0001"
 
@@ -116,6 +122,36 @@ def verify_schema(engine: Engine, migrations: Sequence[Path] = ()) -> None:
     migrating it to others (an activities-only worker)."""
     with engine.connect() as connection:
         check_schema_known(connection, alembic_config(connection, migrations))
+
+
+def schema_not_at_head(engine: Engine, migrations: Sequence[Path] = ()) -> str | None:
+    """Why the read model's schema is not at this code's head revisions, naming both and the way
+    there; None when it is. Raises if the database does not answer."""
+    with engine.connect() as connection:
+        script = ScriptDirectory.from_config(alembic_config(connection, migrations))
+        current = set(MigrationContext.configure(connection).get_current_heads())
+    heads = set(script.get_heads())
+    if heads <= current:
+        return None
+    at = ", ".join(sorted(current)) or "none (no `alembic_version` table)"
+    return (
+        f"the read model's schema is at revision {at}, not at this code's head"
+        f" {', '.join(sorted(heads))}: run `alembic upgrade heads` with this release's"
+        " DATABASE_URL (docs/how-to/upgrade.md)"
+    )
+
+
+def missing_schema_object(err: DBAPIError) -> str | None:
+    """The table or column a statement failed on because the schema lacks it (`table
+    "outbox_items"`), the sign of a schema behind the code; None for any other database error."""
+    state = getattr(err.orig, "sqlstate", None)
+    if state in _UNDEFINED_OBJECT_STATES:
+        named = _POSTGRES_NAMED.search(str(err.orig))
+        return f'{_UNDEFINED_OBJECT_STATES[state]} "{named.group(1) if named else "?"}"'
+    missing = _SQLITE_MISSING.search(str(err.orig))
+    if isinstance(err.orig, sqlite3.OperationalError) and missing:
+        return f'{missing.group(1)} "{missing.group(2)}"'
+    return None
 
 
 def alembic_config(connection: Connection, migrations: Sequence[Path] = ()) -> Config:

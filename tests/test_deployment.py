@@ -24,7 +24,7 @@ from durable_outbox_temporal.contract.search_attributes import ALL
 from temporalio.envconfig import ClientConfigProfile
 
 from api.main import create_app
-from api.security import InsecureConfiguration
+from configuration.production import InsecureConfiguration
 from configuration.settings import Settings
 from devstack.fake_provider import command_line_parser
 

@@ -20,7 +20,7 @@ from api.errors import RETRY_AFTER_S, ApiProblem
 from api.metrics import require_metrics_token
 from api.schemas import problem_responses
 from configuration.version import VERSION
-from readmodel.db import ping
+from readmodel.db import ping, schema_not_at_head
 
 log = logging.getLogger("outbox.api")
 
@@ -39,15 +39,15 @@ async def healthz() -> dict[str, str]:
 
 @router.get(
     "/readyz",
-    summary="Temporal and the read-model database answer",
+    summary="Temporal and the read-model database answer, schema and search attributes in place",
     responses=problem_responses(503),
 )
 async def readyz(resources: ResourcesDep, request: Request) -> dict[str, str | list[str]]:
-    """200 when both answer within the timeout and the namespace has the product's search
-    attributes; else 503 naming what is down or missing. An API running open (in development,
-    or in production with `ALLOW_INSECURE`) lists what is open under `insecure`, ready or not:
-    no token, no payload keys (the read model then holds callers' data in plain text), a public
-    events secret."""
+    """200 when both answer within the timeout, the read model's schema is at this release's
+    head and the namespace has the product's search attributes; else 503 naming what is down,
+    behind or missing. An API running open (in development, or in production with
+    `ALLOW_INSECURE`) lists what is open under `insecure`, ready or not: no token, no payload
+    keys (the read model then holds callers' data in plain text), a published credential."""
     insecure: list[str] = request.app.state.insecure
     checks: dict[str, Awaitable[object]] = {
         "temporal": _temporal_answers(resources),
@@ -63,6 +63,17 @@ async def readyz(resources: ResourcesDep, request: Request) -> dict[str, str | l
             f"not reachable: {', '.join(down)}",
             {"Retry-After": RETRY_AFTER_S},
             down=down,
+            **({"insecure": insecure} if insecure else {}),
+        )
+    behind = await _schema_not_at_head(resources, request)
+    if behind:
+        raise ApiProblem(
+            503,
+            "not-ready",
+            "Not ready",
+            behind,
+            {"Retry-After": RETRY_AFTER_S},
+            down=["schema"],
             **({"insecure": insecure} if insecure else {}),
         )
     missing = await _missing_search_attributes(resources, request)
@@ -96,6 +107,28 @@ async def metrics(api_metrics: MetricsDep) -> Response:
 async def _temporal_answers(resources: Resources) -> None:
     client = await resources.outbox.temporal()
     await client.workflow_service.get_system_info(GetSystemInfoRequest())
+
+
+async def _schema_not_at_head(resources: Resources, request: Request) -> str | None:
+    """Why the read model's schema is not at head, asked until it is once (a running release's
+    schema only moves forward). A database that will not say was reported down already."""
+    if getattr(request.app.state, "schema_at_head", False):
+        return None
+    try:
+        behind = await asyncio.wait_for(
+            asyncio.to_thread(
+                schema_not_at_head, resources.engine, resources.aggregate_types.migrations
+            ),
+            READY_TIMEOUT_S,
+        )
+    except Exception as err:
+        log.warning("readiness: schema revision not read: %s: %s", type(err).__name__, err)
+        return None
+    if behind:
+        log.error("readiness: %s", behind)
+    else:
+        request.app.state.schema_at_head = True
+    return behind
 
 
 async def _missing_search_attributes(resources: Resources, request: Request) -> list[str]:

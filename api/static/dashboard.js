@@ -6,7 +6,7 @@ const tokenInput = $("token");
 // script of this origin for good. An older page's stored copy is dropped.
 localStorage.removeItem("outbox-token");
 tokenInput.value = sessionStorage.getItem("outbox-token") || "";
-tokenInput.addEventListener("change", () => { sessionStorage.setItem("outbox-token", tokenInput.value); refresh(); });
+tokenInput.addEventListener("change", () => { sessionStorage.setItem("outbox-token", tokenInput.value); load(); });
 $("token-form").addEventListener("submit", (event) => event.preventDefault());
 $("delivery-filter").addEventListener("change", () => { if (state.outbox) firstPage(); });
 for (const id of ["status-filter", "destination-filter", "key-filter"]) $(id).addEventListener("change", () => { if (state.outbox) firstPage(); });
@@ -63,7 +63,11 @@ async function api(path, options = {}) {
   if (tokenInput.value) headers.Authorization = `Bearer ${tokenInput.value}`;
   const response = await fetch(path, { ...options, headers });
   const body = response.status === 204 ? null : await response.json();
-  if (!response.ok) throw new Error(body && body.detail ? `${body.title}: ${body.detail}` : response.statusText);
+  if (!response.ok) {
+    const error = new Error(body && body.detail ? `${body.title}: ${body.detail}` : response.statusText);
+    error.status = response.status;
+    throw error;
+  }
   return body;
 }
 
@@ -275,10 +279,29 @@ async function refresh() {
   else if (state.outbox) await loadItems();
 }
 
+// A body each provider accepts, so the form's test item can succeed as it stands: ACS's send-email
+// and send-SMS request bodies, and any JSON for a webhook.
+const SAMPLE_PAYLOADS = {
+  "acs-email": { senderAddress: "noreply@example.com", recipients: { to: [{ address: "ada@example.com" }] }, content: { subject: "A test item", plainText: "Sent from the dashboard" } },
+  "acs-sms": { from: "+18005550100", smsRecipients: [{ to: "+15550100" }], message: "A test item from the dashboard" },
+  webhook: { event: "dashboard.test" },
+};
+const samplePayloads = new Set(Object.values(SAMPLE_PAYLOADS).map((body) => JSON.stringify(body, null, 1)));
+// The chosen destination's sample, unless the payload was edited (then it stays).
+function offerSamplePayload() {
+  const payload = $("enqueue-payload"), option = $("enqueue-destination").selectedOptions[0];
+  const sample = option && SAMPLE_PAYLOADS[option.dataset.provider];
+  if (sample && (!payload.value.trim() || samplePayloads.has(payload.value))) payload.value = JSON.stringify(sample, null, 1);
+}
+$("enqueue-destination").addEventListener("change", offerSamplePayload);
+
 async function loadDestinations() {
   const stats = await api(`/v1/outboxes/${encodeURIComponent($("enqueue-outbox").value || "demo")}/stats`);
   const select = $("enqueue-destination");
-  select.replaceChildren(...stats.destinations.map((d) => { const o = document.createElement("option"); o.value = d.name; o.textContent = `${d.name} (${d.provider})`; return o; }));
+  const chosen = select.value;
+  select.replaceChildren(...stats.destinations.map((d) => { const o = document.createElement("option"); o.value = d.name; o.dataset.provider = d.provider; o.textContent = `${d.name} (${d.provider})`; return o; }));
+  if (stats.destinations.some((d) => d.name === chosen)) select.value = chosen;
+  offerSamplePayload();
 }
 
 async function selectOutbox(outbox) {
@@ -700,4 +723,13 @@ $("enqueue-form").addEventListener("submit", async (event) => {
   } catch (error) { $("enqueue-result").textContent = error.message; }
 });
 
-refresh().then(openHash).then(loadDestinations).catch((error) => { $("live").textContent = error.message; });
+// An API with tokens answers 401 until one is given: say where it goes, not just "Unauthorized".
+function load() {
+  return refresh().then(openHash).then(loadDestinations).catch((error) => {
+    $("live").textContent = error.status === 401
+      ? "This API needs a token: paste one (API_TOKEN's or a tokens file's) into the API token box"
+      : error.message;
+    if (error.status === 401) tokenInput.focus();
+  });
+}
+load();

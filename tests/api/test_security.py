@@ -27,12 +27,18 @@ from api.auth import (
     session_value,
 )
 from api.main import create_app
-from api.security import InsecureConfiguration
+from configuration.production import InsecureConfiguration
 from configuration.redaction import RedactSecrets
 from tests.api.conftest import api_settings
 from tests.api.test_items import assert_problem
 
 TOKEN = "t0ken-with/slash+plus="
+# config/destinations.toml's fake credentials, set to values nobody has published.
+PRIVATE_FAKE_CREDENTIALS = {
+    "FAKE_EMAIL_EVENTS_SECRET": "a-private-events-secret-of-ours",
+    "FAKE_ACS_ACCESS_KEY": base64.b64encode(b"a private access key").decode(),
+    "FAKE_WEBHOOK_SECRET": "whsec_" + base64.b64encode(b"a private webhook secret").decode(),
+}
 KEYS = new_key_setting("k1")
 
 
@@ -69,7 +75,8 @@ async def test_a_production_api_starts_once_every_secret_is_set(
     engine: Engine, monkeypatch
 ) -> None:
     monkeypatch.setenv("PAYLOAD_KEYS", KEYS)
-    monkeypatch.setenv("FAKE_EMAIL_EVENTS_SECRET", "a-private-events-secret-of-ours")
+    for name, value in PRIVATE_FAKE_CREDENTIALS.items():
+        monkeypatch.setenv(name, value)
     app = create_app(api_settings(outbox_env="production", api_token=TOKEN), engine=engine)
 
     async with app.router.lifespan_context(app):

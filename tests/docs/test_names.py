@@ -1,20 +1,34 @@
-"""Every API route and environment variable the docs name in code spans exists: a route of the
-app (or a prefix of its routes), a variable the settings read or the code, the compose file or
-the Makefile uses, or one of another program's that the docs tell you to set."""
+"""Every name the docs and the README write in code spans exists in the code: an API route (or a
+prefix of its routes); an environment variable the settings read or the code, the compose file
+or the Makefile uses, or one of another program's that the docs tell you to set; an `outbox` CLI
+command and its flags (from `cli.py`'s parser); a problem code (from `api/problem_codes.py`);
+a metric the API exports; and a workflow, signal, update or query name (from the workflow
+definitions the worker hosts)."""
 
 from __future__ import annotations
 
+import argparse
 import re
+import shlex
 from pathlib import Path
 
 import pytest
 from fastapi.routing import APIRoute, APIWebSocketRoute
+from prometheus_client.metrics import MetricWrapperBase
 from starlette.routing import Mount
+from temporalio.workflow import _Definition
 
+from api.backlog_metrics import FAMILIES
+from api.destination_metrics import FAMILIES as DESTINATION_FAMILIES
 from api.main import create_app
+from api.metrics import ApiMetrics
+from api.problem_codes import PROBLEM_CODES
+from cli import build_parser
 from configuration.settings import PROJECT_ROOT, Settings
+from readmodel.models import metadata
 from tests.docs.test_links import _outside_code_blocks
 from tests.docs.test_paths import SOURCE_ROOTS, pages
+from worker import WORKFLOWS
 
 _CODE_SPAN = re.compile(r"`([^`\n]+)`")
 _ENV = re.compile(r"[A-Z][A-Z0-9]*(?:_[A-Z0-9]+)+")
@@ -103,6 +117,171 @@ def known_variables() -> set[str]:
 
 VARIABLES = known_variables()
 
+# --- the CLI ------------------------------------------------------------------------------
+
+_CLI_PREFIXES = ("outbox ", ".venv/bin/outbox ")
+
+
+def _choices(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            return dict(action.choices)
+    return {}
+
+
+def _flags(parser: argparse.ArgumentParser) -> dict[str, argparse.Action]:
+    return {flag: action for action in parser._actions for flag in action.option_strings}
+
+
+CLI = build_parser()
+
+
+def unknown_cli_words(span: str) -> list[str]:
+    """The commands and flags of an `outbox ...` span that `cli.py`'s parser does not have."""
+    try:
+        words = shlex.split(span.split(" ", 1)[1])
+    except ValueError:  # an unclosed quote: prose, not a command line
+        words = span.split()[1:]
+    unknown = []
+    parser, flags = CLI, _flags(CLI)  # the global flags are taken after the command too
+    takes_value = False
+    for word in (word.lstrip("[") for word in words):
+        if takes_value:  # the value of the flag before
+            takes_value = False
+        elif flag_written := re.match(r"--[\w-]+", word):
+            flag = flag_written.group(0)
+            if flag not in flags:
+                unknown.append(flag)
+            else:
+                takes_value = flags[flag].nargs != 0 and "=" not in word
+        elif not word.startswith("-") and (commands := _choices(parser)):
+            if word not in commands:
+                if re.fullmatch(r"[a-z][a-z-]*", word):
+                    unknown.append(word)
+                break  # a placeholder or an argument: the command ends here
+            parser = commands[word]
+            flags |= _flags(parser)
+    return unknown
+
+
+# --- problem codes, metrics, workflows ----------------------------------------------------
+
+_KEBAB = re.compile(r"[a-z][a-z0-9]*(?:-[a-z0-9]+)+")
+# A code span a problem code sits in: after an HTTP status ("a 409 `x`"), beside the word
+# problem or code, in `"code": "x"`, or as its page `/problems/x`.
+_STATUS_BEFORE = re.compile(r"\b[1-5]\d\d:?\s*(?:problem\s*)?\(?$")
+_PROBLEM_WORDS = re.compile(r"\b(?:problems?|code)\b", re.IGNORECASE)
+_WRITTEN_CODE = re.compile(r'"code": "([a-z-]+)"|^/problems/([a-z-]+)$')
+
+
+def problem_code_in(span: str, before: str, after: str) -> str | None:
+    """The problem code `span` names, judged from its shape and the text around it; None when it
+    names none."""
+    written = _WRITTEN_CODE.search(span)
+    if written:
+        return written.group(1) or written.group(2)
+    if _KEBAB.fullmatch(span) and (
+        _STATUS_BEFORE.search(before) or _PROBLEM_WORDS.search(before[-30:] + after[:20])
+    ):
+        return span
+    return None
+
+
+def metric_names() -> set[str]:
+    """Every sample name the API exports, its histograms' and counters' series included."""
+    api_metrics = ApiMetrics()
+    families = [
+        (described.name, described.type)
+        for value in vars(api_metrics).values()
+        if isinstance(value, MetricWrapperBase)
+        for described in value.describe()
+    ]
+    families += [(f.sample_name, f.kind) for f in (*FAMILIES, *DESTINATION_FAMILIES)]
+    names = set()
+    for name, kind in families:
+        names.add(name)
+        if kind == "counter":
+            names |= {f"{name.removesuffix('_total')}_total", f"{name}_created"}
+        if kind == "histogram":
+            names |= {f"{name}_bucket", f"{name}_sum", f"{name}_count", f"{name}_created"}
+    return names
+
+
+METRICS = metric_names()
+# `outbox_...` names that are not metrics: the read model's tables and the settings' fields.
+NOT_METRICS = set(metadata.tables) | set(Settings.model_fields)
+_METRIC = re.compile(r"(outbox_[a-z0-9_]+)(?:\{.*\})?(?: \d+)?")
+
+
+def unknown_metric(span: str) -> str | None:
+    """The `outbox_` metric `span` names if the API exports none by that name (a name ending in
+    `_` names the metrics it begins)."""
+    match = _METRIC.fullmatch(span)
+    if match is None or match.group(1) in NOT_METRICS:
+        return None
+    name = match.group(1)
+    if name.endswith("_"):
+        return None if any(metric.startswith(name) for metric in METRICS) else name
+    return None if name in METRICS else name
+
+
+def workflow_names() -> dict[str, set[str]]:
+    """Each kind (`workflow`, `signal`, `update`, `query`) to the names the worker's workflow
+    definitions register (a workflow also by its class's name)."""
+    names: dict[str, set[str]] = {
+        "workflow": set(),
+        "signal": set(),
+        "update": set(),
+        "query": set(),
+    }
+    for workflow in WORKFLOWS:
+        definition = _Definition.from_class(workflow)
+        names["workflow"] |= {str(definition.name), workflow.__name__}
+        names["signal"] |= {name for name in definition.signals if name}
+        names["update"] |= {name for name in definition.updates if name}
+        names["query"] |= {name for name in definition.queries if name}
+    return names
+
+
+WORKFLOW_NAMES = workflow_names()
+_KIND_AFTER = re.compile(r"^\s+(workflow|signal|update|query|queries)s?\b")
+
+
+def unknown_workflow_name(span: str, after: str) -> str | None:
+    """`span` if the word after it says it is a workflow, signal, update or query name that no
+    workflow definition registers; a `...Workflow` class name must exist too."""
+    kind = _KIND_AFTER.match(after)
+    if re.fullmatch(r"[A-Z]\w*Workflow", span):
+        return None if span in WORKFLOW_NAMES["workflow"] else span
+    if kind is None or not re.fullmatch(r"[A-Za-z_]\w*", span):
+        return None
+    known = WORKFLOW_NAMES["query" if kind.group(1) == "queries" else kind.group(1)]
+    return None if span in known else f"{span} ({kind.group(1)})"
+
+
+def unknown_names(lines: list[str]) -> list[str]:
+    """Every name in the code spans of `lines` that the code does not have."""
+    unknown: list[str] = []
+    for line in lines:
+        for match in _CODE_SPAN.finditer(line):
+            span = match.group(1).strip()
+            before, after = line[: match.start()], line[match.end() :]
+            if span.startswith(_CLI_PREFIXES):
+                unknown += unknown_cli_words(span)
+            code = problem_code_in(span, before, after)
+            if code is not None and code not in PROBLEM_CODES:
+                unknown.append(code)
+            if (metric := unknown_metric(span)) is not None:
+                unknown.append(metric)
+            if (name := unknown_workflow_name(span, after)) is not None:
+                unknown.append(name)
+    return unknown
+
+
+@pytest.mark.parametrize("page", pages(), ids=lambda page: str(page.relative_to(PROJECT_ROOT)))
+def test_every_command_problem_code_metric_and_workflow_name_exists(page: Path) -> None:
+    assert unknown_names(_outside_code_blocks(page.read_text())) == []
+
 
 @pytest.mark.parametrize("page", pages(), ids=lambda page: str(page.relative_to(PROJECT_ROOT)))
 def test_every_route_and_variable_named_exists(page: Path) -> None:
@@ -124,3 +303,26 @@ def test_the_check_sees_a_missing_route_and_variable() -> None:
     assert not route_exists(None, "/v1/outboxes/{outbox}/nothing-here")
     # Built here, so this file does not name it whole.
     assert "DATABASE_URL" in VARIABLES and "NO_SUCH_" + "SETTING" not in VARIABLES
+
+
+@pytest.mark.parametrize(
+    ("line", "unknown"),
+    [
+        ("run `outbox items list demo --status sent`", []),
+        ("run `outbox items lst demo`", ["lst"]),
+        ("run `outbox status demo k1 --no-such-flag`", ["--no-such-flag"]),
+        ("`.venv/bin/outbox --output json aggregates state flight BA117`", []),
+        ("a 409 `idempotency-conflict`", []),
+        ("a 409 `idempotency-clash`", ["idempotency-clash"]),
+        ('answers `"code": "no-such-code"`', ["no-such-code"]),
+        ("the `fake-email` destination", []),
+        ("`outbox_items_enqueued_total{outcome}` counts", []),
+        ("`outbox_items_enqueued_count` counts", ["outbox_items_enqueued_count"]),
+        ("the `outbox_items` table", []),
+        ("the lane's `append_items` update and `request_cancel` signal", []),
+        ("the lane's `append` signal", ["append (signal)"]),
+        ("a `NoSuchWorkflow` runs", ["NoSuchWorkflow"]),
+    ],
+)
+def test_the_check_sees_each_kind_of_missing_name(line: str, unknown: list[str]) -> None:
+    assert unknown_names([line]) == unknown

@@ -3,20 +3,24 @@
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 from pathlib import Path
 
 import pytest
 
+from configuration.api_address import API_URL_FILE
 from configuration.settings import PROJECT_ROOT
 from tests.devstack.stack import DevStack
 
 README = PROJECT_ROOT / "README.md"
 BEGIN = "<!-- tour:begin -->"
 END = "<!-- tour:end -->"
-# The tour is written for `make dev`'s API; the test's stack listens elsewhere.
-TOUR_API = "http://localhost:8000"
+# The tour calls the API through this variable, set from `OUTBOX_API_URL` or `DEV_API_PORT`:
+# the test's stack listens on ports of its own.
+TOUR_API = '"$API'
+TOUR_API_LINE = "API=${OUTBOX_API_URL:-http://127.0.0.1:${DEV_API_PORT:-8000}}"
 TOUR_TIMEOUT_S = 120
 _BASH_BLOCK = re.compile(r"^```bash[ \t]*\n(.*?)^```[ \t]*$", re.MULTILINE | re.DOTALL)
 
@@ -38,11 +42,12 @@ def tour_script(text: str) -> str:
 
 
 def run_tour(script: str, api: str, workdir: Path) -> subprocess.CompletedProcess[str]:
-    """`script` with its API URL pointed at `api`, run as a user would paste it."""
+    """`script` run as a user would paste it, in a shell whose `OUTBOX_API_URL` is `api`."""
     path = workdir / "tour.sh"
-    path.write_text(script.replace(TOUR_API, api))
+    path.write_text(script)
     return subprocess.run(
         ["bash", "-euo", "pipefail", str(path)],
+        env={**os.environ, "OUTBOX_API_URL": api},
         cwd=workdir,
         capture_output=True,
         text=True,
@@ -56,10 +61,12 @@ def test_the_readme_tour_runs_against_make_dev(tmp_path: Path) -> None:
         script = tour_script(README.read_text())
     except NoTour as err:
         pytest.fail(str(err))
-    assert TOUR_API in script, f"the tour calls the API at {TOUR_API}"
+    assert script.splitlines()[1] == TOUR_API_LINE, "the tour names its API first"
     stack = DevStack(tmp_path / "data")
     try:
         stack.start()
+        # Where the `outbox` CLI finds this stack's API by default (`configuration.api_address`).
+        assert (tmp_path / "data" / API_URL_FILE).read_text().strip() == stack.api
         ran = run_tour(script, stack.api, tmp_path)
     finally:
         stopped = stack.stop()
@@ -96,9 +103,17 @@ def test_a_missing_or_ambiguous_tour_is_named(text: str, problem: str) -> None:
 
 
 def test_a_failing_step_fails_the_tour(tmp_path: Path) -> None:
-    script = f'echo "{TOUR_API}/v1"\nfalse | cat\necho "never reached"\n'
+    script = f'{TOUR_API_LINE}\necho "$API/v1"\nfalse | cat\necho "never reached"\n'
 
     ran = run_tour(script, "http://127.0.0.1:1", tmp_path)
 
     assert ran.returncode != 0  # pipefail: the failing `false` fails the pipe
     assert ran.stdout == "http://127.0.0.1:1/v1\n"
+
+
+def test_the_tour_follows_the_configured_api_and_hard_codes_no_port() -> None:
+    script = tour_script(README.read_text())
+
+    assert TOUR_API_LINE in script
+    assert ":8000" not in script.replace(TOUR_API_LINE, "")
+    assert "localhost" not in script
