@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import shutil
 import socket
 import uuid
 from collections.abc import AsyncIterator, Iterator, Sequence
@@ -171,11 +172,39 @@ async def fake_provider() -> AsyncIterator[FakeProvider]:
         yield fake
 
 
+# Migrated SQLite files this process made, by their folder and the aggregate types' migrations.
+_MIGRATED_TEMPLATES: dict[tuple[Path, ...], Path] = {}
+
+
+def migrated_sqlite_file(path: Path, template_dir: Path, migrations: Sequence[Path] = ()) -> Path:
+    """A SQLite read model at `path`, migrated to head: a copy of a file this process migrated
+    once: nearly every test wants a fresh read model, and migrating one waits on the disk for
+    each of alembic's transactions (docs/decisions/parallel-tests.md)."""
+    key = (template_dir, *migrations)
+    template = _MIGRATED_TEMPLATES.get(key)
+    if template is None:
+        template = template_dir / f"migrated-{len(_MIGRATED_TEMPLATES)}.db"
+        migrated = make_engine(f"sqlite:///{template}")
+        create_schema(migrated, migrations)
+        # Closing the last connection checkpoints the write-ahead log into the file.
+        migrated.dispose()
+        _MIGRATED_TEMPLATES[key] = template
+    path.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(template, path)
+    return path
+
+
+@pytest.fixture(scope="session")
+def sqlite_templates(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Where this process keeps its migrated SQLite files (`migrated_sqlite_file`)."""
+    return tmp_path_factory.mktemp("migrated-read-models")
+
+
 @pytest.fixture
-def engine(tmp_path: Path) -> Iterator[Engine]:
+def engine(tmp_path: Path, sqlite_templates: Path) -> Iterator[Engine]:
     """A fresh SQLite read model per test, with the seed types' tables."""
-    engine = make_engine(f"sqlite:///{tmp_path / 'readmodel.db'}")
-    create_schema(engine, SEED_TYPES.migrations)
+    path = migrated_sqlite_file(tmp_path / "readmodel.db", sqlite_templates, SEED_TYPES.migrations)
+    engine = make_engine(f"sqlite:///{path}")
     yield engine
     engine.dispose()
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -17,25 +17,54 @@ from sqlalchemy import Engine, text
 from sqlalchemy.exc import OperationalError
 
 from readmodel.db import create_schema, make_engine
+from tests.conftest import migrated_sqlite_file
 
 POSTGRES_URL = os.environ.get(
     "READMODEL_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test"
 )
 
-# Makes an engine onto the test's own empty database of that name (a file, or a schema), without
-# creating any table; every call makes a new engine, as another process would.
-EngineFactory = Callable[[str], Engine]
+
+class EngineFactory:
+    """Makes an engine onto the test's own database of a name (a file, or a schema); every call
+    makes a new engine, as another process would."""
+
+    def __init__(self, connect: Callable[[str], Engine]) -> None:
+        self._connect = connect
+
+    def __call__(self, name: str) -> Engine:
+        """An engine onto that database, without creating any table."""
+        return self._connect(name)
+
+    def migrated(self, name: str, migrations: Sequence[Path] = ()) -> Engine:
+        """An engine onto that database, migrated to head (`create_schema`)."""
+        engine = self._connect(name)
+        create_schema(engine, migrations)
+        return engine
+
+
+class SqliteEngineFactory(EngineFactory):
+    """SQLite files; a migrated one is a copy of a file this process migrated once."""
+
+    def __init__(self, connect: Callable[[str], Engine], folder: Path, templates: Path) -> None:
+        super().__init__(connect)
+        self._folder = folder
+        self._templates = templates
+
+    def migrated(self, name: str, migrations: Sequence[Path] = ()) -> Engine:
+        migrated_sqlite_file(self._folder / f"{name}.db", self._templates, migrations)
+        return self._connect(name)
 
 
 @contextmanager
-def _sqlite(tmp_path: Path) -> Iterator[EngineFactory]:
+def _sqlite(tmp_path: Path, templates: Path) -> Iterator[EngineFactory]:
     engines: list[Engine] = []
+    folder = tmp_path / "readmodel"
 
-    def factory(name: str) -> Engine:
-        engines.append(make_engine(f"sqlite:///{tmp_path / 'readmodel' / name}.db"))
+    def connect(name: str) -> Engine:
+        engines.append(make_engine(f"sqlite:///{folder / name}.db"))
         return engines[-1]
 
-    yield factory
+    yield SqliteEngineFactory(connect, folder, templates)
     for engine in engines:
         engine.dispose()
 
@@ -58,7 +87,7 @@ def _postgres() -> Iterator[EngineFactory]:
     schemas: set[str] = set()
     engines: list[Engine] = []
 
-    def factory(name: str) -> Engine:
+    def connect(name: str) -> Engine:
         schema = f"{prefix}_{name}"
         if schema not in schemas:
             with admin.begin() as connection:
@@ -68,7 +97,7 @@ def _postgres() -> Iterator[EngineFactory]:
         engines.append(make_engine(f"{POSTGRES_URL}?options=-csearch_path%3D{schema}"))
         return engines[-1]
 
-    yield factory
+    yield EngineFactory(connect)
     for engine in engines:
         engine.dispose()
     with admin.begin() as connection:
@@ -78,18 +107,19 @@ def _postgres() -> Iterator[EngineFactory]:
 
 
 @pytest.fixture(params=["sqlite", "postgres"])
-def engine_factory(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[EngineFactory]:
-    """Engines onto fresh, empty databases of the parametrised kind."""
-    with _sqlite(tmp_path) if request.param == "sqlite" else _postgres() as factory:
+def engine_factory(
+    request: pytest.FixtureRequest, tmp_path: Path, sqlite_templates: Path
+) -> Iterator[EngineFactory]:
+    """Engines onto fresh databases of the parametrised kind."""
+    kind = request.param
+    with _sqlite(tmp_path, sqlite_templates) if kind == "sqlite" else _postgres() as factory:
         yield factory
 
 
 @pytest.fixture
 def engine(engine_factory: EngineFactory) -> Engine:
     """A fresh read model with its schema, on SQLite and on PostgreSQL."""
-    engine = engine_factory("readmodel")
-    create_schema(engine)
-    return engine
+    return engine_factory.migrated("readmodel")
 
 
 @pytest.fixture

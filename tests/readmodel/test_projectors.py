@@ -31,9 +31,7 @@ MIGRATIONS = load_aggregate_types("examples.labour:LABOUR").migrations
 @pytest.fixture
 def engine(engine_factory: EngineFactory) -> Engine:
     """A fresh read model with the labour example's table, on SQLite and on PostgreSQL."""
-    engine = engine_factory("readmodel")
-    create_schema(engine, MIGRATIONS)
-    return engine
+    return engine_factory.migrated("readmodel", MIGRATIONS)
 
 
 def store(engine: Engine, labour: str, *events: tuple[str, dict[str, Any]], first: int = 1) -> None:

@@ -11,9 +11,11 @@ to record and seal.
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
+import pytest_asyncio
 from temporalio.client import WorkflowHistory
 from temporalio.worker import Replayer
 
@@ -38,10 +40,31 @@ def test_histories_are_recorded() -> None:
     assert len(HISTORIES) >= 70
 
 
+@pytest_asyncio.fixture(scope="module", loop_scope="session")
+async def replay_failures() -> dict[Path, Exception | None]:
+    """Every history of the archive replayed by one replayer, one after another (a replayer
+    prepares every workflow type in the sandbox again: docs/decisions/parallel-tests.md); the
+    failure of each history, if any, for its own test to raise."""
+    host(SEED_TYPES.definitions)  # the types the aggregates' histories were recorded with
+
+    async def histories() -> AsyncIterator[WorkflowHistory]:
+        for path in HISTORIES:
+            yield WorkflowHistory.from_json(path.stem, path.read_text())
+
+    failures: list[Exception | None] = []
+    async with Replayer(workflows=WORKFLOWS).workflow_replay_iterator(histories()) as results:
+        async for result in results:
+            failures.append(result.replay_failure)
+    assert len(failures) == len(HISTORIES)
+    return dict(zip(HISTORIES, failures, strict=True))
+
+
 @pytest.mark.parametrize(
     "path", HISTORIES, ids=[f"{path.parent.name}/{path.stem}" for path in HISTORIES]
 )
-async def test_history_replays_deterministically(path: Path) -> None:
-    history = WorkflowHistory.from_json(path.stem, path.read_text())
-    host(SEED_TYPES.definitions)  # the types the aggregates' histories were recorded with
-    await Replayer(workflows=WORKFLOWS).replay_workflow(history)
+async def test_history_replays_deterministically(
+    path: Path, replay_failures: dict[Path, Exception | None]
+) -> None:
+    failure = replay_failures[path]
+    if failure is not None:
+        raise failure
