@@ -15,6 +15,7 @@
     outbox cancel demo k1 | outbox redrive demo k1 | outbox redrive demo --all-failed
     outbox aggregates command flight BA1 assign_seat '{"seat": "1A", "passenger_id": "p1"}'
     outbox aggregates state flight BA1 | outbox aggregates events flight BA1 [--all]
+    outbox payload-keys [reseal [--no-wait]]         # values per key; reseal under the newest
     outbox dev                                      # what `make dev` runs
 
 `--api` (or OUTBOX_API_URL) picks the API, by default the running `make dev` stack's (on its
@@ -360,6 +361,29 @@ def _follow(
         batch = _check(client.get(batch["links"]["self"]))
     sys.stderr.write(f"\r{progress(batch)} ({batch['state']})\n")
     return batch
+
+
+def payload_keys(args: argparse.Namespace) -> None:
+    """The stored values under each payload key; with `reseal`, start a reseal batch and follow
+    it to its end (unless --no-wait), exiting 1 if it failed."""
+    with _client(args) as client:
+        if args.action is None:
+            _print(args, _check(client.get("/v1/sealed-values")))
+            return
+        batch = _check(client.post("/v1/sealed-values:reseal", json={}))
+        if not args.no_wait:
+            batch = _follow(client, batch, _reseal_progress)
+        _print(args, batch)
+    if batch["state"] not in ("running", "completed"):
+        print(f"reseal {batch['state']}: {batch.get('failure')}", file=sys.stderr)
+        raise SystemExit(ExitCode.FAILURE)
+
+
+def _reseal_progress(batch: dict[str, Any]) -> str:
+    return (
+        f"{batch['resealed']} resealed under {batch['key_id']}, {batch['unreadable']} unreadable,"
+        f" {batch['pages']} page(s)"
+    )
 
 
 def destinations(args: argparse.Namespace) -> None:
@@ -740,6 +764,7 @@ def build_parser() -> argparse.ArgumentParser:
         *_add_items_commands(commands),
         *_add_aggregates_commands(commands),
         _add_tail_command(commands),
+        _add_payload_keys_command(commands),
     ]
     # `dev` answers nothing to format, so it is no leaf: it takes no `--output`.
     commands.add_parser("dev", help="run the whole local stack (make dev)").set_defaults(run=dev)
@@ -1049,6 +1074,24 @@ def _add_tail_command(commands: _Commands) -> argparse.ArgumentParser:
     command.add_argument("--since", type=int, help="replay events after this id first")
     command.add_argument("--count", type=int, help="stop after this many events")
     command.set_defaults(run=tail)
+    return command
+
+
+def _add_payload_keys_command(commands: _Commands) -> argparse.ArgumentParser:
+    command = commands.add_parser(
+        "payload-keys",
+        help="stored values per payload key; `reseal` seals them all under the newest (a batch)",
+    )
+    command.add_argument(
+        "action",
+        nargs="?",
+        choices=["reseal"],
+        help="reseal: seal every stored value again under the newest key, so an old one can go",
+    )
+    command.add_argument(
+        "--no-wait", action="store_true", help="answer with the batch at once, not at its end"
+    )
+    command.set_defaults(run=payload_keys)
     return command
 
 

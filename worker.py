@@ -54,6 +54,8 @@ from activities.projectors import ProjectorActivities
 from activities.providers import build_provider
 from activities.purge import PurgeActivities
 from activities.redrive import RedriveActivities
+from activities.reseal import ResealActivities
+from activities.retention import RetentionActivities
 from activities.schedules import ScheduleActivities
 from configuration.destinations import load_destinations
 from configuration.production import (
@@ -80,6 +82,7 @@ from service.aggregate_types import AggregateTypeError, AggregateTypes, load_agg
 from service.items import ItemService
 from service.projectors import start_projectors
 from service.relay import Relay
+from service.retention import ensure_retention_schedule
 from workflows.aggregate import AggregateWorkflow
 from workflows.aggregate_types import host
 from workflows.bulk_shard import BulkShardWorkflow
@@ -90,6 +93,8 @@ from workflows.outbox_item import OutboxItemWorkflow
 from workflows.projector import ProjectorWorkflow
 from workflows.purge_batch import PurgeBatchWorkflow
 from workflows.redrive_batch import RedriveBatchWorkflow
+from workflows.reseal_batch import ResealBatchWorkflow
+from workflows.retention import RetentionWorkflow
 from workflows.scheduled_batch import ScheduledBatchWorkflow
 
 log = logging.getLogger("outbox.worker")
@@ -103,6 +108,8 @@ WORKFLOWS = [
     ScheduledBatchWorkflow,
     RedriveBatchWorkflow,
     PurgeBatchWorkflow,
+    ResealBatchWorkflow,
+    RetentionWorkflow,
     ProjectorWorkflow,
     DestinationFlowWorkflow,
     DebounceWindowWorkflow,
@@ -268,7 +275,8 @@ def operations_worker(
     shutdown_grace: timedelta = timedelta(),
 ) -> Worker:
     """The activities the workflows need that are not local ones (the workflow queue polls for
-    none): a schedule's fire, redrive and purge pages, effects, projector runs, flow events."""
+    none): a schedule's fire, redrive, purge, reseal and retention pages, effects, projector
+    runs, flow events."""
     # Aggregates that effects create run their own effects here too.
     aggregate_client = AggregateClient(
         client,
@@ -285,11 +293,18 @@ def operations_worker(
             ScheduleActivities(outbox).enqueue_batch,
             RedriveActivities(ItemService(outbox, engine).redrive, engine).redrive_page,
             PurgeActivities(outbox, engine).purge_page,
+            ResealActivities(engine, types.sealed_tables).reseal_page,
+            *_retention_activities(engine, outbox.destinations),
             EffectActivities(outbox, aggregate_client).execute_effect,
             ProjectorActivities(engine, types.projectors).run_projector,
             FlowEventActivities(outbox).send_flow_event,
         ],
     )
+
+
+def _retention_activities(engine: Engine, registry: DestinationRegistry) -> list[Any]:
+    retention = RetentionActivities(engine, registry)
+    return [retention.retention_plan, retention.prune_page]
 
 
 def delivery_workers(
@@ -438,6 +453,13 @@ async def run_worker(
             pruner = asyncio.create_task(prune_forever(engine, client))
             stack.callback(pruner.cancel)
         if run_workflows:
+            # Every workflow worker makes sure the retention schedule is there, as configured.
+            await ensure_retention_schedule(
+                client,
+                settings.workflow_task_queue,
+                settings.operations_task_queue,
+                timedelta(seconds=settings.retention_interval_s),
+            )
             # Every workflow worker makes sure each async projector has its one runner.
             await start_projectors(
                 client,

@@ -19,6 +19,7 @@ from service.aggregates import AggregateService
 from service.destinations import DestinationControls
 from service.items import ItemService
 from service.reports import DeliveryReportService
+from service.sealed_values import SealedValueService
 
 
 @dataclass
@@ -35,6 +36,7 @@ class Resources:
     controls: DestinationControls
     # The aggregate types served (`AGGREGATE_TYPES`), with their projectors.
     aggregate_types: AggregateTypes
+    sealed: SealedValueService
 
 
 def get_resources(request: Request) -> Resources:
@@ -60,6 +62,10 @@ def get_aggregate_service(request: Request) -> AggregateService:
 
 def get_destination_controls(request: Request) -> DestinationControls:
     return get_resources(request).controls
+
+
+def get_sealed_value_service(request: Request) -> SealedValueService:
+    return get_resources(request).sealed
 
 
 def get_engine(request: Request) -> Engine:
@@ -110,6 +116,7 @@ ItemServiceDep = Annotated[ItemService, Depends(get_item_service)]
 ReportServiceDep = Annotated[DeliveryReportService, Depends(get_report_service)]
 AggregateServiceDep = Annotated[AggregateService, Depends(get_aggregate_service)]
 DestinationControlsDep = Annotated[DestinationControls, Depends(get_destination_controls)]
+SealedValueServiceDep = Annotated[SealedValueService, Depends(get_sealed_value_service)]
 EngineDep = Annotated[Engine, Depends(get_engine)]
 DestinationsDep = Annotated[DestinationRegistry, Depends(get_destinations)]
 MetricsDep = Annotated[ApiMetrics, Depends(get_metrics)]

@@ -60,6 +60,7 @@ from api.routes import (
     problems,
     projectors,
     schedules,
+    sealed_values,
 )
 from api.routes import codec as codec_route
 from api.routes import destinations as destination_routes
@@ -77,6 +78,7 @@ from service.aggregates import AggregateService
 from service.destinations import DestinationControls
 from service.items import ItemService
 from service.reports import DeliveryReportService
+from service.sealed_values import SealedValueService
 
 log = logging.getLogger("outbox.api")
 
@@ -266,6 +268,7 @@ def _services(
         ),
         controls=DestinationControls(outbox, registry, db),
         aggregate_types=aggregate_types,
+        sealed=SealedValueService(outbox, db, aggregate_types.sealed_tables),
     )
 
 
@@ -300,6 +303,7 @@ def include_routers(app: FastAPI) -> None:
     app.include_router(activity.router, dependencies=authenticated)
     app.include_router(schedules.router, dependencies=authenticated)
     app.include_router(projectors.router, dependencies=authenticated)
+    app.include_router(sealed_values.router, dependencies=authenticated)
     app.include_router(live.router)  # checks its own token: browsers cannot send headers
     app.include_router(events.router)  # per-destination secrets: Event Grid sends no bearer
     app.include_router(health.router)

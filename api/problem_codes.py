@@ -264,6 +264,13 @@ _ITEMS = (
         "Enqueue a new item with the payload under a new key.",
     ),
     ProblemCode(
+        "payload-pruned",
+        409,
+        "The item ended longer ago than its destination's (or outbox's) `payload_retention_s`:"
+        " retention removed its payload, so there is nothing to send again.",
+        "Enqueue a new item with the payload under a new key.",
+    ),
+    ProblemCode(
         "not-erasable",
         409,
         "Only an item that has ended (sent, failed, cancelled or superseded) can be erased; a sent"
@@ -300,6 +307,15 @@ _ITEMS = (
     ),
     ProblemCode(
         "redrive-batch-not-found", 404, "No redrive batch with that id.", "Check the batch id."
+    ),
+    ProblemCode(
+        "reseal-batch-not-found", 404, "No reseal batch with that id.", "Check the batch id."
+    ),
+    ProblemCode(
+        "no-payload-keys",
+        409,
+        "A reseal needs payload keys: this API has none (`PAYLOAD_KEYS`), so no key to seal under.",
+        "Set `PAYLOAD_KEYS` (or `PAYLOAD_KEYS_FILE`) on the API and the worker, then start again.",
     ),
     ProblemCode(
         "schedule-not-found", 404, "No schedule of that name.", "Check the schedule's name."

@@ -289,6 +289,15 @@ class ItemResponse(OutboxItemView):
             " (`DELETE .../items/{key}/payload`), if they were"
         },
     )
+    payload_pruned_at: datetime | None = field(
+        default=None,
+        kw_only=True,
+        metadata={
+            "description": "When retention removed its payload and attempt bodies (its"
+            " destination's `payload_retention_s` after it ended), if it did: `payload` is"
+            " then null and a redrive is refused"
+        },
+    )
 
 
 class CancelRequestedResponse(BaseModel):

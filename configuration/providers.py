@@ -13,6 +13,7 @@ from typing import Annotated, Literal
 from urllib.parse import urlsplit
 
 from durable_outbox_temporal.contract.http_call import DEFAULT_MAX_BODY_BYTES, placeholders
+from durable_outbox_temporal.contract.limits import DEFAULT_MAX_RETRY_AFTER_S
 from pydantic import (
     AfterValidator,
     AwareDatetime,
@@ -46,9 +47,6 @@ def check_base64_key(key: str) -> str:
 HttpUrlText = Annotated[str, AfterValidator(check_http_url)]
 Base64Key = Annotated[str, AfterValidator(check_base64_key)]
 
-# A provider's `Retry-After` up to `max_retry_after_s` is waited exactly; a longer one fails the
-# item (a wait of days is a refusal, and one of years would overflow the timer's date).
-DEFAULT_MAX_RETRY_AFTER_S = 3600.0
 RETRY_AFTER_LIMIT_S = 30 * 24 * 3600.0
 
 

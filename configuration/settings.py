@@ -126,6 +126,14 @@ class Settings(BaseSettings):
         " `metrics` scope (401 without one). `false` lets Prometheus scrape without one (a token"
         " sent is checked all the same) and is listed under `insecure` in `/readyz`.",
     )
+    retention_interval_s: float = Field(
+        default=3600.0,
+        ge=60,
+        le=7 * 24 * 3600,
+        description="How often the retention schedule starts a run that prunes ended items'"
+        " payloads and rows past their destination's retention, in seconds"
+        " (docs/how-to/retention.md).",
+    )
     relay_max_attempts: int = Field(
         default=10,
         ge=1,

@@ -251,16 +251,18 @@ def erased_at(engine: Engine, item_id: str) -> datetime | None:
 
 
 def claim_redrive(engine: Engine, item_id: str) -> bool:
-    """Mark a failed item whose payload was not erased `queued` for the redrive about to start,
-    in one statement against `readmodel.erasure.erase_item`'s: True when taken. Its own events
-    follow once the redriven run writes them (`release_redrive` gives it back if the redrive
-    is refused)."""
+    """Mark a failed item whose payload was not erased (nor pruned) `queued` for the redrive
+    about to start, in one statement against `readmodel.erasure.erase_item`'s (and retention's):
+    True when taken. Its own events follow once the redriven run writes them (`release_redrive`
+    gives it back if the redrive is refused)."""
     with engine.begin() as connection:
         claimed = connection.execute(
             update(ITEMS)
             .where(
                 ITEMS.c.id == item_id,
                 ITEMS.c.status == "failed",
+                # Nor pruned: `readmodel.retention` prunes only ended items, in one statement too.
+                ITEMS.c.payload_pruned_at.is_(None),
                 ~select(ITEM_ERASURES.c.item_id).where(ITEM_ERASURES.c.item_id == item_id).exists(),
             )
             .values(status="queued")

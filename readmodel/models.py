@@ -177,6 +177,8 @@ ITEMS = Table(
     ),
     # none_as_null: a projection without payload must be SQL NULL so COALESCE keeps the stored one.
     Column("payload", SealedJSON(none_as_null=True), nullable=True),
+    # When retention pruned the payload and attempt bodies (`readmodel/retention.py`).
+    Column("payload_pruned_at", UTCDateTime(), nullable=True),
     Index("ix_outbox_items_outbox_created", "outbox", "created_at", "id"),
     Index("ix_outbox_items_outbox_status", "outbox", "status", "created_at", "id"),
     Index("ix_outbox_items_outbox_destination", "outbox", "destination", "created_at"),
@@ -188,6 +190,26 @@ ITEMS = Table(
     Index("ix_outbox_items_destination_status_finished", "destination", "status", "finished_at"),
     # Delivery reports name only the provider's message id: this finds their item.
     Index("ix_outbox_items_provider_message_id", "provider_message_id"),
+    # Retention: a destination's ended items whose payload is not pruned yet, oldest first.
+    Index(
+        "ix_outbox_items_destination_pruned_finished",
+        "destination",
+        "payload_pruned_at",
+        "finished_at",
+        "id",
+    ),
+)
+
+# The key memory of items whose rows retention deleted (`readmodel/retention.py`): what answers a
+# repeat of the key (its status, and the digest a repeat must match), so it is never sent again.
+ITEM_KEYS = Table(
+    "outbox_keys",
+    metadata,
+    Column("item_id", String(MAX_ITEM_ID_LENGTH), primary_key=True),
+    Column("status", String(16), nullable=False),
+    Column("payload_hash", String(), nullable=True),
+    Column("finished_at", UTCDateTime(), nullable=True),
+    Column("pruned_at", UTCDateTime(), nullable=False),
 )
 
 EVENTS = Table(
@@ -335,6 +357,8 @@ class ItemRecord:
 
     view: OutboxItemView
     payload: dict[str, Any] | None
+    # When retention pruned its payload and attempt bodies; None while they are kept.
+    payload_pruned_at: datetime | None = None
 
 
 @dataclass(kw_only=True)

@@ -23,6 +23,7 @@ from sqlalchemy.engine import RowMapping
 from readmodel.models import (
     EVENTS,
     ITEM_ERASURES,
+    ITEM_KEYS,
     ITEMS,
     EventRecord,
     ItemRecord,
@@ -32,8 +33,11 @@ from readmodel.models import (
 
 MAX_PAGE = 500
 
-# What an upsert overwrites: everything but the key (the payload is merged separately).
-ITEM_COLUMNS = tuple(column.name for column in ITEMS.c if column.name not in ("id", "payload"))
+# What an upsert overwrites: everything but the key (the payload is merged separately) and what
+# retention alone writes.
+ITEM_COLUMNS = tuple(
+    column.name for column in ITEMS.c if column.name not in ("id", "payload", "payload_pruned_at")
+)
 
 
 class InvalidCursor(ValueError):
@@ -114,13 +118,14 @@ def _projection_statements(dialect: str) -> tuple[Executable, Executable, Execut
         set_=updates,
         where=ITEMS.c.last_event_seq < upsert.excluded.last_event_seq,
     )
-    # Never an erased item's (`readmodel/erasure.py`): a late projection carrying
-    # the payload would bring it back.
+    # Never an erased or pruned item's (`readmodel/erasure.py`, `readmodel/retention.py`): a
+    # late projection carrying the payload would bring it back.
     fill_payload = (
         update(ITEMS)
         .where(
             ITEMS.c.id == bindparam("item_id"),
             ITEMS.c.payload.is_(None),
+            ITEMS.c.payload_pruned_at.is_(None),
             ~select(ITEM_ERASURES.c.item_id).where(ITEM_ERASURES.c.item_id == ITEMS.c.id).exists(),
         )
         .values(payload=bindparam("item_payload"))
@@ -143,6 +148,24 @@ def get_item(engine: Engine, item_id: str) -> ItemRecord | None:
     with engine.connect() as connection:
         row = connection.execute(select(ITEMS).where(ITEMS.c.id == item_id)).mappings().first()
     return None if row is None else _item_record(row)
+
+
+class RememberedKey(NamedTuple):
+    """What is left of an item whose row retention deleted: its final status and the digest
+    of its request, enough to answer a repeat of its key without sending it again."""
+
+    status: ItemStatus
+    payload_hash: str | None
+
+
+def remembered_key(engine: Engine, item_id: str) -> RememberedKey | None:
+    """The key memory of an item whose row was pruned; None if there is none."""
+    query = select(ITEM_KEYS.c.status, ITEM_KEYS.c.payload_hash).where(
+        ITEM_KEYS.c.item_id == item_id
+    )
+    with engine.connect() as connection:
+        row = connection.execute(query).first()
+    return None if row is None else RememberedKey(ItemStatus(row.status), row.payload_hash)
 
 
 def last_event_seq(engine: Engine, item_id: str) -> int | None:
@@ -330,7 +353,9 @@ def list_failed(engine: Engine, outbox: str, destination: str | None = None) -> 
 
 
 def _item_record(row: RowMapping) -> ItemRecord:
-    return ItemRecord(view=read_view(row), payload=row["payload"])
+    return ItemRecord(
+        view=read_view(row), payload=row["payload"], payload_pruned_at=row["payload_pruned_at"]
+    )
 
 
 def encode_cursor(created_at: datetime, item_id: str) -> str:

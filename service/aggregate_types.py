@@ -17,8 +17,10 @@ from pathlib import Path
 from typing import Any
 
 from durable_outbox_temporal.aggregate_definition import AggregateDefinition, by_type_name
+from sqlalchemy import Table
 
 from readmodel.projectors.base import AsyncProjector
+from readmodel.reseal import sealed_tables
 
 
 @dataclass(frozen=True)
@@ -45,6 +47,12 @@ class AggregateTypes:
     def projectors(self) -> dict[str, AsyncProjector]:
         """Every type's async projectors, by projector name."""
         return {p.name: p for served in self.types.values() for p in served.projectors}
+
+    @property
+    def sealed_tables(self) -> list[Table]:
+        """Every table with sealed columns, the product's and the projectors' (the order a
+        reseal batch walks them in)."""
+        return sealed_tables(p.table for p in self.projectors.values())
 
     @property
     def migrations(self) -> tuple[Path, ...]:

@@ -45,7 +45,7 @@ from durable_outbox_temporal.contract.purge import (
     PurgeBatchProgress,
     purge_batch_workflow_id,
 )
-from durable_outbox_temporal.errors import ItemErased, NotRedrivable
+from durable_outbox_temporal.errors import ItemErased, NotRedrivable, PayloadPruned
 from durable_outbox_temporal.fan_out import fan_out
 from durable_outbox_temporal.lanes import check_capacity
 from durable_outbox_temporal.validation import validate_purge
@@ -83,6 +83,8 @@ class ItemSnapshot:
     view: OutboxItemView
     payload: dict[str, Any] | None
     source: Literal["workflow", "read-model"]
+    # When retention pruned its payload (the read model's word; None while kept).
+    payload_pruned_at: datetime | None = None
 
 
 class PurgeBatchNotFound(OutboxError):
@@ -141,6 +143,10 @@ class ItemService:
         item_id = item_workflow_id(outbox, item.key)
         record = await self._record(outbox, item.key)
         if record is None:
+            # Retention deleted its row, not its key: a repeat is answered, never sent again.
+            pruned = await asyncio.to_thread(store.remembered_key, self.engine, item_id)
+            if pruned is not None:
+                return self._answered(outbox, item, pruned.status, pruned.payload_hash)
             await self._check_lane_capacity(outbox, item)
             return None
         status = record.view.status
@@ -156,12 +162,19 @@ class ItemService:
                 pass
             else:
                 return None
+        return self._answered(outbox, item, status, record.view.payload_hash)
+
+    def _answered(
+        self, outbox: str, item: NewItem, status: ItemStatus, known_hash: str | None
+    ) -> Enqueued:
+        """A repeat of an ended item's key: the same request is told its status (a failed one
+        is told to redrive), another is refused."""
         check_same_request(
-            record.view.payload_hash,
-            payload_hash(item.destination, item.payload, item.ordering_key),
+            known_hash, payload_hash(item.destination, item.payload, item.ordering_key)
         )
         if status is ItemStatus.FAILED:
             raise failed_use_redrive()
+        item_id = item_workflow_id(outbox, item.key)
         result = EnqueueResult(item_id=item_id, outbox=outbox, key=item.key, created=False)
         return Enqueued(result, status)
 
@@ -395,10 +408,15 @@ class ItemService:
         erased = functools.partial(attempt_log.erased_at, self.engine, view.id)
         if await asyncio.to_thread(erased) is not None:
             raise ItemErased(f"item {key!r} had its payload erased: there is nothing to send")
-        # Against a concurrent erase: one statement marks it taken, or finds it erased.
+        _check_not_pruned(record)
+        # Against a concurrent erase or prune: one statement marks it taken, or finds it gone.
         claimed = await asyncio.to_thread(attempt_log.claim_redrive, self.engine, view.id)
-        if not claimed and await asyncio.to_thread(erased) is not None:
-            raise ItemErased(f"item {key!r} had its payload erased: there is nothing to send")
+        if not claimed:
+            if await asyncio.to_thread(erased) is not None:
+                raise ItemErased(f"item {key!r} had its payload erased: there is nothing to send")
+            now = await asyncio.to_thread(store.get_item, self.engine, view.id)
+            if now is not None:
+                _check_not_pruned(now)
         events = await asyncio.to_thread(store.item_events, self.engine, view.id)
         # Each generation has its own provider key: the redriven ones so far, plus this one.
         generation = 1 + sum(1 for event in events if event.type == "redriven")
@@ -460,5 +478,13 @@ async def follow_batch(
     return progress, status.name.lower()
 
 
+def _check_not_pruned(record: ItemRecord) -> None:
+    if record.payload_pruned_at is not None:
+        raise PayloadPruned(
+            f"item {record.view.key!r} ended before its retention and had its payload pruned at"
+            f" {record.payload_pruned_at.isoformat()}: there is nothing to send"
+        )
+
+
 def _projected(record: ItemRecord) -> ItemSnapshot:
-    return ItemSnapshot(record.view, record.payload, "read-model")
+    return ItemSnapshot(record.view, record.payload, "read-model", record.payload_pruned_at)

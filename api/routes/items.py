@@ -383,6 +383,7 @@ def _item_response(snapshot: ItemSnapshot) -> ItemResponse:
         payload=snapshot.payload,
         source=snapshot.source,
         links=item_links(view.outbox, view.key),
+        payload_pruned_at=snapshot.payload_pruned_at,
     )
 
 

@@ -49,6 +49,7 @@ from durable_outbox_temporal.contract.item import (
 )
 from durable_outbox_temporal.contract.lane import LanePolicy
 from durable_outbox_temporal.contract.limits import (
+    DEFAULT_MAX_RETRY_AFTER_S,
     MAX_DESTINATION_LENGTH,
     check_destination_name,
     check_outbox_name,
@@ -60,6 +61,12 @@ SettingsT = TypeVar("SettingsT", bound=BaseModel)
 
 # Provider kind -> the model a destination's `settings` table must fit (the providers own them).
 ProviderSettingsModels = Mapping[str, type[BaseModel]]
+
+
+# Retention's defaults (docs/how-to/retention.md): a month of payloads (a dead letter can be
+# redriven for that long), a year of item rows (reports, audits); the key memory for good.
+DEFAULT_PAYLOAD_RETENTION_S = 30 * 24 * 3600.0
+DEFAULT_ITEM_RETENTION_S = 365 * 24 * 3600.0
 
 
 class DestinationConfigError(ValueError):
@@ -190,6 +197,53 @@ class Destination(BaseModel):
         default_factory=FlowPolicy,
         description="Flow-control rules, the `[destinations.<name>.flow]` table (see below).",
     )
+
+    # Retention counts from an item's end (`finished_at`): docs/how-to/retention.md.
+    payload_retention_s: float | None = Field(
+        default=None,
+        gt=0,
+        description="How long an ended item's payload and its attempts' headers and bodies are"
+        " kept, in seconds after it ended; at least the destination's longest possible"
+        " delivery. Unset: 30 days, or that longest delivery where it is longer.",
+    )
+    item_retention_s: float | None = Field(
+        default=None,
+        gt=0,
+        description="How long an ended item's row, events and attempts are kept, in seconds"
+        " after it ended; at least the payload's retention. Unset: 365 days, or the payload's"
+        " retention where it is longer. Its key is remembered after: a repeat is still"
+        " answered, never sent again.",
+    )
+
+    @property
+    def payload_retention(self) -> float:
+        """`payload_retention_s`, or its default (seconds)."""
+        if self.payload_retention_s is not None:
+            return self.payload_retention_s
+        return max(DEFAULT_PAYLOAD_RETENTION_S, self.longest_delivery_s)
+
+    @property
+    def item_retention(self) -> float:
+        """`item_retention_s`, or its default (seconds)."""
+        if self.item_retention_s is not None:
+            return self.item_retention_s
+        return max(DEFAULT_ITEM_RETENTION_S, self.payload_retention)
+
+    @property
+    def longest_delivery_s(self) -> float:
+        """How long an item here may take from its first submit to its workflow's end, the
+        provider's longest `Retry-After` (`settings.max_retry_after_s`) included."""
+        retry_after = self.settings.get("max_retry_after_s", DEFAULT_MAX_RETRY_AFTER_S)
+        try:
+            return self.delivery.longest_delivery_s(float(retry_after))
+        except (TypeError, ValueError):
+            # Not a number: the provider's settings model refuses it, naming the field.
+            return self.delivery.longest_delivery_s(DEFAULT_MAX_RETRY_AFTER_S)
+
+    @model_validator(mode="after")
+    def _retention_outlives_delivery(self) -> Destination:
+        check_retention(self, self.payload_retention, self.item_retention)
+        return self
 
     @model_validator(mode="after")
     def _batches_are_bulk_and_fit_the_rate(self) -> Destination:
@@ -340,6 +394,20 @@ class OutboxSettings(BaseModel):
         description="What a lane does when one of its items fails permanently: stop until an"
         " operator redrives or skips it (`halt`), or record it and go on (`skip`).",
     )
+    # Retention for this outbox's items, whatever their destination (None: the destination's).
+    payload_retention_s: float | None = Field(
+        default=None,
+        gt=0,
+        description="How long this outbox's ended items keep their payloads and attempt bodies,"
+        " in seconds, in place of each destination's `payload_retention_s`; at least the"
+        " longest possible delivery of every destination.",
+    )
+    item_retention_s: float | None = Field(
+        default=None,
+        gt=0,
+        description="How long this outbox's ended items' rows are kept, in seconds, in place of"
+        " each destination's `item_retention_s`.",
+    )
     # A lane continues as new past this many history events (Temporal may ask sooner).
     lane_history_events: int = Field(
         default=10_000,
@@ -356,6 +424,31 @@ class OutboxSettings(BaseModel):
         description="How long a lane with nothing to do stays open before it ends, in seconds"
         " (the next append restarts it).",
     )
+
+
+class RetentionTooShort(ValueError):
+    """A retention shorter than the longest delivery it must outlive."""
+
+
+def check_retention(destination: Destination, payload_s: float, item_s: float) -> None:
+    """Refuse a payload retention shorter than the destination's longest possible delivery,
+    or an item retention shorter than the payload's, naming why."""
+    policy = destination.delivery
+    longest = destination.longest_delivery_s
+    if payload_s < longest:
+        raise RetentionTooShort(
+            f"payload_retention_s {payload_s:g} s is shorter than destination"
+            f" {destination.name!r}'s longest possible delivery, {longest:g} s"
+            f" ({policy.max_attempts} attempts of up to {policy.submit_timeout_s:g} s, each retry"
+            f" waiting up to its backoff or the provider's max_retry_after_s, poll_deadline_s"
+            f" {policy.poll_deadline_s:g} s, report_window_s {policy.report_window_s:g} s):"
+            " an item still under way there would lose its payload"
+        )
+    if item_s < payload_s:
+        raise RetentionTooShort(
+            f"item_retention_s {item_s:g} s is shorter than payload_retention_s {payload_s:g} s:"
+            " an item's row goes with its payload, so keep it at least as long"
+        )
 
 
 # An outbox with no `[outboxes.<name>]` table: built once (validating one costs more than the
@@ -394,6 +487,34 @@ class DestinationRegistry:
     def names(self) -> list[str]:
         return sorted(self._destinations)
 
+    def retention(self, outbox: str | None, destination: Destination) -> tuple[float, float]:
+        """The payload and item retention of `outbox`'s items at `destination`, in seconds (None:
+        an outbox without overrides)."""
+        settings = self.outbox(outbox) if outbox is not None else _DEFAULT_OUTBOX
+        return (
+            settings.payload_retention_s or destination.payload_retention,
+            settings.item_retention_s or destination.item_retention,
+        )
+
+    def overridden_outboxes(self) -> list[str]:
+        """The outboxes that set a retention of their own, by name."""
+        return sorted(
+            name
+            for name, settings in self._outboxes.items()
+            if settings.payload_retention_s is not None or settings.item_retention_s is not None
+        )
+
+    def check_retention(self) -> None:
+        """Refuse an outbox's retention that some destination's delivery would outlive
+        (`RetentionTooShort`, naming the outbox and why)."""
+        for outbox in self.overridden_outboxes():
+            for destination in self:
+                payload_s, item_s = self.retention(outbox, destination)
+                try:
+                    check_retention(destination, payload_s, item_s)
+                except RetentionTooShort as err:
+                    raise DestinationConfigError(f"outbox {outbox!r}: {err}") from err
+
     @classmethod
     def from_file(
         cls,
@@ -420,6 +541,10 @@ class DestinationRegistry:
             provider_settings=provider_settings,
         )
         registry._outboxes = _load_outboxes(raw.get("outboxes", {}), str(path))
+        try:
+            registry.check_retention()
+        except DestinationConfigError as err:
+            raise DestinationConfigError(f"{path}: {err}") from err
         return registry
 
     @classmethod

@@ -60,6 +60,11 @@ class ItemErased(OutboxError):
     """The item's payload was erased: it cannot be redriven (there is nothing to send)."""
 
 
+class PayloadPruned(OutboxError):
+    """The item's payload was pruned by retention: it cannot be redriven (there is nothing to
+    send)."""
+
+
 class NotErasable(OutboxError):
     """Only an ended (sent, failed or cancelled) item's payload can be erased."""
 

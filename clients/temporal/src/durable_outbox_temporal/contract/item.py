@@ -325,6 +325,25 @@ class DeliveryPolicy:
         },
     )
 
+    def longest_delivery_s(self, max_retry_after_s: float = 0.0) -> float:
+        """The longest an item may take from its first submit until its workflow has ended:
+        every attempt's submit at its timeout, every wait before a retry at the longer of the
+        retry schedule's (jitter at its top) and the provider's longest `Retry-After`, the
+        operation's poll deadline and last poll, then the report window (a `sent` item still
+        records its recipients' reports until it closes). Retention is refused shorter than
+        this (docs/how-to/retention.md)."""
+        waits = sum(
+            max(self.backoff_s(n) * (1 + self.backoff_jitter), max_retry_after_s)
+            for n in range(1, self.max_attempts)
+        )
+        return (
+            self.max_attempts * self.submit_timeout_s
+            + waits
+            + self.poll_deadline_s
+            + self.poll_timeout_s
+            + self.report_window_s
+        )
+
     def backoff_s(self, attempts: int) -> float:
         """The wait after the `attempts`-th failed submit (1: the first) before the next, before
         its jitter (up to `backoff_jitter` more): the retry schedule

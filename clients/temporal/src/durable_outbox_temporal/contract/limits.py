@@ -16,6 +16,10 @@ MAX_KEY_LENGTH = 200
 MAX_DESTINATION_LENGTH = 63
 # `outbox/{outbox}/{key}` with room to spare.
 MAX_ITEM_ID_LENGTH = 320
+# A provider's `Retry-After` up to its `max_retry_after_s` (this by default) is waited exactly;
+# a longer one fails the item (a wait of days is a refusal, and one of years would overflow the
+# timer's date).
+DEFAULT_MAX_RETRY_AFTER_S = 3600.0
 # A `not_before` becomes the workflow's start delay, and the Temporal server silently caps any
 # delay (and timer) at 100 years of 365 days (`MaxAllowedTimer` in its `common/timer`), so a
 # later due time would be honoured thousands of years early. Refused instead.

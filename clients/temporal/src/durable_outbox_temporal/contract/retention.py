@@ -1,0 +1,95 @@
+"""Retention's contract: the `Retention` workflow a Temporal Schedule starts, which prunes
+ended items' payloads and then their rows, rule by rule, a page at a time.
+
+A rule is one destination's retention for every outbox without an override of its own, or one
+outbox's override at one destination (`DestinationRegistry.retention`). The schedule
+(`retention/{workflow task queue}`) is created by the worker at start; each run plans the rules
+from the worker's destinations, then walks them with a cutoff fixed at its start, so a run
+retried or continued as new prunes exactly what it set out to. Plain data only.
+"""
+
+# No `from __future__ import annotations`: Temporal's converter reads real annotations.
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Literal
+
+RETENTION_WORKFLOW_TYPE = "Retention"
+RETENTION_PLAN_ACTIVITY = "retention_plan"
+PRUNE_PAGE_ACTIVITY = "prune_page"
+# Items pruned per activity, in one transaction (docs/decisions/retention-pages.md).
+PRUNE_PAGE_SIZE = 1000
+
+Phase = Literal["payloads", "rows"]
+
+
+def retention_schedule_id(workflow_task_queue: str) -> str:
+    """The retention schedule of the stack on `workflow_task_queue`."""
+    return f"retention/{workflow_task_queue}"
+
+
+def retention_workflow_id(workflow_task_queue: str) -> str:
+    """The id each run of that schedule starts (the schedule appends its fire time)."""
+    return f"retention/{workflow_task_queue}"
+
+
+@dataclass
+class RetentionRule:
+    """Prune ended items of `destination` in `outbox` (None: every outbox but `excluded`)
+    whose payload ended `payload_retention_s` ago, and whose row ended `item_retention_s` ago."""
+
+    destination: str
+    outbox: str | None
+    payload_retention_s: float
+    item_retention_s: float
+    excluded: list[str] = field(default_factory=list)
+
+
+@dataclass
+class RetentionPlanRequest:
+    """Plan from the worker's destinations and outbox settings (nothing to give)."""
+
+
+@dataclass
+class RetentionPlan:
+    rules: list[RetentionRule]
+
+
+@dataclass
+class RetentionProgress:
+    """How far a run is: its rules (planned by its first activity), the rule and phase it is
+    in, payloads and rows pruned so far; `done` at its end. The workflow's `progress` query."""
+
+    started_at: datetime | None = None
+    rules: list[RetentionRule] | None = None
+    rule: int = 0
+    phase: Phase = "payloads"
+    payloads_pruned: int = 0
+    rows_pruned: int = 0
+    pages: int = 0
+    done: bool = False
+    finished_at: datetime | None = None
+    failure: str | None = None
+
+
+@dataclass
+class RetentionInput:
+    """Where the pages run, and how far the run got (carried across continue-as-new)."""
+
+    operations_task_queue: str
+    progress: RetentionProgress = field(default_factory=RetentionProgress)
+
+
+@dataclass
+class PrunePageRequest:
+    rule: RetentionRule
+    phase: Phase
+    # Items that ended before this are pruned (the run's start minus the rule's retention).
+    ended_before: datetime
+    limit: int = PRUNE_PAGE_SIZE
+
+
+@dataclass
+class PrunePageResult:
+    pruned: int
+    # False once the rule's phase has nothing left before the cutoff.
+    more: bool

@@ -1,0 +1,174 @@
+"""Retention in the read model, on SQLite and PostgreSQL: only ended items past the cutoff are
+pruned, oldest first, a page at a time; a pruned payload is gone (attempt bodies too) and says
+so, and a late projection never brings it back; pruned rows leave their key's memory, which
+still answers a repeat; an outbox's own rule and the destination's rule for the others split
+the items between them; a redrive's claim and a prune never both win."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from durable_outbox_temporal.contract.item import (
+    ItemEvent,
+    ItemEventType,
+    ItemProjection,
+    ItemStatus,
+)
+from durable_outbox_temporal.contract.retention import RetentionRule
+from sqlalchemy import Engine, func, select
+
+from readmodel import attempts, store
+from readmodel.models import EVENTS, ITEM_ATTEMPTS, ITEMS
+from readmodel.retention import prune_payloads, prune_rows
+from tests.readmodel.test_store import T0, view
+
+DAY = timedelta(days=1)
+RULE = RetentionRule("d", None, payload_retention_s=DAY.total_seconds(), item_retention_s=0)
+
+
+def item(
+    engine: Engine,
+    key: str,
+    status: ItemStatus,
+    ended_days_ago: float | None,
+    outbox: str = "o",
+) -> None:
+    """An item with a payload, two events and an attempt, that ended that long before T0+10d."""
+    finished = None if ended_days_ago is None else T0 + 10 * DAY - ended_days_ago * DAY
+    events = [ItemEvent(1, ItemEventType.ENQUEUED, ItemStatus.QUEUED, T0)]
+    if status.is_final:
+        events.append(ItemEvent(2, ItemEventType.SENT, status, finished or T0))
+    store.apply_projection(
+        engine,
+        ItemProjection(
+            view(
+                key,
+                len(events),
+                status,
+                outbox=outbox,
+                finished_at=finished,
+                payload_hash=f"hash-{key}",
+            ),
+            events,
+            T0,
+            payload={"to": f"{key}@example.com"},
+        ),
+    )
+    attempts.write_attempts(
+        engine,
+        f"outbox/{outbox}/{key}",
+        [
+            attempts.Attempt(
+                kind="submit",
+                started_at=T0,
+                latency_ms=3,
+                method="POST",
+                host="provider.example",
+                path="/emails",
+                request_headers={"x-echo": key},
+                status=202,
+                response_headers={"location": key},
+                body=f"{key}@example.com",
+            )
+        ],
+    )
+
+
+NOW = T0 + 10 * DAY
+
+
+def test_payloads_of_ended_items_past_the_cutoff_go_oldest_first_a_page_at_a_time(
+    engine: Engine,
+) -> None:
+    item(engine, "old-sent", ItemStatus.SENT, ended_days_ago=5)
+    item(engine, "older-failed", ItemStatus.FAILED, ended_days_ago=6)
+    item(engine, "recent", ItemStatus.SENT, ended_days_ago=0.5)
+    item(engine, "queued", ItemStatus.QUEUED, ended_days_ago=None)
+    item(engine, "other-destination", ItemStatus.SENT, ended_days_ago=5)
+    with engine.begin() as connection:
+        connection.execute(
+            ITEMS.update().where(ITEMS.c.key == "other-destination").values(destination="e")
+        )
+    cutoff = NOW - DAY
+
+    assert prune_payloads(engine, RULE, cutoff, limit=1, now=NOW) == 1
+    first = store.get_item(engine, "outbox/o/older-failed")
+    assert first is not None and first.payload is None and first.payload_pruned_at == NOW
+    assert prune_payloads(engine, RULE, cutoff, limit=1, now=NOW) == 1
+    assert prune_payloads(engine, RULE, cutoff, limit=1, now=NOW) == 0
+
+    for key in ("recent", "queued", "other-destination"):
+        kept = store.get_item(engine, f"outbox/o/{key}")
+        assert kept is not None and kept.payload == {"to": f"{key}@example.com"}, key
+        assert kept.payload_pruned_at is None
+    [attempt] = attempts.read_attempts(engine, "outbox/o/old-sent")
+    assert attempt["request"]["headers"] == {} and attempt["response"]["body"] is None
+    assert attempt["response"]["status"] == 202  # what it was stays, not what it said
+    # A late projection of the first event, carrying the payload, does not bring it back.
+    store.apply_projection(
+        engine,
+        ItemProjection(
+            view("old-sent", 1, ItemStatus.QUEUED),
+            [ItemEvent(1, ItemEventType.ENQUEUED, ItemStatus.QUEUED, T0)],
+            T0,
+            payload={"to": "old-sent@example.com"},
+        ),
+    )
+    again = store.get_item(engine, "outbox/o/old-sent")
+    assert again is not None and again.payload is None and again.view.status is ItemStatus.SENT
+
+
+def test_a_pruned_failed_item_cannot_be_claimed_for_a_redrive(engine: Engine) -> None:
+    item(engine, "dead", ItemStatus.FAILED, ended_days_ago=5)
+    item(engine, "claimed", ItemStatus.FAILED, ended_days_ago=5)
+
+    assert attempts.claim_redrive(engine, "outbox/o/claimed")
+    assert prune_payloads(engine, RULE, NOW - DAY, limit=10, now=NOW) == 1
+
+    assert not attempts.claim_redrive(engine, "outbox/o/dead")
+    claimed = store.get_item(engine, "outbox/o/claimed")
+    assert claimed is not None and claimed.payload is not None  # redriven: not ended, kept
+
+
+def test_pruned_rows_go_with_their_events_and_attempts_and_leave_the_key_memory(
+    engine: Engine,
+) -> None:
+    item(engine, "gone", ItemStatus.SENT, ended_days_ago=5)
+    item(engine, "failed", ItemStatus.FAILED, ended_days_ago=4)
+    item(engine, "kept", ItemStatus.SENT, ended_days_ago=1)
+    rule = RetentionRule("d", None, payload_retention_s=0, item_retention_s=2 * DAY.total_seconds())
+
+    assert prune_rows(engine, rule, NOW - 2 * DAY, limit=500, now=NOW) == 2
+
+    assert store.get_item(engine, "outbox/o/gone") is None
+    assert store.remembered_key(engine, "outbox/o/gone") == store.RememberedKey(
+        ItemStatus.SENT, "hash-gone"
+    )
+    assert store.remembered_key(engine, "outbox/o/failed") == store.RememberedKey(
+        ItemStatus.FAILED, "hash-failed"
+    )
+    assert store.remembered_key(engine, "outbox/o/kept") is None
+    with engine.connect() as connection:
+        events = connection.execute(select(EVENTS.c.item_id).distinct()).scalars().all()
+        logged = connection.execute(select(func.count()).select_from(ITEM_ATTEMPTS)).scalar()
+    assert events == ["outbox/o/kept"] and logged == 1
+    assert prune_rows(engine, rule, NOW - 2 * DAY, limit=500, now=NOW) == 0
+
+
+def test_an_outboxs_own_rule_and_the_destinations_split_the_items(engine: Engine) -> None:
+    item(engine, "a", ItemStatus.SENT, ended_days_ago=3, outbox="short")
+    item(engine, "b", ItemStatus.SENT, ended_days_ago=3, outbox="usual")
+    destination_rule = RetentionRule(
+        "d", None, 5 * DAY.total_seconds(), 5 * DAY.total_seconds(), ["short"]
+    )
+    outbox_rule = RetentionRule("d", "short", 2 * DAY.total_seconds(), 2 * DAY.total_seconds())
+
+    assert prune_payloads(engine, destination_rule, NOW - 5 * DAY, limit=10, now=NOW) == 0
+    assert prune_payloads(engine, outbox_rule, NOW - 2 * DAY, limit=10, now=NOW) == 1
+
+    short, usual = (
+        store.get_item(engine, "outbox/short/a"),
+        store.get_item(engine, "outbox/usual/b"),
+    )
+    assert short is not None and short.payload is None
+    assert usual is not None and usual.payload is not None

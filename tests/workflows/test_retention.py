@@ -1,0 +1,137 @@
+"""The retention run and its schedule: a run plans the rules from the worker's destinations and
+prunes payloads past the payload retention and rows past the item retention, leaving the rest
+(time-skipping server); the worker's schedule is created once, runs on a trigger, and a worker
+starting again brings its interval up to date without undoing an operator's pause (dev server:
+the time-skipping server has no schedules)."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from durable_outbox_temporal.contract.item import (
+    ItemEvent,
+    ItemEventType,
+    ItemProjection,
+    ItemStatus,
+)
+from durable_outbox_temporal.contract.retention import (
+    RETENTION_WORKFLOW_TYPE,
+    RetentionInput,
+    RetentionProgress,
+    retention_schedule_id,
+)
+from sqlalchemy import Engine
+from temporalio.client import ScheduleActionExecutionStartWorkflow, ScheduleActionStartWorkflow
+
+from readmodel import store
+from service.retention import ensure_retention_schedule
+from tests.conftest import Stack, webhook_destination
+from tests.readmodel.test_store import view
+from tests.workflows.test_lane import wait_for
+from worker import default_operations_task_queue
+
+DAY = timedelta(days=1)
+KEPT = {
+    "payload_retention_s": 4 * DAY.total_seconds(),
+    "item_retention_s": 10 * DAY.total_seconds(),
+}
+
+
+def ended(engine: Engine, destination: str, key: str, days_ago: float | None) -> str:
+    """An item of `destination` with a payload, ended that many days ago (None: queued)."""
+    now = datetime.now(UTC)
+    status = ItemStatus.QUEUED if days_ago is None else ItemStatus.SENT
+    finished = None if days_ago is None else now - days_ago * DAY
+    events = [ItemEvent(1, ItemEventType.ENQUEUED, ItemStatus.QUEUED, now - 30 * DAY)]
+    if days_ago is not None:
+        events.append(ItemEvent(2, ItemEventType.SENT, status, finished or now))
+    projected = view(
+        key,
+        len(events),
+        status,
+        outbox="ret",
+        destination=destination,
+        created_at=now - 30 * DAY,
+        finished_at=finished,
+    )
+    store.apply_projection(
+        engine, ItemProjection(projected, events, now - 30 * DAY, payload={"k": key})
+    )
+    return projected.id
+
+
+async def test_a_run_prunes_payloads_then_rows_past_their_retention(
+    stack_factory: Any, fake_provider: Any
+) -> None:
+    destination = webhook_destination(fake_provider, **KEPT)
+    stack: Stack = await stack_factory(destination)
+    engine, name = stack.engine, destination.name
+    fresh = ended(engine, name, "fresh", days_ago=1)
+    old = ended(engine, name, "old", days_ago=5)
+    ancient = ended(engine, name, "ancient", days_ago=20)
+    waiting = ended(engine, name, "waiting", days_ago=None)
+
+    run_id = f"retention-test/{uuid.uuid4().hex}"
+    handle = await stack.client.start_workflow(
+        RETENTION_WORKFLOW_TYPE,
+        RetentionInput(default_operations_task_queue(stack.task_queue)),
+        id=run_id,
+        task_queue=stack.task_queue,
+        result_type=RetentionProgress,
+    )
+    progress = await handle.result()
+
+    assert progress.done and progress.failure is None
+    # The ancient one loses its payload first, then its row.
+    assert (progress.payloads_pruned, progress.rows_pruned) == (2, 1)
+    assert progress.rules is not None and [rule.destination for rule in progress.rules] == [name]
+    for item_id in (fresh, waiting):
+        record = store.get_item(engine, item_id)
+        assert record is not None and record.payload is not None, item_id
+    pruned = store.get_item(engine, old)
+    assert pruned is not None and pruned.payload is None and pruned.payload_pruned_at
+    assert store.get_item(engine, ancient) is None
+    assert store.remembered_key(engine, ancient) is not None
+    await stack.record_history(run_id)
+
+
+async def test_the_worker_keeps_one_schedule_up_to_date_and_it_runs(
+    dev_env: Any, stack_factory: Any, fake_provider: Any
+) -> None:
+    destination = webhook_destination(fake_provider, **KEPT)
+    stack: Stack = await stack_factory(destination, env=dev_env)
+    old = ended(stack.engine, destination.name, "old", days_ago=5)
+    operations = default_operations_task_queue(stack.task_queue)
+    schedule_id = await ensure_retention_schedule(
+        stack.client, stack.task_queue, operations, timedelta(hours=1)
+    )
+    schedule = stack.client.get_schedule_handle(schedule_id)
+    try:
+        assert schedule_id == retention_schedule_id(stack.task_queue)
+        await schedule.pause(note="an operator's pause")
+
+        # A worker starting again, configured with another interval.
+        await ensure_retention_schedule(
+            stack.client, stack.task_queue, operations, timedelta(hours=2)
+        )
+        described = await schedule.describe()
+        action = described.schedule.action
+        assert isinstance(action, ScheduleActionStartWorkflow)
+        assert action.workflow == RETENTION_WORKFLOW_TYPE
+        assert [spec.every for spec in described.schedule.spec.intervals] == [timedelta(hours=2)]
+        assert described.schedule.state.paused
+
+        await schedule.trigger()
+
+        async def pruned() -> bool:
+            record = store.get_item(stack.engine, old)
+            return record is not None and record.payload_pruned_at is not None
+
+        await wait_for(pruned, limit_s=30)
+        [run] = (await schedule.describe()).info.recent_actions
+        assert isinstance(run.action, ScheduleActionExecutionStartWorkflow)
+        await stack.record_history(run.action.workflow_id)
+    finally:
+        await schedule.delete()
