@@ -290,6 +290,9 @@ _ITEMS = (
         "redrive-batch-not-found", 404, "No redrive batch with that id.", "Check the batch id."
     ),
     ProblemCode(
+        "erase-batch-not-found", 404, "No erase batch with that id.", "Check the batch id."
+    ),
+    ProblemCode(
         "schedule-not-found", 404, "No schedule of that name.", "Check the schedule's name."
     ),
     ProblemCode(
