@@ -6,6 +6,7 @@
     outbox items list demo [--status S] [--destination D] [--key-prefix P] [--limit N | --all]
     outbox tail demo [--since ID]                   # follow the outbox live
     outbox purge demo [--destination D] [--no-wait] # cancel all not yet submitted (a batch)
+    outbox erase demo --subject ada@example.com     # erase an ended item's data, by filter
     outbox enqueue demo ... --ordering-key acct-7   # in order after acct-7's earlier items
     outbox lanes demo [KEY] [--status halted] [--redrive | --skip --reason R]
     outbox schedules create daily --outbox demo --cron '0 6 * * *' --item '{"destination": ...}'
@@ -244,6 +245,8 @@ def enqueue(args: argparse.Namespace) -> None:
             body["delay_seconds"] = args.delay_seconds
         if args.ordering_key:
             body["ordering_key"] = args.ordering_key
+        if args.subject:
+            body["subject"] = args.subject
         headers = {"Idempotency-Key": args.key} if args.key else {}
         _print(args, _check(client.post(_items_path(args.outbox), json=body, headers=headers)))
 
@@ -344,6 +347,25 @@ def purge(args: argparse.Namespace) -> None:
     if batch["state"] not in ("running", "completed"):
         print(f"purge {batch['state']}: {batch.get('failure')}", file=sys.stderr)
         raise SystemExit(ExitCode.FAILURE)
+
+
+def erase(args: argparse.Namespace) -> None:
+    """Start an erase batch and follow it to its end (unless --no-wait); exit 1 if it failed."""
+    if (args.key_prefix is None) == (args.subject is None):
+        raise CliError("erase needs --key-prefix or --subject, exactly one", ExitCode.USAGE)
+    body = {"key_prefix": args.key_prefix} if args.subject is None else {"subject": args.subject}
+    with _client(args) as client:
+        batch = _check(client.post(f"{_items_path(args.outbox)}:erase", json=body))
+        if not args.no_wait:
+            batch = _follow(client, batch, _erase_progress)
+        _print(args, batch)
+    if batch["state"] not in ("running", "completed"):
+        print(f"erase {batch['state']}: {batch.get('failure')}", file=sys.stderr)
+        raise SystemExit(ExitCode.FAILURE)
+
+
+def _erase_progress(batch: dict[str, Any]) -> str:
+    return f"{batch['erased']} erased, {batch['skipped']} skipped, {batch['pages']} page(s)"
 
 
 def _purge_progress(batch: dict[str, Any]) -> str:
@@ -820,6 +842,9 @@ def _add_enqueue_command(commands: _Commands) -> argparse.ArgumentParser:
         "--ordering-key", help="deliver after the outbox's earlier items with this key (a lane)"
     )
     command.add_argument(
+        "--subject", help="whom the item is about (`outbox erase --subject` erases theirs)"
+    )
+    command.add_argument(
         "--file", help="JSONL: one {destination, payload, idempotency_key?} per line"
     )
     command.set_defaults(run=enqueue)
@@ -827,7 +852,8 @@ def _add_enqueue_command(commands: _Commands) -> argparse.ArgumentParser:
 
 
 def _add_enqueued_item_commands(commands: _Commands) -> list[argparse.ArgumentParser]:
-    """`status`, `cancel`, `redrive` and `purge`: what is done to items once enqueued."""
+    """`status`, `cancel`, `redrive`, `purge` and `erase`: what is done to items once
+    enqueued."""
     added = []
     for name, run, help_text in (
         ("status", status, "an item's status"),
@@ -861,6 +887,20 @@ def _add_enqueued_item_commands(commands: _Commands) -> list[argparse.ArgumentPa
         "--no-wait", action="store_true", help="answer with the batch at once, not at its end"
     )
     command.set_defaults(run=purge)
+    added.append(command)
+
+    command = commands.add_parser(
+        "erase",
+        help="erase the data of every ended item with a key prefix or of a subject (a batch,"
+        " followed to its end); items under way are skipped and counted",
+    )
+    _add_outbox(command)
+    command.add_argument("--key-prefix", help="the items whose key starts with this")
+    command.add_argument("--subject", help="the items enqueued with this subject")
+    command.add_argument(
+        "--no-wait", action="store_true", help="answer with the batch at once, not at its end"
+    )
+    command.set_defaults(run=erase)
     added.append(command)
     return added
 

@@ -47,6 +47,7 @@ from activities.aggregate_store import AggregateStoreActivities
 from activities.debounce import DebounceActivities
 from activities.delivery import DeliveryActivities
 from activities.effects import EffectActivities
+from activities.erasure import EraseActivities
 from activities.flow import apply_flow_rate
 from activities.flow_events import FlowEventActivities
 from activities.projection import ProjectionActivities
@@ -88,6 +89,7 @@ from workflows.aggregate_types import host
 from workflows.bulk_shard import BulkShardWorkflow
 from workflows.debounce import DebounceWindowWorkflow
 from workflows.destination_flow import DestinationFlowWorkflow
+from workflows.erase_batch import EraseBatchWorkflow
 from workflows.lane import OutboxLaneWorkflow
 from workflows.outbox_item import OutboxItemWorkflow
 from workflows.projector import ProjectorWorkflow
@@ -110,6 +112,7 @@ WORKFLOWS = [
     PurgeBatchWorkflow,
     ResealBatchWorkflow,
     RetentionWorkflow,
+    EraseBatchWorkflow,
     ProjectorWorkflow,
     DestinationFlowWorkflow,
     DebounceWindowWorkflow,
@@ -275,8 +278,8 @@ def operations_worker(
     shutdown_grace: timedelta = timedelta(),
 ) -> Worker:
     """The activities the workflows need that are not local ones (the workflow queue polls for
-    none): a schedule's fire, redrive, purge, reseal and retention pages, effects, projector
-    runs, flow events."""
+    none): a schedule's fire, redrive, purge, erase, reseal and retention pages, effects,
+    projector runs, flow events."""
     # Aggregates that effects create run their own effects here too.
     aggregate_client = AggregateClient(
         client,
@@ -295,6 +298,7 @@ def operations_worker(
             PurgeActivities(outbox, engine).purge_page,
             ResealActivities(engine, types.sealed_tables).reseal_page,
             *_retention_activities(engine, outbox.destinations),
+            EraseActivities(engine, outbox.destinations).erase_page,
             EffectActivities(outbox, aggregate_client).execute_effect,
             ProjectorActivities(engine, types.projectors).run_projector,
             FlowEventActivities(outbox).send_flow_event,

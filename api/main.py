@@ -51,6 +51,7 @@ from api.routes import (
     dashboard,
     dead_letters,
     docs,
+    erasure,
     events,
     health,
     items,
@@ -295,6 +296,7 @@ def include_routers(app: FastAPI) -> None:
     app.include_router(codec_route.router, dependencies=authenticated)
     app.include_router(items.router, dependencies=authenticated)
     app.include_router(attempts.router, dependencies=authenticated)
+    app.include_router(erasure.router, dependencies=authenticated)
     app.include_router(outboxes.router, dependencies=authenticated)
     app.include_router(lanes.router, dependencies=authenticated)
     app.include_router(dead_letters.router, dependencies=authenticated)

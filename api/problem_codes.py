@@ -318,6 +318,9 @@ _ITEMS = (
         "Set `PAYLOAD_KEYS` (or `PAYLOAD_KEYS_FILE`) on the API and the worker, then start again.",
     ),
     ProblemCode(
+        "erase-batch-not-found", 404, "No erase batch with that id.", "Check the batch id."
+    ),
+    ProblemCode(
         "schedule-not-found", 404, "No schedule of that name.", "Check the schedule's name."
     ),
     ProblemCode(

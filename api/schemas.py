@@ -17,6 +17,8 @@ from durable_outbox_temporal.contract.limits import (
     MAX_DESTINATION_LENGTH,
     MAX_KEY_LENGTH,
     MAX_START_DELAY,
+    MAX_SUBJECT_LENGTH,
+    SUBJECT_PATTERN,
     TEXT_KEY_PATTERN,
     check_concurrency_key,
     check_idempotency_key,
@@ -150,6 +152,15 @@ class EnqueueRequest(BaseModel):
         f" (at least `debounce_s`; default {DEFAULT_MAX_WAIT_WINDOWS} times `debounce_s`)",
     )
 
+    subject: str | None = Field(
+        default=None,
+        max_length=MAX_SUBJECT_LENGTH,
+        pattern=SUBJECT_PATTERN,
+        description="Whom the item is about (an email address, a customer id), so that"
+        " `items:erase` with this `subject` erases it with the rest of theirs; stored only as a"
+        " keyed digest",
+    )
+
     @model_validator(mode="after")
     def _one_due_time(self) -> Self:
         if self.not_before is not None and self.delay_seconds is not None:
@@ -177,6 +188,7 @@ class EnqueueRequest(BaseModel):
             debounce_s=self.debounce_s,
             debounce_mode=self.debounce_mode,
             max_wait_s=self.max_wait_s,
+            subject=self.subject,
         )
 
 

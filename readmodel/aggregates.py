@@ -1,7 +1,10 @@
-"""The aggregate event store and latest-state rows: idempotent writes, paged reads.
+"""The aggregate event store and latest-state rows: idempotent writes, paged reads, erasure.
 
 Each event is written once by (type, id, seq), however often a write is retried or replayed;
-the state row only ever moves forward in version.
+the state row only ever moves forward in version. Events' data and the state are sealed under
+the aggregate's data key (`readmodel.data_keys`): `erase` deletes it, and they read as
+`SHREDDED` from then on, the events still there, in order, with their types and times, so the
+store replays (docs/decisions/aggregate-crypto-shredding.md).
 """
 
 from __future__ import annotations
@@ -13,10 +16,17 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from durable_outbox_temporal.contract.aggregate import RecordedEvent, StoreEvents
-from sqlalchemy import Engine, Executable, and_, or_, select, text
+from durable_outbox_temporal.contract.aggregate import (
+    SHREDDED,
+    RecordedEvent,
+    StoreEvents,
+    aggregate_workflow_id,
+)
+from sqlalchemy import Connection, Engine, Executable, and_, or_, select, text, update
 from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.engine import RowMapping
 
+from readmodel import data_keys
 from readmodel.models import AGGREGATE_EVENTS, AGGREGATES, read_aggregate_event
 
 MAX_PAGE = 500
@@ -38,10 +48,6 @@ class AggregateRecord:
 def store_events(engine: Engine, batch: StoreEvents) -> None:
     """Write the events (each once) and the state they lead to, in one transaction."""
     insert_events, upsert_state = _statements(engine.dialect.name)
-    rows = [
-        {**dataclasses.asdict(event), "aggregate_type": batch.type, "aggregate_id": batch.id}
-        for event in sorted(batch.events, key=lambda event: event.seq)
-    ]
     with engine.begin() as connection:
         if connection.dialect.name == "postgresql":
             # Writers take turns, so events commit in `id` order: an async projector that has
@@ -50,6 +56,16 @@ def store_events(engine: Engine, batch: StoreEvents) -> None:
             connection.execute(
                 text("SELECT pg_advisory_xact_lock(:key)"), {"key": EVENT_STORE_LOCK_KEY}
             )
+        key = data_keys.current_key(connection, aggregate_workflow_id(batch.type, batch.id))
+        rows = [
+            {
+                **dataclasses.asdict(event),
+                "data": key.seal_json(event.data),
+                "aggregate_type": batch.type,
+                "aggregate_id": batch.id,
+            }
+            for event in sorted(batch.events, key=lambda event: event.seq)
+        ]
         if rows:
             connection.execute(insert_events, rows)
         connection.execute(
@@ -58,7 +74,7 @@ def store_events(engine: Engine, batch: StoreEvents) -> None:
                 "type": batch.type,
                 "id": batch.id,
                 "version": batch.version,
-                "state": batch.state,
+                "state": key.seal_json(batch.state),
                 "updated_at": batch.updated_at,
             },
         )
@@ -94,7 +110,14 @@ def events(
         .limit(max(1, min(limit, MAX_PAGE)))
     )
     with engine.connect() as connection:
-        return [read_aggregate_event(row) for row in connection.execute(query).mappings()]
+        rows = list(connection.execute(query).mappings())
+        keys = data_keys.keys_by_id(connection, (row["data"] for row in rows))
+    return [
+        dataclasses.replace(
+            read_aggregate_event(row), data=data_keys.open_value(row["data"], keys, SHREDDED)
+        )
+        for row in rows
+    ]
 
 
 def events_after_each(
@@ -136,7 +159,7 @@ def get(engine: Engine, aggregate_type: str, aggregate_id: str) -> AggregateReco
     )
     with engine.connect() as connection:
         row = connection.execute(query).mappings().first()
-    return None if row is None else AggregateRecord(**row)
+        return None if row is None else _records(connection, [row])[0]
 
 
 def list_ids(
@@ -149,7 +172,54 @@ def list_ids(
         conditions.append(AGGREGATES.c.id > after)
     query = select(AGGREGATES).where(and_(*conditions)).order_by(AGGREGATES.c.id).limit(limit + 1)
     with engine.connect() as connection:
-        records = [AggregateRecord(**row) for row in connection.execute(query).mappings()]
+        records = _records(connection, list(connection.execute(query).mappings()))
     if len(records) <= limit:
         return records, None
     return records[:limit], records[limit - 1].id
+
+
+def erase(engine: Engine, aggregate_type: str, aggregate_id: str, now: datetime) -> datetime | None:
+    """Erase the aggregate's data from the event store: its data keys deleted, and any event or
+    state written before they existed (plain) overwritten with `SHREDDED`. When it was erased;
+    None for an aggregate the store has never held."""
+    scope = aggregate_workflow_id(aggregate_type, aggregate_id)
+    of_aggregate = and_(
+        AGGREGATE_EVENTS.c.aggregate_type == aggregate_type,
+        AGGREGATE_EVENTS.c.aggregate_id == aggregate_id,
+    )
+    with engine.begin() as connection:
+        if connection.dialect.name == "postgresql":
+            # A write in flight commits before the shred, or after it under a new key.
+            connection.execute(
+                text("SELECT pg_advisory_xact_lock(:key)"), {"key": EVENT_STORE_LOCK_KEY}
+            )
+        erased_at = data_keys.shred(connection, scope, now)
+        plain = [
+            row.id
+            for row in connection.execute(
+                select(AGGREGATE_EVENTS.c.id, AGGREGATE_EVENTS.c.data).where(of_aggregate)
+            )
+            if not data_keys.is_data_sealed(row.data)
+        ]
+        if plain:
+            connection.execute(
+                update(AGGREGATE_EVENTS)
+                .where(AGGREGATE_EVENTS.c.id.in_(plain))
+                .values(data=SHREDDED)
+            )
+        state = connection.execute(
+            update(AGGREGATES)
+            .where(AGGREGATES.c.type == aggregate_type, AGGREGATES.c.id == aggregate_id)
+            .values(state=SHREDDED)
+        )
+        if erased_at is None and (plain or state.rowcount):
+            erased_at = now
+        return erased_at
+
+
+def _records(connection: Connection, rows: list[RowMapping]) -> list[AggregateRecord]:
+    keys = data_keys.keys_by_id(connection, (row["state"] for row in rows))
+    return [
+        AggregateRecord(**{**row, "state": data_keys.open_value(row["state"], keys, SHREDDED)})
+        for row in rows
+    ]

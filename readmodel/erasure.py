@@ -4,8 +4,9 @@
 recipient's status and time stay, its provider detail goes); every address the payload or the
 recipients named, wherever the item's event details and last error quote it; its attempts'
 headers and bodies (numbers, statuses and times stay); its claim-check blobs; the relay's
-`outbox_pending` rows of its key; and its debounce window's copy in the carrier that delivered
-it (the whole payload under `latest`, its entry under `collect`). The item is then marked
+`outbox_pending` rows of its key; its link to the subject it was enqueued for
+(`readmodel.subjects`); and its debounce window's copy in the carrier that delivered it (the
+whole payload under `latest`, its entry under `collect`). The item is then marked
 erased, so a redrive is refused and a late projection never brings the payload back
 (`readmodel.store`). Temporal's copy is encrypted (payload codec) and goes with its retention.
 """
@@ -14,20 +15,31 @@ from __future__ import annotations
 
 import re
 from collections.abc import Collection, Iterable
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any, cast
 
 from durable_outbox_temporal.contract.debounce import COLLECTED_KEY
-from durable_outbox_temporal.contract.item import Recipient
+from durable_outbox_temporal.contract.item import (
+    DeliveryOutcome,
+    ItemStatus,
+    OutboxItemView,
+    Recipient,
+)
 from sqlalchemy import Connection, Engine, delete, insert, select, update
 
 from readmodel.models import (
     EVENTS,
     ITEM_ATTEMPTS,
     ITEM_ERASURES,
+    ITEM_SUBJECTS,
     ITEMS,
     OUTBOX_PENDING,
     PAYLOAD_BLOBS,
+)
+
+# The statuses an item's payload may be erased in: it has ended and will not be sent again.
+ERASABLE = frozenset(
+    {ItemStatus.SENT, ItemStatus.FAILED, ItemStatus.CANCELLED, ItemStatus.SUPERSEDED}
 )
 
 # What stands where an address was.
@@ -38,6 +50,40 @@ _ADDRESS = re.compile(r"[^\s@\"'<>(),;:]+@[^\s@\"'<>(),;:]+")
 
 class CarrierUnderWay(Exception):
     """The debounce window's carrier holding a copy of the item's payload has not ended."""
+
+
+def refusal(view: OutboxItemView, report_window_s: float, now: datetime) -> str | None:
+    """Why the item's data cannot be erased now (it is under way, or a delivery report could
+    still bring its recipients' addresses back); None when it can."""
+    if view.status not in ERASABLE:
+        return (
+            f"item {view.key!r} is {view.status}: only a sent, failed, cancelled or superseded"
+            " item's payload can be erased"
+        )
+    if view.delivery is DeliveryOutcome.PENDING and view.finished_at and report_window_s > 0:
+        reports_until = view.finished_at + timedelta(seconds=report_window_s)
+        if reports_until > now:
+            return (
+                f"item {view.key!r} takes delivery reports until {reports_until.isoformat()}: a"
+                " report would bring its recipients' addresses back; erase it after that"
+            )
+    return None
+
+
+def keys_with_prefix(
+    engine: Engine, outbox: str, prefix: str, *, after: str | None, limit: int
+) -> list[str]:
+    """The keys of the outbox's items starting with `prefix`, in key order after `after`."""
+    query = (
+        select(ITEMS.c.key)
+        .where(ITEMS.c.outbox == outbox, ITEMS.c.key.startswith(prefix, autoescape=True))
+        .order_by(ITEMS.c.key)
+        .limit(limit)
+    )
+    if after is not None:
+        query = query.where(ITEMS.c.key > after)
+    with engine.connect() as connection:
+        return list(connection.execute(query).scalars())
 
 
 def erase_item(
@@ -90,6 +136,7 @@ def erase_item(
             .values(request_headers={}, response_headers={}, body=None, body_truncated=False)
         )
         connection.execute(delete(PAYLOAD_BLOBS).where(PAYLOAD_BLOBS.c.workflow_id == item_id))
+        connection.execute(delete(ITEM_SUBJECTS).where(ITEM_SUBJECTS.c.item_id == item_id))
         connection.execute(
             delete(OUTBOX_PENDING).where(
                 OUTBOX_PENDING.c.outbox == row["outbox"], OUTBOX_PENDING.c.key == row["key"]

@@ -26,6 +26,7 @@ from durable_outbox_temporal.contract.lane import LaneView
 from durable_outbox_temporal.contract.limits import (
     MAX_DESTINATION_LENGTH,
     MAX_ITEM_ID_LENGTH,
+    MAX_KEY_LENGTH,
     MAX_OUTBOX_LENGTH,
 )
 from durable_outbox_temporal.contract.outbox_pending import OUTBOX_PENDING_TABLE, UTCDateTime
@@ -402,4 +403,35 @@ ITEM_ERASURES = Table(
     metadata,
     Column("item_id", String(MAX_ITEM_ID_LENGTH), primary_key=True),
     Column("erased_at", UTCDateTime(), nullable=False),
+)
+
+# A subject identifier the caller attached to an item at enqueue, as a keyed digest
+# (`readmodel.subjects`): the erasure batch finds a subject's items by it; nobody reads it back.
+ITEM_SUBJECTS = Table(
+    "item_subjects",
+    metadata,
+    Column("item_id", String(MAX_ITEM_ID_LENGTH), primary_key=True),
+    Column("outbox", String(MAX_OUTBOX_LENGTH), nullable=False),
+    Column("key", String(MAX_KEY_LENGTH), nullable=False),
+    Column("subject_digest", String(64), nullable=False),
+    Index("ix_item_subjects_subject", "outbox", "subject_digest", "key"),
+)
+
+# Data keys (`readmodel.data_keys`): one AES-256 key per scope and generation, itself sealed
+# under the payload keys. Deleting one (`key` NULL, `shredded_at` set) erases every value sealed
+# under it: crypto-shredding (docs/decisions/aggregate-crypto-shredding.md).
+DATA_KEYS = Table(
+    "data_keys",
+    metadata,
+    Column(
+        "id", BigInteger().with_variant(Integer(), "sqlite"), primary_key=True, autoincrement=True
+    ),
+    Column("scope", String(MAX_WORKFLOW_ID_LENGTH), nullable=False),
+    Column("generation", Integer(), nullable=False),
+    Column("key", SealedText(), nullable=True),
+    Column("created_at", UTCDateTime(), nullable=False),
+    Column("shredded_at", UTCDateTime(), nullable=True),
+    UniqueConstraint("scope", "generation", name="uq_data_keys_scope_generation"),
+    # A shredded key's id is never reused: a value naming it stays shredded.
+    sqlite_autoincrement=True,
 )

@@ -10,11 +10,12 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 from collections.abc import Mapping
+from datetime import UTC, datetime
 from typing import Any
 
 from durable_outbox_temporal.aggregate_definition import AggregateDefinition
 from durable_outbox_temporal.aggregates import AggregateClient
-from durable_outbox_temporal.contract.aggregate import AggregateView, RecordedEvent
+from durable_outbox_temporal.contract.aggregate import AggregateView, RecordedEvent, is_shredded
 from durable_outbox_temporal.errors import UnknownAggregate, is_temporal_unavailable
 from sqlalchemy import Engine
 
@@ -110,6 +111,18 @@ class AggregateService:
             for event in events
         ]
 
+    async def erase(self, aggregate_type: str, aggregate_id: str) -> datetime:
+        """Erase the aggregate's data from the event store by deleting its data key (crypto-
+        shredding): its events stay, in order, their data read as `SHREDDED`. When it was
+        erased; `UnknownAggregate` for an aggregate the store has never held."""
+        self.client.check(aggregate_type, aggregate_id)
+        erased = await asyncio.to_thread(
+            event_store.erase, self.engine, aggregate_type, aggregate_id, datetime.now(UTC)
+        )
+        if erased is None:
+            raise UnknownAggregate(f"no {aggregate_type} {aggregate_id!r} in the event store")
+        return erased
+
     async def list(
         self, aggregate_type: str, *, after: str | None = None, limit: int = 50
     ) -> tuple[list[AggregateRecord], str | None]:
@@ -122,4 +135,7 @@ class AggregateService:
 def _may_read_secrets(
     definition: AggregateDefinition[Any], state: Mapping[str, Any], reader: str | None
 ) -> bool:
-    return reader is not None and definition.may_read_secrets(definition.load_state(state), reader)
+    # An erased state entitles nobody: who may read is part of what was erased.
+    if reader is None or is_shredded(dict(state)):
+        return False
+    return definition.may_read_secrets(definition.load_state(state), reader)

@@ -56,6 +56,7 @@ from temporalio.service import RPCError, RPCStatusCode
 from readmodel import attempts as attempt_log
 from readmodel import lanes as lane_store
 from readmodel import store
+from readmodel import subjects as subject_index
 from readmodel.models import EventRecord, ItemRecord
 from readmodel.writer import ProjectionWriter
 
@@ -246,7 +247,37 @@ class ItemService:
         )
         for (index, _), outcome in zip(pending, settled, strict=True):
             outcomes[index] = outcome
+        await self._record_subjects(outbox, items, outcomes)
         return outcomes
+
+    async def _record_subjects(
+        self, outbox: str, items: Sequence[NewItem], outcomes: list[Enqueued | Exception]
+    ) -> None:
+        """Attach each item enqueued (or found) for a subject to that subject's digest; an item
+        whose subject could not be recorded answers with the error, and a retry of its key
+        records it (an item keeps its first subject)."""
+        wanted = [
+            (index, item)
+            for index, (item, outcome) in enumerate(zip(items, outcomes, strict=True))
+            if item.subject is not None and isinstance(outcome, Enqueued)
+        ]
+        if not wanted:
+            return
+        try:
+            digests = await asyncio.to_thread(
+                subject_index.digests, self.engine, [item.subject or "" for _, item in wanted]
+            )
+            await asyncio.to_thread(
+                subject_index.record,
+                self.engine,
+                [
+                    (item_workflow_id(outbox, item.key), outbox, item.key, digest)
+                    for (_, item), digest in zip(wanted, digests, strict=True)
+                ],
+            )
+        except Exception as err:
+            for index, _ in wanted:
+                outcomes[index] = err
 
     async def _enqueued(
         self, item: OutboxItemInput, result: EnqueueResult | Exception

@@ -225,6 +225,29 @@ async def aggregate_events(
     )
 
 
+class AggregateErased(BaseModel):
+    """When the aggregate's data was erased from the event store."""
+
+    erased_at: datetime
+
+
+@router.delete(
+    "/{aggregate_type}/{aggregate_id}/data",
+    response_model=AggregateErased,
+    summary="Erase an aggregate's data from the event store (crypto-shredding)",
+)
+async def erase_aggregate_data(
+    aggregate_type: str, aggregate_id: str, aggregates: AggregateServiceDep
+) -> AggregateErased:
+    """Deletes the aggregate's data key: every event written so far keeps its seq, type, time
+    and actor, and its data reads as `{"$shredded": true}`, as does the stored state; the store
+    still replays (projectors pass such events over). Idempotent: a repeat answers the first
+    time. The live aggregate keeps its current state (its workflow's, encrypted in Temporal):
+    run the definition's own command that forgets the subject first, then erase
+    (docs/decisions/aggregate-crypto-shredding.md)."""
+    return AggregateErased(erased_at=await aggregates.erase(aggregate_type, aggregate_id))
+
+
 @router.get("/{aggregate_type}", response_model=AggregatePage, summary="Aggregates of a type")
 async def list_aggregates(
     aggregate_type: str,

@@ -4,11 +4,9 @@
 from __future__ import annotations
 
 import asyncio
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from typing import Any
 
-from durable_outbox_temporal.contract.item import DeliveryOutcome, ItemStatus, OutboxItemView
-from durable_outbox_temporal.destinations import Destination
 from durable_outbox_temporal.errors import NotErasable
 from fastapi import APIRouter
 from pydantic import BaseModel, Field
@@ -23,11 +21,6 @@ router = APIRouter(
     prefix="/v1/outboxes/{outbox}",
     tags=["items"],
     responses=problem_responses(401, 403, 404, 503),
-)
-
-# The statuses an item's payload may be erased in: it has ended and will not be sent again.
-ERASABLE = frozenset(
-    {ItemStatus.SENT, ItemStatus.FAILED, ItemStatus.CANCELLED, ItemStatus.SUPERSEDED}
 )
 
 
@@ -95,34 +88,20 @@ async def erase_payload(outbox: str, key: str, items: ItemServiceDep) -> ErasedR
     statuses, times and attempt numbers stay. Only once it has ended and no longer takes
     delivery reports."""
     view = (await items.get(outbox, key)).view
-    if view.status not in ERASABLE:
-        raise _not_erasable(
-            f"item {key!r} is {view.status}: only a sent, failed, cancelled or superseded"
-            " item's payload can be erased"
-        )
-    reports_until = _reports_until(view, items.client.destinations.get(view.destination))
-    if reports_until is not None and reports_until > datetime.now(UTC):
-        raise _not_erasable(
-            f"item {key!r} takes delivery reports until {reports_until.isoformat()}: a report"
-            " would bring its recipients' addresses back; erase it after that"
-        )
+    destination = items.client.destinations.get(view.destination)
+    window_s = destination.delivery.report_window_s if destination is not None else 0
+    refused = erasure.refusal(view, window_s, datetime.now(UTC))
+    if refused is not None:
+        raise _not_erasable(refused)
     try:
         at = await asyncio.to_thread(
-            erasure.erase_item, items.engine, view.id, [str(s) for s in ERASABLE]
+            erasure.erase_item, items.engine, view.id, [str(s) for s in erasure.ERASABLE]
         )
     except erasure.CarrierUnderWay as err:
         raise _not_erasable(f"item {key!r}: {err}") from err
     if at is None:  # a redrive took it meanwhile: it is running again
         raise _not_erasable(f"item {key!r} is queued again (redriven): it has not ended")
     return ErasedResponse(erased_at=at)
-
-
-def _reports_until(view: OutboxItemView, destination: Destination | None) -> datetime | None:
-    """Until when a sent item's workflow waits for reports on recipients still pending."""
-    window_s = destination.delivery.report_window_s if destination is not None else 0
-    if view.delivery is not DeliveryOutcome.PENDING or view.finished_at is None or window_s <= 0:
-        return None
-    return view.finished_at + timedelta(seconds=window_s)
 
 
 def _not_erasable(detail: str) -> ApiProblem:

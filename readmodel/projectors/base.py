@@ -5,7 +5,9 @@ A projector reads `aggregate_events` after its position (the events' global `id`
 them in the same transaction that moves its checkpoint forward, so a retried, repeated or
 concurrent batch never applies an event twice and the read model never goes backwards. After
 `FAULT_AFTER` consecutive failures it is `faulted` and stops, the others carrying on; a rebuild
-empties its tables and starts it again from the first event.
+empties its tables and starts it again from the first event. An event whose aggregate's data was
+erased (`readmodel.aggregates.erase`) is passed over: there is nothing left to project, and a
+rebuild after an erasure leaves the erased data out of the projection.
 """
 
 from __future__ import annotations
@@ -16,9 +18,11 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from durable_outbox_temporal.contract.aggregate import SHREDDED, is_shredded
 from sqlalchemy import Column, Connection, Engine, Table, func, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 
+from readmodel import data_keys
 from readmodel.models import AGGREGATE_EVENTS, PROJECTOR_CHECKPOINTS
 
 FAULT_AFTER = 5
@@ -90,9 +94,12 @@ def project_batch(engine: Engine, projector: AsyncProjector, limit: int = BATCH)
             .order_by(AGGREGATE_EVENTS.c.id)
             .limit(limit)
         )
-        events = [_stored(row) for row in connection.execute(query).mappings()]
+        rows = list(connection.execute(query).mappings())
+        keys = data_keys.keys_by_id(connection, (row["data"] for row in rows))
+        events = [_stored(row, data_keys.open_value(row["data"], keys, SHREDDED)) for row in rows]
         for event in events:
-            projector.apply(connection, event)
+            if not is_shredded(event.data):
+                projector.apply(connection, event)
         if events or checkpoint["consecutive_failures"]:
             connection.execute(
                 update(PROJECTOR_CHECKPOINTS)
@@ -253,13 +260,13 @@ def _checkpoint_locked(engine: Engine, name: str) -> Iterator[tuple[Connection, 
         yield connection, connection.execute(query).mappings().one()
 
 
-def _stored(row: Any) -> StoredEvent:
+def _stored(row: Any, data: dict[str, Any]) -> StoredEvent:
     return StoredEvent(
         position=row["id"],
         aggregate_type=row["aggregate_type"],
         aggregate_id=row["aggregate_id"],
         seq=row["seq"],
         type=row["type"],
-        data=row["data"],
+        data=data,
         recorded_at=row["recorded_at"],
     )

@@ -169,3 +169,36 @@ async def test_destinations_show_state_and_flow_rules_and_change_them(
     assert (unknown_field.value.code, not_a_pair.value.code) == (7, 2)
     err = capsys.readouterr().err
     assert "colour" in err and "not FIELD=VALUE" in err
+
+
+async def test_erase_by_subject_follows_its_batch_to_the_end(served_api_factory, capsys) -> None:
+    api = await served_api_factory()
+    for key, subject in (("e1", "ada@example.com"), ("e2", "bea@example.com")):
+        await run(
+            api.url,
+            "enqueue",
+            "cli-erase",
+            "--destination",
+            api.webhook.name,
+            "--payload",
+            json.dumps({"to": subject}),
+            "--key",
+            key,
+            "--subject",
+            subject,
+        )
+        await api.stack.result(json.loads(capsys.readouterr().out)["id"])
+
+    await run(api.url, "erase", "cli-erase", "--subject", "ada@example.com")
+    captured = capsys.readouterr()
+    with pytest.raises(SystemExit) as usage:
+        await run(api.url, "erase", "cli-erase")
+
+    erased = json.loads(captured.out)
+    assert (erased["state"], erased["erased"], erased["skipped"]) == ("completed", 1, 0)
+    assert "1 erased, 0 skipped, 1 page(s) (completed)" in captured.err
+    assert usage.value.code == 2 and "--key-prefix or --subject" in capsys.readouterr().err
+    await run(api.url, "status", "cli-erase", "e1")
+    assert json.loads(capsys.readouterr().out)["payload"] is None
+    await run(api.url, "status", "cli-erase", "e2")
+    assert json.loads(capsys.readouterr().out)["payload"] == {"to": "bea@example.com"}

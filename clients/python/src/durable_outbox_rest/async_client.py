@@ -96,6 +96,7 @@ class AsyncOutboxRest:
         debounce_s: float | None = None,
         debounce_mode: str | None = None,
         max_wait_s: float | None = None,
+        subject: str | None = None,
     ) -> Enqueued:
         """Hand one item to the outbox; repeating `idempotency_key` returns the same item
         (`created` false), another payload under it raises `Conflict`."""
@@ -113,6 +114,7 @@ class AsyncOutboxRest:
             debounce_s=debounce_s,
             debounce_mode=debounce_mode,
             max_wait_s=max_wait_s,
+            subject=subject,
         )
         return await self._send(calls.enqueue(outbox, item))
 

@@ -55,6 +55,8 @@ class NewItem(BaseModel):
     debounce_s: float | None = None
     debounce_mode: str | None = Field(default=None, description="`latest` (default) or `collect`")
     max_wait_s: float | None = None
+    # Whom the item is about: `items:erase` with this subject erases it (kept as a keyed digest).
+    subject: str | None = None
 
 
 class Problem(ApiModel):

@@ -271,6 +271,12 @@ class OutboxClient:
                 limits.check_concurrency_key(item.concurrency_key)
             except ValueError as err:
                 raise InvalidRequest(str(err)) from None
+        if item.subject is not None and not projected:
+            # Kept nowhere else: a subject this client accepted would be silently dropped.
+            raise InvalidRequest(
+                "subject: only an enqueuer with the read model keeps it (the REST API,"
+                " `service.items.ItemService`); this client has nowhere to record it"
+            )
         target = self._destination(item.destination)
         try:
             debounced = debounce_rules.debounce_spec(

@@ -232,3 +232,15 @@ class StoreEvents:
     version: int
     state: dict[str, Any]
     updated_at: datetime
+
+
+# What an event's data (and the stored state) reads as once its aggregate's data was erased
+# (crypto-shredded: docs/decisions/aggregate-crypto-shredding.md). No event field can be named
+# so: a definition's fields are Python identifiers.
+SHREDDED_FIELD = "$shredded"
+SHREDDED: dict[str, Any] = {SHREDDED_FIELD: True}
+
+
+def is_shredded(data: dict[str, Any]) -> bool:
+    """Whether an event's data (or a stored state) is the marker of erased data."""
+    return data.get(SHREDDED_FIELD) is True

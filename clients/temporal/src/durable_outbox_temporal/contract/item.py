@@ -445,6 +445,9 @@ class NewItem:
     debounce_s: float | None = None
     debounce_mode: str | None = None
     max_wait_s: float | None = None
+    # Whom the item is about, so everything about them can be erased at once (`EraseBatch`);
+    # the enqueuer with the read model keeps its keyed digest, never the subject itself.
+    subject: str | None = None
 
 
 @dataclass

@@ -31,6 +31,10 @@ DESTINATION_NAME_PATTERN = rf"^[a-z0-9][a-z0-9-]{{0,{MAX_DESTINATION_LENGTH - 1}
 # so an idempotency key is always exactly one URL path segment in the REST API, and an ordering
 # key one segment of its lane's id and URL.
 TEXT_KEY_PATTERN = rf"^[^\x00-\x1f\x7f/]{{1,{MAX_KEY_LENGTH}}}$"
+# A subject an item is enqueued for (an email address, a customer id): printable, any length an
+# address may have. Stored only as a keyed digest (`readmodel/subjects.py`).
+MAX_SUBJECT_LENGTH = 320
+SUBJECT_PATTERN = rf"^[^\x00-\x1f\x7f]{{1,{MAX_SUBJECT_LENGTH}}}$"
 
 _OUTBOX_NAME = re.compile(OUTBOX_NAME_PATTERN)
 _DESTINATION_NAME = re.compile(DESTINATION_NAME_PATTERN)
