@@ -2,7 +2,7 @@
 the data keys aggregates' events and state are sealed under.
 
 Revision ID: 0020
-Revises: 0018
+Revises: 0019
 """
 
 from __future__ import annotations
