@@ -11,7 +11,8 @@
     outbox lanes demo [KEY] [--status halted] [--redrive | --skip --reason R]
     outbox schedules create daily --outbox demo --cron '0 6 * * *' --item '{"destination": ...}'
     outbox schedules list | show ID | pause ID [--note N] | unpause ID | trigger ID | delete ID
-    outbox destinations [NAME] [--pause --reason R | --resume] [--submit-rate N]
+    outbox destinations [NAME] [--pause --reason R | --resume | --enable | --disable]
+                        [--submit-rate N]
     outbox destinations NAME --flow breaker=false --flow max_in_flight=5  # flow rules
     outbox cancel demo k1 | outbox redrive demo k1 | outbox redrive demo --all-failed
     outbox aggregates command flight BA1 assign_seat '{"seat": "1A", "passenger_id": "p1"}'
@@ -425,6 +426,8 @@ def destinations(args: argparse.Namespace) -> None:
             change["flow"] = dict(_flow_change(text) for text in args.flow)
         if args.pause or args.resume:
             change["paused"] = bool(args.pause)
+        if args.enable or args.disable:
+            change["enabled"] = bool(args.enable)
         if args.submit_rate is not None:
             change["submit_rate"] = args.submit_rate
         if args.poll_rate is not None:
@@ -452,6 +455,8 @@ def _flow_change(text: str) -> tuple[str, Any]:
 
 def _destination_state(destination: dict[str, Any]) -> str:
     """A destination's state in words: what a person checks first."""
+    if destination.get("disabled"):
+        return f"disabled since {destination.get('disabled_since')}"
     if destination.get("circuit") == "open":
         return "circuit open"
     if destination.get("paused_until"):
@@ -914,6 +919,14 @@ def _add_destinations_command(commands: _Commands) -> argparse.ArgumentParser:
     switch.add_argument("--pause", action="store_true", help="stop every new submit and poll")
     switch.add_argument(
         "--resume", action="store_true", help="undo --pause: submits and polls start again"
+    )
+    switch.add_argument(
+        "--enable",
+        action="store_true",
+        help="re-enable a destination disabled after failing too long: its submits resume",
+    )
+    switch.add_argument(
+        "--disable", action="store_true", help="disable it by hand: its submits stay paused"
     )
     command.add_argument("--submit-rate", type=float, help="submits per second, at once")
     command.add_argument("--poll-rate", type=float, help="polls per second, at once")

@@ -13,6 +13,7 @@ from temporalio import activity
 from flowcontrol.queue_rates import (
     QueueRate,
     circuit_reason,
+    disabled_reason,
     pause_queue,
     read_queue_rate,
     set_queue_rate,
@@ -25,12 +26,14 @@ _EARLY = timedelta(seconds=0.05)
 
 @activity.defn(name=APPLY_RATE_ACTIVITY)
 async def apply_flow_rate(change: RateChange) -> RateApplied:
-    """Resume a throttled queue, step its rate up, or open or close its circuit, as `change`
-    says."""
+    """Resume a throttled queue, step its rate up, open or close its circuit, or disable it, as
+    `change` says."""
     client = activity.client()
     now = await read_queue_rate(client, change.task_queue)
     if change.kind == "open":
         return await _open(change, now)
+    if change.kind == "disable":
+        return await _disable(change, now)
     if change.kind == "close":
         if not now.paused or now.circuit_open_since is None:
             return RateApplied(released=True)  # resumed or paused by hand meanwhile
@@ -76,5 +79,21 @@ async def _open(change: RateChange, now: QueueRate) -> RateApplied:
         circuit_reason(since, change.detail),
         identity=_IDENTITY,
         resume_rate=resume_rate,
+    )
+    return RateApplied(rate=0.0)
+
+
+async def _disable(change: RateChange, now: QueueRate) -> RateApplied:
+    """Hold the queue paused until an operator re-enables it (`flowcontrol.disable`), at the
+    rate the circuit's pause remembered; one paused by hand meanwhile stays the operator's."""
+    if now.paused and now.circuit_open_since is None and now.paused_until is None:
+        return RateApplied(released=True)
+    since = change.since or datetime.now(UTC)
+    await pause_queue(
+        activity.client(),
+        change.task_queue,
+        now,
+        disabled_reason(since, change.detail),
+        identity=_IDENTITY,
     )
     return RateApplied(rate=0.0)

@@ -1,6 +1,7 @@
 """Operational events of flow control: a destination's throttle storm, its circuit opening or
-closing, each sent as an outbox item to the destination's `events_destination` (a webhook an
-operator's tooling listens on), so it is as durable and as visible as any other delivery.
+closing, its disabling after failing too long (`flowcontrol.disable`), each sent as an outbox
+item to the destination's `events_destination` (a webhook an operator's tooling listens on), so
+it is as durable and as visible as any other delivery.
 
 The destination's flow workflow (`durable_outbox_temporal.contract.flow`) asks for each; this
 activity runs on the operations worker, which can enqueue to every configured destination.
@@ -24,6 +25,7 @@ EVENT_TYPES = {
     "recovered": "destination.recovered",
     "opened": "destination.circuit_opened",
     "closed": "destination.circuit_closed",
+    "disabled": "destination.disabled",
 }
 
 

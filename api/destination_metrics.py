@@ -1,6 +1,7 @@
 """Destination metrics, read from the Temporal server when Prometheus scrapes `/metrics`: per
 configured destination, whether it is paused (by hand, a 410, a throttle or an open circuit),
-throttled until a time, its circuit open, and the submit rate in force (`flowcontrol/`).
+throttled until a time, its circuit open, disabled after failing too long, and the submit rate
+in force (`flowcontrol/`).
 
 A scrape reads each destination's two task queues (`DescribeTaskQueue`) at most once per
 `cache_s` and waits at most `timeout_s`; when the reading fails or is late, only
@@ -46,6 +47,13 @@ CIRCUIT_OPEN = Family(
     "1 while the destination's circuit is open: its submits kept failing, probes go at"
     " intervals, items wait.",
 )
+DISABLED = Family(
+    "outbox_destination_disabled",
+    "gauge",
+    PER_DESTINATION,
+    "1 while the destination is disabled: it failed for `disable_after_s` (or was disabled by"
+    " hand); items wait until an operator re-enables it.",
+)
 SUBMIT_RATE = Family(
     "outbox_destination_submit_rate",
     "gauge",
@@ -59,7 +67,7 @@ SCRAPE_OK = Family(
     (),
     "1 when the last reading of the destinations' state from Temporal succeeded in time.",
 )
-FAMILIES = (PAUSED, THROTTLED, CIRCUIT_OPEN, SUBMIT_RATE, SCRAPE_OK)
+FAMILIES = (PAUSED, THROTTLED, CIRCUIT_OPEN, DISABLED, SUBMIT_RATE, SCRAPE_OK)
 
 
 class DestinationMetrics:
@@ -118,10 +126,12 @@ class DestinationMetrics:
             return
         paused, throttled = PAUSED.family(), THROTTLED.family()
         circuit, rate = CIRCUIT_OPEN.family(), SUBMIT_RATE.family()
+        disabled = DISABLED.family()
         for state in states:
             name = [state.destination.name]
             paused.add_metric(name, int(state.paused))
             throttled.add_metric(name, int(state.submit.paused_until is not None))
             circuit.add_metric(name, int(state.circuit == "open"))
+            disabled.add_metric(name, int(state.disabled))
             rate.add_metric(name, state.submit.rate)
-        yield from (paused, throttled, circuit, rate)
+        yield from (paused, throttled, circuit, disabled, rate)

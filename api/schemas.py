@@ -286,7 +286,8 @@ class ItemResponse(OutboxItemView):
         metadata={
             "description": "While queued (one item's GET): what holds it and until when where"
             " known: debounce (its window, until it closes), not_before, backoff, throttled,"
-            " destination_paused, lane, or its turn at the destination's rate"
+            " circuit_open, destination_disabled, destination_paused, lane, or its turn at the"
+            " destination's rate"
         },
     )
     source: Literal["workflow", "read-model"] = field(

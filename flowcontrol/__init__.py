@@ -15,6 +15,9 @@
   timeouts, connection errors) tells the destination's flow workflow, which pauses the submit
   queue, probes the destination at intervals and resumes the queue when probes succeed; items
   wait without spending attempts. The flow can tell an operator's webhook (`events_destination`).
+- **Endpoint disable** (`disable`): a destination that has failed for `disable_after_s` (3 days,
+  its circuit open or its submits all failing between probes) is disabled by its flow workflow:
+  its submit queue stays paused until an operator re-enables it; items wait, none is lost.
 - **Caps and quotas** (`caps`): submits and polls out at once, and submits per sliding window,
   for the destination and for each `concurrency_key`, counted in the read model's database by
   each submit and poll activity: exact across workers and delivery hosts.

@@ -26,7 +26,8 @@ probes at the new interval and closes after the new count, and one whose breaker
 closes at once.
 
 The state machine (`on_failing`, `due`, `on_probe`, `opened`, `closed`) is pure: the flow
-workflow runs it beside the throttle's.
+workflow runs it beside the throttle's. Each report also says since when its process has seen
+only failures, which endpoint disable counts (`flowcontrol.disable`).
 """
 
 from __future__ import annotations
@@ -49,6 +50,8 @@ from durable_outbox_temporal.contract.flow import (
 )
 from durable_outbox_temporal.contract.flow_policy import FlowPolicy
 
+from flowcontrol import disable
+
 if TYPE_CHECKING:
     from durable_outbox_temporal.destinations import Destination
 
@@ -65,9 +68,10 @@ def on_failing(state: FlowState, seen: Failing, now: datetime) -> RateChange | N
     state.poll_task_queue = seen.poll_task_queue
     state.probe_interval_s = seen.probe_interval_s
     state.close_after = seen.close_after
-    if state.circuit == OPEN:
-        return None
     if state.closed_at is not None and seen.since < state.closed_at:
+        return None
+    disable.on_failing(state, seen)
+    if state.circuit == OPEN:
         return None
     detail = (
         f"{seen.failures} of {seen.submits} submits to {seen.destination} failed within"
@@ -131,6 +135,7 @@ def on_settings(state: FlowState, settings: BreakerSettings, now: datetime) -> R
     the breaker is now off; else the new interval and count apply to the circuit open now."""
     state.probe_interval_s = settings.probe_interval_s
     state.close_after = settings.close_after
+    state.disable_after_s = settings.disable_after_s
     if state.circuit != OPEN:
         return None
     if not settings.enabled:
@@ -175,6 +180,8 @@ class BreakerQueue:
     failure_ratio: float
     probe_interval_s: float
     close_after: int
+    # How long the destination fails before it is disabled (None: never).
+    disable_after_s: float | None = None
 
     @classmethod
     def of(
@@ -197,6 +204,7 @@ class BreakerQueue:
             failure_ratio=policy.breaker_failure_ratio,
             probe_interval_s=policy.breaker_probe_interval_s,
             close_after=policy.breaker_close_after,
+            disable_after_s=policy.disabling_after_s,
         )
 
     def under(self, policy: FlowPolicy) -> BreakerQueue:
@@ -222,6 +230,8 @@ class _Window:
     outcomes: deque[tuple[float, bool]] = field(default_factory=deque)
     failures: int = 0
     reported_at: float | None = None
+    # The first failure since the last successful submit (None: the last one succeeded).
+    failing_since: float | None = None
 
 
 class BreakerGate:
@@ -286,6 +296,8 @@ class BreakerGate:
             configured_rate=queue.configured_rate,
             probe_interval_s=queue.probe_interval_s,
             close_after=queue.close_after,
+            failing_since=datetime.fromtimestamp(window.failing_since or since, UTC),
+            disable_after_s=queue.disable_after_s,
         )
 
     def not_reported(self, destination: str) -> None:
@@ -309,6 +321,10 @@ class BreakerGate:
         now = self._clock()
         window.outcomes.append((now, failed))
         window.failures += failed
+        if not failed:
+            window.failing_since = None
+        elif window.failing_since is None:
+            window.failing_since = now
         horizon = now - queue.window_s
         while window.outcomes and window.outcomes[0][0] < horizon:
             _, old_failed = window.outcomes.popleft()

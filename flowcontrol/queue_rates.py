@@ -35,6 +35,9 @@ _THROTTLED = re.compile(r"^throttled until (?P<until>\S+?): ")
 # A pause an open circuit caused (`flowcontrol.breaker`) says since when, in its reason.
 CIRCUIT_PREFIX = "circuit open since "
 _CIRCUIT = re.compile(rf"^{CIRCUIT_PREFIX}(?P<since>\S+?): ")
+# A pause that disables a destination failing too long (`flowcontrol.disable`), or by hand.
+DISABLED_PREFIX = "disabled since "
+_DISABLED = re.compile(rf"^{DISABLED_PREFIX}(?P<since>\S+?): ")
 
 
 @dataclass
@@ -51,6 +54,8 @@ class QueueRate:
     paused_until: datetime | None = None
     # Paused by the destination's open circuit since then (`flowcontrol.breaker`).
     circuit_open_since: datetime | None = None
+    # Disabled since then (`flowcontrol.disable`): paused until an operator re-enables it.
+    disabled_since: datetime | None = None
 
 
 async def read_queue_rate(
@@ -94,12 +99,21 @@ async def read_queue_rate(
         if circuit:
             with contextlib.suppress(ValueError):
                 rate.circuit_open_since = datetime.fromisoformat(circuit["since"])
+        disabled = _DISABLED.match(rate.pause_reason)
+        if disabled:
+            with contextlib.suppress(ValueError):
+                rate.disabled_since = datetime.fromisoformat(disabled["since"])
     return rate
 
 
 def circuit_reason(since: datetime, detail: str) -> str:
     """The pause reason an open circuit leaves on its submit queue."""
     return f"{CIRCUIT_PREFIX}{since.astimezone(UTC).isoformat()}: {detail}"[:MAX_REASON]
+
+
+def disabled_reason(since: datetime, detail: str) -> str:
+    """The pause reason a disabled destination's submit queue carries."""
+    return f"{DISABLED_PREFIX}{since.astimezone(UTC).isoformat()}: {detail}"[:MAX_REASON]
 
 
 async def set_queue_rate(

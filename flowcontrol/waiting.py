@@ -20,6 +20,7 @@ Reason = Literal[
     "held",
     "throttled",
     "circuit_open",
+    "destination_disabled",
     "destination_paused",
     "lane",
     "rate",
@@ -49,6 +50,8 @@ class DestinationHold:
     submit_rate: float
     # An open circuit's pause (`flowcontrol.breaker`): it ends when probes succeed.
     circuit_open_since: datetime | None = None
+    # Disabled after failing too long (`flowcontrol.disable`): until an operator re-enables it.
+    disabled_since: datetime | None = None
     # Queued items of the destination ahead of this one (None: not known), for an estimate.
     ahead: int | None = None
     # Its caps and quotas full now, in words (`flowcontrol/caps.py`): what holds a held item.
@@ -110,6 +113,15 @@ def waiting_on(
                 "circuit_open",
                 f"destination {destination.name}'s circuit is open since {since}: its submits"
                 " kept failing; it closes when a probe succeeds",
+            )
+        )
+    elif destination.disabled_since is not None:
+        since = destination.disabled_since.isoformat()
+        found.append(
+            WaitingOn(
+                "destination_disabled",
+                f"destination {destination.name} is disabled since {since}: it failed too long;"
+                ' an operator re-enables it (PATCH {"enabled": true})',
             )
         )
     elif destination.paused:

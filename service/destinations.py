@@ -59,6 +59,7 @@ from flowcontrol.caps import FlowLimits
 from flowcontrol.queue_rates import (
     MAX_REASON,
     QueueRate,
+    disabled_reason,
     pause_queue,
     read_queue_rate,
     restore_queue,
@@ -126,6 +127,11 @@ class DestinationState:
     def circuit(self) -> str:
         """ "open" while the destination's circuit holds its submits (`flowcontrol.breaker`)."""
         return "open" if self.submit.circuit_open_since is not None else "closed"
+
+    @property
+    def disabled(self) -> bool:
+        """Disabled after failing too long, or by hand (`flowcontrol.disable`)."""
+        return self.submit.disabled_since is not None
 
 
 class DestinationControls:
@@ -281,15 +287,22 @@ class DestinationControls:
         paused: bool | None = None,
         reason: str | None = None,
         flow: Mapping[str, Any] | None = None,
+        enabled: bool | None = None,
     ) -> DestinationState:
         """Set rates and/or pause or resume; a rate set while paused applies on resume. `flow`
         changes flow-control fields (a None value: back to the file's), stored once the rates
-        are set, so a refused request changes nothing.
+        are set, so a refused request changes nothing. `enabled` re-enables a disabled
+        destination (true) or disables it by hand (false; `flowcontrol.disable`).
 
         Both queues change, or neither: one change at a time per destination across every API
         process, run to its end even if the request is cancelled meanwhile."""
         if reason is not None and len(reason) > MAX_REASON:
             raise InvalidRequest(f"reason longer than {MAX_REASON} characters")
+        if enabled is not None and paused is not None and enabled == paused:
+            raise InvalidRequest(
+                f"enabled: {str(enabled).lower()} and paused: {str(paused).lower()} contradict"
+                " each other: give one"
+            )
         destination = self.destination(name)
         if flow and self._engine is None:
             raise InvalidRequest("flow rules cannot change at run time without the read model")
@@ -301,6 +314,7 @@ class DestinationControls:
                 paused=paused,
                 reason=reason,
                 flow=flow,
+                enabled=enabled,
             )
         )
 
@@ -313,6 +327,7 @@ class DestinationControls:
         paused: bool | None,
         reason: str | None,
         flow: Mapping[str, Any] | None,
+        enabled: bool | None,
     ) -> DestinationState:
         name = destination.name
         async with self._changing(destination):
@@ -339,6 +354,7 @@ class DestinationControls:
                 poll_rate=poll_rate,
                 paused=paused,
                 reason=reason,
+                enabled=enabled,
             )
             await _apply(client, changes)
             await _until_stored(client, {change.queue: change.stored for change in changes})
@@ -346,7 +362,7 @@ class DestinationControls:
             if flow:
                 await self._store_flow(destination, flow)
                 state.flow_policy = await self.flow_policy(name)
-                if any(field.startswith("breaker") for field in flow):
+                if any(field.startswith(("breaker", "disable")) for field in flow):
                     await self._tell_flow(destination, state.flow_policy.policy)
             return state
 
@@ -360,6 +376,7 @@ class DestinationControls:
             enabled=policy.breaker,
             probe_interval_s=policy.breaker_probe_interval_s,
             close_after=policy.breaker_close_after,
+            disable_after_s=policy.disabling_after_s,
         )
         try:
             await handle.signal(BREAKER_SETTINGS_SIGNAL, settings)
@@ -389,9 +406,11 @@ def _queue_changes(
     poll_rate: float | None,
     paused: bool | None,
     reason: str | None,
+    enabled: bool | None = None,
 ) -> list[_QueueChange]:
     """The updates that bring the destination's queues from how they are now to the rates and
-    pause asked for (raises InvalidRequest for rates it cannot run at)."""
+    pause (and `enabled`: the submit queue's disable) asked for (raises InvalidRequest for rates
+    it cannot run at)."""
     for kind, rate, batch in (
         ("submit", submit_rate, destination.submit_batch),
         ("poll", poll_rate, destination.poll_batch),
@@ -426,9 +445,20 @@ def _queue_changes(
         (destination.poll_task_queue, now_poll, new_poll_queue),
     ):
         pause = now.paused if paused is None else paused
+        # A pause's reason, or a resume's; with `enabled` only, it is the disable's.
+        said = reason if paused is not None else None
+        disable = enabled is False and queue == destination.submit_task_queue
+        re_enable = enabled is True and now.disabled_since is not None
         stored: float | None
-        if pause:
-            text = reason if reason is not None else (now.pause_reason or "paused by request")
+        if disable or (pause and not re_enable):
+            if disable and now.disabled_since is None:
+                text = disabled_reason(
+                    datetime.now(UTC), "by request" + (f": {reason}" if reason else "")
+                )
+            elif disable:
+                text = now.pause_reason or "disabled"
+            else:
+                text = said if said is not None else (now.pause_reason or "paused by request")
             stored = 0.0
             write = partial(
                 pause_queue,
@@ -443,9 +473,13 @@ def _queue_changes(
         elif now.paused or new_rate is not None:
             if now.paused:
                 stored = new_rate if new_rate is not None else now.resume_rate
-                text = f"resumed: {reason or 'by request'}"
+                text = (
+                    f"re-enabled: {reason or 'by request'}"
+                    if re_enable
+                    else f"resumed: {said or 'by request'}"
+                )
             else:
-                stored, text = new_rate, reason or "rate set by request"
+                stored, text = new_rate, said or "rate set by request"
             write = partial(
                 set_queue_rate,
                 client,

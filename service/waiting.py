@@ -63,6 +63,7 @@ async def explain(
         paused_until=state.submit.paused_until,
         submit_rate=state.submit.rate,
         circuit_open_since=state.submit.circuit_open_since,
+        disabled_since=state.submit.disabled_since,
         ahead=await _ahead(engine, view),
         held_by=await controls.holding(view.destination),
     )

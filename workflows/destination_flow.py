@@ -6,9 +6,9 @@ first worker process whose submits keep failing, and signalled by every one afte
 throttle it sleeps on a durable timer until the pause's end, resumes the submit queue (a local
 activity: one RPC to the server) and steps a halved rate back up. For a failing destination it
 opens the circuit (pauses the submit queue), probes the destination at intervals and closes the
-circuit when probes succeed. It ends once the rate is whole, the circuit closed and nothing came
-for a while. A worker killed meanwhile changes nothing: the timers and the state are in the
-history.
+circuit when probes succeed; one failing too long it disables (`flowcontrol.disable`). It ends
+once the rate is whole, the circuit closed and nothing came for a while. A worker killed
+meanwhile changes nothing: the timers and the state are in the history.
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ with workflow.unsafe.imports_passed_through():
     )
 
     from activities.flow import apply_flow_rate
-    from flowcontrol import breaker, throttle
+    from flowcontrol import breaker, disable, throttle
 
 # Idle this long with the rate whole and the circuit closed, the flow ends (the next throttle
 # or failing report starts it again).
@@ -56,6 +56,8 @@ _PROBE_TIMEOUT = timedelta(seconds=30)
 # An operational event is retried this long (Temporal or the operations worker away), then
 # given up: the flow's own state and the API still say what happened.
 _NOTICE_TIMEOUT = timedelta(hours=1)
+# Runs from before endpoint disable never disable a destination on replay.
+_DISABLE_PATCH = "endpoint-disable"
 
 
 @workflow.defn(name=FLOW_WORKFLOW_TYPE)
@@ -100,8 +102,14 @@ class DestinationFlowWorkflow:
         return self._state
 
     def _due(self) -> datetime | None:
-        times = [t for t in (throttle.due(self._state), breaker.due(self._state)) if t]
+        state = self._state
+        times = [t for t in (throttle.due(state), breaker.due(state), self._disable_due()) if t]
         return min(times) if times else None
+
+    def _disable_due(self) -> datetime | None:
+        """When the destination is to be disabled (`flowcontrol.disable`), in runs that can."""
+        due = disable.due(self._state)
+        return due if due is not None and workflow.patched(_DISABLE_PATCH) else None
 
     @workflow.run
     async def run(self, state: FlowState) -> FlowState:
@@ -125,6 +133,11 @@ class DestinationFlowWorkflow:
                 change, self._closing = self._closing, None
                 applied = await self._apply(change)
                 breaker.closed(self._state, applied, workflow.now(), "breaker turned off")
+                continue
+            disable_at = self._disable_due()
+            if disable_at is not None and disable_at <= workflow.now():
+                change = disable.change(self._state, workflow.now())
+                disable.disabled(self._state, change, await self._apply(change), workflow.now())
                 continue
             probe_at = breaker.due(self._state)
             if probe_at is not None and probe_at <= workflow.now():

@@ -49,7 +49,7 @@ class FlowEventInfo(BaseModel):
     at: datetime
     kind: str = Field(
         description="throttled, resumed, ramped, recovered or released (the throttle);"
-        " opened, probe_failed or closed (the circuit)"
+        " opened, probe_failed or closed (the circuit); disabled (failing too long)"
     )
     detail: str
     rate: float | None = Field(description="The submit queue's rate after it (null: configured)")
@@ -69,6 +69,14 @@ class FlowInfo(BaseModel):
     probes_failed: int = Field(default=0, description="Probes failed since it opened")
     last_error: str | None = Field(
         default=None, description="What opened the circuit, then what the last probe met"
+    )
+    failing_since: datetime | None = Field(
+        default=None,
+        description="Failing since then, as far as the workers know (no submit succeeded"
+        " since); failing for `disable_after_s`, the destination is disabled",
+    )
+    disabled_at: datetime | None = Field(
+        default=None, description="When this flow disabled the destination"
     )
     events: list[FlowEventInfo] = Field(description="The newest transitions, oldest first")
 
@@ -121,6 +129,12 @@ class DestinationInfoFull(BaseModel):
         description="'open' while the destination's circuit holds its submits (its submits kept"
         " failing; it closes when a probe succeeds), else 'closed'",
     )
+    disabled: bool = Field(
+        default=False,
+        description="Disabled after failing for `disable_after_s` (or by hand): its submits"
+        ' stay paused, items wait, until `PATCH {"enabled": true}`',
+    )
+    disabled_since: datetime | None = Field(default=None, description="While disabled: since")
     flow: FlowInfo | None = Field(
         default=None,
         description="The throttle rule and the circuit at work, while they are (one"
@@ -151,11 +165,17 @@ class DestinationPatch(BaseModel):
     poll_rate: float | None = Field(default=None, ge=MIN_RATE, le=10_000)
     # true or false only: "yes" or 1 is a 422, not a pause.
     paused: bool | None = Field(default=None, strict=True)
+    enabled: bool | None = Field(
+        default=None,
+        strict=True,
+        description="true: re-enable a destination disabled after failing too long (its submits"
+        " resume at the rate they had); false: disable it by hand (`flowcontrol/disable.py`)",
+    )
     reason: str | None = Field(
         default=None,
         max_length=MAX_REASON,
-        description="With `paused`: why it is paused (`pause_reason`), or resumed (recorded on"
-        " its task queues); refused without `paused`",
+        description="With `paused` or `enabled`: why it is paused or disabled (`pause_reason`),"
+        " or resumed or re-enabled (recorded on its task queues); refused without either",
     )
     flow: FlowPolicyPatch | None = Field(
         default=None,
@@ -170,8 +190,9 @@ class DestinationPatch(BaseModel):
         # A reason is a pause's (shown as `pause_reason`) or a resume's (the dashboard sends
         # one); without either nobody would ever read it. (`paused` is validated first, and
         # is missing from `data` when it was invalid: that error says enough.)
-        if reason is not None and "paused" in info.data and info.data["paused"] is None:
-            raise ValueError("a reason goes with paused: true (why) or paused: false")
+        given = {name: info.data.get(name, False) for name in ("paused", "enabled")}
+        if reason is not None and all(value is None for value in given.values()):
+            raise ValueError("a reason goes with paused or enabled: true or false")
         return reason
 
 
@@ -189,6 +210,8 @@ def destination_info(state: DestinationState) -> DestinationInfoFull:
         pause_reason=state.submit.pause_reason or state.poll.pause_reason,
         paused_until=state.submit.paused_until,
         circuit=state.circuit,
+        disabled=state.disabled,
+        disabled_since=state.submit.disabled_since,
         flow=None
         if state.flow is None
         else FlowInfo(
@@ -199,6 +222,8 @@ def destination_info(state: DestinationState) -> DestinationInfoFull:
             next_probe_at=state.flow.next_probe_at,
             probes_failed=state.flow.probes_failed,
             last_error=state.flow.last_error,
+            failing_since=state.flow.failing_since,
+            disabled_at=state.flow.disabled_at,
             events=[FlowEventInfo(**vars(event)) for event in state.flow.events],
         ),
         resume_submit_rate=state.submit.resume_rate,
@@ -226,9 +251,10 @@ async def patch_destination(
     name: str, controls: DestinationControlsDep, body: Annotated[DestinationPatch, Body()]
 ) -> DestinationInfoFull:
     """Rates apply at once across all workers; `paused: true` stops every new submit and poll
-    (in-flight ones finish, nothing fails) until `paused: false`. A rate given while paused is
-    the one a resume restores. `flow` fields apply in every worker within a few seconds and
-    outlive restarts; `null` puts a field's configured value back."""
+    (in-flight ones finish, nothing fails) until `paused: false`; `enabled: true` re-enables a
+    destination disabled after failing too long. A rate given while paused is the one a resume
+    restores. `flow` fields apply in every worker within a few seconds and outlive restarts;
+    `null` puts a field's configured value back."""
     try:
         state = await controls.update(
             name,
@@ -237,6 +263,7 @@ async def patch_destination(
             paused=body.paused,
             reason=body.reason,
             flow=None if body.flow is None else body.flow.changes(),
+            enabled=body.enabled,
         )
     except ValidationError as err:
         raise validation_problem(err.errors(), ("body", "flow")) from None

@@ -100,6 +100,8 @@ async function loadDestinationControls() {
       ? `throttled until ${time(d.paused_until)}; resumes by itself`
       : d.circuit === "open"
         ? "circuit open: its submits kept failing; closes when a probe succeeds"
+        : d.disabled
+        ? `disabled since ${time(d.disabled_since)}: it failed too long; resume re-enables it`
         : d.paused
         ? `paused: ${d.pause_reason || ""}`
         : d.submit.source === "api" && d.submit.rate < d.configured_submit_rate
@@ -200,6 +202,7 @@ function age(seconds) {
 function destinationState(d) {
   if (d.paused_until) return ["throttled until " + time(d.paused_until), "state-wait"];
   if (d.circuit === "open") return ["circuit open", "state-bad"];
+  if (d.disabled) return ["disabled since " + time(d.disabled_since), "state-bad"];
   if (d.paused) return ["paused" + (d.pause_reason ? `: ${d.pause_reason}` : ""), "state-bad"];
   if (d.unknown) return ["state unknown (the Temporal server cannot say)", "state-wait"];
   return ["running", "state-ok"];

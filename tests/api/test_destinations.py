@@ -1,20 +1,22 @@
-"""Destinations at run time on the dev server: rates changed and read back, pause and resume."""
+"""Destinations at run time on the dev server: rates changed and read back, pause and resume,
+disable and re-enable."""
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
 import httpx
 import pytest
 import pytest_asyncio
-from durable_outbox_temporal.contract.ids import provider_idempotency_key
+from durable_outbox_temporal.contract.ids import provider_idempotency_key, submit_task_queue
 from temporalio.service import RPCError, RPCStatusCode
 
 from api.errors import known_problem
-from flowcontrol.queue_rates import QueueRate, read_queue_rate
+from flowcontrol.queue_rates import QueueRate, disabled_reason, pause_queue, read_queue_rate
 from tests.api.conftest import api_settings, open_api
 from tests.api.test_items import assert_problem
 from tests.api.test_purge import purge
@@ -101,6 +103,60 @@ async def test_pause_holds_every_submit_and_resume_delivers(dev_api: DevApi) -> 
     assert view.status == "sent"
 
 
+async def test_a_disabled_destination_holds_its_items_until_an_operator_re_enables_it(
+    dev_api: DevApi,
+) -> None:
+    url = f"/v1/destinations/{dev_api.webhook}"
+    await dev_api.http.patch(url, json={"submit_rate": 20})
+    client = dev_api.stack.client
+    queue = submit_task_queue(dev_api.webhook)
+    # What the destination's flow does once it has failed for `disable_after_s`
+    # (`activities/flow.py`; tests/workflows/test_destination_flow.py runs it).
+    since = datetime.now(UTC)
+    now = await read_queue_rate(client, queue)
+    reason = disabled_reason(since, "failing for 3.0 days; last: HTTP 500")
+    await pause_queue(client, queue, now, reason, identity="test")
+
+    shown = (await dev_api.http.get(url)).json()
+    item_id = await enqueue(dev_api, "while-disabled")
+    held = (await dev_api.http.get("/v1/outboxes/tests/items/while-disabled")).json()
+    scraped = (await dev_api.http.get("/metrics")).text
+    # `paused: false` and `enabled: true` together are fine; opposites are refused.
+    contradiction = await dev_api.http.patch(url, json={"enabled": True, "paused": True})
+    enabled = await dev_api.http.patch(url, json={"enabled": True, "reason": "endpoint fixed"})
+    view = await dev_api.stack.result(item_id)
+
+    assert shown["disabled"] is True and shown["paused"] is True
+    assert datetime.fromisoformat(shown["disabled_since"].replace("Z", "+00:00")) == since
+    assert shown["circuit"] == "closed" and shown["resume_submit_rate"] == 20
+    assert held["status"] == "queued", held
+    assert [w["reason"] for w in held["waiting_on"]] == ["destination_disabled"], held
+    assert f'outbox_destination_disabled{{destination="{dev_api.webhook}"}} 1.0' in scraped
+    assert_problem(contradiction, 422)
+    assert enabled.status_code == 200, enabled.text
+    assert enabled.json()["disabled"] is False and enabled.json()["paused"] is False
+    assert enabled.json()["submit"] == {"rate": 20.0, "source": "api"}  # the rate before
+    assert view.status == "sent"
+
+
+async def test_enabled_false_disables_by_hand_and_leaves_the_poll_queue(dev_api: DevApi) -> None:
+    url = f"/v1/destinations/{dev_api.webhook}"
+    disabled = await dev_api.http.patch(url, json={"enabled": False, "reason": "retired"})
+    again = await dev_api.http.patch(url, json={"enabled": False})
+    resumed = await dev_api.http.patch(url, json={"paused": False})
+
+    assert disabled.status_code == 200, disabled.text
+    body = disabled.json()
+    assert body["disabled"] is True and body["submit"]["rate"] == 0
+    assert body["pause_reason"].startswith("disabled since ")
+    assert body["pause_reason"].endswith(": by request: retired")
+    assert body["poll"]["rate"] > 0
+    # Disabled already: the first reason and time stay.
+    assert again.json()["pause_reason"] == body["pause_reason"]
+    # A resume lifts every pause, a disable's too.
+    assert resumed.json()["disabled"] is False and resumed.json()["paused"] is False
+
+
 async def test_a_queued_item_on_a_paused_destination_cancels_at_once(dev_api: DevApi) -> None:
     """Its submit waits on the paused queue, taken by no worker: a cancel withdraws it, and
     the resume sends nothing (issue 31)."""
@@ -176,6 +232,12 @@ async def test_bad_changes_are_problems(dev_api: DevApi) -> None:
     for not_a_bool in ("yes", 1, "true"):
         assert_problem(await dev_api.http.patch(url, json={"paused": not_a_bool}), 422)
     assert_problem(await dev_api.http.patch(url, json={"submit_rate": 1, "extra": 1}), 422)
+    # `enabled` is true or false only; a reason needs `paused` or `enabled`.
+    for not_enabled in ("yes", 1, None):
+        body: dict[str, Any] = {"enabled": not_enabled, "reason": "x"}
+        assert_problem(await dev_api.http.patch(url, json=body), 422)
+    assert_problem(await dev_api.http.patch(url, json={"enabled": False, "paused": False}), 422)
+    assert_problem(await dev_api.http.patch(url, json={"flow": {"disable_after_s": 0}}), 422)
     assert_problem(await dev_api.http.get("/v1/destinations/nope"), 404)
 
 

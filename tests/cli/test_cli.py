@@ -92,6 +92,12 @@ async def test_destinations_pause_resume_and_rate(
         resumed = json.loads(capsys.readouterr().out)
         await run(url, "destinations")
         listed = json.loads(capsys.readouterr().out)
+        await run(url, "destinations", webhook.name, "--disable", "--reason", "retired")
+        disabled = json.loads(capsys.readouterr().out)
+        await run(url, "destinations", webhook.name, "--output", "table")
+        disabled_table = capsys.readouterr().out
+        await run(url, "destinations", webhook.name, "--enable")
+        enabled = json.loads(capsys.readouterr().out)
         await run(url, "purge", "empty-outbox", "--destination", webhook.name)
         purged = json.loads(capsys.readouterr().out)
         await run(url, "purge", "empty-outbox", "--no-wait")
@@ -100,6 +106,9 @@ async def test_destinations_pause_resume_and_rate(
     assert paused["paused"] is True and paused["pause_reason"] == "cli test"
     assert resumed["paused"] is False and resumed["submit"] == {"rate": 3.0, "source": "api"}
     assert webhook.name in [d["name"] for d in listed]
+    assert disabled["disabled"] is True and disabled["pause_reason"].endswith("by request: retired")
+    assert "disabled since " in disabled_table
+    assert enabled["disabled"] is False and enabled["submit"] == {"rate": 3.0, "source": "api"}
     assert (purged["state"], purged["done"]) == ("completed", True)
     assert (purged["cancelled"], purged["skipped"], purged["keys"]) == (0, 0, [])
     assert (started["state"], started["done"]) == ("running", False)

@@ -1,7 +1,8 @@
 """The destination flow workflow's circuit on the dev server (queue config is real): a failing
 report pauses the submit queue with the circuit's reason, probes go at intervals, the circuit
 closes on a probe that succeeds and the queue gets back the run-time rate it had; a pause by
-hand is left alone (`workflows/destination_flow.py`, `activities/flow.py`).
+hand is left alone; a destination failing past `disable_after_s` is disabled
+(`workflows/destination_flow.py`, `activities/flow.py`, `flowcontrol/disable.py`).
 
 The probe here is a stand-in activity on the poll queue whose answers the test chooses; the
 providers' real probes run in `tests/api/test_breaker.py`."""
@@ -59,7 +60,7 @@ class Flow:
     workflow_queue: str
     probes: Probes
 
-    async def report(self) -> None:
+    async def report(self, disable_after_s: float | None = None) -> None:
         now = datetime.now(UTC)
         seen = Failing(
             destination=self.destination,
@@ -74,6 +75,8 @@ class Flow:
             configured_rate=4.0,
             probe_interval_s=0.3,
             close_after=2,
+            failing_since=now,
+            disable_after_s=disable_after_s,
         )
         await self.client.start_workflow(
             FLOW_WORKFLOW_TYPE,
@@ -170,3 +173,27 @@ async def test_a_pause_by_hand_stays_through_the_circuit(flow: Flow) -> None:
     assert after.paused and after.pause_reason == "maintenance"
     kinds = [event.kind for event in (await flow.state()).events]
     assert kinds == ["opened", "closed"], kinds
+
+
+async def test_a_circuit_open_past_disable_after_disables_the_destination(flow: Flow) -> None:
+    client = flow.client
+    await set_queue_rate(client, flow.submit_queue, 2.5, "set by hand", identity="test")
+    flow.probes.answers = [False]
+    await flow.report(disable_after_s=1.0)
+
+    async def disabled() -> bool:
+        return (await read_queue_rate(client, flow.submit_queue)).disabled_since is not None
+
+    await until(disabled)
+    now = await read_queue_rate(client, flow.submit_queue)
+    # Held at zero with the rate a re-enable gives back; no longer the circuit's pause.
+    assert now.paused and now.rate == 0 and now.resume_rate == 2.5
+    assert now.circuit_open_since is None
+    # Why, with what it last met (the report that opened it, or a failed probe).
+    assert "failing for" in (now.pause_reason or "") and "; last: " in (now.pause_reason or "")
+    state = await flow.state()
+    assert state.disabled_at is not None and state.circuit == "closed"
+    assert state.next_probe_at is None and state.failing_since is None
+    kinds = [event.kind for event in state.events]
+    assert kinds[0] == "opened" and kinds[-1] == "disabled", kinds
+    assert set(kinds[1:-1]) <= {"probe_failed"}, kinds

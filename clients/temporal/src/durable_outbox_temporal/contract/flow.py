@@ -6,6 +6,8 @@ Retry-After time, then the rate back, halved while the storm keeps coming back a
 step by step (`flowcontrol.throttle`). A worker process whose submits keep failing tells it too
 (`failing`): the workflow opens the destination's circuit, pauses its submit queue, probes the
 destination at intervals and closes the circuit when probes succeed (`flowcontrol.breaker`).
+A destination failing for `disable_after_s` is disabled: its submit queue stays paused until an
+operator re-enables it (`flowcontrol.disable`).
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ APPLY_RATE_ACTIVITY = "apply_flow_rate"
 FLOW_EVENT_ACTIVITY = "send_flow_event"
 # The outbox operational events are enqueued in, and the kinds sent.
 FLOW_EVENTS_OUTBOX = "operations"
-NOTIFIED_KINDS = ("throttled", "recovered", "opened", "closed")
+NOTIFIED_KINDS = ("throttled", "recovered", "opened", "closed", "disabled")
 # The activity that sends one probe request to a destination whose circuit is open; it runs on
 # the destination's poll task queue, where its provider is and which the circuit leaves open.
 PROBE_ACTIVITY = "probe_destination"
@@ -69,6 +71,11 @@ class Failing:
     configured_rate: float
     probe_interval_s: float
     close_after: int
+    # The first failure this process saw since its last successful submit (None: a process
+    # from before endpoint disable); the flow disables a destination failing that long.
+    failing_since: datetime | None = None
+    # How long a destination fails before it is disabled (None: never).
+    disable_after_s: float | None = None
 
 
 @dataclass
@@ -79,6 +86,8 @@ class BreakerSettings:
     enabled: bool
     probe_interval_s: float
     close_after: int
+    # How long a destination fails before it is disabled (None: never).
+    disable_after_s: float | None = None
 
 
 @dataclass
@@ -95,7 +104,7 @@ class FlowEvent:
 
     at: datetime
     # "throttled", "resumed", "ramped", "recovered", "released" (someone else set the rate),
-    # "opened", "probe_failed" or "closed" (the circuit).
+    # "opened", "probe_failed" or "closed" (the circuit); "disabled" (failing too long).
     kind: str
     detail: str
     # The submit queue's rate after it (activities a second; None: the configured rate).
@@ -121,7 +130,8 @@ class RateChange:
     task_queue: str
     # "resume": only if the queue is still paused by a throttle; "ramp": only if the queue still
     # runs at `expected` (an operator's change since ends the ramp); "open": pause it for the
-    # circuit (unless paused by hand); "close": resume it, only if the circuit's pause holds.
+    # circuit (unless paused by hand); "close": resume it, only if the circuit's pause holds;
+    # "disable": hold it paused until an operator re-enables it (unless paused by hand).
     kind: str
     factor: float
     configured_rate: float
@@ -130,7 +140,7 @@ class RateChange:
     base_rate: float | None = None
     # Whether the flow has set the queue's rate since the storms began (a ramp is under way).
     from_ramp: bool = False
-    # "open": why, for the pause's reason; the time it opened.
+    # "open" and "disable": why, for the pause's reason; the time it opened (was disabled).
     detail: str = ""
     since: datetime | None = None
 
@@ -186,6 +196,11 @@ class FlowState:
     events_task_queue: str | None = None
     # Events recorded since the flow began (`events` keeps the newest): what is new to notify.
     events_recorded: int = 0
+    # Endpoint disable (`flowcontrol.disable`): after how long failing (None: never), failing
+    # since when (no submit known to have succeeded since), and when the flow disabled it.
+    disable_after_s: float | None = None
+    failing_since: datetime | None = None
+    disabled_at: datetime | None = None
 
     def record(self, event: FlowEvent) -> None:
         self.events = [*self.events, event][-FLOW_EVENTS_KEPT:]

@@ -134,6 +134,21 @@ class FlowPolicy(BaseModel):
         le=100,
         description="Probes in a row that must succeed to close the circuit.",
     )
+    disable_failing: bool = Field(
+        default=True,
+        description="A destination whose circuit stays open, or whose submits all fail, for"
+        " `disable_after_s` is disabled: its submit queue stays paused (items wait, none is"
+        ' lost) until an operator re-enables it with `PATCH {"enabled": true}`, and an event,'
+        " a metric and an alert say so (`flowcontrol/disable.py`). It counts the breaker's"
+        " failures: with `breaker = false`, nothing is disabled.",
+    )
+    disable_after_s: float = Field(
+        default=259_200.0,
+        ge=60,
+        le=7_776_000,
+        description="How long a destination fails before it is disabled (3 days; 1 minute to"
+        " 90 days).",
+    )
     max_in_flight: int | None = Field(
         default=None,
         ge=1,
@@ -169,6 +184,11 @@ class FlowPolicy(BaseModel):
                 raise ValueError(f"quotas must be a JSON list: {err}") from None
         return value
 
+    @property
+    def disabling_after_s(self) -> float | None:
+        """How long the destination fails before it is disabled; None while the rule is off."""
+        return self.disable_after_s if self.disable_failing else None
+
     def overridden(self, overrides: Mapping[str, Any]) -> FlowPolicy:
         """This policy with `overrides` (field -> value) in place, validated as the file's values
         are; raises pydantic's ValidationError naming each bad field."""
@@ -185,6 +205,8 @@ RUN_TIME_FIELDS = (
     "breaker_failure_ratio",
     "breaker_probe_interval_s",
     "breaker_close_after",
+    "disable_failing",
+    "disable_after_s",
     "max_in_flight",
     "key_max_in_flight",
     "quotas",
