@@ -15,8 +15,9 @@ of `make dev`, `make bench` and the other chaos runs, then, while a prober times
 Exits 1 if the GET's p99 reaches 100 ms while sockets open, or any bound does not hold. The
 p99 while codec requests at the cap run is reported (`p99_ms_codec_and_enqueues`) but does not
 fail the run yet: the codec's work now runs in processes of its own (`api/codec_work.py`), and
-the figure is to be measured again on a quiet machine before it is checked (docs/benchmarks.md). Bounded in count (the
-figures above) and time (LOAD_DEADLINE_S for the whole load). Writes `.bench/bounded-load.json`.
+the figure is to be measured again on a quiet machine before it is checked (docs/benchmarks.md).
+Bounded in count (the figures above) and time (LOAD_DEADLINE_S for the whole load). Writes
+`.bench/bounded-load.json`.
 """
 
 from __future__ import annotations

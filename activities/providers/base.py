@@ -22,8 +22,8 @@ from durable_outbox_temporal.contract.item import (
     SubmitRequest,
     SubmitResult,
 )
+from durable_outbox_temporal.contract.limits import DEFAULT_MAX_RETRY_AFTER_S
 
-from configuration.providers import DEFAULT_MAX_RETRY_AFTER_S
 from readmodel import attempts
 
 
