@@ -299,7 +299,7 @@ def install_error_handlers(app: FastAPI) -> None:
         problem = known_problem(err)
         if problem is None:
             log.exception("unhandled error on %s %s", request.method, request.url.path)
-            return problem_response(request, _internal_error())
+            return problem_response(request, internal_error())
         if problem.status >= 500 and problem is not err:
             log.warning("%s on %s %s: %s", problem.title, request.method, request.url.path, err)
         return problem_response(request, problem)
@@ -352,7 +352,7 @@ def install_error_handlers(app: FastAPI) -> None:
     async def _unexpected(request: Request, err: Exception) -> JSONResponse:
         # Starlette re-raises after this answer, so the server logs the traceback itself.
         log.error("unhandled %s on %s %s", type(err).__name__, request.method, request.url.path)
-        return problem_response(request, _internal_error())
+        return problem_response(request, internal_error())
 
 
 def _printable(part: object) -> str:
@@ -376,7 +376,8 @@ def _is_json(content_type: str | None) -> bool:
     )
 
 
-def _internal_error() -> ApiProblem:
+def internal_error() -> ApiProblem:
+    """The 500 of an unexpected error: logged where it is caught, its body says nothing more."""
     return ApiProblem(
         500, "internal", "Internal error", "an unexpected error occurred; it is logged"
     )

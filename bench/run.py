@@ -37,9 +37,11 @@ from durable_outbox_temporal.contract.ids import (
 from durable_outbox_temporal.contract.item import OutboxItemInput, SubmitRequest
 from temporalio.client import Client
 
-from bench import server_metrics
+from bench import regression, server_metrics
 from bench.actions import actions_per_workflow, billable_actions
 from bench.codec_cost import codec_ms_per_item
+from bench.dbos_baseline import CONFIGURATIONS as DBOS_CONFIGURATIONS
+from bench.dbos_baseline import DbosBaselines
 from bench.flow import flow_figures
 from bench.hot_aggregate import hot_aggregate
 from bench.lanes import lanes_figures
@@ -512,38 +514,50 @@ async def end_to_end(client: Client, pids: dict[str, int]) -> dict[str, Any]:
     two_activity_ids: list[str] = []
     product, naive = Measured("product"), Measured("naive")
     two_activities = Measured("two activities")
+    dbos = {c.name: Measured(f"dbos {c.name}") for c in DBOS_CONFIGURATIONS}
     # The bench process enqueues (as the API would) and waits for results: its CPU counts too.
     processes = {"server": pids["temporal"], "client": os.getpid(), "fake": pids["fake"]}
-    for round_number in range(rounds):
-        run_id = uuid.uuid4().hex[:8]
-        first = round_number == 0
-        await timed(
-            product,
-            {**processes, "worker": pids["worker"]},
-            functools.partial(product_items, client, per_round, "bench-email", run_id, item_ids),
-            profile=first,
-        )
-        await timed(
-            naive,
-            {**processes, "worker": pids["naive"]},
-            functools.partial(naive_items, client, per_round, run_id, naive_ids),
-            profile=first,
-        )
-        # The product with a poll activity per item (`poll_in_submit` off), for operations
-        # that take longer than a second.
-        await timed(
-            two_activities,
-            {**processes, "worker": pids["worker"]},
-            functools.partial(
-                product_items,
-                client,
-                per_round,
-                "bench-two-activities",
-                f"{run_id}-2a",
-                two_activity_ids,
-            ),
-            profile=False,
-        )
+    with DbosBaselines(BENCH_DIR / "data" / "dbos", ENV) as baselines:
+        for round_number in range(rounds):
+            run_id = uuid.uuid4().hex[:8]
+            first = round_number == 0
+            await timed(
+                product,
+                {**processes, "worker": pids["worker"]},
+                functools.partial(
+                    product_items, client, per_round, "bench-email", run_id, item_ids
+                ),
+                profile=first,
+            )
+            await timed(
+                naive,
+                {**processes, "worker": pids["naive"]},
+                functools.partial(naive_items, client, per_round, run_id, naive_ids),
+                profile=first,
+            )
+            # The product with a poll activity per item (`poll_in_submit` off), for operations
+            # that take longer than a second.
+            await timed(
+                two_activities,
+                {**processes, "worker": pids["worker"]},
+                functools.partial(
+                    product_items,
+                    client,
+                    per_round,
+                    "bench-two-activities",
+                    f"{run_id}-2a",
+                    two_activity_ids,
+                ),
+                profile=False,
+            )
+            # DBOS Transact on the same job, each configuration in a process of its own.
+            for name, measured in dbos.items():
+                await timed(
+                    measured,
+                    {"client": os.getpid(), "fake": pids["fake"], "worker": baselines.pids[name]},
+                    functools.partial(baselines.run, name, per_round),
+                    profile=False,
+                )
     product_figures, naive_figures = product.figures(), naive.figures()
     two_activity_figures = two_activities.figures()
     print(
@@ -587,6 +601,7 @@ async def end_to_end(client: Client, pids: dict[str, int]) -> dict[str, Any]:
     figures["ratio_vs_naive_by_round"] = [
         round(p / n, 3) for p, n in zip(product.round_rates, naive.round_rates, strict=True)
     ]
+    figures.update(dbos_figures(dbos, product, bulk["items_per_s"]))
     figures["cpu_ms_per_item"] = round(
         product_figures["cpu_ms_per_item_server"] + product_figures["cpu_ms_per_item_worker"], 2
     )
@@ -612,6 +627,29 @@ async def end_to_end(client: Client, pids: dict[str, int]) -> dict[str, Any]:
         f" naive {figures['naive_actions_per_item']}",
         flush=True,
     )
+    return figures
+
+
+def dbos_figures(
+    dbos: dict[str, Measured], product: Measured, bulk_items_per_s: float
+) -> dict[str, Any]:
+    """Each DBOS configuration's items/s and CPU; the ratios are against its best in this run."""
+    figures: dict[str, Any] = {}
+    for name, measured in dbos.items():
+        key = name.replace("-", "_")
+        measured_figures = measured.figures()
+        figures[f"dbos_{key}_items_per_s"] = measured_figures["items_per_s"]
+        figures[f"dbos_{key}_cpu_ms_per_item"] = measured_figures["cpu_ms_per_item_worker"]
+    best_name, best = max(dbos.items(), key=lambda entry: entry[1].items / entry[1].seconds)
+    best_rate = best.items / best.seconds
+    print(f"  dbos, best configuration {best_name}: {best_rate:.1f} items/s", flush=True)
+    figures["dbos_best_configuration"] = best_name
+    figures["dbos_items_per_s"] = round(best_rate, 2)
+    figures["ratio_vs_dbos"] = round(product.items / product.seconds / best_rate, 3)
+    figures["ratio_vs_dbos_by_round"] = [
+        round(p / d, 3) for p, d in zip(product.round_rates, best.round_rates, strict=True)
+    ]
+    figures["bulk_ratio_vs_dbos"] = round(bulk_items_per_s / best_rate, 3)
     return figures
 
 
@@ -715,13 +753,19 @@ def main() -> int:
 
 
 def write_report(report: dict[str, Any]) -> None:
+    """Write and print the run's figures, then the regression report against the last
+    committed run of its mode; a complete run without errors becomes that mode's latest."""
     BENCH_DIR.mkdir(exist_ok=True)
     (BENCH_DIR / "latest.json").write_text(json.dumps(report, indent=2))
     print("\n| metric | value |\n|---|---|")
     for key, value in report.items():
         if key != "machine":
             print(f"| {key} | {value} |")
-    print(f"\nwritten to {BENCH_DIR / 'latest.json'}")
+    print(f"\nwritten to {BENCH_DIR / 'latest.json'}\n")
+    mode = "quick" if QUICK else "full"
+    print(regression.report(regression.committed(mode), report))
+    if report.get("machine") and not report.get("errors") and not os.environ.get("BENCH_ONLY"):
+        print(f"recorded as the latest {mode} run: {regression.record(mode, report)} (commit it)")
 
 
 if __name__ == "__main__":

@@ -185,7 +185,8 @@ BENCH_VARIABLES = (
     Variable(
         "READMODEL_POSTGRES_URL",
         "`postgresql+psycopg://postgres@127.0.0.1:5432/test`",
-        "the PostgreSQL `bench.flow_ledger` and the read model's tests run on",
+        "the PostgreSQL `bench.flow_ledger` and the read model's tests run on, and where"
+        " `make bench` creates and drops the DBOS baseline's scratch system databases",
     ),
     Variable("CHAOS_ITEMS", "`1000` (`200` with `QUICK=1`)", "`make chaos`: items to deliver"),
     Variable(

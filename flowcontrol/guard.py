@@ -4,15 +4,15 @@ destinations' policies (`FlowGuard.for_destinations`).
 
 Before the request: the throttle's pause this process knows of (`throttle`), this process's
 pacing at the queue's rate, most urgent first (`pacing`, `priority`), and the caps' permits and
-the quotas' windows (`caps`). After it: its HTTP exchanges written to the item's attempt log
-(`readmodel/attempts.py`), the permits given back, and a submit's outcome counted by the
-throttle and breaker rules, which tell the destination's flow workflow (`throttle`, `breaker`).
-A rule that does not apply to a destination lets its requests straight through.
+the quotas' windows (`caps`). After it: its HTTP exchanges handed to the attempt log, which
+writes them in batches off the request's path (`readmodel/attempts.py`), the permits given
+back, and a submit's outcome counted by the throttle and breaker rules, which tell the
+destination's flow workflow (`throttle`, `breaker`). A rule that does not apply to a
+destination lets its requests straight through.
 """
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Sequence
 from datetime import UTC, datetime, timedelta
@@ -63,7 +63,7 @@ class FlowGuard:
         breaker: BreakerGate,
         caps: CapsGate,
         *,
-        attempt_log: Engine | None,
+        attempt_log: attempts.AttemptLog | None,
         flow_task_queue: str,
         events_task_queue: str,
     ) -> None:
@@ -74,7 +74,7 @@ class FlowGuard:
         self._throttle = throttle
         self._breaker = breaker
         self._caps = caps
-        self._attempt_log = attempt_log
+        self.attempt_log = attempt_log
         self._flow_task_queue = flow_task_queue
         self._events_task_queue = events_task_queue
 
@@ -105,7 +105,7 @@ class FlowGuard:
                 policies=None if policies is None else policies.current,
             ),
             CapsGate(ledger, flow_limits(destinations, default_request_s), policies=policies),
-            attempt_log=ledger,
+            attempt_log=None if ledger is None else attempts.AttemptLog(ledger),
             flow_task_queue=flow_task_queue,
             events_task_queue=events_task_queue,
         )
@@ -122,8 +122,8 @@ class FlowGuard:
                     try:
                         yield
                     finally:
-                        if made and self._attempt_log is not None:
-                            await self._log(self._attempt_log, request.item_id, made)
+                        if made and self.attempt_log is not None:
+                            self.attempt_log.add(request.item_id, made)
             except ApplicationError as err:
                 if err.type == ItemErrorType.TRANSIENT:
                     first = err.details[0] if err.details else None
@@ -148,8 +148,8 @@ class FlowGuard:
                 try:
                     yield
                 finally:
-                    if made and self._attempt_log is not None:
-                        await self._log(self._attempt_log, request.item_id, made)
+                    if made and self.attempt_log is not None:
+                        self.attempt_log.add(request.item_id, made)
 
     async def _pace(self, task_queue: str) -> None:
         """Hold this process's requests while it knows the queue is throttled, and space them
@@ -185,15 +185,6 @@ class FlowGuard:
                 non_retryable=True,
                 category=ApplicationErrorCategory.BENIGN,
             ) from None
-
-    @staticmethod
-    async def _log(engine: Engine, item_id: str, made: list[attempts.Attempt]) -> None:
-        """The request's HTTP exchanges, written to the item's attempt log (best effort: a
-        failed write never fails the delivery)."""
-        try:
-            await asyncio.to_thread(attempts.write_attempts, engine, item_id, made)
-        except Exception as err:
-            activity.logger.warning("attempt log of %s not written: %s", item_id, err)
 
     async def _throttled(self, destination: str, err: DeliveryErrorDetails) -> None:
         """A throttle pauses the whole destination's submit queue until its Retry-After, and

@@ -1,8 +1,9 @@
 """The attempt log: each request an item's activities made to its provider (issue 32).
 
 `send` (`activities/providers/base.py`) notes every HTTP exchange in the `capture()` the
-submit or poll activity opened around its provider call; the activity then writes them here,
-one INSERT each, best effort (a failed write is logged, never a failed delivery). Secrets stay
+submit or poll activity opened around its provider call; the activity then hands them to its
+process's `AttemptLog`, which writes them in batches off the request's path, best effort (a
+failed write is logged, never a failed delivery). Secrets stay
 out: the URL keeps its host and path only, headers are kept by an allowlist (`kept_header`: content
 type and length, dates, request, idempotency and webhook ids, rate-limit and retry headers; the
 response also its `Operation-Location` and `Location`) and everything else is dropped, and the
@@ -12,17 +13,19 @@ body is capped. Each item keeps its newest `KEEP_PER_ITEM` attempts. Erasing an 
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import contextvars
 import logging
 import re
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 from urllib.parse import urlsplit
 
-from sqlalchemy import Engine, and_, delete, func, insert, literal, select, update
+from sqlalchemy import Connection, Engine, and_, delete, func, insert, literal, select, update
 
 from readmodel.models import ITEM_ATTEMPTS, ITEM_ERASURES, ITEMS
 
@@ -30,6 +33,8 @@ log = logging.getLogger(__name__)
 
 # Newest attempts kept per item; older ones go as new ones are written.
 KEEP_PER_ITEM = 50
+# Attempts written in one transaction at most (each is one INSERT ... SELECT).
+MAX_BATCH = 200
 # Response bodies are kept up to this many characters.
 BODY_LIMIT = 2048
 # Headers stored, by an allowlist: a header a provider invents (`X-Api-Pass`, `X-Session`) may
@@ -164,17 +169,69 @@ def note(
         log.warning("attempt not noted: %s", err)
 
 
+class AttemptLog:
+    """One per worker process: `add` hands a request's exchanges over and returns at once; they
+    are written in batches, one transaction each, on a thread of their own, so no delivery
+    waits on the log. Why: docs/decisions/attempt-log-off-the-path.md"""
+
+    def __init__(self, engine: Engine, max_batch: int = MAX_BATCH) -> None:
+        self.engine = engine
+        self._max_batch = max_batch
+        self._pending: list[tuple[str, Attempt]] = []
+        self._writer: asyncio.Task[None] | None = None
+        # One thread: one transaction at a time is what gathers the rest into the next.
+        self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="attempt-log")
+        self.transactions = 0  # how well the batching works (the tests check it)
+
+    def add(self, item_id: str, made: Sequence[Attempt]) -> None:
+        """Queue the item's attempts for the next batch (in the order they were made)."""
+        self._pending.extend((item_id, attempt) for attempt in made)
+        if self._writer is None or self._writer.done():
+            self._writer = asyncio.get_running_loop().create_task(self._write_pending())
+
+    async def flush(self) -> None:
+        """Return once every attempt added so far was written (or its write failed)."""
+        while self._writer is not None and not self._writer.done():
+            await asyncio.shield(self._writer)
+
+    async def _write_pending(self) -> None:
+        loop = asyncio.get_running_loop()
+        while self._pending:
+            batch = self._pending[: self._max_batch]
+            del self._pending[: self._max_batch]
+            await loop.run_in_executor(self._thread, write_batch, self.engine, batch)
+            self.transactions += 1
+
+
 def write_attempts(engine: Engine, item_id: str, attempts: list[Attempt]) -> None:
-    """Each attempt as the item's next number (one INSERT ... SELECT each); prunes the item's
-    oldest beyond `KEEP_PER_ITEM` every tenth. Never raises."""
-    for attempt in attempts:
+    """The item's attempts, written now (`write_batch`). Never raises."""
+    write_batch(engine, [(item_id, attempt) for attempt in attempts])
+
+
+def write_batch(engine: Engine, batch: Sequence[tuple[str, Attempt]]) -> None:
+    """Each attempt as its item's next number, all in one transaction; if that fails, each in
+    its own, so one bad row costs only itself. Never raises."""
+    try:
+        with engine.begin() as connection:
+            for item_id, attempt in batch:
+                _insert(connection, item_id, attempt)
+        return
+    except Exception as err:  # noqa: BLE001 - the log never fails a delivery
+        if len(batch) == 1:
+            log.warning("attempt of %s not logged: %s", batch[0][0], err)
+            return
+        log.warning("batch of %d attempts failed (%s); writing singly", len(batch), err)
+    for item_id, attempt in batch:
         try:
-            _write_one(engine, item_id, attempt)
+            with engine.begin() as connection:
+                _insert(connection, item_id, attempt)
         except Exception as err:  # noqa: BLE001 - the log never fails a delivery
             log.warning("attempt of %s not logged: %s", item_id, err)
 
 
-def _write_one(engine: Engine, item_id: str, attempt: Attempt) -> None:
+def _insert(connection: Connection, item_id: str, attempt: Attempt) -> None:
+    """One INSERT ... SELECT numbering the attempt after the item's last; prunes the item's
+    oldest beyond `KEEP_PER_ITEM` every tenth."""
     t = ITEM_ATTEMPTS
     values: dict[str, Any] = {
         "kind": attempt.kind,
@@ -191,24 +248,23 @@ def _write_one(engine: Engine, item_id: str, attempt: Attempt) -> None:
         "error": attempt.error,
     }
     next_n = select(func.coalesce(func.max(t.c.n), 0) + 1).where(t.c.item_id == item_id)
-    with engine.begin() as connection:
-        n = connection.execute(
-            insert(t)
-            .from_select(
-                ["item_id", "n", *values],
-                select(
-                    literal(item_id),
-                    next_n.scalar_subquery(),
-                    *(literal(v, t.c[k].type) for k, v in values.items()),
-                ),
-            )
-            .returning(t.c.n)
-        ).scalar_one()
-        attempt.n = n
-        if n % 10 == 0 and n > KEEP_PER_ITEM:
-            connection.execute(
-                delete(t).where(and_(t.c.item_id == item_id, t.c.n <= n - KEEP_PER_ITEM))
-            )
+    n = connection.execute(
+        insert(t)
+        .from_select(
+            ["item_id", "n", *values],
+            select(
+                literal(item_id),
+                next_n.scalar_subquery(),
+                *(literal(v, t.c[k].type) for k, v in values.items()),
+            ),
+        )
+        .returning(t.c.n)
+    ).scalar_one()
+    attempt.n = n
+    if n % 10 == 0 and n > KEEP_PER_ITEM:
+        connection.execute(
+            delete(t).where(and_(t.c.item_id == item_id, t.c.n <= n - KEEP_PER_ITEM))
+        )
 
 
 def read_attempts(engine: Engine, item_id: str) -> list[dict[str, Any]]:

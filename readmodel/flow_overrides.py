@@ -120,15 +120,20 @@ class FlowPolicies:
         return self._policies.get(destination)
 
     async def fresh(self, destination: str) -> FlowPolicy | None:
-        """The policy in force, read again first if the last read is stale."""
+        """The policy in force, read again first if the last read is stale. Once the last read
+        is half that old, the next one starts in the background: while requests keep coming,
+        none waits for a read. Why: docs/decisions/flow-policies-read-ahead.md"""
         if self._stale():
             reading = self._start_reading()
             if reading is not None:
                 await asyncio.shield(reading)
+        elif self._stale(self._refresh_s / 2):
+            self._start_reading()
         return self._policies.get(destination)
 
-    def _stale(self) -> bool:
-        return self._read_at is None or self._clock() - self._read_at >= self._refresh_s
+    def _stale(self, after_s: float | None = None) -> bool:
+        age = None if self._read_at is None else self._clock() - self._read_at
+        return age is None or age >= (self._refresh_s if after_s is None else after_s)
 
     def _start_reading(self) -> asyncio.Task[None] | None:
         if self._reading is None or self._reading.done():

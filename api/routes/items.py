@@ -11,6 +11,7 @@ that itself contains `:` never collides with an action.
 from __future__ import annotations
 
 import asyncio
+import logging
 import uuid
 from datetime import UTC, datetime
 from typing import Annotated
@@ -43,7 +44,7 @@ from api.deps import (
     OutboxClientDep,
     ResourcesDep,
 )
-from api.errors import ApiProblem, known_problem, validation_problem
+from api.errors import ApiProblem, internal_error, known_problem, validation_problem
 from api.metrics import ApiMetrics
 from api.schemas import (
     BatchEnqueueItem,
@@ -73,6 +74,8 @@ from service.items import (
     PurgeBatchNotFound,
 )
 from service.waiting import explain
+
+log = logging.getLogger("outbox.api")
 
 router = APIRouter(
     prefix="/v1/outboxes/{outbox}",
@@ -147,7 +150,10 @@ async def enqueue_batch(
             problem = _enqueue_problem(outcome, outbox, new.key)
             _count_failed_enqueue(metrics, items, outbox, item.destination, problem)
             if problem is None:
-                raise outcome  # a bug: the whole request is a 500
+                # A bug, but only this item's: the others may be handed over already, and a
+                # whole-answer 500 would hide that from a client that then retries them all.
+                log.error("unexpected error enqueuing %s", new.key, exc_info=outcome)
+                problem = internal_error()
             results[index] = BatchResult(
                 index=index, status=problem.status, problem=_problem(problem)
             )

@@ -17,10 +17,17 @@ from tests.fakes import script
 SECRET_HEADERS = ("authorization", "webhook-signature", "x-ms-content-sha256-key")
 
 
-async def attempts_of(api: Api, key: str) -> list[dict[str, Any]]:
-    response = await api.http.get(f"/v1/outboxes/tests/items/{key}/attempts")
-    assert response.status_code == 200, response.text
-    return list(response.json()["attempts"])
+async def attempts_of(api: Api, key: str, at_least: int = 3) -> list[dict[str, Any]]:
+    """The item's attempts once `at_least` are logged: the worker writes them in batches after
+    its requests, so the last ones may land just after the item's status."""
+    for _ in range(200):
+        response = await api.http.get(f"/v1/outboxes/tests/items/{key}/attempts")
+        assert response.status_code == 200, response.text
+        found = list(response.json()["attempts"])
+        if len(found) >= at_least:
+            return found
+        await asyncio.sleep(0.05)
+    return found
 
 
 def check_503_then_202_then_poll(attempts: list[dict[str, Any]]) -> None:

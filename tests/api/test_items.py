@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 from durable_outbox_temporal.contract.item import ItemProjection, ItemStatus
+from temporalio.client import Client, Interceptor, OutboundInterceptor, StartWorkflowInput
 
 from api.problem_codes import PROBLEM_CODES
 from readmodel import store
@@ -373,6 +374,51 @@ async def test_batch_reports_each_item(api: Api) -> None:
     generated = results[8]["item"]
     assert len(generated["key"]) == 36
     assert (await api.stack.result(generated["id"])).status == "sent"
+
+
+class _FailOneStart(Interceptor):
+    """Makes starting one workflow id fail the way a bug would: an unexpected exception."""
+
+    def __init__(self, workflow_id: str) -> None:
+        self.workflow_id = workflow_id
+
+    def intercept_client(self, next: OutboundInterceptor) -> OutboundInterceptor:
+        failing = self.workflow_id
+
+        class FailOne(OutboundInterceptor):
+            async def start_workflow(self, input: StartWorkflowInput) -> Any:
+                if input.id == failing:
+                    raise RuntimeError("injected failure")
+                return await super().start_workflow(input)
+
+        return FailOne(next)
+
+
+async def test_unexpected_failure_of_one_batch_item_is_its_own_500(
+    api: Api, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    config = api.stack.outbox.connection.config()
+    assert isinstance(api.stack.outbox.connection, Client)
+    config["interceptors"] = [_FailOneStart("outbox/tests/batch-bug")]
+    monkeypatch.setattr(api.stack.outbox, "_client", Client(**config))
+    webhook = api.webhook.name
+    items = [
+        {"destination": webhook, "payload": {"n": 1}, "idempotency_key": "batch-before-bug"},
+        {"destination": webhook, "payload": {"n": 2}, "idempotency_key": "batch-bug"},
+        {"destination": webhook, "payload": {"n": 3}, "idempotency_key": "batch-after-bug"},
+    ]
+
+    response = await api.http.post("/v1/outboxes/tests/items:batch", json={"items": items})
+
+    assert response.status_code == 200, response.text
+    body = response.json()
+    assert [r["status"] for r in body["results"]] == [202, 500, 202]
+    assert (body["created"], body["existing"], body["failed"]) == (2, 0, 1)
+    problem = body["results"][1]["problem"]
+    assert problem["code"] == "internal" and "injected" not in problem["detail"]
+    for key in ("batch-before-bug", "batch-after-bug"):
+        assert (await api.stack.result(f"outbox/tests/{key}")).status == "sent"
+    assert_problem(await api.http.get("/v1/outboxes/tests/items/batch-bug"), 404)
 
 
 @pytest.mark.parametrize(

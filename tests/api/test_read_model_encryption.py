@@ -6,6 +6,7 @@ tests/api/test_security.py)."""
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from pathlib import Path
 
@@ -68,7 +69,12 @@ async def test_markers_are_sealed_at_rest_and_served_plain(api_factory, monkeypa
     assert {item["key"]: item["payload"] for item in listed}["hook"] == {"field": marker}
     events = (await http.get("/v1/outboxes/sec/items/hook/events")).json()
     assert [event["type"] for event in events][-1] == "sent"
-    attempts = (await http.get("/v1/outboxes/sec/items/hook/attempts")).json()
+    # The worker writes its attempt log in batches after the requests: wait for the row.
+    for _ in range(200):
+        attempts = (await http.get("/v1/outboxes/sec/items/hook/attempts")).json()
+        if attempts["attempts"]:
+            break
+        await asyncio.sleep(0.05)
     assert attempts["attempts"][0]["response"]["status"] == 204  # the fake webhook's answer
     history = (await http.get(f"{flight_url(flight)}/events")).json()
     assert history[-1]["data"]["passenger_id"] == marker

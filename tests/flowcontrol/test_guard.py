@@ -3,18 +3,21 @@ rules see, a request held by a full cap, and the attempt log written around the 
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
+from durable_outbox_temporal.contract.flow_policy import FlowPolicy
 from durable_outbox_temporal.contract.item import (
     DeliveryErrorDetails,
     ItemErrorType,
     PollRequest,
     SubmitRequest,
 )
-from sqlalchemy import Engine
+from sqlalchemy import Engine, event
 from temporalio.exceptions import ApplicationError
 from temporalio.testing import ActivityEnvironment
 
@@ -25,6 +28,7 @@ from flowcontrol.pacing import RequestPacer
 from flowcontrol.throttle import ThrottleGate
 from readmodel import attempts
 from readmodel.db import create_schema, make_engine
+from readmodel.flow_overrides import FlowPolicies
 
 SUBMIT = SubmitRequest(
     destination="hook", item_id="tests/k", idempotency_key="idem", payload={}, attempt=1
@@ -69,7 +73,7 @@ def guard(
         throttle or ThrottleGate({}),
         breaker or BreakerGate({}),
         caps or CapsGate(None, {}),
-        attempt_log=engine,
+        attempt_log=None if engine is None else attempts.AttemptLog(engine),
         flow_task_queue="flows",
         events_task_queue="events",
     )
@@ -159,8 +163,54 @@ async def test_the_requests_exchanges_go_to_the_items_attempt_log(engine: Engine
             )
 
     await ActivityEnvironment().run(submit)
+    assert flow.attempt_log is not None
+    await flow.attempt_log.flush()
 
     logged = attempts.read_attempts(engine, SUBMIT.item_id)
     assert [(a["kind"], a["request"]["path"], a["response"]["status"]) for a in logged] == [
         ("submit", "/in", 202)
     ]
+
+
+async def test_a_plain_destinations_request_leaves_the_read_model_alone(engine: Engine) -> None:
+    """No caps, no quotas: once the process has read the run-time policies, a request makes no
+    read-model round trip; its exchanges go to the attempt log after it, in one transaction."""
+    clock = [0.0]
+    policies = FlowPolicies(engine, {"hook": FlowPolicy()}, clock=lambda: clock[0])
+    log = attempts.AttemptLog(engine)
+    flow = FlowGuard(
+        RequestPacer({}),
+        ThrottleGate({}),
+        BreakerGate({}),
+        CapsGate(engine, {"hook": FlowLimits("hook")}, policies=policies),
+        attempt_log=log,
+        flow_task_queue="flows",
+        events_task_queue="events",
+    )
+    statements: list[tuple[str, str]] = []
+
+    def executed(_conn: Any, _cursor: Any, statement: str, *_: Any) -> None:
+        statements.append((threading.current_thread().name, statement))
+
+    async def submit() -> None:
+        async with flow.submit(SUBMIT):
+            for status in (202, 200):  # a submit and its first poll's exchanges
+                attempts.note(
+                    "POST", "https://hook.test/in", {}, datetime.now(UTC), 5, status=status
+                )
+
+    await ActivityEnvironment().run(submit)  # the process's first read of its policies
+    await log.flush()
+    event.listen(engine, "before_cursor_execute", executed)
+    try:
+        await ActivityEnvironment().run(submit)
+        on_the_path = [s for thread, s in statements if not thread.startswith("attempt-log")]
+        await log.flush()
+    finally:
+        event.remove(engine, "before_cursor_execute", executed)
+
+    assert on_the_path == []
+    assert [thread for thread, _ in statements] == ["attempt-log_0"] * 2
+    assert log.transactions == 2  # one per request's batch
+    logged = attempts.read_attempts(engine, SUBMIT.item_id)
+    assert [a["n"] for a in logged] == [1, 2, 3, 4]

@@ -80,6 +80,24 @@ async def test_a_worker_reads_overrides_again_once_its_copy_is_stale(
     assert policies.current("unknown") is None
 
 
+async def test_a_copy_half_the_interval_old_is_read_again_without_waiting(
+    engines: list[Engine],
+) -> None:
+    clock = Clock()
+    policies = FlowPolicies(engines[1], {"hook": FlowPolicy(max_in_flight=5)}, clock=clock)
+    await policies.fresh("hook")
+    write_overrides(engines[0], "hook", {"max_in_flight": 1}, NOW)
+    clock.now = 1.0
+    # The request is answered from the copy at once ...
+    assert (await policies.fresh("hook")).max_in_flight == 5  # type: ignore[union-attr]
+    # ... while the read it started brings the change in for the next one.
+    for _ in range(200):
+        if policies.current("hook").max_in_flight == 1:  # type: ignore[union-attr]
+            break
+        await asyncio.sleep(0.01)
+    assert policies.current("hook").max_in_flight == 1  # type: ignore[union-attr]
+
+
 async def test_a_stale_copy_is_read_again_in_the_background_for_sync_callers(
     engines: list[Engine],
 ) -> None:
