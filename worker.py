@@ -70,6 +70,7 @@ from configuration.redaction import install_log_redaction
 from configuration.settings import Settings, get_settings
 from configuration.version import VERSION
 from flowcontrol.guard import FlowGuard
+from readmodel import attempts
 from readmodel.db import (
     SchemaNewerThanCode,
     create_schema,
@@ -486,6 +487,7 @@ async def run_worker(
         )
         # All at once, so the whole process drains within one grace, not one per worker.
         await asyncio.gather(*(worker.shutdown() for worker in workers))
+        await attempts.flush_all()
     if storage_engine is not None:
         storage_engine.dispose()
 

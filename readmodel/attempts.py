@@ -18,6 +18,7 @@ import contextlib
 import contextvars
 import logging
 import re
+import weakref
 from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -182,6 +183,7 @@ class AttemptLog:
         # One thread: one transaction at a time is what gathers the rest into the next.
         self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="attempt-log")
         self.transactions = 0  # how well the batching works (the tests check it)
+        _LOGS.add(self)
 
     def add(self, item_id: str, made: Sequence[Attempt]) -> None:
         """Queue the item's attempts for the next batch (in the order they were made)."""
@@ -201,6 +203,17 @@ class AttemptLog:
             del self._pending[: self._max_batch]
             await loop.run_in_executor(self._thread, write_batch, self.engine, batch)
             self.transactions += 1
+
+
+# The process's logs, for `flush_all` as a worker stops.
+_LOGS: weakref.WeakSet[AttemptLog] = weakref.WeakSet()
+
+
+async def flush_all() -> None:
+    """Write what every log of this process still holds: a stopping worker's last requests are
+    logged too, once its activities have drained."""
+    for attempt_log in list(_LOGS):
+        await attempt_log.flush()
 
 
 def write_attempts(engine: Engine, item_id: str, attempts: list[Attempt]) -> None:
