@@ -54,6 +54,7 @@ from activities.projectors import ProjectorActivities
 from activities.providers import build_provider
 from activities.purge import PurgeActivities
 from activities.redrive import RedriveActivities
+from activities.replay import ReplayActivities
 from activities.schedules import ScheduleActivities
 from configuration.destinations import load_destinations
 from configuration.providers import HttpProviderSettings
@@ -78,6 +79,7 @@ from workflows.outbox_item import OutboxItemWorkflow
 from workflows.projector import ProjectorWorkflow
 from workflows.purge_batch import PurgeBatchWorkflow
 from workflows.redrive_batch import RedriveBatchWorkflow
+from workflows.replay_batch import ReplayBatchWorkflow
 from workflows.scheduled_batch import ScheduledBatchWorkflow
 
 log = logging.getLogger("outbox.worker")
@@ -91,6 +93,7 @@ WORKFLOWS = [
     ScheduledBatchWorkflow,
     RedriveBatchWorkflow,
     PurgeBatchWorkflow,
+    ReplayBatchWorkflow,
     ProjectorWorkflow,
     DestinationFlowWorkflow,
     DebounceWindowWorkflow,
@@ -256,7 +259,8 @@ def operations_worker(
     shutdown_grace: timedelta = timedelta(),
 ) -> Worker:
     """The activities the workflows need that are not local ones (the workflow queue polls for
-    none): a schedule's fire, redrive and purge pages, effects, projector runs, flow events."""
+    none): a schedule's fire, redrive, purge and replay pages, effects, projector runs, flow
+    events."""
     # Aggregates that effects create run their own effects here too.
     aggregate_client = AggregateClient(
         client,
@@ -273,6 +277,7 @@ def operations_worker(
             ScheduleActivities(outbox).enqueue_batch,
             RedriveActivities(ItemService(outbox, engine).redrive, engine).redrive_page,
             PurgeActivities(outbox, engine).purge_page,
+            ReplayActivities(ItemService(outbox, engine).enqueue_many, engine).replay_page,
             EffectActivities(outbox, aggregate_client).execute_effect,
             ProjectorActivities(engine, types.projectors).run_projector,
             FlowEventActivities(outbox).send_flow_event,

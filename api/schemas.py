@@ -290,6 +290,16 @@ class ItemResponse(OutboxItemView):
             " (`DELETE .../items/{key}/payload`), if they were"
         },
     )
+    replay_of: str | None = field(
+        default=None,
+        kw_only=True,
+        metadata={"description": "The key of the item this one replays (one item's GET)"},
+    )
+    replays: list[str] | None = field(
+        default=None,
+        kw_only=True,
+        metadata={"description": "The keys of the items replaying this one (one item's GET)"},
+    )
 
 
 class CancelRequestedResponse(BaseModel):

@@ -26,6 +26,7 @@ from durable_outbox_temporal.contract.lane import LaneView
 from durable_outbox_temporal.contract.limits import (
     MAX_DESTINATION_LENGTH,
     MAX_ITEM_ID_LENGTH,
+    MAX_KEY_LENGTH,
     MAX_OUTBOX_LENGTH,
 )
 from durable_outbox_temporal.contract.outbox_pending import OUTBOX_PENDING_TABLE, UTCDateTime
@@ -378,4 +379,20 @@ ITEM_ERASURES = Table(
     metadata,
     Column("item_id", String(MAX_ITEM_ID_LENGTH), primary_key=True),
     Column("erased_at", UTCDateTime(), nullable=False),
+)
+
+# Replayed items and their originals (`readmodel/replays.py`): the new item's `replay_of` and
+# the original's list of replays, both ways by index.
+ITEM_REPLAYS = Table(
+    "item_replays",
+    metadata,
+    Column("replay_item_id", String(MAX_ITEM_ID_LENGTH), primary_key=True),
+    Column("original_item_id", String(MAX_ITEM_ID_LENGTH), nullable=False),
+    Column("outbox", String(MAX_OUTBOX_LENGTH), nullable=False),
+    Column("replay_id", String(32), nullable=False),
+    Column("original_key", String(MAX_KEY_LENGTH), nullable=False),
+    Column("replay_key", String(MAX_KEY_LENGTH), nullable=False),
+    Column("destination", String(MAX_DESTINATION_LENGTH), nullable=False),
+    Column("replayed_at", UTCDateTime(), nullable=False),
+    Index("ix_item_replays_original", "original_item_id", "replayed_at"),
 )
