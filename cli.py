@@ -9,6 +9,9 @@
     outbox erase demo --subject ada@example.com     # erase an ended item's data, by filter
     outbox enqueue demo ... --ordering-key acct-7   # in order after acct-7's earlier items
     outbox lanes demo [KEY] [--status halted] [--redrive | --skip --reason R]
+    outbox replays start demo --target fake-webhook [--status sent] [--key-prefix inv-]
+                         [--created-from T] [--created-to T] [--confirm-count N] [--wait]
+    outbox replays show demo ID
     outbox schedules create daily --outbox demo --cron '0 6 * * *' --item '{"destination": ...}'
     outbox schedules list | show ID | pause ID [--note N] | unpause ID | trigger ID | delete ID
     outbox destinations [NAME] [--pause --reason R | --resume | --enable | --disable]
@@ -559,6 +562,37 @@ def dead_letters(args: argparse.Namespace) -> None:
             _print(args, _check(client.get(f"{path}/dead-letters", params=params)))
 
 
+def _replay_progress(replay: dict[str, Any]) -> str:
+    skipped = replay["erased"] + replay["pruned"]
+    return (
+        f"{replay['replayed']} replayed, {replay['already']} already, {skipped} without payload,"
+        f" {replay['pages']} page(s)"
+    )
+
+
+def replays(args: argparse.Namespace) -> None:
+    path = f"/v1/outboxes/{quote(args.outbox, safe='')}/replays"
+    with _client(args) as client:
+        if args.action == "show":
+            _print(args, _check(client.get(f"{path}/{quote(args.id, safe='')}")))
+            return
+        body = {
+            "target": args.target,
+            "destination": args.destination,
+            "statuses": args.status,
+            "created_from": args.created_from,
+            "created_to": args.created_to,
+            "key_prefix": args.key_prefix,
+            "confirm_count": args.confirm_count,
+        }
+        replay = _check(
+            client.post(path, json={name: v for name, v in body.items() if v is not None})
+        )
+        if args.wait:
+            replay = _follow(client, replay, _replay_progress)
+        _print(args, replay)
+
+
 def schedules(args: argparse.Namespace) -> None:
     path = "/v1/schedules"
     with _client(args) as client:
@@ -787,6 +821,7 @@ def build_parser() -> argparse.ArgumentParser:
         _add_destinations_command(commands),
         _add_lanes_command(commands),
         _add_dead_letters_command(commands),
+        *_add_replays_commands(commands),
         *_add_schedules_commands(commands),
         *_add_items_commands(commands),
         *_add_aggregates_commands(commands),
@@ -978,6 +1013,35 @@ def _add_dead_letters_command(commands: _Commands) -> argparse.ArgumentParser:
     command.add_argument("--reason", help="with --discard: why")
     command.set_defaults(run=dead_letters)
     return command
+
+
+def _add_replays_commands(commands: _Commands) -> list[argparse.ArgumentParser]:
+    """`replays start | show`."""
+    command = commands.add_parser(
+        "replays", help="send items again, as new items, to the same or another destination"
+    )
+    actions = command.add_subparsers(dest="action", required=True)
+    start = actions.add_parser("start", help="replay the items a filter selects, as a batch")
+    _add_outbox(start)
+    start.add_argument("--target", required=True, help="the destination the new items go to")
+    start.add_argument("--destination", help="only items of this destination")
+    start.add_argument(
+        "--status", action="append", help="only items in this status; repeat it for more"
+    )
+    start.add_argument("--created-from", help="created at or after (RFC 3339, with offset)")
+    start.add_argument("--created-to", help="created before (RFC 3339, with offset)")
+    start.add_argument("--key-prefix", help="only keys starting with this")
+    start.add_argument(
+        "--confirm-count",
+        type=int,
+        help="how many the filter selects, past the API's REPLAY_CONFIRM_OVER",
+    )
+    start.add_argument("--wait", action="store_true", help="until it is done")
+    show = actions.add_parser("show", help="a replay's progress")
+    _add_outbox(show)
+    show.add_argument("id", help="the replay's id")
+    command.set_defaults(run=replays)
+    return [start, show]
 
 
 def _add_schedules_commands(commands: _Commands) -> list[argparse.ArgumentParser]:

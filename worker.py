@@ -55,6 +55,7 @@ from activities.projectors import ProjectorActivities
 from activities.providers import build_provider
 from activities.purge import PurgeActivities
 from activities.redrive import RedriveActivities
+from activities.replay import ReplayActivities
 from activities.reseal import ResealActivities
 from activities.retention import RetentionActivities
 from activities.schedules import ScheduleActivities
@@ -96,6 +97,7 @@ from workflows.outbox_item import OutboxItemWorkflow
 from workflows.projector import ProjectorWorkflow
 from workflows.purge_batch import PurgeBatchWorkflow
 from workflows.redrive_batch import RedriveBatchWorkflow
+from workflows.replay_batch import ReplayBatchWorkflow
 from workflows.reseal_batch import ResealBatchWorkflow
 from workflows.retention import RetentionWorkflow
 from workflows.scheduled_batch import ScheduledBatchWorkflow
@@ -114,6 +116,7 @@ WORKFLOWS = [
     ResealBatchWorkflow,
     RetentionWorkflow,
     EraseBatchWorkflow,
+    ReplayBatchWorkflow,
     ProjectorWorkflow,
     DestinationFlowWorkflow,
     DebounceWindowWorkflow,
@@ -279,8 +282,8 @@ def operations_worker(
     shutdown_grace: timedelta = timedelta(),
 ) -> Worker:
     """The activities the workflows need that are not local ones (the workflow queue polls for
-    none): a schedule's fire, redrive, purge, erase, reseal and retention pages, effects,
-    projector runs, flow events."""
+    none): a schedule's fire, redrive, purge, erase, reseal, retention and replay pages,
+    effects, projector runs, flow events."""
     # Aggregates that effects create run their own effects here too.
     aggregate_client = AggregateClient(
         client,
@@ -300,6 +303,7 @@ def operations_worker(
             ResealActivities(engine, types.sealed_tables).reseal_page,
             *_retention_activities(engine, outbox.destinations),
             EraseActivities(engine, outbox.destinations).erase_page,
+            ReplayActivities(ItemService(outbox, engine).enqueue_many, engine).replay_page,
             EffectActivities(outbox, aggregate_client).execute_effect,
             ProjectorActivities(engine, types.projectors).run_projector,
             FlowEventActivities(outbox).send_flow_event,

@@ -66,6 +66,7 @@ from api.problem_codes import FALLBACK_CODE, PROBLEM_CODES, STATUS_CODES, domain
 from readmodel.db import missing_schema_object
 from readmodel.store import InvalidCursor
 from service.dead_letters import NotADeadLetter, RedriveBatchNotFound
+from service.replays import ReplayNeedsConfirmation, ReplayNotFound
 from service.schedules import InvalidSchedule, ScheduleExists, ScheduleNotFound
 
 log = logging.getLogger("outbox.api")
@@ -101,6 +102,8 @@ _OUTBOX_ERRORS: dict[type[OutboxError], tuple[int, str, str]] = {
     ScheduleNotFound: (404, "schedule-not-found", "Schedule not found"),
     NotADeadLetter: (409, "not-a-dead-letter", "Item has not failed"),
     RedriveBatchNotFound: (404, "redrive-batch-not-found", "Redrive batch not found"),
+    ReplayNotFound: (404, "replay-not-found", "Replay not found"),
+    ReplayNeedsConfirmation: (409, "replay-confirmation-required", "Replay needs confirm_count"),
     ScheduleExists: (409, "schedule-exists", "Schedule exists"),
 }
 _HTTP_TITLES = {

@@ -60,6 +60,7 @@ from api.routes import (
     outboxes,
     problems,
     projectors,
+    replays,
     schedules,
     sealed_values,
 )
@@ -300,6 +301,7 @@ def include_routers(app: FastAPI) -> None:
     app.include_router(outboxes.router, dependencies=authenticated)
     app.include_router(lanes.router, dependencies=authenticated)
     app.include_router(dead_letters.router, dependencies=authenticated)
+    app.include_router(replays.router, dependencies=authenticated)
     app.include_router(aggregates.router, dependencies=authenticated)
     app.include_router(destination_routes.router, dependencies=authenticated)
     app.include_router(activity.router, dependencies=authenticated)

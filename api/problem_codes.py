@@ -308,6 +308,14 @@ _ITEMS = (
     ProblemCode(
         "redrive-batch-not-found", 404, "No redrive batch with that id.", "Check the batch id."
     ),
+    ProblemCode("replay-not-found", 404, "No replay with that id.", "Check the replay id."),
+    ProblemCode(
+        "replay-confirmation-required",
+        409,
+        "The replay's filter selects more items than `REPLAY_CONFIRM_OVER` without"
+        " `confirm_count`; the problem's `count` says how many.",
+        "Narrow the filter, or send `confirm_count` equal to `count`.",
+    ),
     ProblemCode(
         "reseal-batch-not-found", 404, "No reseal batch with that id.", "Check the batch id."
     ),

@@ -311,6 +311,16 @@ class ItemResponse(OutboxItemView):
             " then null and a redrive is refused"
         },
     )
+    replay_of: str | None = field(
+        default=None,
+        kw_only=True,
+        metadata={"description": "The key of the item this one replays (one item's GET)"},
+    )
+    replays: list[str] | None = field(
+        default=None,
+        kw_only=True,
+        metadata={"description": "The keys of the items replaying this one (one item's GET)"},
+    )
 
 
 class CancelRequestedResponse(BaseModel):

@@ -103,6 +103,12 @@ class Settings(BaseSettings):
         description="TOML file of scoped tokens, each stored as its SHA-256 with its scopes and"
         " outboxes; empty: none.",
     )
+    replay_confirm_over: int = Field(
+        default=1000,
+        ge=0,
+        description="A replay selecting more items than this is refused (409, with the count)"
+        " unless its `confirm_count` is the number its filter selects.",
+    )
     # The transactional outbox's relay (`service.relay`): run inside each worker process that
     # runs workflows; how often it polls (PostgreSQL also wakes it on commit); how long relayed
     # rows are kept.

@@ -435,3 +435,19 @@ DATA_KEYS = Table(
     # A shredded key's id is never reused: a value naming it stays shredded.
     sqlite_autoincrement=True,
 )
+
+# Replayed items and their originals (`readmodel/replays.py`): the new item's `replay_of` and
+# the original's list of replays, both ways by index.
+ITEM_REPLAYS = Table(
+    "item_replays",
+    metadata,
+    Column("replay_item_id", String(MAX_ITEM_ID_LENGTH), primary_key=True),
+    Column("original_item_id", String(MAX_ITEM_ID_LENGTH), nullable=False),
+    Column("outbox", String(MAX_OUTBOX_LENGTH), nullable=False),
+    Column("replay_id", String(32), nullable=False),
+    Column("original_key", String(MAX_KEY_LENGTH), nullable=False),
+    Column("replay_key", String(MAX_KEY_LENGTH), nullable=False),
+    Column("destination", String(MAX_DESTINATION_LENGTH), nullable=False),
+    Column("replayed_at", UTCDateTime(), nullable=False),
+    Index("ix_item_replays_original", "original_item_id", "replayed_at"),
+)

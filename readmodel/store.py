@@ -188,6 +188,7 @@ def list_items(
     outbox: str,
     *,
     status: str | None = None,
+    statuses: Sequence[str] | None = None,
     destination: str | None = None,
     key_prefix: str | None = None,
     error_code: str | None = None,
@@ -199,25 +200,21 @@ def list_items(
 ) -> tuple[list[ItemRecord], str | None]:
     """Newest first, keyset-paginated: a cursor stays valid however many items arrive meanwhile.
 
-    `created_from` is inclusive and `created_to` exclusive; raises `InvalidCursor` on a bad cursor.
+    `created_from` is inclusive and `created_to` exclusive; `statuses` takes any of them;
+    raises `InvalidCursor` on a bad cursor.
     """
     limit = max(1, min(limit, MAX_PAGE))
-    conditions: list[Any] = [ITEMS.c.outbox == outbox]
-    if status is not None:
-        conditions.append(ITEMS.c.status == status)
-    if destination is not None:
-        conditions.append(ITEMS.c.destination == destination)
-    if key_prefix:
-        # Escaped: `%` and `_` in a key are themselves, not wildcards.
-        conditions.append(ITEMS.c.key.startswith(key_prefix, autoescape=True))
-    if error_code is not None:
-        conditions.append(ITEMS.c.last_error_code == error_code)
-    if delivery is not None:
-        conditions.append(ITEMS.c.delivery == delivery)
-    if created_from is not None:
-        conditions.append(ITEMS.c.created_at >= created_from)
-    if created_to is not None:
-        conditions.append(ITEMS.c.created_at < created_to)
+    conditions = _item_conditions(
+        outbox,
+        status=status,
+        statuses=statuses,
+        destination=destination,
+        key_prefix=key_prefix,
+        error_code=error_code,
+        delivery=delivery,
+        created_from=created_from,
+        created_to=created_to,
+    )
     if cursor is not None:
         after_created, after_id = decode_cursor(cursor)
         conditions.append(
@@ -240,6 +237,64 @@ def list_items(
     last = items[-1].view
     assert last.created_at is not None  # NOT NULL in the table
     return items, encode_cursor(last.created_at, last.id)
+
+
+def count_items(
+    engine: Engine,
+    outbox: str,
+    *,
+    statuses: Sequence[str] | None = None,
+    destination: str | None = None,
+    key_prefix: str | None = None,
+    created_from: datetime | None = None,
+    created_to: datetime | None = None,
+) -> int:
+    """How many items `list_items` would page through with the same filter."""
+    conditions = _item_conditions(
+        outbox,
+        statuses=statuses,
+        destination=destination,
+        key_prefix=key_prefix,
+        created_from=created_from,
+        created_to=created_to,
+    )
+    with engine.connect() as connection:
+        return int(
+            connection.scalar(select(func.count()).select_from(ITEMS).where(*conditions)) or 0
+        )
+
+
+def _item_conditions(
+    outbox: str,
+    *,
+    status: str | None = None,
+    statuses: Sequence[str] | None = None,
+    destination: str | None = None,
+    key_prefix: str | None = None,
+    error_code: str | None = None,
+    delivery: str | None = None,
+    created_from: datetime | None = None,
+    created_to: datetime | None = None,
+) -> list[Any]:
+    conditions: list[Any] = [ITEMS.c.outbox == outbox]
+    if status is not None:
+        conditions.append(ITEMS.c.status == status)
+    if statuses:
+        conditions.append(ITEMS.c.status.in_(sorted(set(statuses))))
+    if destination is not None:
+        conditions.append(ITEMS.c.destination == destination)
+    if key_prefix:
+        # Escaped: `%` and `_` in a key are themselves, not wildcards.
+        conditions.append(ITEMS.c.key.startswith(key_prefix, autoescape=True))
+    if error_code is not None:
+        conditions.append(ITEMS.c.last_error_code == error_code)
+    if delivery is not None:
+        conditions.append(ITEMS.c.delivery == delivery)
+    if created_from is not None:
+        conditions.append(ITEMS.c.created_at >= created_from)
+    if created_to is not None:
+        conditions.append(ITEMS.c.created_at < created_to)
+    return conditions
 
 
 class ReportTarget(NamedTuple):

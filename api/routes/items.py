@@ -66,6 +66,7 @@ from api.schemas import (
 )
 from readmodel import store
 from readmodel.attempts import erased_at
+from readmodel.replays import replay_links
 from service.items import (
     Enqueued,
     ItemService,
@@ -335,6 +336,9 @@ async def get_item(
     response.waiting_on = await explain(snapshot.view, controls, client, items.engine)
     if snapshot.view.status.is_final:
         response.erased_at = await asyncio.to_thread(erased_at, items.engine, snapshot.view.id)
+    original, replayed = await asyncio.to_thread(replay_links, items.engine, snapshot.view.id)
+    response.replay_of = original.original_key if original is not None else None
+    response.replays = [link.replay_key for link in replayed]
     return response
 
 

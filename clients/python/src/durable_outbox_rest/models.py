@@ -157,6 +157,9 @@ class Item(ApiModel):
     waiting_on: list[WaitingOn] | None = None
     # When its payload was erased (`DELETE .../payload`), if it was.
     erased_at: datetime | None = None
+    # The key of the item it replays, and the keys of the items replaying it (one item's GET).
+    replay_of: str | None = None
+    replays: list[str] | None = None
     source: str
     links: ItemLinks
 
@@ -267,6 +270,9 @@ class Flow(ApiModel):
     next_probe_at: datetime | None = None
     probes_failed: int = 0
     last_error: str | None = None
+    # Failing since then (no submit succeeded); failing for `disable_after_s`, it is disabled.
+    failing_since: datetime | None = None
+    disabled_at: datetime | None = None
     events: list[FlowEvent]
 
 
@@ -293,6 +299,9 @@ class Destination(ApiModel):
     pause_reason: str | None
     paused_until: datetime | None = None
     circuit: str = "closed"
+    # Disabled after failing too long (or by hand): items wait until it is enabled again.
+    disabled: bool = False
+    disabled_since: datetime | None = None
     flow: Flow | None = None
     resume_submit_rate: float | None
     resume_poll_rate: float | None
