@@ -1,7 +1,7 @@
 """Replays: `item_replays` links each replayed item to its original (`readmodel.replays`).
 
 Revision ID: 0021
-Revises: 0018
+Revises: 0020
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision: str = "0021"
-down_revision: str | Sequence[str] | None = "0018"
+down_revision: str | Sequence[str] | None = "0020"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
