@@ -227,6 +227,18 @@ BENCH_VARIABLES = (
         "`300`",
         "`bench.bounded_load`: fail when the load is not done this long after it starts",
     ),
+    Variable(
+        "UPGRADE_POSTGRES_URL",
+        "`postgresql+psycopg://postgres@127.0.0.1:5432/test`",
+        "`bench.upgrade`: the PostgreSQL server it creates (and drops) its read model's"
+        " database on",
+    ),
+    Variable(
+        "UPGRADE_KEEP",
+        "unset",
+        "`bench.upgrade`: `1` keeps its working folder (the old release's tree, the dev server's"
+        " database)",
+    ),
     Variable("FAIRNESS_RATE", "`10`", "`bench.fairness`: the destination's submits per second"),
     Variable(
         "FAIRNESS_BACKLOG",
