@@ -110,8 +110,12 @@ def events(
         .limit(max(1, min(limit, MAX_PAGE)))
     )
     with engine.connect() as connection:
-        rows = list(connection.execute(query).mappings())
-        keys = data_keys.keys_by_id(connection, (row["data"] for row in rows))
+        return _opened(connection, list(connection.execute(query).mappings()))
+
+
+def _opened(connection: Connection, rows: list[RowMapping]) -> list[RecordedEvent]:
+    """The rows' events with their data opened under each one's data key (or shredded)."""
+    keys = data_keys.keys_by_id(connection, (row["data"] for row in rows))
     return [
         dataclasses.replace(
             read_aggregate_event(row), data=data_keys.open_value(row["data"], keys, SHREDDED)
@@ -147,10 +151,12 @@ def events_after_each(
         .limit(limit)
     )
     with engine.connect() as connection:
-        return [
-            ((row["aggregate_type"], row["aggregate_id"]), read_aggregate_event(row))
-            for row in connection.execute(query).mappings()
-        ]
+        rows = list(connection.execute(query).mappings())
+        opened = _opened(connection, rows)
+    return [
+        ((row["aggregate_type"], row["aggregate_id"]), event)
+        for row, event in zip(rows, opened, strict=True)
+    ]
 
 
 def get(engine: Engine, aggregate_type: str, aggregate_id: str) -> AggregateRecord | None:

@@ -38,6 +38,7 @@ PRIVATE_FAKE_CREDENTIALS = {
     "FAKE_EMAIL_EVENTS_SECRET": "a-private-events-secret-of-ours",
     "FAKE_ACS_ACCESS_KEY": base64.b64encode(b"a private access key").decode(),
     "FAKE_WEBHOOK_SECRET": "whsec_" + base64.b64encode(b"a private webhook secret").decode(),
+    "FAKE_PAYMENT_TOKEN": "sk_a_private_payment_token",
 }
 KEYS = new_key_setting("k1")
 

@@ -33,7 +33,12 @@ def test_the_fakes_defaults_are_the_published_values() -> None:
 
 
 def test_the_shipped_destinations_name_every_public_credential(monkeypatch) -> None:
-    for name in ("FAKE_EMAIL_EVENTS_SECRET", "FAKE_ACS_ACCESS_KEY", "FAKE_WEBHOOK_SECRET"):
+    for name in (
+        "FAKE_EMAIL_EVENTS_SECRET",
+        "FAKE_ACS_ACCESS_KEY",
+        "FAKE_WEBHOOK_SECRET",
+        "FAKE_PAYMENT_TOKEN",
+    ):
         monkeypatch.delenv(name, raising=False)
 
     reasons = public_credentials(load_destinations(SHIPPED))
@@ -44,6 +49,7 @@ def test_the_shipped_destinations_name_every_public_credential(monkeypatch) -> N
         "destination 'fake-webhook' signs with the fake provider's public settings.secret",
         "destination 'fake-sms' takes delivery reports with the public development events_secret",
         "destination 'fake-sms' signs with the fake provider's public settings.access_key",
+        "destination 'fake-payments' signs with the fake provider's public settings.token",
     ]
 
 
@@ -51,6 +57,7 @@ def test_private_credentials_and_payload_keys_leave_nothing_open(monkeypatch) ->
     monkeypatch.setenv("FAKE_EMAIL_EVENTS_SECRET", "a-private-events-secret")
     monkeypatch.setenv("FAKE_ACS_ACCESS_KEY", "cHJpdmF0ZSBrZXk=")
     monkeypatch.setenv("FAKE_WEBHOOK_SECRET", "whsec_cHJpdmF0ZSBzZWNyZXQ=")
+    monkeypatch.setenv("FAKE_PAYMENT_TOKEN", "sk_a_private_payment_token")
     codec = EncryptionCodec.from_setting(new_key_setting("k1"))
 
     assert public_credentials(load_destinations(SHIPPED)) == []

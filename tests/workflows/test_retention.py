@@ -39,9 +39,13 @@ KEPT = {
 }
 
 
-def ended(engine: Engine, destination: str, key: str, days_ago: float | None) -> str:
-    """An item of `destination` with a payload, ended that many days ago (None: queued)."""
-    now = datetime.now(UTC)
+def ended(
+    engine: Engine, destination: str, key: str, days_ago: float | None, now: datetime | None = None
+) -> str:
+    """An item of `destination` with a payload, ended that many days before `now` (the Temporal
+    server's time, which a time-skipping server has moved on; default the clock's) or queued
+    (None)."""
+    now = now or datetime.now(UTC)
     status = ItemStatus.QUEUED if days_ago is None else ItemStatus.SENT
     finished = None if days_ago is None else now - days_ago * DAY
     events = [ItemEvent(1, ItemEventType.ENQUEUED, ItemStatus.QUEUED, now - 30 * DAY)]
@@ -68,10 +72,12 @@ async def test_a_run_prunes_payloads_then_rows_past_their_retention(
     destination = webhook_destination(fake_provider, **KEPT)
     stack: Stack = await stack_factory(destination)
     engine, name = stack.engine, destination.name
-    fresh = ended(engine, name, "fresh", days_ago=1)
-    old = ended(engine, name, "old", days_ago=5)
-    ancient = ended(engine, name, "ancient", days_ago=20)
-    waiting = ended(engine, name, "waiting", days_ago=None)
+    # The run cuts off at the server's time: earlier tests have skipped it ahead of the clock.
+    now = await stack.env.get_current_time()
+    fresh = ended(engine, name, "fresh", days_ago=1, now=now)
+    old = ended(engine, name, "old", days_ago=5, now=now)
+    ancient = ended(engine, name, "ancient", days_ago=20, now=now)
+    waiting = ended(engine, name, "waiting", days_ago=None, now=now)
 
     run_id = f"retention-test/{uuid.uuid4().hex}"
     handle = await stack.client.start_workflow(

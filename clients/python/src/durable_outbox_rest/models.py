@@ -157,6 +157,8 @@ class Item(ApiModel):
     waiting_on: list[WaitingOn] | None = None
     # When its payload was erased (`DELETE .../payload`), if it was.
     erased_at: datetime | None = None
+    # When retention pruned its payload and attempt bodies, if it did (`payload` is then null).
+    payload_pruned_at: datetime | None = None
     # The key of the item it replays, and the keys of the items replaying it (one item's GET).
     replay_of: str | None = None
     replays: list[str] | None = None
