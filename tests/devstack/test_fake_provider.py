@@ -150,15 +150,17 @@ async def post_acs(
     return await send_acs_body(http, url, key, json.dumps(email).encode())
 
 
-# Each key's first-sent time, so a repeat of a key is the same repeatable request.
-_FIRST_SENT: dict[str, str] = {}
+# Each key's first-sent time per fake, so a repeat of a key is the same repeatable request. Per
+# fake: a test's private fake is new, and a time kept from an earlier test's fake of this process
+# could be past the window (a 412) in a long run.
+_FIRST_SENT: dict[tuple[str, str], str] = {}
 
 
-def repeatability_headers(key: str) -> dict[str, str]:
+def repeatability_headers(key: str, url: str = "") -> dict[str, str]:
     """The repeatable-request headers ACS's SDKs send: one request id and first-sent per key."""
     return {
         "Repeatability-Request-Id": str(uuid.uuid5(uuid.NAMESPACE_URL, key)),
-        "Repeatability-First-Sent": _FIRST_SENT.setdefault(key, formatdate(usegmt=True)),
+        "Repeatability-First-Sent": _FIRST_SENT.setdefault((url, key), formatdate(usegmt=True)),
     }
 
 
@@ -174,7 +176,7 @@ async def send_acs_body(
         headers={
             "Content-Type": "application/json",
             "Operation-Id": key,
-            **repeatability_headers(key),
+            **repeatability_headers(key, url),
         },
     )
     sign_request(request, access_key)
