@@ -158,14 +158,18 @@ class RememberedKey(NamedTuple):
     payload_hash: str | None
 
 
-def remembered_key(engine: Engine, item_id: str) -> RememberedKey | None:
-    """The key memory of an item whose row was pruned; None if there is none."""
-    query = select(ITEM_KEYS.c.status, ITEM_KEYS.c.payload_hash).where(
-        ITEM_KEYS.c.item_id == item_id
-    )
+def item_or_remembered_key(engine: Engine, item_id: str) -> ItemRecord | RememberedKey | None:
+    """The item's record; else, if retention deleted its row, its key memory; else None. One
+    connection for both: a new key (the common enqueue) asks both."""
     with engine.connect() as connection:
-        row = connection.execute(query).first()
-    return None if row is None else RememberedKey(ItemStatus(row.status), row.payload_hash)
+        row = connection.execute(select(ITEMS).where(ITEMS.c.id == item_id)).mappings().first()
+        if row is not None:
+            return _item_record(row)
+        query = select(ITEM_KEYS.c.status, ITEM_KEYS.c.payload_hash).where(
+            ITEM_KEYS.c.item_id == item_id
+        )
+        kept = connection.execute(query).first()
+    return None if kept is None else RememberedKey(ItemStatus(kept.status), kept.payload_hash)
 
 
 def last_event_seq(engine: Engine, item_id: str) -> int | None:

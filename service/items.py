@@ -141,13 +141,14 @@ class ItemService:
         be waiting in its lane, with no workflow to ask yet). A lane's read-model row also
         stands in for its capacity check when the lane cannot answer queries quickly enough.
         """
+        validate_outbox(outbox)
+        validate_key(item.key)
         item_id = item_workflow_id(outbox, item.key)
-        record = await self._record(outbox, item.key)
-        if record is None:
+        record = await asyncio.to_thread(store.item_or_remembered_key, self.engine, item_id)
+        if isinstance(record, store.RememberedKey):
             # Retention deleted its row, not its key: a repeat is answered, never sent again.
-            pruned = await asyncio.to_thread(store.remembered_key, self.engine, item_id)
-            if pruned is not None:
-                return self._answered(outbox, item, pruned.status, pruned.payload_hash)
+            return self._answered(outbox, item, record.status, record.payload_hash)
+        if record is None:
             await self._check_lane_capacity(outbox, item)
             return None
         status = record.view.status

@@ -141,13 +141,13 @@ def test_pruned_rows_go_with_their_events_and_attempts_and_leave_the_key_memory(
     assert prune_rows(engine, rule, NOW - 2 * DAY, limit=500, now=NOW) == 2
 
     assert store.get_item(engine, "outbox/o/gone") is None
-    assert store.remembered_key(engine, "outbox/o/gone") == store.RememberedKey(
+    assert store.item_or_remembered_key(engine, "outbox/o/gone") == store.RememberedKey(
         ItemStatus.SENT, "hash-gone"
     )
-    assert store.remembered_key(engine, "outbox/o/failed") == store.RememberedKey(
+    assert store.item_or_remembered_key(engine, "outbox/o/failed") == store.RememberedKey(
         ItemStatus.FAILED, "hash-failed"
     )
-    assert store.remembered_key(engine, "outbox/o/kept") is None
+    assert isinstance(store.item_or_remembered_key(engine, "outbox/o/kept"), store.ItemRecord)
     with engine.connect() as connection:
         events = connection.execute(select(EVENTS.c.item_id).distinct()).scalars().all()
         logged = connection.execute(select(func.count()).select_from(ITEM_ATTEMPTS)).scalar()
