@@ -499,6 +499,16 @@ def _destination_fields(destination: dict[str, Any]) -> str:
     for name in ("storms", "opened_at", "next_probe_at", "probes_failed", "last_error"):
         if flow.get(name) not in (None, 0, ""):
             lines[f"flow.{name}"] = flow[name]
+    adaptive = flow.get("adaptive")
+    if adaptive:
+        held = " (a hand rate holds)" if adaptive.get("released") else ""
+        lines["adaptive"] = (
+            f"{adaptive['rate']:g}/s between {adaptive['floor']:g} and {adaptive['ceiling']:g}"
+            f"{held}"
+        )
+        recent = adaptive.get("history") or []
+        if recent:
+            lines["adaptive.recent"] = ", ".join(f"{point['rate']:g}" for point in recent[-10:])
     shown = _fields(lines)
     policy = destination.get("flow_policy") or {}
     if not policy:

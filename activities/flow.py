@@ -1,16 +1,19 @@
-"""The destination flow workflow's activities: set the submit queue's rate as its throttle ramp
-or its circuit says, unless the queue is no longer the flow's to change (`flowcontrol.throttle`,
-`flowcontrol.breaker`); and the circuit's probe, which runs where the destination's provider is.
+"""The destination flow workflow's activities: set the submit queue's rate as its throttle ramp,
+its circuit or its adaptive rate says, unless the queue is no longer the flow's to change
+(`flowcontrol.throttle`, `flowcontrol.breaker`, `flowcontrol.adaptive`); and the circuit's probe,
+which runs where the destination's provider is.
 """
 
 from __future__ import annotations
 
+import math
 from datetime import UTC, datetime, timedelta
 
 from durable_outbox_temporal.contract.flow import APPLY_RATE_ACTIVITY, RateApplied, RateChange
 from temporalio import activity
 
 from flowcontrol.queue_rates import (
+    ADAPTIVE_REASON,
     QueueRate,
     circuit_reason,
     disabled_reason,
@@ -34,6 +37,8 @@ async def apply_flow_rate(change: RateChange) -> RateApplied:
         return await _open(change, now)
     if change.kind == "disable":
         return await _disable(change, now)
+    if change.kind == "adapt":
+        return await _adapt(change, now)
     if change.kind == "close":
         if not now.paused or now.circuit_open_since is None:
             return RateApplied(released=True)  # resumed or paused by hand meanwhile
@@ -60,8 +65,44 @@ async def apply_flow_rate(change: RateChange) -> RateApplied:
     else:
         rate = full * change.factor
         reason = f"ramping after a throttle: {change.factor:g} of {full:g}/s"
-    await set_queue_rate(client, change.task_queue, rate, reason, identity=_IDENTITY)
+    await set_queue_rate(
+        client, change.task_queue, rate, change.reason_prefix + reason, identity=_IDENTITY
+    )
     return RateApplied(rate=rate, base_rate=base)
+
+
+async def _adapt(change: RateChange, now: QueueRate) -> RateApplied:
+    """Set an adaptive destination's rate (`flowcontrol.adaptive`) while the queue is the
+    flow's: unpaused and at the workers' rate, at the rate the flow last set, or at one an
+    earlier run of the flow set (its reason says so). A throttle's pause is kept, with the new
+    rate as the one its resume brings; any other pause stays as it is."""
+    client = activity.client()
+    if now.paused:
+        if now.paused_until is None or change.rate is None:
+            return RateApplied(held=True)  # an open circuit, disabled, or paused by hand
+        await pause_queue(
+            client,
+            change.task_queue,
+            now,
+            now.pause_reason or "throttled",
+            identity=_IDENTITY,
+            resume_rate=change.rate,
+        )
+        return RateApplied(rate=change.rate)
+    ours = (
+        now.source == "worker"
+        or (change.expected is not None and math.isclose(now.rate, change.expected, rel_tol=1e-6))
+        or (now.reason or "").startswith(ADAPTIVE_REASON)
+    )
+    if not ours:
+        return RateApplied(released=True)
+    if change.rate is None:
+        # Adopting: the rate in force is where the adaptive rate starts.
+        in_force = now.rate if now.source == "api" else change.configured_rate
+        return RateApplied(rate=round(in_force, 2))
+    reason = f"{ADAPTIVE_REASON}{change.detail}"
+    await set_queue_rate(client, change.task_queue, change.rate, reason, identity=_IDENTITY)
+    return RateApplied(rate=change.rate)
 
 
 async def _open(change: RateChange, now: QueueRate) -> RateApplied:

@@ -39,6 +39,7 @@ from temporalio.client import Client
 
 from bench import regression, server_metrics
 from bench.actions import actions_per_workflow, billable_actions
+from bench.adaptive import adaptive_figures
 from bench.codec_cost import codec_ms_per_item
 from bench.dbos_baseline import CONFIGURATIONS as DBOS_CONFIGURATIONS
 from bench.dbos_baseline import DbosBaselines
@@ -463,6 +464,9 @@ async def scenarios(env: dict[str, str], pids: dict[str, int], figures: dict[str
     if wanted("storm"):
         print("flow control: a 429 storm, the throttle rule on and off:", flush=True)
         await step("storm", figures, flow_figures)
+    if wanted("adaptive"):
+        print("adaptive rate: a provider's hidden limit, 20/s then 40/s then 10/s:", flush=True)
+        await step("adaptive", figures, adaptive_figures)
     if wanted("scale at rest"):
         # Timeouts follow the throughput this run measured, not fixed seconds.
         throughput = float(figures.get("items_per_s") or 10)

@@ -37,6 +37,12 @@ _USES = {
         " sent by the submit activity (signal-with-start), not by hand: the flow opens the"
         " circuit"
     ),
+    "submit_outcomes": (
+        "a worker process's submits to an adaptive destination over its last interval (answered"
+        " within the latency target, slower, congested); sent by the submit activity"
+        " (signal-with-start), not by hand: the flow moves the submit rate"
+        " (`flowcontrol/adaptive.py`)"
+    ),
     "breaker_settings": (
         "the breaker's settings changed at run time; sent by `PATCH /v1/destinations/{name}`:"
         " an open circuit follows them, and closes at once when the breaker is turned off"

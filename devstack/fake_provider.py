@@ -18,10 +18,13 @@ per-request headers (`X-Fake-Status`, `X-Fake-Retry-After`, `X-Fake-Latency-Ms`,
 fault that holds until cleared (`PUT /_admin/endpoints/{endpoint}` with a step such as
 `{"status": 410}`, `DELETE` to clear; the endpoint is a webhook's path after `/webhook/`,
 `emails`, `sms` or `payments`), and the global fault config (`PUT /_admin/faults`, or at
-start-up one flag per FaultConfig field). `GET /_admin/deliveries?endpoint=` lists deliveries
-(each request taken as new, not as a repeat) in arrival order, each with a global sequence number
-and the request's `traceparent` header. Run it with
-`python -m devstack.fake_provider --port 8025 [--error-rate 0.1 ...]` (`--help` lists the flags).
+start-up one flag per FaultConfig field). A hidden limit (`hidden_limit`, or per endpoint
+`PUT /_admin/limits/{endpoint}` with `{"limit": 20}`) admits that many submits a second, as a
+provider's token bucket would, and answers the rest 429 with `Retry-After`.
+`GET /_admin/deliveries?endpoint=` lists deliveries (each request taken as new, not as a repeat)
+in arrival order, each with a global sequence number and the request's `traceparent` header.
+Run it with `python -m devstack.fake_provider --port 8025 [--error-rate 0.1 ...]` (`--help` lists
+the flags).
 """
 
 from __future__ import annotations
@@ -149,7 +152,17 @@ class FaultConfig:
         metadata=_help("how long the payment API remembers an Idempotency-Key and its answer"),
     )
 
+    hidden_limit: float = field(
+        default=0.0,
+        metadata=_help(
+            "submits a second the provider admits, as a token bucket holding a second's worth;"
+            " above it a 429 with Retry-After `retry_after` (0: no limit)"
+        ),
+    )
+
     def __post_init__(self) -> None:
+        if self.hidden_limit < 0:
+            raise ValueError("hidden_limit must be 0 (none) or more")
         if self.report_schema not in SCHEMAS:
             raise ValueError(f"report_schema must be one of {', '.join(SCHEMAS)}")
 
@@ -261,6 +274,12 @@ class FakeProviderState:
         self.probes: dict[str, int] = defaultdict(int)
         self.sms = fake_sms.SmsMemory()
         self.payments = fake_payments.PaymentMemory()
+        # Endpoint -> its own hidden limit (submits a second; else `faults.hidden_limit`), each
+        # endpoint's token bucket (tokens, monotonic time of the last refill), and the (monotonic
+        # time, endpoint) of each submit the hidden limits refused.
+        self.endpoint_limits: dict[str, float] = {}
+        self.buckets: dict[str, tuple[float, float]] = {}
+        self.hidden_refused: list[tuple[float, str]] = []
 
     def next_step(self, key: str, request: Request, endpoint: str) -> Step:
         """The scripted step for `key`, else one built from headers, else the endpoint's fault,
@@ -283,9 +302,25 @@ class FakeProviderState:
                 operation_result=headers.get("x-fake-operation-result"),
                 drop_response=headers.get("x-fake-drop-response", "").lower() in ("1", "true"),
             )
+        if not self._admitted(endpoint):
+            self.hidden_refused.append((time.monotonic(), endpoint))
+            return Step(status=429, retry_after=self._retry_after_value(self.faults.retry_after))
         if endpoint in self.endpoint_faults:
             return dataclasses.replace(self.endpoint_faults[endpoint])
         return self._random_step()
+
+    def _admitted(self, endpoint: str) -> bool:
+        """Whether the endpoint's hidden limit has a token for one more submit (taking it): a
+        bucket holding a second's worth, refilled at the limit."""
+        limit = self.endpoint_limits.get(endpoint, self.faults.hidden_limit)
+        if limit <= 0:
+            return True
+        now = time.monotonic()
+        tokens, last = self.buckets.get(endpoint, (limit, now))
+        tokens = min(max(limit, 1.0), tokens + (now - last) * limit)
+        admitted = tokens >= 1
+        self.buckets[endpoint] = (tokens - 1 if admitted else tokens, now)
+        return admitted
 
     def _random_step(self) -> Step:
         faults, draw = self.faults, self.rng.random()
@@ -595,6 +630,7 @@ def create_app(state: FakeProviderState) -> Starlette:
                     "early_requests": sum(s.early_requests for s in state.keys.values()),
                     "reports_sent": state.reports.sent,
                     "report_failures": state.reports.failures,
+                    "hidden_limit_refused": len(state.hidden_refused),
                 },
             }
         )
@@ -654,6 +690,22 @@ def create_app(state: FakeProviderState) -> Starlette:
         state.endpoint_faults[endpoint] = step
         return JSONResponse({"endpoint": endpoint, **dataclasses.asdict(step)})
 
+    async def admin_limit(request: Request) -> Response:
+        """PUT `{"limit": 20}`: the endpoint admits that many submits a second (a token bucket;
+        above it a 429 with the faults' `retry_after`); DELETE: back to `hidden_limit`."""
+        endpoint = request.path_params["endpoint"]
+        if request.method == "DELETE":
+            state.endpoint_limits.pop(endpoint, None)
+            return Response(status_code=204)
+        try:
+            limit = float((await request.json())["limit"])
+            if limit < 0:
+                raise ValueError("limit must be 0 (none) or more")
+        except (TypeError, ValueError, KeyError) as err:
+            return JSONResponse({"error": str(err)}, 422)
+        state.endpoint_limits[endpoint] = limit
+        return JSONResponse({"endpoint": endpoint, "limit": limit})
+
     async def admin_deliveries(request: Request) -> Response:
         endpoint = request.query_params.get("endpoint")
         return JSONResponse(
@@ -689,6 +741,7 @@ def create_app(state: FakeProviderState) -> Starlette:
             Route("/_admin/faults", admin_faults, methods=["GET", "PUT", "PATCH"]),
             Route("/_admin/script", admin_script, methods=["POST"]),
             Route("/_admin/endpoints/{endpoint:path}", admin_endpoint, methods=["PUT", "DELETE"]),
+            Route("/_admin/limits/{endpoint:path}", admin_limit, methods=["PUT", "DELETE"]),
             Route("/_admin/reset", admin_reset, methods=["POST"]),
             Route("/_admin/deliveries", admin_deliveries),
         ],
@@ -886,6 +939,13 @@ class FakeProviderAdmin:
 
     async def clear_endpoint_fault(self, endpoint: str) -> None:
         await self._call("DELETE", f"/_admin/endpoints/{endpoint}")
+
+    async def set_hidden_limit(self, endpoint: str, limit: float) -> None:
+        """Admit at most `limit` submits a second to `endpoint` (429 above it) until cleared."""
+        await self._call("PUT", f"/_admin/limits/{endpoint}", json={"limit": limit})
+
+    async def clear_hidden_limit(self, endpoint: str) -> None:
+        await self._call("DELETE", f"/_admin/limits/{endpoint}")
 
     async def deliveries(self, endpoint: str | None = None) -> list[dict[str, Any]]:
         """First deliveries in arrival order (`seq`), optionally of one endpoint."""

@@ -181,6 +181,12 @@ BENCH_VARIABLES = (
         "`1`: a py-spy flame graph of the worker per scenario (`.bench/flame-*.svg`); `raw`:"
         " collapsed stacks",
     ),
+    Variable(
+        "ADAPTIVE_TRACE",
+        "unset",
+        "`1`: `bench.adaptive` prints each second's admitted and refused submits and the rate in"
+        " force",
+    ),
     Variable("CHAOS_MODE", "`item`", "`make chaos`: `item` or `bulk` destinations"),
     Variable(
         "READMODEL_POSTGRES_URL",

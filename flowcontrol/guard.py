@@ -13,7 +13,9 @@ destination lets its requests straight through.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import time
 from collections.abc import AsyncIterator, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
@@ -21,9 +23,11 @@ from typing import TYPE_CHECKING
 from durable_outbox_temporal.contract.flow import (
     FAILING_SIGNAL,
     FLOW_WORKFLOW_TYPE,
+    SUBMIT_OUTCOMES_SIGNAL,
     THROTTLED_SIGNAL,
     Failing,
     FlowState,
+    SubmitOutcomes,
     Throttled,
     flow_workflow_id,
 )
@@ -41,6 +45,7 @@ from temporalio.client import Client
 from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
 from temporalio.service import RPCError, RPCStatusCode
 
+from flowcontrol.adaptive import AdaptiveMeter, adaptive_queues
 from flowcontrol.breaker import BreakerGate, breaker_queues, is_failure
 from flowcontrol.caps import CapsGate, Held, flow_limits
 from flowcontrol.pacing import RequestPacer, paced_queues, server_rate_reader
@@ -66,11 +71,16 @@ class FlowGuard:
         attempt_log: attempts.AttemptLog | None,
         flow_task_queue: str,
         events_task_queue: str,
+        adaptive: AdaptiveMeter | None = None,
     ) -> None:
         """`attempt_log` is where each request is logged (none: nowhere); the destinations'
         flow workflows run on `flow_task_queue`, and send their operational events through the
-        operations worker's `events_task_queue`."""
+        operations worker's `events_task_queue`; `adaptive` counts the submits of adaptive
+        destinations (none: no destination is)."""
         self._pacer = pacer
+        self._adaptive = adaptive or AdaptiveMeter({})
+        # Reports to flows under way, kept until sent (a task nothing holds may be collected).
+        self._reports: set[asyncio.Task[None]] = set()
         self._throttle = throttle
         self._breaker = breaker
         self._caps = caps
@@ -108,6 +118,7 @@ class FlowGuard:
             attempt_log=None if ledger is None else attempts.AttemptLog(ledger),
             flow_task_queue=flow_task_queue,
             events_task_queue=events_task_queue,
+            adaptive=AdaptiveMeter(adaptive_queues(destinations)),
         )
 
     @contextlib.asynccontextmanager
@@ -117,6 +128,7 @@ class FlowGuard:
         destination = request.destination
         await self._pace(submit_task_queue(destination))
         async with self._slot(destination, request.concurrency_key, submit=True):
+            started = time.monotonic()
             try:
                 with attempts.capture("submit") as made:
                     try:
@@ -125,17 +137,40 @@ class FlowGuard:
                         if made and self.attempt_log is not None:
                             self.attempt_log.add(request.item_id, made)
             except ApplicationError as err:
+                first = err.details[0] if err.details else None
+                details = (
+                    first
+                    if isinstance(first, DeliveryErrorDetails)
+                    else DeliveryErrorDetails.from_details(err.details)
+                )
+                self._outcome(destination, started, failed=True, status=details.status_code)
                 if err.type == ItemErrorType.TRANSIENT:
-                    first = err.details[0] if err.details else None
-                    details = (
-                        first
-                        if isinstance(first, DeliveryErrorDetails)
-                        else DeliveryErrorDetails.from_details(err.details)
-                    )
                     await self._throttled(destination, details)
                     await self._failed(destination, details, err.message)
                 raise
+        self._outcome(destination, started, failed=False, status=None)
         self._breaker.succeeded(destination)
+
+    def _outcome(
+        self, destination: str, started: float, *, failed: bool, status: int | None
+    ) -> None:
+        """Count a submit for an adaptive destination's rate; at each interval's end, tell its
+        flow in the background (`flowcontrol.adaptive`): the submit does not wait for it."""
+        report = self._adaptive.observe(
+            destination, time.monotonic() - started, failed=failed, status=status
+        )
+        if report is None:
+            return
+        task = asyncio.get_running_loop().create_task(self._report(activity.client(), report))
+        self._reports.add(task)
+        task.add_done_callback(self._reports.discard)
+
+    async def _report(self, client: Client, report: SubmitOutcomes) -> None:
+        try:
+            await self._tell_flow(report.destination, SUBMIT_OUTCOMES_SIGNAL, report, client)
+        except Exception as exc:
+            # Best effort: the next interval's report counts afresh.
+            activity.logger.warning("outcomes of %s not reported: %s", report.destination, exc)
 
     @contextlib.asynccontextmanager
     async def poll(self, request: PollRequest, *, paced: bool = True) -> AsyncIterator[None]:
@@ -248,11 +283,17 @@ class FlowGuard:
             self._breaker.not_reported(destination)
             activity.logger.warning("failing %s not reported: %s", destination, exc)
 
-    async def _tell_flow(self, destination: str, signal: str, seen: Throttled | Failing) -> None:
+    async def _tell_flow(
+        self,
+        destination: str,
+        signal: str,
+        seen: Throttled | Failing | SubmitOutcomes,
+        client: Client | None = None,
+    ) -> None:
         """Signal the destination's flow workflow, starting it if it is not running."""
         queue = self._throttle.queue(destination)
         policy = FlowPolicy()
-        await activity.client().start_workflow(
+        await (client or activity.client()).start_workflow(
             FLOW_WORKFLOW_TYPE,
             FlowState(
                 destination=destination,

@@ -37,6 +37,9 @@ CIRCUIT_PREFIX = "circuit open since "
 _CIRCUIT = re.compile(rf"^{CIRCUIT_PREFIX}(?P<since>\S+?): ")
 # A pause that disables a destination failing too long (`flowcontrol.disable`), or by hand.
 DISABLED_PREFIX = "disabled since "
+# The reason an adaptive destination's rate carries (`flowcontrol.adaptive`): a later run of its
+# flow knows the rate for its own, not an operator's.
+ADAPTIVE_REASON = "adaptive rate: "
 _DISABLED = re.compile(rf"^{DISABLED_PREFIX}(?P<since>\S+?): ")
 
 
@@ -56,6 +59,8 @@ class QueueRate:
     circuit_open_since: datetime | None = None
     # Disabled since then (`flowcontrol.disable`): paused until an operator re-enables it.
     disabled_since: datetime | None = None
+    # The reason the rate limit was set with (a pause's, or a run-time rate's).
+    reason: str | None = None
 
 
 async def read_queue_rate(
@@ -80,7 +85,12 @@ async def read_queue_rate(
         # shows the workers' (an answer to a change, or a read just after one, would not show
         # the change, and a 410 pausing its destination would not see an operator's pause).
         configured = queue_limit.rate_limit.requests_per_second
-        rate = QueueRate(rate=configured, source="api", paused=configured == 0)
+        rate = QueueRate(
+            rate=configured,
+            source="api",
+            paused=configured == 0,
+            reason=queue_limit.metadata.reason or None,
+        )
     else:
         from_api = effective.rate_limit_source == RateLimitSource.RATE_LIMIT_SOURCE_API
         rate = QueueRate(rate=effective.requests_per_second, source="api" if from_api else "worker")

@@ -34,6 +34,8 @@ from durable_outbox_temporal.contract.flow import (
     Throttled,
 )
 
+from flowcontrol.queue_rates import ADAPTIVE_REASON
+
 if TYPE_CHECKING:
     from durable_outbox_temporal.contract.flow_policy import FlowPolicy
     from durable_outbox_temporal.destinations import Destination
@@ -60,7 +62,9 @@ def on_throttled(state: FlowState, seen: Throttled, now: datetime) -> None:
     came_back = state.resumed_at is not None and (
         now - state.resumed_at < timedelta(seconds=state.storm_window_s)
     )
-    if came_back and state.factor > MIN_FACTOR:
+    # An adaptive rate falls by itself on the throttle's 429s (`flowcontrol.adaptive`): the
+    # storm's own halving stays out of its way.
+    if came_back and state.factor > MIN_FACTOR and state.adaptive is None:
         state.factor = max(state.factor / 2, MIN_FACTOR)
         detail += f"; the storm came back: resuming at {state.factor:g} of the rate"
     state.record(FlowEvent(at=now, kind="throttled", detail=detail, rate=0.0))
@@ -92,6 +96,7 @@ def next_change(state: FlowState, now: datetime) -> RateChange | None:
             # Mid-ramp, the rate to return to is the one from before the storms.
             base_rate=state.base_rate if state.rate is not None else None,
             from_ramp=state.rate is not None,
+            reason_prefix=ADAPTIVE_REASON if state.adaptive is not None else "",
         )
     factor = min(1.0, state.factor * 2)
     return RateChange(
@@ -141,6 +146,9 @@ class ThrottledQueue:
     storm_window_s: float
     # Where the destination's flow sends operational events (`FlowPolicy.events_destination`).
     events_destination: str | None = None
+    # An adaptive destination's interval (`flowcontrol.adaptive`): a `Retry-After` no longer
+    # than it is a rate signal the adaptive rate answers, not a storm to pause for.
+    adaptive_interval_s: float | None = None
 
     @classmethod
     def of(
@@ -156,6 +164,7 @@ class ThrottledQueue:
             ramp_step_s=policy.throttle_ramp_step_s,
             storm_window_s=policy.throttle_storm_window_s,
             events_destination=policy.events_destination,
+            adaptive_interval_s=policy.adaptive_interval_s if policy.adaptive else None,
         )
 
 
@@ -206,6 +215,9 @@ class ThrottleGate:
             return None
         if retry_after_s is None or retry_after_s <= 0:
             return None
+        if queue.adaptive_interval_s is not None and retry_after_s <= queue.adaptive_interval_s:
+            return None  # the adaptive rate slows down for it; the item waits its own
+
         until = self._clock() + min(retry_after_s, queue.max_pause_s)
         asked = self._asked.get(queue.task_queue)
         if asked is not None and asked >= until - 0.05:

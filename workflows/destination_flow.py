@@ -6,7 +6,9 @@ first worker process whose submits keep failing, and signalled by every one afte
 throttle it sleeps on a durable timer until the pause's end, resumes the submit queue (a local
 activity: one RPC to the server) and steps a halved rate back up. For a failing destination it
 opens the circuit (pauses the submit queue), probes the destination at intervals and closes the
-circuit when probes succeed; one failing too long it disables (`flowcontrol.disable`). It ends
+circuit when probes succeed; one failing too long it disables (`flowcontrol.disable`). For an
+adaptive destination it moves the submit rate at each interval by what the workers report of their
+submits (`flowcontrol.adaptive`). It ends
 once the rate is whole, the circuit closed and nothing came for a while. A worker killed
 meanwhile changes nothing: the timers and the state are in the history.
 """
@@ -29,6 +31,7 @@ with workflow.unsafe.imports_passed_through():
         FLOW_WORKFLOW_TYPE,
         NOTIFIED_KINDS,
         PROBE_ACTIVITY,
+        SUBMIT_OUTCOMES_SIGNAL,
         THROTTLED_SIGNAL,
         BreakerSettings,
         Failing,
@@ -37,11 +40,12 @@ with workflow.unsafe.imports_passed_through():
         ProbeResult,
         RateApplied,
         RateChange,
+        SubmitOutcomes,
         Throttled,
     )
 
     from activities.flow import apply_flow_rate
-    from flowcontrol import breaker, disable, throttle
+    from flowcontrol import adaptive, breaker, disable, throttle
 
 # Idle this long with the rate whole and the circuit closed, the flow ends (the next throttle
 # or failing report starts it again).
@@ -97,13 +101,27 @@ class DestinationFlowWorkflow:
             self._closing = change
         self._seen += 1
 
+    @workflow.signal(name=SUBMIT_OUTCOMES_SIGNAL)
+    def submit_outcomes(self, seen: SubmitOutcomes) -> None:
+        adaptive.on_outcomes(self._state, seen, workflow.now())
+        self._seen += 1
+
     @workflow.query(name=FLOW_QUERY)
     def flow(self) -> FlowState:
         return self._state
 
     def _due(self) -> datetime | None:
         state = self._state
-        times = [t for t in (throttle.due(state), breaker.due(state), self._disable_due()) if t]
+        times = [
+            t
+            for t in (
+                throttle.due(state),
+                breaker.due(state),
+                self._disable_due(),
+                adaptive.due(state),
+            )
+            if t
+        ]
         return min(times) if times else None
 
     def _disable_due(self) -> datetime | None:
@@ -113,6 +131,7 @@ class DestinationFlowWorkflow:
 
     @workflow.run
     async def run(self, state: FlowState) -> FlowState:
+        idle = False
         while not workflow.info().is_continue_as_new_suggested():
             self._notify()
             self._seen_before = self._seen
@@ -145,9 +164,16 @@ class DestinationFlowWorkflow:
                 if closing is not None:
                     breaker.closed(self._state, await self._apply(closing), workflow.now())
                 continue
+            adapt_at = adaptive.due(self._state)
+            if adapt_at is not None and adapt_at <= workflow.now():
+                move = adaptive.next_change(self._state, workflow.now())
+                if move is not None:
+                    adaptive.applied(self._state, move, await self._apply(move), workflow.now())
+                continue
             ramp = throttle.next_change(self._state, workflow.now())
             if ramp is None:
                 if self._due() is None:
+                    idle = True
                     break  # idle, the rate whole, the circuit closed
                 continue
             throttle.applied(self._state, ramp, await self._apply(ramp), workflow.now())
@@ -157,7 +183,10 @@ class DestinationFlowWorkflow:
         for notice in self._notices:
             with contextlib.suppress(ActivityError):
                 await notice
-        if self._due() is not None or self._opening is not None or self._closing is not None:
+        goes_on = self._due() is not None or self._opening is not None or self._closing is not None
+        # An adaptive rate goes on learning in a new run unless the flow ended idle (a run
+        # from before adaptive rates has none: it ends as it did).
+        if goes_on or (self._state.adaptive is not None and not idle):
             # A report came as the flow was ending, or the history grew long: go on anew.
             workflow.continue_as_new(self._state)
         return self._state

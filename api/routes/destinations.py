@@ -12,6 +12,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
+from durable_outbox_temporal.contract.flow import AdaptiveRate
 from durable_outbox_temporal.contract.flow_policy import FlowPolicyPatch
 from durable_outbox_temporal.destinations import MIN_RATE
 from fastapi import APIRouter, Body
@@ -49,15 +50,39 @@ class FlowEventInfo(BaseModel):
     at: datetime
     kind: str = Field(
         description="throttled, resumed, ramped, recovered or released (the throttle);"
-        " opened, probe_failed or closed (the circuit); disabled (failing too long)"
+        " opened, probe_failed or closed (the circuit); disabled (failing too long); adapted"
+        " (the adaptive rate moved by a third or more, or a hand rate was lifted)"
     )
     detail: str
     rate: float | None = Field(description="The submit queue's rate after it (null: configured)")
 
 
+class RatePointInfo(BaseModel):
+    """One move of the adaptive rate."""
+
+    at: datetime
+    rate: float = Field(description="Submits per second after it")
+    reason: str = Field(description="What the workers reported over the interval before it")
+
+
+class AdaptiveInfo(BaseModel):
+    """The adaptive rate at work (`flowcontrol/adaptive.py`)."""
+
+    rate: float = Field(description="The submit rate in force, a second, as the flow last set it")
+    floor: float
+    ceiling: float
+    latency_target_s: float
+    interval_s: float
+    released: bool = Field(
+        description="An operator's rate set by hand holds: the adaptive rate waits until it is"
+        " lifted (`PATCH` with `submit_rate: null`)"
+    )
+    history: list[RatePointInfo] = Field(description="The newest moves, oldest first")
+
+
 class FlowInfo(BaseModel):
-    """The destination's throttle rule and circuit at work (`flowcontrol/throttle.py`,
-    `flowcontrol/breaker.py`)."""
+    """The destination's throttle rule, circuit and adaptive rate at work
+    (`flowcontrol/throttle.py`, `flowcontrol/breaker.py`, `flowcontrol/adaptive.py`)."""
 
     storms: int = Field(description="Throttles met since the flow started")
     factor: float = Field(description="The share of the submit rate it runs at (1: whole)")
@@ -77,6 +102,9 @@ class FlowInfo(BaseModel):
     )
     disabled_at: datetime | None = Field(
         default=None, description="When this flow disabled the destination"
+    )
+    adaptive: AdaptiveInfo | None = Field(
+        default=None, description="The adaptive rate (null: the destination is not adaptive)"
     )
     events: list[FlowEventInfo] = Field(description="The newest transitions, oldest first")
 
@@ -196,6 +224,20 @@ class DestinationPatch(BaseModel):
         return reason
 
 
+def adaptive_info(adaptive: AdaptiveRate | None) -> AdaptiveInfo | None:
+    if adaptive is None:
+        return None
+    return AdaptiveInfo(
+        rate=adaptive.rate,
+        floor=adaptive.floor,
+        ceiling=adaptive.ceiling,
+        latency_target_s=adaptive.latency_target_s,
+        interval_s=adaptive.interval_s,
+        released=adaptive.released,
+        history=[RatePointInfo(**vars(point)) for point in adaptive.history],
+    )
+
+
 def destination_info(state: DestinationState) -> DestinationInfoFull:
     destination = state.destination
     return DestinationInfoFull(
@@ -224,6 +266,7 @@ def destination_info(state: DestinationState) -> DestinationInfoFull:
             last_error=state.flow.last_error,
             failing_since=state.flow.failing_since,
             disabled_at=state.flow.disabled_at,
+            adaptive=adaptive_info(state.flow.adaptive),
             events=[FlowEventInfo(**vars(event)) for event in state.flow.events],
         ),
         resume_submit_rate=state.submit.resume_rate,

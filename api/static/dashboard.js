@@ -657,6 +657,12 @@ async function showDestination(name) {
     if (flow.last_error) rows.push(["Last error", flow.last_error]);
   }
   if (flow) rows.push(["Throttle", `${flow.storms} storm(s) met; submits at ${Math.round(flow.factor * 100)}% of the rate`]);
+  if (flow && flow.adaptive) {
+    // The adaptive rate (flowcontrol/adaptive.py): where it is, its bounds, its newest moves.
+    const a = flow.adaptive;
+    const recent = a.history.slice(-10).map((p) => `${p.rate}`).join(" → ");
+    rows.push(["Adaptive rate", `${a.rate}/s between ${a.floor} and ${a.ceiling}/s` + (a.released ? " (a rate set by hand holds)" : "") + (recent ? `; recent: ${recent}` : ""), "destination-adaptive"]);
+  }
   // Requests out now under max_in_flight, counted across every worker (only while a cap is set).
   if (d.in_flight !== null && d.in_flight !== undefined) {
     const cap = d.flow_policy && d.flow_policy.max_in_flight ? d.flow_policy.max_in_flight.value : null;

@@ -307,6 +307,7 @@ async def test_reset_clears_counters_scripts_and_operations(fake, http) -> None:
         "early_requests": 0,
         "reports_sent": 0,
         "report_failures": 0,
+        "hidden_limit_refused": 0,
     }
     assert (await post_webhook(http, fake.url, "r2")).status_code == 204
     poll = http.build_request("GET", accepted.headers["Operation-Location"])
@@ -670,3 +671,23 @@ async def test_an_item_whose_email_the_service_would_refuse_fails_at_once_naming
     assert "content.subject" in view.last_error
     assert await submits(fake_provider, item.item_id) == 1
     assert await deliveries(fake_provider, item.item_id) == 0
+
+
+async def test_a_hidden_limit_admits_its_rate_and_answers_429_above_it(fake, http) -> None:
+    """An endpoint's hidden limit (what the adaptive rate's tests learn): a bucket of a second's
+    worth, refilled at the limit; above it a 429 with Retry-After; cleared, none."""
+    await fake.admin.set_hidden_limit("test", 3.0)
+    try:
+        answers = [(await post_webhook(http, fake.url, f"h{n}")).status_code for n in range(5)]
+        assert answers == [204, 204, 204, 429, 429]
+        refused = await post_webhook(http, fake.url, "h5")
+        assert refused.headers["retry-after"] == "1"
+        await asyncio.sleep(0.4)  # a token back at 3 a second
+        assert (await post_webhook(http, fake.url, "h6")).status_code == 204
+        totals = (await fake.admin.stats())["totals"]
+        assert totals["hidden_limit_refused"] == 3
+    finally:
+        await fake.admin.clear_hidden_limit("test")
+    assert (await post_webhook(http, fake.url, "h7")).status_code == 204
+    bad = await http.put(f"{fake.url}/_admin/limits/test", json={"limit": -1})
+    assert bad.status_code == 422

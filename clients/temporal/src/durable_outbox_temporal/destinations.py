@@ -285,6 +285,20 @@ class Destination(BaseModel):
         return self
 
     @model_validator(mode="after")
+    def _adaptive_fits(self) -> Destination:
+        """An adaptive rate moves between its floor and ceiling in requests a second, which is
+        the submit queue's rate only while each submit activity is one request."""
+        if not self.flow.adaptive:
+            return self
+        self.flow.adaptive_bounds(self.submit_rate)
+        if self.submit_batch > 1 or self.lane_run > 1:
+            raise ValueError(
+                "flow.adaptive: not with submit_batch or lane_run above 1 (an activity there"
+                " carries many requests, and the adaptive rate counts requests)"
+            )
+        return self
+
+    @model_validator(mode="after")
     def _poll_in_submit_fits(self) -> Destination:
         if not self.delivery.poll_in_submit:
             return self

@@ -20,6 +20,9 @@ THROTTLED_SIGNAL = "throttled"
 FAILING_SIGNAL = "failing"
 # The breaker's settings changed at run time (`PATCH /v1/destinations/{name}`).
 BREAKER_SETTINGS_SIGNAL = "breaker_settings"
+# A worker process's submit outcomes over the last interval, for an adaptive destination
+# (`flowcontrol.adaptive`).
+SUBMIT_OUTCOMES_SIGNAL = "submit_outcomes"
 FLOW_QUERY = "flow"
 # The local activity that sets the submit queue's rate as the ramp says.
 APPLY_RATE_ACTIVITY = "apply_flow_rate"
@@ -28,12 +31,14 @@ APPLY_RATE_ACTIVITY = "apply_flow_rate"
 FLOW_EVENT_ACTIVITY = "send_flow_event"
 # The outbox operational events are enqueued in, and the kinds sent.
 FLOW_EVENTS_OUTBOX = "operations"
-NOTIFIED_KINDS = ("throttled", "recovered", "opened", "closed", "disabled")
+NOTIFIED_KINDS = ("throttled", "recovered", "opened", "closed", "disabled", "adapted")
 # The activity that sends one probe request to a destination whose circuit is open; it runs on
 # the destination's poll task queue, where its provider is and which the circuit leaves open.
 PROBE_ACTIVITY = "probe_destination"
 # Transitions a flow keeps to show (the newest).
 FLOW_EVENTS_KEPT = 20
+# Adaptive rate changes a flow keeps to show (the newest).
+RATE_HISTORY_KEPT = 30
 
 
 def flow_workflow_id(destination: str) -> str:
@@ -104,7 +109,8 @@ class FlowEvent:
 
     at: datetime
     # "throttled", "resumed", "ramped", "recovered", "released" (someone else set the rate),
-    # "opened", "probe_failed" or "closed" (the circuit); "disabled" (failing too long).
+    # "opened", "probe_failed" or "closed" (the circuit); "disabled" (failing too long);
+    # "adapted" (the adaptive rate moved by a third or more: `flowcontrol.adaptive`).
     kind: str
     detail: str
     # The submit queue's rate after it (activities a second; None: the configured rate).
@@ -131,7 +137,9 @@ class RateChange:
     # "resume": only if the queue is still paused by a throttle; "ramp": only if the queue still
     # runs at `expected` (an operator's change since ends the ramp); "open": pause it for the
     # circuit (unless paused by hand); "close": resume it, only if the circuit's pause holds;
-    # "disable": hold it paused until an operator re-enables it (unless paused by hand).
+    # "disable": hold it paused until an operator re-enables it (unless paused by hand);
+    # "adapt": set the adaptive rate, only if the queue runs unpaused at `expected` or at the
+    # workers' rate (`flowcontrol.adaptive`).
     kind: str
     factor: float
     configured_rate: float
@@ -143,6 +151,12 @@ class RateChange:
     # "open" and "disable": why, for the pause's reason; the time it opened (was disabled).
     detail: str = ""
     since: datetime | None = None
+    # "adapt": the rate to set (None: set nothing, read the rate in force: a flow adopting the
+    # adaptive rate an earlier run of it left on the queue).
+    rate: float | None = None
+    # Put before the reason the rate is set with: an adaptive destination's resume after a
+    # throttle says it is the adaptive rate's (`flowcontrol.adaptive`).
+    reason_prefix: str = ""
 
 
 @dataclass
@@ -156,6 +170,66 @@ class RateApplied:
     base_rate: float | None = None
     # Set when the queue turned out to be paused for longer (another throttle): nothing changed.
     paused_until: datetime | None = None
+    # "adapt": the queue is paused (a throttle, an open circuit, by hand): nothing changed.
+    held: bool = False
+
+
+@dataclass
+class SubmitOutcomes:
+    """What one worker process's submits to an adaptive destination met over an interval
+    (`flowcontrol.adaptive`): answered within the latency target, answered above it, or
+    congested (429, 503, a timeout or a connection error)."""
+
+    destination: str
+    task_queue: str
+    ok: int
+    slow: int
+    congested: int
+    seen_at: datetime
+    configured_rate: float
+    floor: float
+    ceiling: float
+    latency_target_s: float
+    interval_s: float
+
+
+@dataclass
+class RatePoint:
+    """One change of an adaptive destination's rate: when, to what and why."""
+
+    at: datetime
+    rate: float
+    reason: str
+
+
+@dataclass
+class AdaptiveRate:
+    """The rate an adaptive destination's flow holds its submit queue to, and what it has
+    seen since it last changed it."""
+
+    floor: float
+    ceiling: float
+    latency_target_s: float
+    interval_s: float
+    # The rate in force (activities a second), as the flow last set it.
+    rate: float
+    ok: int = 0
+    slow: int = 0
+    congested: int = 0
+    adjusted_at: datetime | None = None
+    # Whether the flow has read the rate in force (an earlier run's adaptive rate) yet.
+    adopted: bool = False
+    # The rate the last congestion came at: the steps up are small near it.
+    congested_at: float | None = None
+    # The rate the last "adapted" event told of.
+    told: float | None = None
+    # An operator set the rate by hand: the flow leaves it until the hand rate is lifted.
+    released: bool = False
+    history: list[RatePoint] = field(default_factory=list)
+
+    def changed(self, point: RatePoint) -> None:
+        self.rate = point.rate
+        self.history = [*self.history, point][-RATE_HISTORY_KEPT:]
 
 
 @dataclass
@@ -201,6 +275,8 @@ class FlowState:
     disable_after_s: float | None = None
     failing_since: datetime | None = None
     disabled_at: datetime | None = None
+    # The adaptive rate (`flowcontrol.adaptive`); None: the destination is not adaptive.
+    adaptive: AdaptiveRate | None = None
 
     def record(self, event: FlowEvent) -> None:
         self.events = [*self.events, event][-FLOW_EVENTS_KEPT:]

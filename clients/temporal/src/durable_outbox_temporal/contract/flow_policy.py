@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from datetime import timedelta
 from typing import TYPE_CHECKING, Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, create_model, field_validator
+from pydantic import BaseModel, ConfigDict, Field, create_model, field_validator, model_validator
 
 # A quota's window: a number of seconds, or a number and a unit (`1s`, `10m`, `1h`, `1d`).
 _WINDOW = re.compile(r"^\s*(?P<n>[0-9]+(?:\.[0-9]+)?)\s*(?P<unit>ms|s|m|h|d)?\s*$")
@@ -149,6 +149,41 @@ class FlowPolicy(BaseModel):
         description="How long a destination fails before it is disabled (3 days; 1 minute to"
         " 90 days).",
     )
+    adaptive: bool = Field(
+        default=False,
+        description="The submit rate learns the provider's limit (`flowcontrol/adaptive.py`):"
+        " every `adaptive_interval_s` it rises by a fiftieth of the span between floor and"
+        " ceiling while submits are answered within `adaptive_latency_target_s`, and falls to"
+        " 0.9 of what the provider took on a 429, a 503, a timeout or a slower answer; held on"
+        " the server for every worker. A `Retry-After` up to the interval is left to it; longer"
+        " ones still pause the destination, and the breaker works beside it.",
+    )
+    adaptive_floor: float | None = Field(
+        default=None,
+        gt=0,
+        le=100_000,
+        description="The lowest submit rate the adaptive rate falls to (a second); none: a tenth"
+        " of the ceiling.",
+    )
+    adaptive_ceiling: float | None = Field(
+        default=None,
+        gt=0,
+        le=100_000,
+        description="The highest submit rate it rises to (a second); none: the destination's"
+        " `submit_rate`.",
+    )
+    adaptive_latency_target_s: float = Field(
+        default=2.0,
+        gt=0,
+        le=300,
+        description="A submit answered slower than this counts as a sign of overload.",
+    )
+    adaptive_interval_s: float = Field(
+        default=2.0,
+        ge=0.5,
+        le=60,
+        description="How often each worker reports its submits' outcomes and the rate moves.",
+    )
     max_in_flight: int | None = Field(
         default=None,
         ge=1,
@@ -183,6 +218,31 @@ class FlowPolicy(BaseModel):
             except ValueError as err:
                 raise ValueError(f"quotas must be a JSON list: {err}") from None
         return value
+
+    @model_validator(mode="after")
+    def _floor_under_ceiling(self) -> FlowPolicy:
+        if (
+            self.adaptive_floor is not None
+            and self.adaptive_ceiling is not None
+            and self.adaptive_floor > self.adaptive_ceiling
+        ):
+            raise ValueError(
+                f"adaptive_floor ({self.adaptive_floor:g}) is above adaptive_ceiling"
+                f" ({self.adaptive_ceiling:g})"
+            )
+        return self
+
+    def adaptive_bounds(self, submit_rate: float) -> tuple[float, float]:
+        """The adaptive rate's floor and ceiling for a destination configured at
+        `submit_rate`; ValueError when the floor would be above the ceiling."""
+        ceiling = self.adaptive_ceiling if self.adaptive_ceiling is not None else submit_rate
+        floor = self.adaptive_floor if self.adaptive_floor is not None else ceiling / 10
+        if floor > ceiling:
+            raise ValueError(
+                f"adaptive_floor ({floor:g}) is above the ceiling ({ceiling:g}: adaptive_ceiling,"
+                " else submit_rate)"
+            )
+        return floor, ceiling
 
     @property
     def disabling_after_s(self) -> float | None:
