@@ -173,8 +173,9 @@ async def test_dev_server_restart_mid_run_loses_and_duplicates_nothing(
             first.process.wait()
         else:
             await asyncio.to_thread(first.stop)
-        # Long enough for the worker's polls and completions to fail, and timers to come due.
-        await asyncio.sleep(3)
+        # Long enough for the worker's polls and completions to fail, and timers to come due
+        # (Retry-After 1 s, backoff 0.5 s).
+        await asyncio.sleep(1.5)
         restarted_at = time.monotonic()
         await stack.enter_async_context(
             DevServer(db_file, port=port, ui_port=ui_port, output=server_log)

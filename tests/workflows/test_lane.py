@@ -356,12 +356,15 @@ async def test_a_lane_continues_as_new_carrying_its_queue(
     stack: Stack = await stack_factory(destination, env=dev_env)
     with_outbox_settings(stack, lane_history_events=100)
     ordering_key = unique_name("long")
-    keys = [unique_name(f"can-{n}") for n in range(30)]
+    # The dev server suggests continue-as-new at 40 events (tests/conftest.py `dev_env`): twelve
+    # items make a lane of 50 to 65 events per run, so it continues as new two or three times
+    # (measured; 8 items did so once, 30 took 7 runs and most of this test's time).
+    keys = [unique_name(f"can-{n}") for n in range(12)]
     for n, key in enumerate(keys):
         await stack.enqueue(destination, {"n": n}, key=key, ordering_key=ordering_key)
     await until_settled(stack, [item_workflow_id("tests", key) for key in keys])
 
-    assert await arrivals(fake_provider, destination) == list(range(30))
+    assert await arrivals(fake_provider, destination) == list(range(len(keys)))
     if destination.is_bulk:
         return  # a shard continues as new when Temporal suggests it (test_bulk covers it)
     # The lane's latest run was continued from an earlier one.
@@ -590,8 +593,10 @@ async def test_order_submit_goes_on_once_accepted_and_halts_only_on_a_refused_su
         "bulk-runs": {"mode": "bulk", "shards": 2, "submit_batch": 4},
         "item-runs": runs_in_item_mode(4, submit_rate=100),
     }[mode]
+    # Polls 0.3 s apart (on the time-skipping server, in wall-clock time here): the first item's
+    # four polls take 1.2 s, the second is accepted about 0.1 s after the first (measured).
     destination = email_destination(
-        fake_provider, order="submit", poll_interval_s=1, poll_backoff_multiplier=1, **extra
+        fake_provider, order="submit", poll_interval_s=0.3, poll_backoff_multiplier=1, **extra
     )
     stack: Stack = await stack_factory(destination)
     lane_key = unique_name("accepting")
