@@ -327,6 +327,8 @@ def test_the_dashboard_charts_what_an_operator_glances_at() -> None:
         "outbox_relay_lag_seconds",
         "outbox_http_requests_total",
         "outbox_http_request_duration_seconds_bucket",
+        "outbox_destination_disabled",
+        "outbox_destination_submit_rate",
     } <= charted
     assert variables["datasource"]["type"] == "datasource"
     assert variables["datasource"]["query"] == "prometheus"
