@@ -14,7 +14,10 @@ with a fast webhook destination (rate 1,000/s, so the destination is never the l
   the same number of items without keys on the same stack, in three alternating rounds
   (medians; each round's ratio in `lanes_ratio_by_round`);
 - `lane_append_p50_ms` / `lane_append_p99_ms`: 20 appenders into one item-mode lane, each
-  appending one item after another.
+  appending one item after another;
+- `ordered_producer_items_per_s`: one producer, one key, `PRODUCER_ITEMS` items into an item-mode
+  lane through the Temporal client (`OutboxClient.enqueue`), each enqueue awaited before the next
+  (the way to keep order from one process), from the first enqueue to the last delivery.
 
 Every run also checks at the fake provider that each key's items arrived once each and in
 order; `problems` lists any that did not.
@@ -47,6 +50,7 @@ APPENDERS = 20
 # Alternating rounds of unordered and keyed items in bulk mode (each round's outboxes its own).
 ROUNDS = 3
 APPENDS_EACH = 10 if QUICK else 25
+PRODUCER_ITEMS = 400
 BATCH = 100
 # A run is given up when nothing is delivered for this long.
 STALL_S = 60.0
@@ -172,6 +176,23 @@ async def append_latency(stack: BenchStack, outbox: str) -> tuple[list[float], l
     return latencies, await order_problems(stack, outbox, expected)
 
 
+async def ordered_producer(stack: BenchStack, outbox: str) -> tuple[float, list[str]]:
+    """One producer, one key: each enqueue awaited before the next; items a second, first
+    enqueue to last delivery."""
+    name = stack.destination.name
+    began = time.monotonic()
+    for n in range(PRODUCER_ITEMS):
+        await stack.outbox.enqueue(
+            outbox,
+            name,
+            {"outbox": outbox, "key": "producer", "n": n},
+            key=f"{outbox}-{n}",
+            ordering_key="producer",
+        )
+    ended = await delivered(stack, outbox, PRODUCER_ITEMS)
+    return PRODUCER_ITEMS / (ended - began), await order_problems(stack, outbox, PRODUCER_ITEMS)
+
+
 async def lanes_figures() -> dict[str, Any]:
     figures: dict[str, Any] = {}
     problems: list[str] = []
@@ -197,7 +218,9 @@ async def lanes_figures() -> dict[str, Any]:
                 latencies, more = await append_latency(stack, "appenders")
                 figures["lane_append_p50_ms"] = round(percentile(latencies, 0.5), 1)
                 figures["lane_append_p99_ms"] = round(percentile(latencies, 0.99), 1)
-                problems += found + more
+                producer_rate, in_order = await ordered_producer(stack, "producer")
+                figures["ordered_producer_items_per_s"] = round(producer_rate, 1)
+                problems += found + more + in_order
             elif mode == "item-runs":
                 rate, found = await one_lane(stack, "one-lane-item-runs", batched=False)
                 figures["lane_items_per_s"] = round(rate, 1)
