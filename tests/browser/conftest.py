@@ -27,7 +27,8 @@ CHROMIUM_ARGS = [
 
 
 @pytest_asyncio.fixture(scope="session", loop_scope="session")
-async def browser() -> AsyncIterator[Browser]:
+async def chromium() -> AsyncIterator[Browser]:
+    """One Chromium for the process's browser tests."""
     executable = shutil.which("chromium") or "/usr/bin/chromium"
     assert Path(executable).exists(), "install Debian's chromium (.ci/run does)"
     ARTIFACTS.mkdir(exist_ok=True)
@@ -35,6 +36,16 @@ async def browser() -> AsyncIterator[Browser]:
         browser = await playwright.chromium.launch(executable_path=executable, args=CHROMIUM_ARGS)
         yield browser
         await browser.close()
+
+
+@pytest_asyncio.fixture(loop_scope="session")
+async def browser(chromium: Browser) -> AsyncIterator[Browser]:
+    """The process's Chromium, with the pages a test opened closed after it (before the servers
+    the test started stop): a page left open keeps running its timers and reconnecting its live
+    socket, in Chromium and in whatever server later takes its port, for the rest of the run."""
+    yield chromium
+    for context in chromium.contexts:
+        await context.close()
 
 
 async def reload_until(page: Page, locator: Locator, text: str, reloads: int = 20) -> None:

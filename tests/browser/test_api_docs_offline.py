@@ -24,9 +24,10 @@ _URL = re.compile(r"""(?:src|href|url)\s*[=:(]\s*["']?([^"')\s>]+)""")
 _CONTENT_TYPES = {".js": "text/javascript", ".css": "text/css", ".png": "image/png"}
 
 
-@pytest_asyncio.fixture(loop_scope="session")
+@pytest_asyncio.fixture(scope="module", loop_scope="session")
 async def docs_url() -> AsyncIterator[str]:
     # The docs need no Temporal and no database: the app without its lifespan serves them.
+    # The tests only read from it, so the module's tests share one (and its schema, built once).
     async with serve_in_background(create_app(api_settings())) as url:
         yield url
 

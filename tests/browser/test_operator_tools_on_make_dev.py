@@ -9,10 +9,12 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
+from typing import Any, TypeVar
 from urllib.parse import quote
 
+import httpx
 import pytest
 import pytest_asyncio
 from durable_outbox_rest import AsyncOutboxRest
@@ -25,6 +27,8 @@ from playwright.async_api import Browser, expect
 
 from tests.browser.conftest import ARTIFACTS
 from tests.devstack.stack import ROOT, DevStack
+
+T = TypeVar("T")
 
 
 @pytest_asyncio.fixture(loop_scope="session")
@@ -51,18 +55,41 @@ def outbox_command(stack: DevStack, *argv: str) -> subprocess.CompletedProcess[s
     )
 
 
+async def in_thread(function: Callable[..., T], *args: Any, **kwargs: Any) -> asyncio.Task[T]:
+    """`function` started in a thread, as a task to await later."""
+    return asyncio.create_task(asyncio.to_thread(function, *args, **kwargs))
+
+
 @pytest.mark.timeout(300)
 async def test_cli_rest_client_outbox_client_dashboard_and_web_ui_on_other_ports(
     dev_stack: DevStack, browser: Browser
 ) -> None:
     stack = dev_stack
-    enqueued = outbox_command(
+    # The API starts its codec's worker process on the first codec call (a second or so): one
+    # call with nothing to decode starts it now, before the Web UI asks.
+    warming = await in_thread(
+        httpx.post, f"{stack.api}/codec/decode", json={"payloads": []}, timeout=60
+    )
+    # Each `outbox` command is a process of its own (a second or so to start), and the Web UI a
+    # few hundred scripts to load: each runs beside the checks that do not depend on it.
+    enqueuing = await in_thread(
+        outbox_command,
         stack,
         *("enqueue", "ops", "--destination", "fake-webhook", "--key", "via-cli"),
         *("--payload", json.dumps({"via": "the command line"})),
     )
-    assert enqueued.returncode == 0, enqueued.stderr
-    assert json.loads(enqueued.stdout)["id"] == "outbox/ops/via-cli"
+
+    async def web_ui() -> None:
+        # The Web UI on its own port decrypts through the API's codec (CORS from that origin).
+        assert (await warming).status_code == 200
+        page = await browser.new_page()
+        ui = f"http://127.0.0.1:{stack.ports['DEV_UI_PORT']}"
+        workflow = quote(item_workflow_id("ops", "via-cli"), safe="")
+        await page.goto(f"{ui}/namespaces/default/workflows/{workflow}")
+        try:
+            await expect(page.locator("body")).to_contain_text("the command line", timeout=30_000)
+        finally:
+            await page.screenshot(path=str(ARTIFACTS / "make-dev-web-ui.png"), full_page=True)
 
     async with AsyncOutboxRest(stack.api) as rest:
         await rest.enqueue("ops", "fake-webhook", {"via": "rest"}, idempotency_key="via-rest")
@@ -82,36 +109,41 @@ async def test_cli_rest_client_outbox_client_dashboard_and_web_ui_on_other_ports
     with pytest.raises(PayloadKeyMissing, match="PAYLOAD_KEYS"):
         await keyless.enqueue("ops", "fake-webhook", {"plain": "text"}, key="via-keyless")
 
-    async with AsyncOutboxRest(stack.api) as rest:
-        for key in ("via-cli", "via-rest"):
-            for _ in range(300):
-                if (await rest.get_item("ops", key)).status == "sent":
-                    break
-                await asyncio.sleep(0.2)
-            else:
-                raise AssertionError(f"{key} was never sent\n{stack.output()}")
-
-    listed = outbox_command(stack, "--output", "table", "items", "list", "ops")
-    assert listed.returncode == 0, listed.stderr
-    rows = {line.split()[0]: line.split()[1] for line in listed.stdout.splitlines()[1:4]}
-    assert rows == {"via-cli": "sent", "via-rest": "sent", "via-client": "sent"}, listed.stdout
-    missing = outbox_command(stack, "status", "ops", "never-enqueued")
-    assert missing.returncode == 3 and "Traceback" not in missing.stderr
-
-    # The dashboard, served by the API on its port: the item's deep link opens it, decrypted.
-    page = await browser.new_page()
-    errors: list[str] = []
-    page.on("pageerror", lambda error: errors.append(str(error)))
-    await page.goto(f"{stack.api}/#/outboxes/ops/items/via-cli")
-    await expect(page.locator("#detail")).to_contain_text("the command line", timeout=15_000)
-    await expect(page.locator("#detail")).to_contain_text("sent")
-    assert errors == []
-
-    # The Web UI on its own port decrypts through the API's codec (CORS from that origin).
-    ui = f"http://127.0.0.1:{stack.ports['DEV_UI_PORT']}"
-    workflow = quote(item_workflow_id("ops", "via-cli"), safe="")
-    await page.goto(f"{ui}/namespaces/default/workflows/{workflow}")
+    enqueued = await enqueuing
+    assert enqueued.returncode == 0, enqueued.stderr
+    assert json.loads(enqueued.stdout)["id"] == "outbox/ops/via-cli"
+    web_ui_shown = asyncio.create_task(web_ui())
     try:
-        await expect(page.locator("body")).to_contain_text("the command line", timeout=30_000)
+        async with AsyncOutboxRest(stack.api) as rest:
+            for key in ("via-cli", "via-rest"):
+                for _ in range(300):
+                    if (await rest.get_item("ops", key)).status == "sent":
+                        break
+                    await asyncio.sleep(0.2)
+                else:
+                    raise AssertionError(f"{key} was never sent\n{stack.output()}")
+
+        listing = await in_thread(
+            outbox_command, stack, "--output", "table", "items", "list", "ops"
+        )
+        looking_up = await in_thread(outbox_command, stack, "status", "ops", "never-enqueued")
+
+        # The dashboard, served by the API on its port: the item's deep link opens it, decrypted.
+        page = await browser.new_page()
+        errors: list[str] = []
+        page.on("pageerror", lambda error: errors.append(str(error)))
+        await page.goto(f"{stack.api}/#/outboxes/ops/items/via-cli")
+        await expect(page.locator("#detail")).to_contain_text("the command line", timeout=15_000)
+        await expect(page.locator("#detail")).to_contain_text("sent")
+        assert errors == []
+
+        listed = await listing
+        assert listed.returncode == 0, listed.stderr
+        rows = {line.split()[0]: line.split()[1] for line in listed.stdout.splitlines()[1:4]}
+        assert rows == {"via-cli": "sent", "via-rest": "sent", "via-client": "sent"}, listed.stdout
+        missing = await looking_up
+        assert missing.returncode == 3 and "Traceback" not in missing.stderr
+
+        await web_ui_shown
     finally:
-        await page.screenshot(path=str(ARTIFACTS / "make-dev-web-ui.png"), full_page=True)
+        web_ui_shown.cancel()
