@@ -26,6 +26,7 @@ EVENT_TYPES = {
     "opened": "destination.circuit_opened",
     "closed": "destination.circuit_closed",
     "disabled": "destination.disabled",
+    "adapted": "destination.rate_adapted",
 }
 
 

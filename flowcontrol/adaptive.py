@@ -25,6 +25,8 @@ it (no change while paused); a rate an operator sets by hand wins until it is li
 kept to two decimals (the server holds them as 32-bit floats: they are compared within
 `math.isclose`).
 
+Why these moves, and what they measured: docs/decisions/adaptive-rate.md.
+
 The state machine (`on_outcomes`, `due`, `next_change`, `applied`) is pure: the flow runs it.
 """
 

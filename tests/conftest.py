@@ -145,7 +145,7 @@ class TimeSkippingServer:
     ever (teardown terminates what it can find, but not every leftover is found, and a
     termination mid-task leaks the lock too). Every later test of the process then ran its timers
     in wall-clock time and timed out, a different test each run. Checking the clock before each
-    test costs one call when it skips."""
+    test costs one call when it skips (docs/decisions/time-skipping-server-check.md)."""
 
     def __init__(self, probe_s: float = 2) -> None:
         self._env: WorkflowEnvironment | None = None

@@ -32,6 +32,8 @@ MIRRORS: dict[type[BaseModel], str] = {
     durable_outbox_rest.QueueRate: "QueueRateInfo",
     durable_outbox_rest.FlowEvent: "FlowEventInfo",
     durable_outbox_rest.Flow: "FlowInfo",
+    durable_outbox_rest.Adaptive: "AdaptiveInfo",
+    durable_outbox_rest.RatePoint: "RatePointInfo",
     durable_outbox_rest.FlowPolicyField: "FlowPolicyField",
     durable_outbox_rest.Destination: "DestinationInfoFull",
     durable_outbox_rest.Lane: "LaneResponse",

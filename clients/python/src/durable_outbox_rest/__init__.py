@@ -21,6 +21,7 @@ from durable_outbox_rest.errors import (
     UnsupportedMediaType,
 )
 from durable_outbox_rest.models import (
+    Adaptive,
     AggregateView,
     BatchEnqueued,
     BatchResult,
@@ -43,6 +44,7 @@ from durable_outbox_rest.models import (
     NewItem,
     Problem,
     QueueRate,
+    RatePoint,
     Recipient,
     RecordedEvent,
     RedriveBatch,
@@ -53,6 +55,8 @@ from durable_outbox_rest.session import VERSION as __version__
 from durable_outbox_rest.sync_client import OutboxRest
 
 __all__ = [
+    "Adaptive",
+    "RatePoint",
     "NO_RETRY",
     "AggregateView",
     "AsyncOutboxRest",

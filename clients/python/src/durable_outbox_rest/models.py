@@ -262,8 +262,29 @@ class FlowEvent(ApiModel):
     rate: float | None
 
 
+class RatePoint(ApiModel):
+    """One move of an adaptive rate."""
+
+    at: datetime
+    rate: float
+    reason: str
+
+
+class Adaptive(ApiModel):
+    """An adaptive destination's rate at work: where it is, its bounds, its newest moves."""
+
+    rate: float
+    floor: float
+    ceiling: float
+    latency_target_s: float
+    interval_s: float
+    # A rate set by hand holds: the adaptive rate waits until it is lifted.
+    released: bool
+    history: list[RatePoint]
+
+
 class Flow(ApiModel):
-    """A destination's throttle rule and circuit at work."""
+    """A destination's throttle rule, circuit and adaptive rate at work."""
 
     storms: int
     factor: float
@@ -275,6 +296,7 @@ class Flow(ApiModel):
     # Failing since then (no submit succeeded); failing for `disable_after_s`, it is disabled.
     failing_since: datetime | None = None
     disabled_at: datetime | None = None
+    adaptive: Adaptive | None = None
     events: list[FlowEvent]
 
 
