@@ -2,9 +2,8 @@
 for ACS email (repeatable requests, 412 past the window) and an `http` payment API (an
 `Idempotency-Key` it forgets, then executes the call anew).
 
-On the dev server (real time: the fake's window is on the wall clock) with a 1-second window at
-the fake and in the destination, and a backoff half a second longer than it, so the retry comes
-past it (a timer never fires early).
+On the dev server (real time: the fake's window is on the wall clock) with a 2-second window at
+the fake and in the destination, and a backoff longer than it, so the retry comes past it.
 """
 
 from __future__ import annotations
@@ -23,9 +22,7 @@ from readmodel import store
 from tests.conftest import email_destination, payment_destination, sms_destination
 from tests.workflows.test_outbox_item import EMAIL, wait_for_status
 
-WINDOW_S = 1.0
-# The first retry's backoff: past the window by this much.
-PAST_S = 0.5
+WINDOW_S = 2.0
 PAYMENT = {"amount": 2000, "currency": "eur", "payment_method": "pm_card_visa"}
 
 
@@ -54,7 +51,7 @@ def past_the_window(fake: FakeProvider) -> Destination:
     return email_destination(
         fake,
         settings={"repeatability_window_s": WINDOW_S},
-        backoff_initial_s=WINDOW_S + PAST_S,
+        backoff_initial_s=WINDOW_S + 1.5,
         backoff_jitter=0,
     )
 
@@ -108,7 +105,7 @@ def payment_past_the_window(fake: FakeProvider, **settings) -> Destination:
     return payment_destination(
         fake,
         settings={"idempotency_window_s": WINDOW_S, **settings},
-        backoff_initial_s=WINDOW_S + PAST_S,
+        backoff_initial_s=WINDOW_S + 1.5,
         backoff_jitter=0,
     )
 
@@ -157,13 +154,8 @@ async def test_an_sms_whose_answer_was_lost_is_not_sent_again_past_the_window_bu
     refuses the repeat (412), the number stays `pending` for its delivery report to settle
     (docs/how-to/send-sms.md)."""
     forgetful_fake.state.sms.window_s = WINDOW_S
-    # The fake's SMS service gives the whole-second Repeatability-First-Sent a second's grace
-    # (devstack/fake_sms.py), so its window ends up to a second later than the email's.
     destination = sms_destination(
-        forgetful_fake,
-        backoff_initial_s=WINDOW_S + 1 + PAST_S,
-        backoff_jitter=0,
-        report_window_s=3600,
+        forgetful_fake, backoff_initial_s=WINDOW_S + 1.5, backoff_jitter=0, report_window_s=3600
     )
     stack = await stack_factory(destination, env=dev_env)
     number = "+15550142"
