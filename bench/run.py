@@ -726,6 +726,7 @@ def main() -> int:
     env["DEV_FAKE_REPORTS"] = "0"
     figures: dict[str, Any] = {}
     info: dict[str, str] = {}
+    completed = False
     children = build_children(env)
     children.append(Child("naive", [sys.executable, "-m", "bench.naive", "worker"], lambda: True))
     children.append(
@@ -749,14 +750,17 @@ def main() -> int:
         info = {**machine(), "mode": "quick" if QUICK else "full"}
         print(f"machine: {info}", flush=True)
         asyncio.run(scenarios(env, pids, figures))
+        completed = True
     finally:
         stop(children)
-        # Whatever was measured is written, even when a step or the run itself failed.
-        write_report({"machine": info, **figures})
+        # Whatever was measured is written, even when a step or the run itself failed; only a
+        # run that got through every scenario becomes its mode's reference (a stopped one
+        # holds a few figures, measured under whatever stopped it).
+        write_report({"machine": info, **figures}, completed=completed)
     return 1 if figures.get("errors") else 0
 
 
-def write_report(report: dict[str, Any]) -> None:
+def write_report(report: dict[str, Any], *, completed: bool) -> None:
     """Write and print the run's figures, then the regression report against the last
     committed run of its mode; a complete run without errors becomes that mode's latest."""
     BENCH_DIR.mkdir(exist_ok=True)
@@ -768,7 +772,7 @@ def write_report(report: dict[str, Any]) -> None:
     print(f"\nwritten to {BENCH_DIR / 'latest.json'}\n")
     mode = "quick" if QUICK else "full"
     print(regression.report(regression.committed(mode), report))
-    if report.get("machine") and not report.get("errors") and not os.environ.get("BENCH_ONLY"):
+    if completed and not report.get("errors") and not os.environ.get("BENCH_ONLY"):
         print(f"recorded as the latest {mode} run: {regression.record(mode, report)} (commit it)")
 
 
