@@ -16,6 +16,9 @@ from __future__ import annotations
 import asyncio
 import base64
 import multiprocessing
+import os
+import threading
+import time
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
@@ -89,9 +92,23 @@ class CodecWorkers:
 _codec: Codec | None = None
 
 
+# How often a pool process checks that the API process that started it is still there.
+PARENT_CHECK_S = 1.0
+
+
 def _start(codec: Codec | None) -> None:
     global _codec
     _codec = codec
+    threading.Thread(target=_exit_with, args=(os.getppid(),), daemon=True).start()
+
+
+def _exit_with(parent: int) -> None:
+    """End this pool process once the API process that started it is gone. An API that ends
+    without its lifespan's close (SIGKILLed, or a process that leaves with `os._exit`) would
+    otherwise leave it behind for good: found as orphans after test runs, one per run."""
+    while os.getppid() == parent:
+        time.sleep(PARENT_CHECK_S)
+    os._exit(0)
 
 
 def work(raw: bytes, direction: Direction, most: int, codec: Codec | None = None) -> Outcome:

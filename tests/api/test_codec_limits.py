@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import os
+import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -112,3 +113,49 @@ async def test_a_codec_body_that_is_no_payload_list_is_a_problem(api) -> None:
     wrong = await api.http.post("/codec/decode", json={"payloads": [{"data": 5}]})
     body = assert_problem(wrong, 422)
     assert body["errors"][0]["location"][:2] == ["body", "payloads"], body
+
+
+_LEAVES_WITHOUT_CLOSE = """
+import asyncio, os
+from api.codec_work import CodecWorkers
+
+async def main() -> None:
+    workers = CodecWorkers(None, 1)
+    await workers.run(b'{"payloads": []}', "decode", 10)
+    print(*workers._pool._processes, flush=True)  # the pool's process ids
+    os._exit(0)  # gone without the lifespan's close, as a SIGKILLed API would be
+
+asyncio.run(main())
+"""
+
+
+def _gone(pid: int) -> bool:
+    """Whether `pid` has ended (an exited process its new parent has not reaped counts)."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except FileNotFoundError:
+        return True
+    return "\nState:\tZ" in status
+
+
+@pytest.mark.timeout(60)
+async def test_the_codec_process_ends_when_its_api_process_is_gone() -> None:
+    """An API that ends without closing its codec pool (SIGKILLed) leaves no process behind."""
+    child = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-c",
+        _LEAVES_WITHOUT_CLOSE,
+        stdout=asyncio.subprocess.PIPE,
+        cwd=Path(__file__).parents[2],
+    )
+    # One line, then the child is gone (its pool process keeps the pipe open until it ends).
+    assert child.stdout is not None
+    line = await child.stdout.readline()
+    await child.wait()
+    pids = [int(pid) for pid in line.split()]
+    assert pids, "the pool started no process"
+    for _ in range(100):
+        if all(_gone(pid) for pid in pids):
+            break
+        await asyncio.sleep(0.1)
+    assert all(_gone(pid) for pid in pids), pids
