@@ -35,7 +35,7 @@ from durable_outbox_temporal.contract.item import OperationStatus, PollRequest, 
 from sqlalchemy.engine import make_url
 
 from activities.providers.acs_email import AcsEmailProvider
-from bench.naive import ACCESS_KEY
+from bench.naive import ACCESS_KEY, EMAIL
 from configuration.providers import AcsEmailSettings
 
 # The machine's PostgreSQL, where each run creates and drops its scratch system databases.
@@ -59,11 +59,6 @@ WORKER_CONCURRENCY = 100
 SYNC_THREADS = 100
 # The provider's connection pool, as the product's bench sets it (PROVIDER_MAX_CONNECTIONS).
 PROVIDER_CONNECTIONS = 10
-EMAIL = {
-    "senderAddress": "bench@example.com",
-    "recipients": {"to": [{"address": "load@example.com"}]},
-    "content": {"subject": "bench", "plainText": "bench"},
-}
 
 T = TypeVar("T")
 

@@ -27,6 +27,13 @@ with workflow.unsafe.imports_passed_through():
 
 TASK_QUEUE = "naive"
 ACCESS_KEY = "ZmFrZS1hY3MtYWNjZXNzLWtleQ=="
+# The job's email: the send body every measured path (the product, this baseline, DBOS, the
+# relay) submits.
+EMAIL = {
+    "senderAddress": "bench@example.com",
+    "recipients": {"to": [{"address": "load@example.com"}]},
+    "content": {"subject": "bench", "plainText": "bench"},
+}
 
 
 class NaiveActivities:

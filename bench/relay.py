@@ -13,6 +13,7 @@ from durable_outbox_temporal.transactional import enqueue_in
 from sqlalchemy import Engine, select
 from sqlalchemy.orm import Session
 
+from bench.naive import EMAIL
 from readmodel.db import make_engine
 from readmodel.models import OUTBOX_PENDING
 
@@ -56,7 +57,8 @@ async def relay_lag(
 
 def _commit_one(engine: Engine, destination: str, key: str) -> None:
     with Session(engine) as session, session.begin():
-        enqueue_in(session, outbox="relay-bench", destination=destination, payload={}, key=key)
+        # A body the provider takes: the rows' items are delivered after they are relayed.
+        enqueue_in(session, outbox="relay-bench", destination=destination, payload=EMAIL, key=key)
 
 
 def _rows(engine: Engine, run: str) -> list[Any]:

@@ -46,8 +46,8 @@ from bench.dbos_baseline import DbosBaselines
 from bench.flow import flow_figures
 from bench.hot_aggregate import hot_aggregate
 from bench.lanes import lanes_figures
+from bench.naive import EMAIL, NaiveItemWorkflow
 from bench.naive import TASK_QUEUE as NAIVE_TASK_QUEUE
-from bench.naive import NaiveItemWorkflow
 from bench.relay import relay_lag
 from configuration.destinations import load_destinations
 from configuration.settings import PROJECT_ROOT
@@ -76,11 +76,6 @@ SECOND_API_PORT = 8011
 # Between one kind's items and the next's (see `timed`).
 SETTLE_S = 2.0
 SERVER_METRICS_URL = f"http://127.0.0.1:{PORTS['DEV_TEMPORAL_METRICS_PORT']}/metrics"
-EMAIL = {
-    "senderAddress": "bench@example.com",
-    "recipients": {"to": [{"address": "load@example.com"}]},
-    "content": {"subject": "bench", "plainText": "bench"},
-}
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 # Each result wait is a long poll; the server refuses more than 1,000 per namespace at once
 # ("namespace concurrent poller limit exceeded"), and the workers' own pollers count too.
