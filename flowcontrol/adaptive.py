@@ -244,8 +244,9 @@ class AdaptiveMeter:
     def observe(
         self, destination: str, latency_s: float, *, failed: bool, status: int | None
     ) -> SubmitOutcomes | None:
-        """Count one submit (`failed`: it raised, with the provider's `status` if it answered);
-        returns the interval's report when the interval is over."""
+        """Count one submit (`failed`: it failed transiently, with the provider's `status` if it
+        answered; a permanent failure is not counted); returns the interval's report when the
+        interval is over."""
         queue = self._queues.get(destination)
         if queue is None:
             return None

@@ -137,14 +137,16 @@ class FlowGuard:
                         if made and self.attempt_log is not None:
                             self.attempt_log.add(request.item_id, made)
             except ApplicationError as err:
-                first = err.details[0] if err.details else None
-                details = (
-                    first
-                    if isinstance(first, DeliveryErrorDetails)
-                    else DeliveryErrorDetails.from_details(err.details)
-                )
-                self._outcome(destination, started, failed=True, status=details.status_code)
+                # Only a transient failure says anything of the provider's load: a permanent
+                # one (a refused body, with or without a status) is the request's own fault.
                 if err.type == ItemErrorType.TRANSIENT:
+                    first = err.details[0] if err.details else None
+                    details = (
+                        first
+                        if isinstance(first, DeliveryErrorDetails)
+                        else DeliveryErrorDetails.from_details(err.details)
+                    )
+                    self._outcome(destination, started, failed=True, status=details.status_code)
                     await self._throttled(destination, details)
                     await self._failed(destination, details, err.message)
                 raise
