@@ -322,7 +322,10 @@ def _transient(err: TransientProviderError) -> ApplicationError:
     return ApplicationError(
         str(err),
         DeliveryErrorDetails(
-            retry_after_s=err.retry_after_s, status_code=err.status_code, error_code=err.error_code
+            retry_after_s=err.retry_after_s,
+            status_code=err.status_code,
+            error_code=err.error_code,
+            nothing_taken=err.nothing_taken,
         ),
         type=ItemErrorType.TRANSIENT,
         non_retryable=True,

@@ -144,6 +144,10 @@ class FaultConfig:
         default=300.0,
         metadata=_help("how long ACS tracks a repeatable send after its first-sent time"),
     )
+    sms_repeatability_window_s: float = field(
+        default=300.0,
+        metadata=_help("how long ACS SMS tracks a number's repeatable send (PATCH /_admin/sms)"),
+    )
     webhook_dedupe_window_s: float = field(
         default=300.0, metadata=_help("how long the webhook receiver remembers a webhook-id")
     )
@@ -272,7 +276,7 @@ class FakeProviderState:
         self.spans: list[tuple[float, float, str, dict[str, Any]]] = []
         # Endpoint -> `HEAD` probes received (an open circuit's, `flowcontrol/breaker.py`).
         self.probes: dict[str, int] = defaultdict(int)
-        self.sms = fake_sms.SmsMemory()
+        self.sms = fake_sms.SmsMemory(window_s=self.faults.sms_repeatability_window_s)
         self.payments = fake_payments.PaymentMemory()
         # Endpoint -> its own hidden limit (submits a second; else `faults.hidden_limit`), each
         # endpoint's token bucket (tokens, monotonic time of the last refill), and the (monotonic

@@ -4,14 +4,14 @@ Mounted on the fake provider (`devstack/fake_provider.py`), whose signature chec
 counters and delivery log it shares; a request's key there is its send options' `tag` (the item's
 message id, as `activities/providers/acs_sms.py` sets it).
 
-Each recipient is answered on its own, as ACS does (`httpStatusCode`, `messageId`,
-`successful`, `repeatabilityResult`). Repeatability follows ACS's documented rules: a request id
-is remembered for the window (5 minutes unless `PATCH /_admin/sms {"window_s": ...}` says
-otherwise) and then forgotten; a repeat inside it gets the first answer back, a repeat that does
-not match the first is refused (400), and a first-sent time older than the window is refused
-with 412, since ACS can no longer tell whether it sent it. A number in the unassigned country
-code +999 is refused (400), as a number ACS cannot reach. With `--sms-report-url`, each message
-sent with `enableDeliveryReport` is reported there as `Microsoft.Communication.SMSDelivery
+Each recipient is answered on its own, as ACS does (`httpStatusCode`, `messageId`, `successful`,
+`repeatabilityResult`). Repeatability follows ACS's documented rules: a request id is remembered
+for the window (5 minutes unless `--sms-repeatability-window-s` or `PATCH /_admin/sms {"window_s":
+...}` says otherwise) and then forgotten; a repeat inside it gets the first answer back, a repeat
+that does not match the first is refused (400), and a first-sent time older than the window is
+refused with 412, since ACS can no longer tell whether it sent it. A number in the unassigned
+country code +999 is refused (400), as a number ACS cannot reach. With `--sms-report-url`, each
+message sent with `enableDeliveryReport` is reported there as `Microsoft.Communication.SMSDelivery
 ReportReceived` through the fake's Event Grid (`devstack/fake_reports.py`), as an Event Grid
 subscription filtered to that event type would deliver it; `--bounce-rate` fails that share.
 """
