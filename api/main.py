@@ -267,6 +267,7 @@ def _services(
                 operations_task_queue=settings.operations_task_queue,
             ),
             db,
+            aggregate_types.projectors.values(),
         ),
         controls=DestinationControls(outbox, registry, db),
         aggregate_types=aggregate_types,

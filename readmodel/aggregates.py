@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -28,6 +28,7 @@ from sqlalchemy.engine import RowMapping
 
 from readmodel import data_keys
 from readmodel.models import AGGREGATE_EVENTS, AGGREGATES, read_aggregate_event
+from readmodel.projectors.base import AsyncProjector, forget_aggregate
 
 MAX_PAGE = 500
 # Names the advisory lock event-store writers take on PostgreSQL ("aggevt").
@@ -184,10 +185,17 @@ def list_ids(
     return records[:limit], records[limit - 1].id
 
 
-def erase(engine: Engine, aggregate_type: str, aggregate_id: str, now: datetime) -> datetime | None:
-    """Erase the aggregate's data from the event store: its data keys deleted, and any event or
-    state written before they existed (plain) overwritten with `SHREDDED`. When it was erased;
-    None for an aggregate the store has never held."""
+def erase(
+    engine: Engine,
+    aggregate_type: str,
+    aggregate_id: str,
+    now: datetime,
+    projectors: Iterable[AsyncProjector] = (),
+) -> datetime | None:
+    """Erase the aggregate's data from the event store: its data keys deleted, any event or
+    state written before they existed (plain) overwritten with `SHREDDED`, and what the
+    `projectors` of its type hold of it removed, in one transaction. When it was erased; None
+    for an aggregate the store has never held."""
     scope = aggregate_workflow_id(aggregate_type, aggregate_id)
     of_aggregate = and_(
         AGGREGATE_EVENTS.c.aggregate_type == aggregate_type,
@@ -220,6 +228,9 @@ def erase(engine: Engine, aggregate_type: str, aggregate_id: str, now: datetime)
         )
         if erased_at is None and (plain or state.rowcount):
             erased_at = now
+        if erased_at is not None:
+            for projector in projectors:
+                forget_aggregate(connection, projector, aggregate_type, aggregate_id)
         return erased_at
 
 

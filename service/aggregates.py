@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
@@ -21,14 +21,22 @@ from sqlalchemy import Engine
 
 from readmodel import aggregates as event_store
 from readmodel.aggregates import AggregateRecord
+from readmodel.projectors.base import AsyncProjector
 
 
 class AggregateService:
     """The aggregate use cases over one `AggregateClient` and the read-model engine."""
 
-    def __init__(self, client: AggregateClient, engine: Engine) -> None:
+    def __init__(
+        self,
+        client: AggregateClient,
+        engine: Engine,
+        projectors: Iterable[AsyncProjector] = (),
+    ) -> None:
         self.client = client
         self.engine = engine
+        # Erasing an aggregate's data removes what these hold of it too.
+        self.projectors = tuple(projectors)
 
     async def state(
         self, aggregate_type: str, aggregate_id: str, *, reader: str | None = None
@@ -113,11 +121,17 @@ class AggregateService:
 
     async def erase(self, aggregate_type: str, aggregate_id: str) -> datetime:
         """Erase the aggregate's data from the event store by deleting its data key (crypto-
-        shredding): its events stay, in order, their data read as `SHREDDED`. When it was
+        shredding): its events stay, in order, their data read as `SHREDDED`; what the
+        projectors hold of it goes in the same transaction. When it was
         erased; `UnknownAggregate` for an aggregate the store has never held."""
         self.client.check(aggregate_type, aggregate_id)
         erased = await asyncio.to_thread(
-            event_store.erase, self.engine, aggregate_type, aggregate_id, datetime.now(UTC)
+            event_store.erase,
+            self.engine,
+            aggregate_type,
+            aggregate_id,
+            datetime.now(UTC),
+            self.projectors,
         )
         if erased is None:
             raise UnknownAggregate(f"no {aggregate_type} {aggregate_id!r} in the event store")

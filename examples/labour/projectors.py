@@ -3,7 +3,8 @@ model). Reads the `labour` aggregates' events by their JSON; an event at
 or below a row's `last_seq` is skipped, so the row never goes backwards.
 
 Its table is the example's own (`labour_metadata`), made by the example's migrations
-(`examples/labour/migrations/`), not the product's."""
+(`examples/labour/migrations/`), not the product's. The mother's name and the subscribers are
+sealed under the payload keys; erasing a labour's data removes its row (`forget`)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from typing import Any
 
 from durable_outbox_temporal.contract.aggregate import MAX_AGGREGATE_ID_LENGTH
 from durable_outbox_temporal.contract.outbox_pending import UTCDateTime
-from durable_outbox_temporal.contract.sealed_columns import SealedJSON
+from durable_outbox_temporal.contract.sealed_columns import SealedJSON, SealedText
 from sqlalchemy import Column, Connection, Index, Integer, MetaData, String, Table, select
 
 from readmodel.projectors.base import AsyncProjector, StoredEvent
@@ -25,7 +26,8 @@ LABOUR_HISTORY = Table(
     labour_metadata,
     Column("labour_id", String(MAX_AGGREGATE_ID_LENGTH), primary_key=True),
     Column("mother", String(64), nullable=False),
-    Column("mother_name", String(200), nullable=False),
+    # A caller's data: sealed under the payload keys, like `subscribers` below.
+    Column("mother_name", SealedText(), nullable=False),
     Column("status", String(16), nullable=False),
     Column("contractions", Integer(), nullable=False),
     Column("updates", Integer(), nullable=False),
@@ -90,10 +92,16 @@ def apply(connection: Connection, event: StoredEvent) -> None:
     )
 
 
+def forget(connection: Connection, aggregate_type: str, labour_id: str) -> None:
+    """An erased labour leaves its mother's history: its row is all about it."""
+    connection.execute(LABOUR_HISTORY.delete().where(LABOUR_HISTORY.c.labour_id == labour_id))
+
+
 LABOUR_HISTORY_PROJECTOR = AsyncProjector(
     name="labour_history",
     aggregate_types=frozenset({"labour"}),
     apply=apply,
     table=LABOUR_HISTORY,
     filters={"mother": LABOUR_HISTORY.c.mother, "status": LABOUR_HISTORY.c.status},
+    forget=forget,
 )

@@ -7,7 +7,10 @@ concurrent batch never applies an event twice and the read model never goes back
 `FAULT_AFTER` consecutive failures it is `faulted` and stops, the others carrying on; a rebuild
 empties its tables and starts it again from the first event. An event whose aggregate's data was
 erased (`readmodel.aggregates.erase`) is passed over: there is nothing left to project, and a
-rebuild after an erasure leaves the erased data out of the projection.
+rebuild after an erasure leaves the erased data out of the projection. What a projector already
+holds of that aggregate goes in the erasure's own transaction (`forget_aggregate`): its `forget`
+removes it, and a projector without one is restarted from the first event, so no copy of the
+erased data outlives the erasure in a projection.
 """
 
 from __future__ import annotations
@@ -55,6 +58,10 @@ class AsyncProjector:
     apply: Callable[[Connection, StoredEvent], None]
     table: Table
     filters: Mapping[str, Column[Any]] = field(default_factory=dict)
+    # What the projector holds of one aggregate, removed when its data is erased (called with
+    # the erasure's connection and the aggregate's type and id). Without it an erasure
+    # restarts the projector from the first event (`forget_aggregate`).
+    forget: Callable[[Connection, str, str], None] | None = None
 
 
 @dataclass
@@ -151,6 +158,27 @@ def rebuild(engine: Engine, projector: AsyncProjector) -> None:
         )
 
 
+def forget_aggregate(
+    connection: Connection, projector: AsyncProjector, aggregate_type: str, aggregate_id: str
+) -> None:
+    """Inside an erasure's transaction: what `projector` holds of the aggregate goes, by its
+    `forget`, or by emptying its table and starting it from the first event (the rebuild then
+    passes the shredded events over). The checkpoint's lock is taken first: a batch that read
+    the events before the erasure commits before this runs, one after finds them shredded."""
+    if aggregate_type not in projector.aggregate_types:
+        return
+    _lock_checkpoint(connection, projector.name)
+    if projector.forget is not None:
+        projector.forget(connection, aggregate_type, aggregate_id)
+        return
+    connection.execute(projector.table.delete())
+    connection.execute(
+        update(PROJECTOR_CHECKPOINTS)
+        .where(PROJECTOR_CHECKPOINTS.c.name == projector.name)
+        .values(position=0, updated_at=datetime.now(UTC))
+    )
+
+
 def status(engine: Engine, projector: AsyncProjector) -> ProjectorStatus:
     with engine.connect() as connection:
         row = _checkpoint(connection, projector.name)
@@ -239,25 +267,31 @@ def _checkpoint_locked(engine: Engine, name: str) -> Iterator[tuple[Connection, 
     `FOR UPDATE` on PostgreSQL; on SQLite the write lock from the start (`BEGIN IMMEDIATE`),
     so no two batches of one projector ever interleave."""
     with engine.begin() as connection:
-        dialect = connection.dialect.name
-        if dialect == "sqlite":
+        if connection.dialect.name == "sqlite":
             connection.exec_driver_sql("BEGIN IMMEDIATE")
-        insert = postgresql.insert if dialect == "postgresql" else sqlite.insert
-        connection.execute(
-            insert(PROJECTOR_CHECKPOINTS)
-            .values(
-                name=name,
-                position=0,
-                status=RUNNING,
-                consecutive_failures=0,
-                updated_at=datetime.now(UTC),
-            )
-            .on_conflict_do_nothing(index_elements=["name"])
+        yield connection, _lock_checkpoint(connection, name)
+
+
+def _lock_checkpoint(connection: Connection, name: str) -> Any:
+    """The projector's checkpoint row (made if missing), held for writing until the
+    transaction ends (`FOR UPDATE` on PostgreSQL; SQLite's one writer holds it already)."""
+    dialect = connection.dialect.name
+    insert = postgresql.insert if dialect == "postgresql" else sqlite.insert
+    connection.execute(
+        insert(PROJECTOR_CHECKPOINTS)
+        .values(
+            name=name,
+            position=0,
+            status=RUNNING,
+            consecutive_failures=0,
+            updated_at=datetime.now(UTC),
         )
-        query = select(PROJECTOR_CHECKPOINTS).where(PROJECTOR_CHECKPOINTS.c.name == name)
-        if dialect == "postgresql":
-            query = query.with_for_update()
-        yield connection, connection.execute(query).mappings().one()
+        .on_conflict_do_nothing(index_elements=["name"])
+    )
+    query = select(PROJECTOR_CHECKPOINTS).where(PROJECTOR_CHECKPOINTS.c.name == name)
+    if dialect == "postgresql":
+        query = query.with_for_update()
+    return connection.execute(query).mappings().one()
 
 
 def _stored(row: Any, data: dict[str, Any]) -> StoredEvent:

@@ -11,7 +11,10 @@ import uuid
 from typing import Any
 
 from durable_outbox_temporal.contract.aggregate import SHREDDED
+from durable_outbox_temporal.contract.erasure import erase_batch_workflow_id
 
+from examples.labour.projectors import LABOUR_HISTORY_PROJECTOR
+from readmodel.projectors import base as projectors
 from tests.api.conftest import Api
 from tests.api.test_aggregates import flight_url
 from tests.api.test_bulk_api import until_status
@@ -44,6 +47,7 @@ async def test_a_subjects_ended_items_are_erased_as_a_batch(api: Api) -> None:
         1,
     )
     assert end["by_subject"] is True and end["key_prefix"] is None
+    await api.stack.record_history(erase_batch_workflow_id("tests", end["id"]), "_erase_batch")
     [skip] = end["skips"]
     assert skip["key"] == later and "queued" in skip["reason"]
     erased = (await api.http.get(f"/v1/outboxes/tests/items/{mine}")).json()
@@ -109,3 +113,32 @@ async def test_an_aggregates_data_is_shredded_and_its_events_stay(api: Api) -> N
     assert newest["data"] == {"seat": "2B", "passenger_id": "p2"}
     unknown = await api.http.delete(f"{flight_url('never-' + uuid.uuid4().hex[:6])}/data")
     assert_problem(unknown, 404)
+
+
+async def test_an_erased_labour_leaves_the_projection_in_the_same_request(api: Api) -> None:
+    """The labour projection's row goes with the erasure, no rebuild asked: the mother's name
+    is nowhere in the database after it."""
+    labour = f"lab{uuid.uuid4().hex[:6]}"
+    mother, name = f"m-{uuid.uuid4().hex[:6]}", f"Ada{uuid.uuid4().hex}"
+    url = f"/v1/aggregates/labour/{labour}"
+    planned = await api.http.post(
+        f"{url}/commands/plan_labour",
+        json={"actor": mother, "mother_name": name, "contact": {"email": "ada@example.com"}},
+    )
+    assert planned.status_code == 200, planned.text
+    rows_url = "/v1/projectors/labour_history/rows"
+    for _ in range(200):
+        projectors.project_batch(api.stack.engine, LABOUR_HISTORY_PROJECTOR)
+        rows = (await api.http.get(rows_url, params={"mother": mother})).json()["items"]
+        if rows:
+            break
+        await asyncio.sleep(0.05)
+    assert [row["mother_name"] for row in rows] == [name]
+
+    erased = await api.http.delete(f"{url}/data")
+
+    assert erased.status_code == 200, erased.text
+    assert (await api.http.get(rows_url, params={"mother": mother})).json()["items"] == []
+    projectors.project_batch(api.stack.engine, LABOUR_HISTORY_PROJECTOR)
+    assert (await api.http.get(rows_url, params={"mother": mother})).json()["items"] == []
+    assert name not in raw_text(api.stack.engine)

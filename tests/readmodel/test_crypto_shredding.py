@@ -5,6 +5,7 @@ a rebuild replays the store without the erased data; the aggregate's next events
 
 from __future__ import annotations
 
+import dataclasses
 import uuid
 from datetime import UTC, datetime, timedelta
 
@@ -24,7 +25,14 @@ from readmodel.db import create_schema
 from readmodel.models import AGGREGATE_EVENTS, DATA_KEYS
 from readmodel.projectors import base as projectors
 from tests.readmodel.conftest import EngineFactory
-from tests.readmodel.test_projectors import LABOUR, MIGRATIONS, a_labour, drain, history
+from tests.readmodel.test_projectors import (
+    LABOUR,
+    MIGRATIONS,
+    a_labour,
+    drain,
+    history,
+    store,
+)
 from tests.readmodel.test_sealing import raw_text, use
 
 T0 = datetime(2026, 11, 28, 9, tzinfo=UTC)
@@ -152,3 +160,56 @@ def test_a_value_under_another_key_row_does_not_open(engine: Engine) -> None:
     forged = sealed.replace(f"{data_keys.PREFIX}{first.id}:", f"{data_keys.PREFIX}{second.id}:")
     with pytest.raises(ValueError, match="does not authenticate"):
         second.open_json(forged)
+
+
+def test_an_erasure_removes_what_the_projection_holds_of_the_aggregate_at_once(
+    engine_factory: EngineFactory,
+) -> None:
+    """The labour projection's row of an erased labour goes in the erasure's transaction, with
+    no rebuild; the mother's other labour stays, and a later batch brings nothing back. Its
+    name is sealed at rest under the payload keys."""
+    engine = engine_factory.migrated("readmodel", MIGRATIONS)
+    use(engine, EncryptionCodec.from_setting(new_key_setting("k1")))
+    marker = f"Ada{uuid.uuid4().hex}"
+    store(engine, "lab-1", ("LabourPlanned", {"mother": "m1", "mother_name": marker}))
+    a_labour(engine, "lab-2", "m1")
+    drain(engine)
+    assert {row["mother_name"] for row in history(engine, "m1")} == {marker, "Ada"}
+    assert marker not in raw_text(engine)
+
+    event_store.erase(engine, "labour", "lab-1", T0, [LABOUR])
+    drain(engine)
+
+    assert [row["labour_id"] for row in history(engine, "m1")] == ["lab-2"]
+    assert projectors.status(engine, LABOUR).position > 0  # not restarted
+
+
+def test_a_projector_without_forget_is_restarted_by_an_erasure(
+    engine_factory: EngineFactory,
+) -> None:
+    engine = engine_factory.migrated("readmodel", MIGRATIONS)
+    blunt = dataclasses.replace(LABOUR, forget=None)
+    a_labour(engine, "lab-1", "m1")
+    a_labour(engine, "lab-2", "m1")
+    drain(engine, blunt)
+
+    event_store.erase(engine, "labour", "lab-1", T0, [blunt])
+
+    assert projectors.status(engine, blunt).position == 0
+    assert history(engine, "m1") == []
+    drain(engine, blunt)
+    assert [row["labour_id"] for row in history(engine, "m1")] == ["lab-2"]
+
+
+def test_an_erasure_of_another_type_leaves_the_projection_alone(
+    engine_factory: EngineFactory,
+) -> None:
+    engine = engine_factory.migrated("readmodel", MIGRATIONS)
+    a_labour(engine, "lab-1", "m1")
+    drain(engine)
+    before = (history(engine, "m1"), projectors.status(engine, LABOUR).position)
+    event_store.store_events(engine, seat("BA1", 1, "p1"))
+
+    assert event_store.erase(engine, "flight", "BA1", T0, [LABOUR]) == T0
+
+    assert (history(engine, "m1"), projectors.status(engine, LABOUR).position) == before

@@ -302,7 +302,7 @@ def test_labour_history_keeps_its_rows_where_the_labour_type_is_registered(
     create_schema(registered, labour)
     create_schema(unregistered)
 
-    assert sorted(versions(registered)) == [head_revision(), "labour_0001"]
+    assert sorted(versions(registered)) == [head_revision(), "labour_0002"]
     with registered.connect() as connection:
         rows = connection.execute(select(LABOUR_HISTORY.c.labour_id, LABOUR_HISTORY.c.subscribers))
         assert [tuple(row) for row in rows] == [("lab-1", ["s1"])]
@@ -374,7 +374,7 @@ def test_a_rollback_to_the_previous_release_keeps_the_data(engine_factory: Engin
             ("lab-1",)
         ]
     create_schema(engine, labour)
-    assert sorted(versions(engine)) == [head_revision(), "labour_0001"]
+    assert sorted(versions(engine)) == [head_revision(), "labour_0002"]
     with engine.connect() as connection:
         assert connection.execute(text("SELECT labour_id FROM labour_history")).all() == [
             ("lab-1",)
@@ -398,3 +398,53 @@ def test_code_older_than_the_schema_refuses_it_naming_both_revisions(
     with pytest.raises(SchemaNewerThanCode):
         verify_schema(engine)
     assert versions(engine) == ["0999"]
+
+
+def test_the_labour_branch_down_past_sealed_names_refills_them_from_the_event_store(
+    engine_factory: EngineFactory,
+) -> None:
+    """`labour_0002` down: a sealed name would read as ciphertext to the older projector, so its
+    row goes and the projector starts from the first event again; plain rows stay."""
+    labour = load_aggregate_types("examples.labour:LABOUR").migrations
+    engine = engine_factory("sealed_names")
+    create_schema(engine, labour)
+    row = {
+        "mother": "m1",
+        "status": "planned",
+        "contractions": 0,
+        "updates": 0,
+        "announcements": 0,
+        "subscribers": [],
+        "planned_at": AT,
+        "last_seq": 1,
+    }
+    with engine.begin() as connection:
+        connection.execute(
+            insert(LABOUR_HISTORY),
+            [
+                {**row, "labour_id": "plain", "mother_name": "Ada"},
+                {**row, "labour_id": "sealed", "mother_name": "sealed1:k1:" + "A" * 300},
+            ],
+        )
+        connection.execute(
+            text(
+                "INSERT INTO projector_checkpoints (name, position, status,"
+                " consecutive_failures, updated_at) VALUES ('labour_history', 7, 'running', 0,"
+                " :at)"
+            ),
+            {"at": AT},
+        )
+
+    with schema_lock(engine) as connection:
+        command.downgrade(alembic_config(connection, labour), "labour_0001")
+
+    with engine.connect() as connection:
+        assert connection.execute(text("SELECT labour_id FROM labour_history")).all() == [
+            ("plain",)
+        ]
+        assert (
+            connection.execute(
+                text("SELECT position FROM projector_checkpoints WHERE name = 'labour_history'")
+            ).scalar_one()
+            == 0
+        )
