@@ -1,6 +1,11 @@
 """`make chaos`: upgrade from the previous release with work in flight, checked at the provider.
 
-The previous release (`PREVIOUS_RELEASE`, extracted with `git archive`) runs its own worker and
+    python -m bench.upgrade                # from the newest release in CHANGELOG.md
+    python -m bench.upgrade --from 0.1.0   # from an older one
+
+The releases and their commits are the link definitions at the foot of CHANGELOG.md
+(`[0.2.0]: ../../tree/<commit>`), which a release cut writes. The previous release (extracted
+with `git archive`, its client packages imported from its own tree) runs its own worker and
 API against a Temporal dev server (SQLite on disk), the fake provider (in this process, so its
 counters are read directly) and a fresh PostgreSQL read model its own code migrates. Work is put
 in flight through its API: items mid-poll, an ordering lane half delivered, a bulk shard mid-batch
@@ -12,9 +17,9 @@ resumed, and everything must finish: nothing lost, doubled (the fake's delivery 
 order (the lane at the fake), no non-determinism (the new worker's log, and every history scanned
 for WorkflowTaskFailed), the dead letters and the aggregates' event stores as before.
 
-On 0.1.0 an aggregate effect runs as soon as its event is recorded (one enqueue activity), and no
-seed aggregate has both a timer and effects: the pending timer is the lock's, and the planned
-effect's delivery is in flight rather than the effect activity itself.
+In the releases so far an aggregate effect runs as soon as its event is recorded (one enqueue
+activity), and no seed aggregate has both a timer and effects: the pending timer is the lock's,
+and the planned effect's delivery is in flight rather than the effect activity itself.
 
 Environment: UPGRADE_POSTGRES_URL (a database the run may create databases from; default the
 local `test`), UPGRADE_KEEP=1 keeps the working directory (logs, the old tree). Writes
@@ -23,6 +28,7 @@ local `test`), UPGRADE_KEEP=1 keeps the working directory (logs, the old tree). 
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import contextlib
 import os
@@ -38,7 +44,7 @@ import tomllib
 import uuid
 import venv
 from collections import Counter
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -64,8 +70,11 @@ from devstack.fake_provider import (
 from devstack.temporal_server import DevServer, find_binary
 from readmodel.db import normalise_url
 
-PREVIOUS_RELEASE = "bc0d772"
-PREVIOUS_VERSION = "0.1.0"
+CHANGELOG = PROJECT_ROOT / "CHANGELOG.md"
+# A release's link definition in the changelog: its version and the commit it was cut at.
+RELEASE_LINK = re.compile(
+    r"^\[(\d+\.\d+\.\d+)\]: \S*/(?:tree|commit)/([0-9a-f]{7,40})$", re.MULTILINE
+)
 REPORT_PATH = PROJECT_ROOT / ".bench" / "upgrade.json"
 POSTGRES_URL = os.environ.get(
     "UPGRADE_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test"
@@ -91,14 +100,17 @@ NONDETERMINISM = re.compile(
 )
 
 # Runs an old process on the old tree only: the editable installs of HEAD (their finders and
-# `.pth` paths) are taken out, HEAD-only packages refuse to import, and at exit the process
-# names every module it loaded from outside the old tree and the virtualenv (none is expected).
+# `.pth` paths) are taken out, the old tree's own client packages (`clients/*/src`) come first,
+# HEAD-only packages (named in argv[2]) refuse to import, and at exit the process names every
+# module it loaded from outside the old tree and the virtualenv (none is expected).
 GUARD = r"""
-import atexit, os, runpy, signal, sys
+import atexit, glob, os, runpy, signal, sys
 old_root = os.path.realpath(sys.argv[1])
+head_only = set(filter(None, sys.argv[2].split(",")))
 roots = (old_root, os.path.realpath(sys.prefix), os.path.realpath(sys.base_prefix))
 inside = lambda path: any(os.path.realpath(path).startswith(root + os.sep) for root in roots)
-sys.path[:] = [old_root] + [p for p in sys.path if p and inside(p)]
+clients = sorted(glob.glob(os.path.join(old_root, "clients", "*", "src")))
+sys.path[:] = [old_root, *clients] + [p for p in sys.path if p and inside(p)]
 editable = lambda hook: "__editable__" in getattr(hook, "__module__", "")
 sys.meta_path[:] = [finder for finder in sys.meta_path if not editable(finder)]
 sys.path_hooks[:] = [hook for hook in sys.path_hooks if not editable(hook)]
@@ -106,7 +118,7 @@ sys.path_importer_cache.clear()
 class HeadOnly:
     def find_spec(self, name, path=None, target=None):
         # Top-level packages only HEAD has: importing one would run HEAD's code.
-        if name.partition(".")[0] in ("durable_outbox_temporal", "configuration"):
+        if name.partition(".")[0] in head_only:
             raise ImportError(f"upgrade-guard: {name} is HEAD's, not the old release's")
 sys.meta_path.insert(0, HeadOnly())
 def report():
@@ -120,7 +132,7 @@ atexit.register(report)
 raise_signal = signal.raise_signal
 signal.raise_signal = lambda signum: (report(), raise_signal(signum))
 os.chdir(old_root)
-target, sys.argv = sys.argv[2], sys.argv[2:]
+target, sys.argv = sys.argv[3], sys.argv[3:]
 if target == "-m":
     sys.argv = sys.argv[1:]
     runpy.run_module(sys.argv[0], run_name="__main__", alter_sys=True)
@@ -155,12 +167,33 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def extract_previous_release(into: Path) -> Path:
-    """The previous release's tree, from git (no checkout is touched)."""
-    tree = into / f"durable-outbox-{PREVIOUS_VERSION}"
+@dataclass(frozen=True)
+class Release:
+    """A release to upgrade from: its version and the commit it was cut at."""
+
+    version: str
+    commit: str
+
+
+def releases(changelog: Path = CHANGELOG) -> dict[str, Release]:
+    """Every release the changelog links to a commit, oldest first."""
+    found = {
+        version: Release(version, commit)
+        for version, commit in RELEASE_LINK.findall(changelog.read_text())
+    }
+    return dict(sorted(found.items(), key=lambda item: _semver(item[0])))
+
+
+def _semver(version: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in version.split("."))
+
+
+def extract_release(release: Release, into: Path) -> Path:
+    """A release's tree, from git (no checkout is touched)."""
+    tree = into / f"durable-outbox-{release.version}"
     tree.mkdir(parents=True)
     archive = subprocess.run(
-        ["git", "-C", str(PROJECT_ROOT), "archive", PREVIOUS_RELEASE],
+        ["git", "-C", str(PROJECT_ROOT), "archive", release.commit],
         check=True,
         capture_output=True,
     ).stdout
@@ -168,22 +201,47 @@ def extract_previous_release(into: Path) -> Path:
     return tree
 
 
-def dependencies(pyproject: Path) -> set[str]:
+def client_packages(root: Path) -> dict[str, set[str]]:
+    """The client packages a tree carries (`clients/*`): distribution name -> its importable
+    top-level packages. The old release imports its own from its tree, never HEAD's."""
+    found: dict[str, set[str]] = {}
+    for pyproject in sorted(root.glob("clients/*/pyproject.toml")):
+        name = tomllib.loads(pyproject.read_text())["project"]["name"]
+        src = pyproject.parent / "src"
+        found[name] = {path.name for path in src.iterdir() if (path / "__init__.py").exists()}
+    return found
+
+
+def top_level_packages(root: Path) -> set[str]:
+    """The packages a tree's processes can import from it: its own and its clients'."""
+    own = {path.name for path in root.iterdir() if (path / "__init__.py").exists()}
+    return own.union(*client_packages(root).values())
+
+
+def _distribution(pin: str) -> str:
+    return re.split(r"[\[=<>!~;]", pin, maxsplit=1)[0].strip().lower()
+
+
+def dependencies(pyproject: Path, local: Collection[str] = ()) -> set[str]:
+    """A project's pins, without the packages its own tree carries (`local`)."""
     project = tomllib.loads(pyproject.read_text())["project"]
-    return {pin.replace(" ", "") for pin in project["dependencies"]}
+    return {
+        pin.replace(" ", "") for pin in project["dependencies"] if _distribution(pin) not in local
+    }
 
 
 def old_python(tree: Path, work: Path) -> str:
-    """HEAD's interpreter when its virtualenv holds every pin of the old release; else a
-    virtualenv of the old release's own pins."""
-    missing = dependencies(tree / "pyproject.toml") - dependencies(PROJECT_ROOT / "pyproject.toml")
+    """HEAD's interpreter when its virtualenv holds every pin of the old release (its own client
+    packages aside: they come from its tree); else a virtualenv of the old release's own pins."""
+    local = {name.lower() for name in client_packages(tree)}
+    old_pins = dependencies(tree / "pyproject.toml", local)
+    missing = old_pins - dependencies(PROJECT_ROOT / "pyproject.toml", local)
     if not missing:
         return sys.executable
     print(f"upgrade: the old release pins {sorted(missing)}: a virtualenv of its own", flush=True)
     home = work / "venv-old"
     venv.create(home, with_pip=True)
-    pins = sorted(dependencies(tree / "pyproject.toml"))
-    subprocess.run([str(home / "bin" / "pip"), "install", "--quiet", *pins], check=True)
+    subprocess.run([str(home / "bin" / "pip"), "install", "--quiet", *sorted(old_pins)], check=True)
     return str(home / "bin" / "python")
 
 
@@ -287,7 +345,8 @@ def process_env(database_url: str, temporal: str, config: Path, keys: str) -> di
 
 
 def old_children(python: str, tree: Path, api_port: int) -> list[Child]:
-    guard = [python, "-c", GUARD, str(tree)]
+    head_only = sorted(top_level_packages(PROJECT_ROOT) - top_level_packages(tree))
+    guard = [python, "-c", GUARD, str(tree), ",".join(head_only)]
     return [
         Child("old-worker", [*guard, "worker.py"], lambda: True, ready_line=WORKER_READY_LINE),
         Child(
@@ -732,10 +791,10 @@ async def stack_of(children: list[Child], env: dict[str, str], logs: Path) -> As
         await asyncio.to_thread(stop, children)
 
 
-async def upgrade(work: Path) -> Run:
+async def upgrade(previous: Release, work: Path) -> Run:
     logs = work / "logs"
     began = time.monotonic()
-    tree = extract_previous_release(work)
+    tree = extract_release(previous, work)
     python = old_python(tree, work)
     temporal_port, api_port = free_port(), free_port()
     with fresh_database() as database_url:
@@ -772,20 +831,34 @@ async def upgrade(work: Path) -> Run:
     return run
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
+    known = releases()
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.upgrade",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument(
+        "--from",
+        dest="previous",
+        choices=list(known),
+        default=list(known)[-1],
+        help="the release to upgrade from (default: the newest in CHANGELOG.md)",
+    )
+    previous = known[parser.parse_args(argv).previous]
     work = Path(tempfile.mkdtemp(prefix="outbox-upgrade-"))
-    print(f"upgrade: {PREVIOUS_VERSION} ({PREVIOUS_RELEASE}) -> HEAD in {work}", flush=True)
+    print(f"upgrade: {previous.version} ({previous.commit}) -> HEAD in {work}", flush=True)
     signal.signal(signal.SIGTERM, signal.default_int_handler)
     try:
-        run = asyncio.run(upgrade(work))
+        run = asyncio.run(upgrade(previous, work))
     except (UpgradeFailure, subprocess.CalledProcessError, RuntimeError) as err:
         print(f"upgrade: could not run: {err}", file=sys.stderr)
-        print(f"upgrade from {PREVIOUS_VERSION}: FAIL")
+        print(f"upgrade from {previous.version}: FAIL")
         return 1
     finally:
         keep_logs(work)
     report: dict[str, Any] = {
-        "from": f"{PREVIOUS_VERSION} ({PREVIOUS_RELEASE})",
+        "from": f"{previous.version} ({previous.commit})",
         **{f"timing_{name}": value for name, value in run.timings.items()},
         "in_flight_at_stop": {
             name: run.before[name]
@@ -794,7 +867,7 @@ def main() -> int:
         **run.findings,
         "problems": run.problems,
     }
-    return verdict(f"upgrade from {PREVIOUS_VERSION}", report, run.problems, REPORT_PATH)
+    return verdict(f"upgrade from {previous.version}", report, run.problems, REPORT_PATH)
 
 
 def keep_logs(work: Path) -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import os
 import shutil
@@ -52,7 +53,7 @@ from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Interceptor, Worker
 
 from configuration.settings import SEED_AGGREGATE_TYPES
-from configuration.version import VERSION
+from devstack.archive import MANIFEST
 from devstack.fake_provider import FakeProvider, run_fake_provider
 from devstack.temporal_server import dev_server_extra_args, temporal_cli_path, test_server_path
 from readmodel.db import create_schema, make_engine
@@ -72,25 +73,59 @@ DEV_UI_PORT = _free_port()
 HISTORIES_DIR = Path(__file__).parent / "histories"
 
 
-# The histories this process recorded: a test that finishes several items keeps the last one's
-# under its name, but nothing recorded before this run is ever written over.
-_RECORDED_THIS_RUN: set[Path] = set()
+# The release folders of the archive are sealed by a manifest and closed; what the code not yet
+# released records goes here, and becomes the next release's folder at its cut
+# (docs/how-to/upgrade.md, "Cutting a release").
+UNRELEASED_HISTORIES = "unreleased"
+
+# The workflow type of each history this process recorded: a test that finishes several items
+# keeps the last one's under its name, but one workflow type never hides another's.
+_RECORDED_THIS_RUN: dict[Path, str] = {}
+
+
+def history_workflow_type(history_json: str) -> str:
+    """The workflow type a recorded history (its JSON) is of."""
+    started = json.loads(history_json)["events"][0]
+    return str(started["workflowExecutionStartedEventAttributes"]["workflowType"]["name"])
 
 
 def record_history_file(name: str, history_json: str, archive: Path = HISTORIES_DIR) -> Path:
-    """Write a recorded history into the current release's folder of the archive, never over
-    a file recorded before this run (the archive only grows: docs/how-to/upgrade.md)."""
-    folder = archive / VERSION
+    """Write a recorded history into the archive's `unreleased/` folder, which is re-recorded
+    freely (no deployment runs unreleased code); never into a folder a manifest has sealed."""
+    folder = archive / UNRELEASED_HISTORIES
+    if (folder / MANIFEST).exists():
+        raise PermissionError(
+            f"{folder} is sealed: a sealed folder is a release's and closed; rename it to its"
+            " version (docs/how-to/upgrade.md, 'Cutting a release')"
+        )
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / name
-    if path.exists() and path not in _RECORDED_THIS_RUN:
-        raise FileExistsError(
-            f"{path} is already recorded and the archive is never rewritten: give the new"
-            " recording another name (record_history's suffix)"
+    workflow_type = history_workflow_type(history_json)
+    earlier = _RECORDED_THIS_RUN.get(path, workflow_type)
+    if earlier != workflow_type:
+        raise ValueError(
+            f"{name}: this test recorded a {earlier} history under that name, which its"
+            f" {workflow_type} history would hide: give one of them a suffix (record_history's)"
         )
-    _RECORDED_THIS_RUN.add(path)
+    _RECORDED_THIS_RUN[path] = workflow_type
     path.write_text(history_json)
     return path
+
+
+async def record_history(client: Client, workflow_id: str, suffix: str = "") -> None:
+    """With RECORD_HISTORIES=1, keep the workflow's history for the replay tests
+    (tests/workflows/test_replay.py), under the test's name plus `suffix` (for a second workflow
+    of one test)."""
+    if os.environ.get("RECORD_HISTORIES") != "1":
+        return
+    converter = client.data_converter
+    if isinstance(converter.payload_codec, EncryptionCodec) or converter.external_storage:
+        # Encrypted or claim-checked payloads replay only with the stack's keys and
+        # storage, which the replay tests' plain data converter does not have.
+        return
+    history = await client.get_workflow_handle(workflow_id).fetch_history()
+    test_name = os.environ["PYTEST_CURRENT_TEST"].split("::")[-1].split(" ")[0]
+    record_history_file(f"{test_name}{suffix}.json", history.to_json())
 
 
 # The SDK waits 5 s for a server to start; with the suite's processes starting theirs together
@@ -437,20 +472,8 @@ class Stack:
             await self.record_history(item_id)
 
     async def record_history(self, workflow_id: str, suffix: str = "") -> None:
-        """With RECORD_HISTORIES=1, keep the finished history for the replay tests (under the
-        test's name, plus `suffix` for a second workflow of one test), in the current release's
-        folder of the archive, never over a history archived before this run
-        (tests/workflows/test_replay.py)."""
-        if os.environ.get("RECORD_HISTORIES") != "1":
-            return
-        converter = self.client.data_converter
-        if isinstance(converter.payload_codec, EncryptionCodec) or converter.external_storage:
-            # Encrypted or claim-checked payloads replay only with the stack's keys and
-            # storage, which the replay tests' plain data converter does not have.
-            return
-        history = await self.client.get_workflow_handle(workflow_id).fetch_history()
-        test_name = os.environ["PYTEST_CURRENT_TEST"].split("::")[-1].split(" ")[0]
-        record_history_file(f"{test_name}{suffix}.json", history.to_json())
+        """`record_history` through this stack's client."""
+        await record_history(self.client, workflow_id, suffix)
 
     async def failure(self, item_id: str, *, skip_time: bool = True) -> ApplicationError:
         """Wait for the item to fail; returns the workflow's ApplicationError."""

@@ -1,8 +1,10 @@
 """The destination flow workflow's circuit on the dev server (queue config is real): a failing
 report pauses the submit queue with the circuit's reason, probes go at intervals, the circuit
 closes on a probe that succeeds and the queue gets back the run-time rate it had; a pause by
-hand is left alone; a destination failing past `disable_after_s` is disabled
-(`workflows/destination_flow.py`, `activities/flow.py`, `flowcontrol/disable.py`).
+hand is left alone; a destination failing past `disable_after_s` is disabled; an adaptive
+destination's congested submits lower its rate (`workflows/destination_flow.py`,
+`activities/flow.py`, `flowcontrol/disable.py`, `flowcontrol/adaptive.py`). Each test records its
+flow's history for the replay archive (`RECORD_HISTORIES=1`).
 
 The probe here is a stand-in activity on the poll queue whose answers the test chooses; the
 providers' real probes run in `tests/api/test_breaker.py`."""
@@ -15,15 +17,18 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
+import pytest
 import pytest_asyncio
 from durable_outbox_temporal.contract.flow import (
     FAILING_SIGNAL,
     FLOW_QUERY,
     FLOW_WORKFLOW_TYPE,
     PROBE_ACTIVITY,
+    SUBMIT_OUTCOMES_SIGNAL,
     Failing,
     FlowState,
     ProbeResult,
+    SubmitOutcomes,
 )
 from temporalio import activity
 from temporalio.client import Client, WorkflowQueryFailedError
@@ -33,7 +38,7 @@ from temporalio.worker import Worker
 
 from activities.flow import apply_flow_rate
 from flowcontrol.queue_rates import pause_queue, read_queue_rate, set_queue_rate
-from tests.conftest import unique_name
+from tests.conftest import record_history, unique_name
 from workflows.destination_flow import DestinationFlowWorkflow
 
 
@@ -93,10 +98,45 @@ class Flow:
             start_signal_args=[seen],
         )
 
+    async def report_outcomes(self, *, ok: int, congested: int) -> None:
+        """One worker's submit outcomes over an interval, as an adaptive destination's submits
+        report them (`flowcontrol.guard`): the flow starts with them."""
+        outcomes = SubmitOutcomes(
+            destination=self.destination,
+            task_queue=self.submit_queue,
+            ok=ok,
+            slow=0,
+            congested=congested,
+            seen_at=datetime.now(UTC),
+            configured_rate=4.0,
+            floor=1.0,
+            ceiling=4.0,
+            latency_target_s=1.0,
+            interval_s=0.3,
+        )
+        await self.client.start_workflow(
+            FLOW_WORKFLOW_TYPE,
+            FlowState(
+                destination=self.destination,
+                task_queue=self.submit_queue,
+                configured_rate=4.0,
+                ramp_step_s=1.0,
+                storm_window_s=30.0,
+            ),
+            id=f"flow/{self.destination}",
+            task_queue=self.workflow_queue,
+            start_signal=SUBMIT_OUTCOMES_SIGNAL,
+            start_signal_args=[outcomes],
+        )
+
     async def state(self) -> FlowState:
         handle = self.client.get_workflow_handle(f"flow/{self.destination}")
         found: FlowState = await handle.query(FLOW_QUERY, result_type=FlowState)
         return found
+
+    async def record(self) -> None:
+        """The flow's history so far, for the replay archive (the flow lingers: it is open)."""
+        await record_history(self.client, f"flow/{self.destination}", "_flow")
 
 
 @pytest_asyncio.fixture(loop_scope="session")
@@ -155,6 +195,7 @@ async def test_the_circuit_opens_probes_and_closes_back_to_the_run_time_rate(flo
     assert flow.probes.sent == 6 and state.probes_failed == 3
     kinds = [event.kind for event in state.events]
     assert kinds == ["opened", "probe_failed", "probe_failed", "probe_failed", "closed"], kinds
+    await flow.record()
 
 
 async def test_a_pause_by_hand_stays_through_the_circuit(flow: Flow) -> None:
@@ -181,6 +222,7 @@ async def test_a_pause_by_hand_stays_through_the_circuit(flow: Flow) -> None:
     assert after.paused and after.pause_reason == "maintenance"
     kinds = [event.kind for event in (await flow.state()).events]
     assert kinds == ["opened", "closed"], kinds
+    await flow.record()
 
 
 async def test_a_circuit_open_past_disable_after_disables_the_destination(flow: Flow) -> None:
@@ -205,3 +247,24 @@ async def test_a_circuit_open_past_disable_after_disables_the_destination(flow: 
     kinds = [event.kind for event in state.events]
     assert kinds[0] == "opened" and kinds[-1] == "disabled", kinds
     assert set(kinds[1:-1]) <= {"probe_failed"}, kinds
+    await flow.record()
+
+
+async def test_congested_submits_lower_an_adaptive_rate_on_the_server(flow: Flow) -> None:
+    client = flow.client
+    # Submits that met only congestion, and none answered: the rate falls to MAX_DECREASE of
+    # the configured 4/s (`flowcontrol.adaptive`), after the flow adopted the rate in force.
+    await flow.report_outcomes(ok=0, congested=5)
+
+    async def lowered() -> bool:
+        adaptive = (await flow.state()).adaptive
+        return adaptive is not None and bool(adaptive.history)
+
+    await until(lowered)
+    state = await flow.state()
+    assert state.adaptive is not None and state.adaptive.adopted
+    [point] = state.adaptive.history
+    assert point.rate == pytest.approx(2.8) and "5 congested" in point.reason
+    now = await read_queue_rate(client, flow.submit_queue)
+    assert not now.paused and now.rate == pytest.approx(2.8) and now.source == "api"
+    await flow.record()

@@ -1,12 +1,12 @@
 """Replay the archive of recorded histories: a change that makes a workflow non-deterministic
-against any release's histories fails here.
+against any release's histories, or against those the code not yet released recorded, fails here.
 
 The archive keeps one folder per release, `tests/histories/<version>/`, sealed by a `SHA256SUMS`
-manifest once released and never rewritten (`tests/test_history_archive.py` holds it so): the
-live workflows of a release are exactly the histories its code recorded, so HEAD replays them all.
-The lifecycle tests record new ones into the current version's folder with
-`RECORD_HISTORIES=1 make test` (never over an existing file); `docs/how-to/upgrade.md` says when
-to record and seal.
+manifest and closed (`tests/test_history_archive.py` holds it so): the live workflows of a
+release are exactly the histories its code recorded, so HEAD replays them all. The tests record
+into `tests/histories/unreleased/` with `RECORD_HISTORIES=1` (re-recorded freely: no deployment
+runs unreleased code), which HEAD replays too and which a release cut renames to the version;
+`docs/how-to/upgrade.md` says when to record and seal.
 """
 
 from __future__ import annotations
@@ -18,8 +18,14 @@ import pytest
 import pytest_asyncio
 from temporalio.client import WorkflowHistory
 from temporalio.worker import Replayer
+from temporalio.workflow import _Definition
 
-from tests.conftest import HISTORIES_DIR, SEED_TYPES
+from tests.conftest import (
+    HISTORIES_DIR,
+    SEED_TYPES,
+    UNRELEASED_HISTORIES,
+    history_workflow_type,
+)
 from worker import WORKFLOWS
 from workflows.aggregate_types import host
 
@@ -27,17 +33,28 @@ from workflows.aggregate_types import host
 # anything older must first let them close (docs/how-to/upgrade.md). Raising it is how a
 # `workflow.patched` branch becomes removable; the older folders stay in the archive.
 OLDEST_OPEN_RELEASE = (0, 1, 0)
-HISTORIES = sorted(
-    path
-    for path in HISTORIES_DIR.glob("*/*.json")
-    if tuple(int(part) for part in path.parent.name.split(".")) >= OLDEST_OPEN_RELEASE
-)
+
+
+def _replayed(folder: Path) -> bool:
+    if folder.name == UNRELEASED_HISTORIES:
+        return True
+    return tuple(int(part) for part in folder.name.split(".")) >= OLDEST_OPEN_RELEASE
+
+
+HISTORIES = sorted(path for path in HISTORIES_DIR.glob("*/*.json") if _replayed(path.parent))
 
 
 def test_histories_are_recorded() -> None:
     releases = {path.parent.name for path in HISTORIES}
     assert "0.1.0" in releases, "the first release's histories are the archive's floor"
     assert len(HISTORIES) >= 70
+
+
+def test_every_workflow_type_has_histories_to_replay() -> None:
+    recorded = {history_workflow_type(path.read_text()) for path in HISTORIES}
+    hosted = {str(_Definition.must_from_class(workflow).name) for workflow in WORKFLOWS}
+    missing = sorted(hosted - recorded)
+    assert not missing, f"no history of {missing}: a test of each records one (record_history)"
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="session")
