@@ -13,27 +13,19 @@ import argparse
 import asyncio
 import logging
 import signal
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from contextlib import AsyncExitStack
 from datetime import timedelta
 from typing import Any
 
 import httpx
-from durable_outbox_temporal import OutboxClient, connect
+from durable_outbox_temporal import OutboxClient
 from durable_outbox_temporal.aggregates import AggregateClient
-from durable_outbox_temporal.codec import EncryptionCodec, codec_from_environment, data_converter
-from durable_outbox_temporal.connection import (
-    missing_search_attributes,
-    missing_search_attributes_message,
-)
-from durable_outbox_temporal.contract.sealed_columns import seal_with
+from durable_outbox_temporal.codec import codec_from_environment
 from durable_outbox_temporal.destinations import Destination, DestinationRegistry
 from durable_outbox_temporal.tracing import configure_tracing
-from opentelemetry.instrumentation.httpx import HTTPXClientInstrumentor
 from sqlalchemy import Engine
-from sqlalchemy.exc import DBAPIError
 from temporalio.client import Client
-from temporalio.runtime import PrometheusConfig, Runtime, TelemetryConfig
 from temporalio.worker import (
     Interceptor,
     PollerBehaviorAutoscaling,
@@ -46,6 +38,7 @@ from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 from activities.aggregate_store import AggregateStoreActivities
 from activities.debounce import DebounceActivities
 from activities.delivery import DeliveryActivities
+from activities.delivery_projection import LeftToWorkflow, ProjectedHere, TransitionProjection
 from activities.effects import EffectActivities
 from activities.erasure import EraseActivities
 from activities.flow import apply_flow_rate
@@ -57,35 +50,29 @@ from activities.purge import PurgeActivities
 from activities.redrive import RedriveActivities
 from activities.replay import ReplayActivities
 from activities.reseal import ResealActivities
-from activities.retention import RetentionActivities
+from activities.retention import RetentionActivities, ensure_retention_schedule
 from activities.schedules import ScheduleActivities
-from configuration.destinations import load_destinations
-from configuration.production import (
-    InsecureConfiguration,
-    open_payloads,
-    public_credentials,
-    refuse_open_production,
+from activities.worker_startup import (
+    WorkerDatabases,
+    connect_worker,
+    open_provider_client,
+    open_read_model,
+    refuse_an_open_production,
+    served_destinations,
+    worker_runtime,
 )
+from configuration.destinations import load_destinations
 from configuration.providers import HttpProviderSettings
 from configuration.redaction import install_log_redaction
 from configuration.settings import Settings, get_settings
-from configuration.version import VERSION
 from flowcontrol.guard import FlowGuard
 from readmodel import attempts
-from readmodel.db import (
-    SchemaNewerThanCode,
-    create_schema,
-    make_engine,
-    schema_not_at_head,
-    verify_schema,
-)
-from readmodel.payload_store import claim_checks, prune_forever
+from readmodel.payload_store import prune_forever
 from readmodel.writer import ProjectionWriter
 from service.aggregate_types import AggregateTypeError, AggregateTypes, load_aggregate_types
 from service.items import ItemService
 from service.projectors import start_projectors
 from service.relay import Relay
-from service.retention import ensure_retention_schedule
 from workflows.aggregate import AggregateWorkflow
 from workflows.aggregate_types import host
 from workflows.bulk_shard import BulkShardWorkflow
@@ -171,15 +158,16 @@ def build_workers(
         registry or DestinationRegistry({d.name: d for d in destinations}),
         workflow_task_queue,
     )
-    # One group-commit writer for every projection this process writes. Only a process that
-    # runs workflows has the read model: an activities-only worker's submits and polls leave
-    # their transitions to the workflow's local activity.
-    writer = None
+    # Only a process that runs workflows has the read model: an activities-only worker's
+    # submits and polls leave their transitions to the workflow's local activity.
+    projection: TransitionProjection = LeftToWorkflow()
     workers: list[Worker] = []
     if run_workflows:
         if engine is None:
             raise ValueError("the workflow worker needs the read-model engine for projections")
+        # One group-commit writer for every projection this process writes.
         writer = ProjectionWriter(engine)
+        projection = ProjectedHere(writer)
         types = aggregate_types or load_aggregate_types(get_settings().aggregate_types)
         host(types.definitions)
         workers += [
@@ -214,7 +202,7 @@ def build_workers(
         events_task_queue=operations_task_queue,
     )
     providers = {d.name: build_provider(d, http_client) for d in destinations}
-    delivery = DeliveryActivities(providers, guard, writer)
+    delivery = DeliveryActivities(providers, guard, projection)
     workers += delivery_workers(
         client, delivery, destinations, interceptors=interceptors, shutdown_grace=grace
     )
@@ -359,15 +347,6 @@ def delivery_workers(
     return workers
 
 
-def worker_runtime(metrics_address: str | None) -> Runtime | None:
-    """The SDK runtime exporting Temporal's worker metrics (task latencies, slots, polls) for
-    Prometheus at `metrics_address` `/metrics`; None: the default runtime, no export."""
-    if not metrics_address:
-        return None
-    metrics = PrometheusConfig(bind_address=metrics_address)
-    return Runtime(telemetry=TelemetryConfig(metrics=metrics))
-
-
 async def run_worker(
     settings: Settings,
     only_destinations: list[str] | None,
@@ -380,60 +359,26 @@ async def run_worker(
         aggregate_types = load_aggregate_types(settings.aggregate_types)
     except AggregateTypeError as err:
         raise SystemExit(str(err)) from err
-    destinations = list(registry)
-    if only_destinations is not None:
-        unknown = sorted(set(only_destinations) - set(registry.names))
-        if unknown:
-            raise SystemExit(f"unknown destinations: {', '.join(unknown)}")
-        destinations = [d for d in destinations if d.name in only_destinations]
+    destinations = served_destinations(registry, only_destinations)
     codec = codec_from_environment()
     refuse_an_open_production(settings, codec, destinations)
-    engine = None
-    if run_workflows:
-        engine = make_engine(settings.database_url)
-        try:
-            create_schema(engine, aggregate_types.migrations)
-        except SchemaNewerThanCode as err:
-            raise SystemExit(f"durable-outbox {VERSION} refuses to start: {err}") from None
+    migrations = aggregate_types.migrations
+    read_model = open_read_model(settings, migrations) if run_workflows else None
     runtime = worker_runtime(settings.worker_metrics_address)
     tracing = configure_tracing("durable-outbox-worker")
-    # Claim checks read and write the database every process shares (DATABASE_URL): an
-    # activities-only worker needs it too, to read a large payload its submit carries.
-    storage_engine = engine
-    if storage_engine is None and settings.claim_check_bytes > 0:
-        storage_engine = make_engine(settings.database_url)
-    # Caps and quotas count in that database too (`flowcontrol/caps.py`), and the flow rules
-    # changed at run time are read from it (`readmodel.flow_overrides`).
-    ledger_engine = engine or storage_engine or make_engine(settings.database_url)
-    if engine is None:
-        _refuse_a_newer_schema(ledger_engine, aggregate_types)
-    for database in (engine, storage_engine, ledger_engine):
-        if database is not None:
-            # The read model's columns of a caller's data are sealed under the payload keys.
-            seal_with(database, None if codec is None else codec.value_keys())
-    converter = data_converter(codec, claim_checks(storage_engine, settings.claim_check_bytes))
-    client = await connect(runtime=runtime, data_converter=converter)
-    missing = await missing_search_attributes(client)
-    if missing:
-        # Every item's start would be refused: say why now, not at the first enqueue.
-        log.error("%s", missing_search_attributes_message(missing))
+    databases = WorkerDatabases.open(settings, read_model, migrations, codec)
+    client = await connect_worker(settings, runtime, codec, databases.storage)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
     async with AsyncExitStack() as stack:
-        connections = settings.provider_max_connections
-        limits = httpx.Limits(max_connections=connections, max_keepalive_connections=connections)
-        http_client = await stack.enter_async_context(httpx.AsyncClient(limits=limits))
-        if tracing:
-            # Provider requests as spans under their activity, with `traceparent` sent on.
-            HTTPXClientInstrumentor.instrument_client(http_client)
         workers = build_workers(
             client,
             destinations=destinations,
-            http_client=http_client,
-            engine=engine,
-            ledger_engine=ledger_engine,
+            http_client=await open_provider_client(stack, settings, tracing),
+            engine=read_model,
+            ledger_engine=databases.ledger,
             workflow_task_queue=settings.workflow_task_queue,
             run_workflows=run_workflows,
             operations_task_queue=settings.operations_task_queue,
@@ -445,36 +390,9 @@ async def run_worker(
         )
         for worker in workers:
             await stack.enter_async_context(worker)
-        if run_workflows and settings.relay_enabled and engine is not None:
-            # The transactional outbox's relay runs beside the workers (several processes'
-            # relays share the rows safely on PostgreSQL).
-            relay = Relay(
-                OutboxClient(client, registry, settings.workflow_task_queue),
-                engine,
-                poll_interval_s=settings.relay_poll_interval_s,
-                retention=timedelta(seconds=settings.relay_retention_s),
-                max_attempts=settings.relay_max_attempts,
-            )
-            relay_task = asyncio.create_task(relay.run())
-            stack.callback(relay_task.cancel)
-        if run_workflows and engine is not None and settings.claim_check_bytes > 0:
-            # Claim-check blobs whose workflow Temporal no longer has are removed hourly.
-            pruner = asyncio.create_task(prune_forever(engine, client))
-            stack.callback(pruner.cancel)
-        if run_workflows:
-            # Every workflow worker makes sure the retention schedule is there, as configured.
-            await ensure_retention_schedule(
-                client,
-                settings.workflow_task_queue,
-                settings.operations_task_queue,
-                timedelta(seconds=settings.retention_interval_s),
-            )
-            # Every workflow worker makes sure each async projector has its one runner.
-            await start_projectors(
-                client,
-                settings.workflow_task_queue,
-                settings.operations_task_queue,
-                aggregate_types.projectors,
+        if read_model is not None:
+            await start_beside_workflows(
+                stack, client, settings, registry, read_model, aggregate_types
             )
         log.info(
             "worker ready: %s; destinations: %s",
@@ -492,39 +410,52 @@ async def run_worker(
         # All at once, so the whole process drains within one grace, not one per worker.
         await asyncio.gather(*(worker.shutdown() for worker in workers))
         await attempts.flush_all()
-    if storage_engine is not None:
-        storage_engine.dispose()
+    if databases.storage is not None:
+        databases.storage.dispose()
 
 
-def refuse_an_open_production(
-    settings: Settings, codec: EncryptionCodec | None, destinations: Sequence[Destination]
+async def start_beside_workflows(
+    stack: AsyncExitStack,
+    client: Client,
+    settings: Settings,
+    registry: DestinationRegistry,
+    read_model: Engine,
+    aggregate_types: AggregateTypes,
 ) -> None:
-    """As the API: a production worker does not start with plain payloads or a published
-    credential for a destination it serves unless `ALLOW_INSECURE`; otherwise it says what is
-    open."""
-    reasons = open_payloads(codec) + public_credentials(destinations)
-    try:
-        refuse_open_production("worker", settings, reasons)
-    except InsecureConfiguration as err:
-        raise SystemExit(str(err)) from None
-    for reason in reasons:
-        log.warning("INSECURE: %s", reason)
+    """What every worker that runs workflows starts beside its workers: the transactional
+    outbox's relay and the claim-check pruner, until `stack` closes, and (as configured) the
+    retention schedule and each async projector's runner."""
+    if settings.relay_enabled:
+        # Several processes' relays share the rows safely on PostgreSQL.
+        relay = Relay(
+            OutboxClient(client, registry, settings.workflow_task_queue),
+            read_model,
+            poll_interval_s=settings.relay_poll_interval_s,
+            retention=timedelta(seconds=settings.relay_retention_s),
+            max_attempts=settings.relay_max_attempts,
+        )
+        _run_beside(stack, relay.run())
+    if settings.claim_check_bytes > 0:
+        # Claim-check blobs whose workflow Temporal no longer has are removed hourly.
+        _run_beside(stack, prune_forever(read_model, client))
+    await ensure_retention_schedule(
+        client,
+        settings.workflow_task_queue,
+        settings.operations_task_queue,
+        timedelta(seconds=settings.retention_interval_s),
+    )
+    await start_projectors(
+        client,
+        settings.workflow_task_queue,
+        settings.operations_task_queue,
+        aggregate_types.projectors,
+    )
 
 
-def _refuse_a_newer_schema(engine: Engine, aggregate_types: AggregateTypes) -> None:
-    """An activities-only worker migrates nothing, but must not run on a schema it predates, and
-    says (as `/readyz` does) when the schema is behind it."""
-    try:
-        verify_schema(engine, aggregate_types.migrations)
-        behind = schema_not_at_head(engine, aggregate_types.migrations)
-    except SchemaNewerThanCode as err:
-        raise SystemExit(f"durable-outbox {VERSION} refuses to start: {err}") from None
-    except DBAPIError as err:
-        # As before: the database may come up after the worker; its activities retry.
-        log.warning("read model unreachable at start-up (%s); continuing", type(err).__name__)
-        return
-    if behind:
-        log.error("%s", behind)
+def _run_beside(stack: AsyncExitStack, service: Coroutine[Any, Any, None]) -> None:
+    """Run `service` as a task of its own, cancelled when `stack` closes."""
+    task = asyncio.create_task(service)
+    stack.callback(task.cancel)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -12,13 +12,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import time
 from collections.abc import AsyncIterator, Awaitable, Mapping
-from datetime import UTC, datetime, timedelta
-from typing import Any, TypeVar
+from datetime import UTC, datetime
+from typing import TypeVar
 
-from durable_outbox_temporal.contract import transitions
 from durable_outbox_temporal.contract.flow import PROBE_ACTIVITY, ProbeResult
 from durable_outbox_temporal.contract.ids import poll_task_queue, submit_task_queue
 from durable_outbox_temporal.contract.item import (
@@ -31,7 +29,6 @@ from durable_outbox_temporal.contract.item import (
     PollOutcome,
     PollRequest,
     PollResult,
-    ProjectionContext,
     SubmitOutcome,
     SubmitRequest,
     SubmitResult,
@@ -39,6 +36,7 @@ from durable_outbox_temporal.contract.item import (
 from temporalio import activity
 from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
 
+from activities.delivery_projection import TransitionProjection
 from activities.providers.base import (
     EndpointGoneError,
     PermanentProviderError,
@@ -48,8 +46,6 @@ from activities.providers.base import (
 from flowcontrol.breaker import is_failure
 from flowcontrol.guard import FlowGuard
 from flowcontrol.queue_rates import pause_queues_not_paused
-from readmodel.store import last_event_seq
-from readmodel.writer import ProjectionWriter
 
 Result = TypeVar("Result", SubmitResult, PollResult)
 
@@ -58,20 +54,20 @@ class DeliveryActivities:
     """Submit/poll activities over a fixed set of providers, one per destination name, each
     request through `guard` (pacing, throttle, breaker, caps and quotas, the attempt log).
 
-    With a `writer` (a worker that has the read model), a request that carries its item's
-    `projection` context gets its transition projected here, in the step that already did I/O:
-    the result's `projected_at` tells the workflow so, and the time to apply it at. Without one,
-    or when the write fails, the workflow projects the transition itself."""
+    A request that carries its item's `projection` context gets its transition projected by
+    `projection` (`activities.delivery_projection`): here, in the step that already did I/O, by
+    a worker that has the read model, the result's `projected_at` telling the workflow so and
+    the time to apply it at; else, or when the write fails, by the workflow itself."""
 
     def __init__(
         self,
         providers: Mapping[str, Provider],
         guard: FlowGuard,
-        writer: ProjectionWriter | None = None,
+        projection: TransitionProjection,
     ) -> None:
         self._providers = dict(providers)
         self._guard = guard
-        self._writer = writer
+        self._projection = projection
 
     @activity.defn(name=SUBMIT_ACTIVITY)
     async def submit_item(self, request: SubmitRequest) -> SubmitResult:
@@ -81,13 +77,9 @@ class DeliveryActivities:
         async with self._guard.submit(request), _typed_errors(request.destination):
             result = await provider.submit(request)
         if request.projection is not None:
-            context, at = request.projection, _server_now(began)
-            renumbered = await self._follow_earlier_attempt(request.item_id, context)
-            transitions.apply_submit_result(context.item, context.state, result, at)
-            if renumbered:
-                result.projected_seq = context.state.last_event_seq
-            if await self._project(request.item_id, context, request.payload):
-                result.projected_at = at
+            await self._projection.submitted(
+                request.item_id, request.projection, request.payload, result, began
+            )
         if request.first_poll_after_s is not None and _poll_follows(result, request):
             result.first_poll = await self._first_poll(request, result, began)
         return result
@@ -119,13 +111,7 @@ class DeliveryActivities:
         async with self._guard.poll(request, paced=paced), _typed_errors(request.destination):
             result = await provider.poll(request)
         if request.projection is not None:
-            context, at = request.projection, _server_now(began)
-            renumbered = await self._follow_earlier_attempt(request.item_id, context)
-            applied = transitions.apply_poll_result(context.item, context.state, result, at)
-            if applied and renumbered:
-                result.projected_seq = context.state.last_event_seq
-            if applied and await self._project(request.item_id, context, None):
-                result.projected_at = at
+            await self._projection.polled(request.item_id, request.projection, result, began)
         return result
 
     async def _first_poll(
@@ -197,39 +183,6 @@ class DeliveryActivities:
         )
         return [PollOutcome(result, *failure) for result, failure in outcomes]
 
-    async def _follow_earlier_attempt(self, item_id: str, context: ProjectionContext) -> bool:
-        """On a retry, number this attempt's events after any an earlier attempt wrote; whether
-        that moved them.
-
-        An attempt killed after it wrote its outcome's events and before it reported them leaves
-        those rows behind, and the retry's provider answer may differ (a poll that saw Running,
-        then Succeeded). Rows are idempotent by (item, seq), so a retry that reused the numbers
-        would be dropped and the read model would never see the item end."""
-        if self._writer is None or activity.info().attempt == 1:
-            return False
-        written = await self._writer.run(functools.partial(last_event_seq, item_id=item_id))
-        if written is None or written <= context.state.last_event_seq:
-            return False
-        context.state.last_event_seq = written
-        return True
-
-    async def _project(
-        self, item_id: str, context: ProjectionContext, payload: dict[str, Any] | None
-    ) -> bool:
-        """Write the context's pending events; whether they were written. A failed write is
-        the workflow's to retry (its local activity), never a reason to submit again."""
-        if self._writer is None:
-            return False
-        if payload is None and transitions.starts_item(context.state.events):
-            return False  # the generation's first row needs the payload this request lacks
-        projection = transitions.projection(item_id, context.item, context.state, payload)
-        try:
-            await self._writer.write(projection)
-        except Exception as err:
-            activity.logger.warning("projection of %s left to the workflow: %s", item_id, err)
-            return False
-        return True
-
     def _provider(self, destination: str) -> Provider:
         provider = self._providers.get(destination)
         if provider is None:
@@ -263,13 +216,6 @@ async def _outcome(call: Awaitable[Result]) -> tuple[Result | None, _Failure]:
         # What a single request's activity would have failed with, retried by Temporal: here
         # a transient failure of this item's request only.
         return None, (ItemErrorType.TRANSIENT, f"{type(err).__name__}: {err}", None)
-
-
-def _server_now(began: float) -> datetime:
-    """Now on the Temporal server's clock, which the workflow's `workflow.now()` reads too: when
-    the server started this attempt, plus how long it has run here. (The worker's own clock may
-    differ from the server's; the time-skipping test server's differs by design.)"""
-    return activity.info().started_time + timedelta(seconds=time.monotonic() - began)
 
 
 def _poll_follows(accepted: SubmitResult, request: SubmitRequest) -> bool:

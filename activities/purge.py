@@ -99,7 +99,9 @@ class PurgeActivities:
         self, outbox: str, destination: str | None
     ) -> Sequence[OutboxItemView]:
         names = [
-            d.name for d in self.client.destinations if d.is_bulk and destination in (None, d.name)
+            d.name
+            for d in self.client.destinations.bulk_destinations()
+            if destination in (None, d.name)
         ]
         found: list[OutboxItemView] = []
         for name in names:

@@ -1,24 +1,85 @@
-"""Retention: the operations worker's side of a `Retention` run (`workflows/retention.py`): the
-rules from the worker's destinations, and one page of pruning at a time (`readmodel.retention`)."""
+"""Retention, the worker's side of it: the schedule that starts a `Retention` run
+(`workflows/retention.py`) every interval, created (or brought up to date) by each worker that
+runs workflows, and the operations worker's activities a run calls: the rules from the worker's
+destinations, and one page of pruning at a time (`readmodel.retention`).
+
+A Schedule rather than a timer loop in the worker: its runs are visible in the Web UI (paused,
+triggered, their history), one run at a time whatever the number of workers (overlap: skip),
+and a worker down at a fire time misses nothing the next run does not catch up.
+"""
 
 from __future__ import annotations
 
 import asyncio
+from datetime import timedelta
 
+from durable_outbox_temporal.client import RPC_TIMEOUT
 from durable_outbox_temporal.contract.retention import (
     PRUNE_PAGE_ACTIVITY,
     RETENTION_PLAN_ACTIVITY,
+    RETENTION_WORKFLOW_TYPE,
     PrunePageRequest,
     PrunePageResult,
+    RetentionInput,
     RetentionPlan,
     RetentionPlanRequest,
     RetentionRule,
+    retention_schedule_id,
+    retention_workflow_id,
 )
 from durable_outbox_temporal.destinations import DestinationRegistry
 from sqlalchemy import Engine
 from temporalio import activity
+from temporalio.client import (
+    Client,
+    Schedule,
+    ScheduleActionStartWorkflow,
+    ScheduleAlreadyRunningError,
+    ScheduleIntervalSpec,
+    ScheduleOverlapPolicy,
+    SchedulePolicy,
+    ScheduleSpec,
+    ScheduleUpdate,
+    ScheduleUpdateInput,
+)
 
 from readmodel.retention import prune_payloads, prune_rows
+
+
+def retention_schedule(
+    workflow_task_queue: str, operations_task_queue: str, every: timedelta
+) -> Schedule:
+    """The schedule's definition: a run every `every`, never two at once."""
+    return Schedule(
+        action=ScheduleActionStartWorkflow(
+            RETENTION_WORKFLOW_TYPE,
+            RetentionInput(operations_task_queue),
+            id=retention_workflow_id(workflow_task_queue),
+            task_queue=workflow_task_queue,
+            static_summary="Prune ended items' payloads and rows past their retention",
+        ),
+        spec=ScheduleSpec(intervals=[ScheduleIntervalSpec(every=every)]),
+        policy=SchedulePolicy(overlap=ScheduleOverlapPolicy.SKIP),
+    )
+
+
+async def ensure_retention_schedule(
+    client: Client, workflow_task_queue: str, operations_task_queue: str, every: timedelta
+) -> str:
+    """Create the retention schedule, or update its action and interval to this worker's (a
+    pause an operator set stays); its id."""
+    schedule_id = retention_schedule_id(workflow_task_queue)
+    schedule = retention_schedule(workflow_task_queue, operations_task_queue, every)
+    try:
+        await client.create_schedule(schedule_id, schedule, rpc_timeout=RPC_TIMEOUT)
+    except ScheduleAlreadyRunningError:
+
+        def keep_state(update: ScheduleUpdateInput) -> ScheduleUpdate:
+            schedule.state = update.description.schedule.state
+            return ScheduleUpdate(schedule=schedule)
+
+        await client.get_schedule_handle(schedule_id).update(keep_state, rpc_timeout=RPC_TIMEOUT)
+    return schedule_id
 
 
 class RetentionActivities:
@@ -52,7 +113,11 @@ class RetentionActivities:
     async def prune_page(self, request: PrunePageRequest) -> PrunePageResult:
         """One page of the rule's phase: payloads, or rows."""
         prune = prune_payloads if request.phase == "payloads" else prune_rows
-        pruned = await asyncio.to_thread(
-            prune, self.engine, request.rule, request.ended_before, request.limit
+        return await asyncio.to_thread(
+            prune,
+            self.engine,
+            request.rule,
+            request.ended_before,
+            request.limit,
+            after=request.after,
         )
-        return PrunePageResult(pruned=pruned, more=pruned == request.limit)

@@ -26,7 +26,12 @@ from typing import Any
 
 import httpx
 from durable_outbox_temporal.contract.ids import item_workflow_id
-from durable_outbox_temporal.contract.retention import PRUNE_PAGE_SIZE, RetentionRule
+from durable_outbox_temporal.contract.retention import (
+    PRUNE_PAGE_SIZE,
+    PruneCursor,
+    PrunePageResult,
+    RetentionRule,
+)
 from durable_outbox_temporal.destinations import Destination, DestinationRegistry
 from sqlalchemy import Engine, insert, text
 
@@ -146,9 +151,12 @@ async def gets_while(
 
 
 async def phase(
-    http: httpx.AsyncClient, keys: list[str], prune: Callable[[], int]
+    http: httpx.AsyncClient,
+    keys: list[str],
+    prune: Callable[[PruneCursor | None], PrunePageResult],
 ) -> dict[str, Any]:
-    """Run `prune` page after page on a thread until it prunes nothing, GETs alongside."""
+    """Run `prune` page after page on a thread, each after the last (as the `Retention`
+    workflow does), until a page says there is no more, GETs alongside."""
     pruned = 0
     pages = 0
     done = threading.Event()
@@ -156,9 +164,12 @@ async def phase(
     def work() -> None:
         nonlocal pruned, pages
         try:
-            while count := prune():
-                pruned += count
+            after, more = None, True
+            while more:
+                page = prune(after)
+                pruned += page.pruned
                 pages += 1
+                after, more = page.last, page.more
         finally:
             done.set()
 
@@ -206,10 +217,14 @@ async def measure(engine: Engine, items: int, kept: int, page: int) -> dict[str,
             payloads = await phase(
                 http,
                 kept_keys,
-                lambda: prune_payloads(engine, RULE, now - timedelta(days=7), page),
+                lambda after: prune_payloads(
+                    engine, RULE, now - timedelta(days=7), page, after=after
+                ),
             )
             rows_ = await phase(
-                http, kept_keys, lambda: prune_rows(engine, RULE, now - timedelta(days=14), page)
+                http,
+                kept_keys,
+                lambda after: prune_rows(engine, RULE, now - timedelta(days=14), page, after=after),
             )
     return {
         "items": items,

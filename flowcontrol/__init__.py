@@ -15,6 +15,10 @@
   timeouts, connection errors) tells the destination's flow workflow, which pauses the submit
   queue, probes the destination at intervals and resumes the queue when probes succeed; items
   wait without spending attempts. The flow can tell an operator's webhook (`events_destination`).
+- **Adaptive rate** (`adaptive`): with `adaptive = true`, each worker process counts its submits'
+  outcomes and the destination's flow workflow moves the submit queue's rate on the server
+  between a floor and a ceiling: down on congestion or slow answers, up in small steps near
+  where congestion began, so the rate follows a provider's limit it was never told.
 - **Endpoint disable** (`disable`): a destination that has failed for `disable_after_s` (3 days,
   its circuit open or its submits all failing between probes) is disabled by its flow workflow:
   its submit queue stays paused until an operator re-enables it; items wait, none is lost.
@@ -35,8 +39,10 @@
 - **The guard** (`guard`): one `FlowGuard` per worker process, built from the destinations'
   policies (`FlowGuard.for_destinations`), which every submit and poll activity goes through:
   before the request the throttle's pause, pacing and priority, caps and quotas; after it the
-  attempt log, and a submit's outcome counted by the throttle and the breaker. A rule that does
-  not apply to a destination lets its requests straight through.
+  attempt log, and a submit's outcome counted by the throttle, the breaker and the adaptive
+  rate. A rule that does not apply to a destination lets its requests straight through; a
+  process without the read model's database gets rules that count nothing there
+  (`caps.NoCapsGate`, `guard.NoAttemptLog`), never a missing one.
 
 - **Why is it waiting?** (`waiting`): a queued item's `GET` names what holds it (its own
   timers, its lane, its destination's pause, throttle or open circuit, else its turn at the

@@ -25,6 +25,7 @@ records a submit in its quota windows, just before the request, and gives the pe
 after it. Waiting happens there, within the activity, for as long as its timeout leaves room
 for the request itself; past that the request is held (`Held`): its item waits and asks again
 without spending an attempt, and the activity's slot and the queue's rate token go to others.
+A process without the database gets `NoCapsGate`, which serves only destinations with neither.
 """
 
 from __future__ import annotations
@@ -36,9 +37,10 @@ import hashlib
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from durable_outbox_temporal.contract.flow_policy import FlowPolicy
 from sqlalchemy import Engine
@@ -177,42 +179,83 @@ class Held(Exception):
         self.retry_after_s = retry_after_s
 
 
+class RequestGate(Protocol):
+    """What the guard asks of the caps and quotas around a request (`CapsGate`, `NoCapsGate`)."""
+
+    def applies(self, destination: str) -> bool: ...
+
+    def request_time(self, destination: str) -> timedelta: ...
+
+    def slot(
+        self,
+        destination: str,
+        key: str | None,
+        *,
+        submit: bool,
+        deadline: float,
+        heartbeat: Callable[[], None] = ...,
+    ) -> AbstractAsyncContextManager[None]: ...
+
+
+class NoCapsGate:
+    """The gate of a process without the read model's database, where nothing can be counted: it
+    serves only destinations with no caps or quotas, and lets their requests straight through."""
+
+    def __init__(self, limits: Mapping[str, FlowLimits]) -> None:
+        active = sorted(name for name, found in limits.items() if found.active)
+        if active:
+            raise ValueError(
+                f"destinations {', '.join(active)} have caps or quotas, which count in the read"
+                " model's database: this worker needs DATABASE_URL"
+            )
+
+    def applies(self, destination: str) -> bool:
+        return False
+
+    def request_time(self, destination: str) -> timedelta:
+        return timedelta(0)
+
+    @contextlib.asynccontextmanager
+    async def slot(
+        self,
+        destination: str,
+        key: str | None,
+        *,
+        submit: bool,
+        deadline: float,
+        heartbeat: Callable[[], None] = lambda: None,
+    ) -> AsyncIterator[None]:
+        yield
+
+
 class CapsGate:
     """One per worker process: the caps and quotas of every destination it delivers to, counted
     in the read model's database (`readmodel.permits`)."""
 
     def __init__(
         self,
-        engine: Engine | None,
+        engine: Engine,
         limits: Mapping[str, FlowLimits],
+        policies: FlowPolicies,
         clock: Callable[[], float] = time.time,
-        policies: FlowPolicies | None = None,
     ) -> None:
-        """`limits` are each destination's as configured; with `policies`, the caps and quotas
-        changed at run time replace them."""
-        active = sorted(name for name, found in limits.items() if found.active)
-        if active and engine is None:
-            raise ValueError(
-                f"destinations {', '.join(active)} have caps or quotas, which count in the read"
-                " model's database: this worker needs DATABASE_URL"
-            )
+        """`limits` are each destination's as configured; the caps and quotas changed at run
+        time (`policies`) replace them."""
         self._limits = dict(limits)
         self._engine = engine
         self._clock = clock
-        self._policies = policies if engine is not None else None
+        self._policies = policies
 
     def applies(self, destination: str) -> bool:
-        """Whether a request of `destination` goes through `slot` (one that may get a cap at
-        run time does: `slot` lets it straight through while it has none)."""
-        found = self._limits.get(destination)
-        if found is None or self._engine is None:
-            return False
-        return found.active or self._policies is not None
+        """Whether a request of `destination` goes through `slot`: every destination of this
+        process does, as it may get a cap at run time (`slot` lets it straight through while it
+        has none)."""
+        return destination in self._limits
 
     async def _in_force(self, destination: str) -> FlowLimits | None:
         found = self._limits.get(destination)
-        if found is None or self._policies is None:
-            return found
+        if found is None:
+            return None
         policy = await self._policies.fresh(destination)
         return found if policy is None else found.under(policy)
 
@@ -234,7 +277,7 @@ class CapsGate:
         """Hold a request's permits (and record a submit in its quotas) while it runs; waits
         until `deadline` (epoch seconds) at most, then raises `Held`."""
         limits = await self._in_force(destination)
-        if limits is None or not limits.active or self._engine is None:
+        if limits is None or not limits.active:
             yield
             return
         engine = self._engine

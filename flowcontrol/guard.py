@@ -7,8 +7,9 @@ pacing at the queue's rate, most urgent first (`pacing`, `priority`), and the ca
 the quotas' windows (`caps`). After it: its HTTP exchanges handed to the attempt log, which
 writes them in batches off the request's path (`readmodel/attempts.py`), the permits given
 back, and a submit's outcome counted by the throttle and breaker rules, which tell the
-destination's flow workflow (`throttle`, `breaker`). A rule that does not apply to a
-destination lets its requests straight through.
+destination's flow workflow (`throttle`, `breaker`), and by the adaptive rate (`adaptive`). A
+rule that does not apply to a destination lets its requests straight through; a process without
+the read model's database gets rules that count nothing there (`NoCapsGate`, `NoAttemptLog`).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import contextlib
 import time
 from collections.abc import AsyncIterator, Sequence
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from durable_outbox_temporal.contract.flow import (
     FAILING_SIGNAL,
@@ -47,7 +48,7 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from flowcontrol.adaptive import AdaptiveMeter, adaptive_queues
 from flowcontrol.breaker import BreakerGate, breaker_queues, is_failure
-from flowcontrol.caps import CapsGate, Held, flow_limits
+from flowcontrol.caps import CapsGate, Held, NoCapsGate, RequestGate, flow_limits
 from flowcontrol.pacing import RequestPacer, paced_queues, server_rate_reader
 from flowcontrol.queue_rates import read_queue_rate, throttle_queue
 from flowcontrol.throttle import ThrottleGate, throttled_queues
@@ -58,6 +59,19 @@ if TYPE_CHECKING:
     from durable_outbox_temporal.destinations import Destination
 
 
+class AttemptSink(Protocol):
+    """Where the guard hands each request's HTTP exchanges (`readmodel.attempts.AttemptLog`)."""
+
+    def add(self, item_id: str, made: Sequence[attempts.Attempt]) -> None: ...
+
+
+class NoAttemptLog:
+    """The attempt log of a process without the read model's database: it keeps nothing."""
+
+    def add(self, item_id: str, made: Sequence[attempts.Attempt]) -> None:
+        """Nowhere to write them."""
+
+
 class FlowGuard:
     """The flow-control rules around each submit and poll request of one worker process."""
 
@@ -66,19 +80,18 @@ class FlowGuard:
         pacer: RequestPacer,
         throttle: ThrottleGate,
         breaker: BreakerGate,
-        caps: CapsGate,
+        caps: RequestGate,
         *,
-        attempt_log: attempts.AttemptLog | None,
+        attempt_log: AttemptSink,
+        adaptive: AdaptiveMeter,
         flow_task_queue: str,
         events_task_queue: str,
-        adaptive: AdaptiveMeter | None = None,
     ) -> None:
-        """`attempt_log` is where each request is logged (none: nowhere); the destinations'
-        flow workflows run on `flow_task_queue`, and send their operational events through the
-        operations worker's `events_task_queue`; `adaptive` counts the submits of adaptive
-        destinations (none: no destination is)."""
+        """`attempt_log` is where each request is logged; `adaptive` counts the submits of
+        adaptive destinations; the destinations' flow workflows run on `flow_task_queue`, and
+        send their operational events through the operations worker's `events_task_queue`."""
         self._pacer = pacer
-        self._adaptive = adaptive or AdaptiveMeter({})
+        self._adaptive = adaptive
         # Reports to flows under way, kept until sent (a task nothing holds may be collected).
         self._reports: set[asyncio.Task[None]] = set()
         self._throttle = throttle
@@ -103,22 +116,27 @@ class FlowGuard:
 
         `ledger` is the database caps and quotas count in, the attempt log is written to and
         the rules changed at run time are read from (`readmodel.flow_overrides`); without one,
-        none of those. A request takes its provider's `timeout_s`, else `default_request_s`."""
-        policies = (
-            None if ledger is None else FlowPolicies(ledger, {d.name: d.flow for d in destinations})
-        )
+        none of those (and no destination may have caps or quotas). A request takes its
+        provider's `timeout_s`, else `default_request_s`."""
+        limits = flow_limits(destinations, default_request_s)
+        if ledger is None:
+            caps: RequestGate = NoCapsGate(limits)
+            attempt_log: AttemptSink = NoAttemptLog()
+            breaker = BreakerGate(breaker_queues(destinations))
+        else:
+            policies = FlowPolicies(ledger, {d.name: d.flow for d in destinations})
+            caps = CapsGate(ledger, limits, policies)
+            attempt_log = attempts.AttemptLog(ledger)
+            breaker = BreakerGate(breaker_queues(destinations), policies=policies.current)
         return cls(
             RequestPacer(paced_queues(destinations), server_rate_reader(client)),
             ThrottleGate(throttled_queues(destinations)),
-            BreakerGate(
-                breaker_queues(destinations),
-                policies=None if policies is None else policies.current,
-            ),
-            CapsGate(ledger, flow_limits(destinations, default_request_s), policies=policies),
-            attempt_log=None if ledger is None else attempts.AttemptLog(ledger),
+            breaker,
+            caps,
+            attempt_log=attempt_log,
+            adaptive=AdaptiveMeter(adaptive_queues(destinations)),
             flow_task_queue=flow_task_queue,
             events_task_queue=events_task_queue,
-            adaptive=AdaptiveMeter(adaptive_queues(destinations)),
         )
 
     @contextlib.asynccontextmanager
@@ -134,7 +152,7 @@ class FlowGuard:
                     try:
                         yield
                     finally:
-                        if made and self.attempt_log is not None:
+                        if made:
                             self.attempt_log.add(request.item_id, made)
             except ApplicationError as err:
                 # Only a transient failure says anything of the provider's load: a permanent
@@ -185,7 +203,7 @@ class FlowGuard:
                 try:
                     yield
                 finally:
-                    if made and self.attempt_log is not None:
+                    if made:
                         self.attempt_log.add(request.item_id, made)
 
     async def _pace(self, task_queue: str) -> None:

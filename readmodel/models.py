@@ -52,6 +52,7 @@ from sqlalchemy import (
     String,
     Table,
     UniqueConstraint,
+    text,
 )
 from sqlalchemy.engine import RowMapping
 from sqlalchemy.types import TypeDecorator, TypeEngine
@@ -191,13 +192,15 @@ ITEMS = Table(
     Index("ix_outbox_items_destination_status_finished", "destination", "status", "finished_at"),
     # Delivery reports name only the provider's message id: this finds their item.
     Index("ix_outbox_items_provider_message_id", "provider_message_id"),
-    # Retention: a destination's ended items whose payload is not pruned yet, oldest first.
+    # Retention: a destination's ended items, oldest first, a page after the last
+    # (`readmodel/retention.py`, migration 0022).
     Index(
-        "ix_outbox_items_destination_pruned_finished",
+        "ix_outbox_items_destination_finished",
         "destination",
-        "payload_pruned_at",
         "finished_at",
         "id",
+        postgresql_where=text("finished_at IS NOT NULL"),
+        sqlite_where=text("finished_at IS NOT NULL"),
     ),
 )
 

@@ -5,8 +5,10 @@ Only ended items are touched (`sent`, `failed`, `cancelled`, `superseded`), and 
 says so again, so an item redriven between the page's read and its write is left alone (the
 redrive's claim, `readmodel.attempts.claim_redrive`, refuses a pruned item in one statement
 likewise). A page is one transaction; PostgreSQL locks its rows for it. Pages take the oldest
-first and find their items by what is not pruned yet, so a page retried, or a run stopped and
-started again, goes on where it was.
+first, each after the last item of the one before (`PruneCursor`: an index range scan over
+`(destination, finished_at, id)`, never a scan past what earlier pages pruned), and find their
+items by what is not pruned yet, so a page retried, or a run stopped and started again, goes on
+where it was (docs/decisions/retention-pages.md).
 """
 
 from __future__ import annotations
@@ -15,8 +17,20 @@ from datetime import UTC, datetime
 from typing import Any
 
 from durable_outbox_temporal.contract.item import ItemStatus
-from durable_outbox_temporal.contract.retention import RetentionRule
-from sqlalchemy import ColumnElement, Connection, Engine, Select, and_, delete, select, update
+from durable_outbox_temporal.contract.retention import PruneCursor, PrunePageResult, RetentionRule
+from sqlalchemy import (
+    ColumnElement,
+    Connection,
+    Engine,
+    Row,
+    Select,
+    and_,
+    delete,
+    literal,
+    select,
+    tuple_,
+    update,
+)
 from sqlalchemy.dialects import postgresql, sqlite
 
 from readmodel.models import (
@@ -38,17 +52,17 @@ def prune_payloads(
     ended_before: datetime,
     limit: int,
     now: datetime | None = None,
-) -> int:
+    after: PruneCursor | None = None,
+) -> PrunePageResult:
     """Remove the payload, attempt headers and bodies and claim-check blobs of up to `limit`
-    ended items of the rule that ended before `ended_before`, oldest first; how many."""
+    ended items of the rule that ended before `ended_before`, oldest first after `after`."""
     now = now or datetime.now(UTC)
-    query = _selected(
-        select(ITEMS.c.id).where(ITEMS.c.payload_pruned_at.is_(None)), rule, ended_before, limit
-    )
+    query = _selected(ITEMS.c.payload_pruned_at.is_(None), rule, ended_before, limit, after)
     with engine.begin() as connection:
-        ids = _locked_ids(connection, query)
+        page = _locked(connection, query)
+        ids = [row.id for row in page]
         if not ids:
-            return 0
+            return PrunePageResult(pruned=0, more=False, last=after)
         connection.execute(
             update(ITEMS)
             .where(ITEMS.c.id.in_(ids), ITEMS.c.status.in_(ENDED))
@@ -60,7 +74,7 @@ def prune_payloads(
             .values(request_headers={}, response_headers={}, body=None, body_truncated=False)
         )
         connection.execute(delete(PAYLOAD_BLOBS).where(PAYLOAD_BLOBS.c.workflow_id.in_(ids)))
-    return len(ids)
+    return _page(page, limit)
 
 
 def prune_rows(
@@ -69,16 +83,18 @@ def prune_rows(
     ended_before: datetime,
     limit: int,
     now: datetime | None = None,
-) -> int:
+    after: PruneCursor | None = None,
+) -> PrunePageResult:
     """Delete up to `limit` ended items of the rule that ended before `ended_before` (their
-    rows, events, attempts, erasure and discard marks, blobs), oldest first, keeping each key's
-    memory; how many."""
+    rows, events, attempts, erasure and discard marks, blobs), oldest first after `after`,
+    keeping each key's memory."""
     now = now or datetime.now(UTC)
-    query = _selected(select(ITEMS.c.id), rule, ended_before, limit)
+    query = _selected(None, rule, ended_before, limit, after)
     with engine.begin() as connection:
-        ids = _locked_ids(connection, query)
+        page = _locked(connection, query)
+        ids = [row.id for row in page]
         if not ids:
-            return 0
+            return PrunePageResult(pruned=0, more=False, last=after)
         remembered = select(
             ITEMS.c.id, ITEMS.c.status, ITEMS.c.payload_hash, ITEMS.c.finished_at
         ).where(ITEMS.c.id.in_(ids), ITEMS.c.status.in_(ENDED))
@@ -93,7 +109,7 @@ def prune_rows(
             for row in connection.execute(remembered)
         ]
         if not keys:
-            return 0
+            return _page(page, limit, pruned=0)
         connection.execute(_remember(engine.dialect.name), keys)
         gone = [key["item_id"] for key in keys]
         for table, column in (
@@ -105,30 +121,63 @@ def prune_rows(
         ):
             connection.execute(delete(table).where(column.in_(gone)))
         connection.execute(delete(ITEMS).where(ITEMS.c.id.in_(gone)))
-    return len(gone)
+    return _page(page, limit, pruned=len(gone))
 
 
 def _selected(
-    query: Select[Any], rule: RetentionRule, ended_before: datetime, limit: int
+    condition: ColumnElement[bool] | None,
+    rule: RetentionRule,
+    ended_before: datetime,
+    limit: int,
+    after: PruneCursor | None,
 ) -> Select[Any]:
-    """`query` narrowed to the rule's ended items that ended before the cutoff, oldest first."""
+    """The ids and end times of the rule's ended items that ended before the cutoff (and meet
+    `condition`), oldest first after `after`."""
     conditions: list[ColumnElement[bool]] = [
         ITEMS.c.destination == rule.destination,
-        ITEMS.c.status.in_(ENDED),
         ITEMS.c.finished_at < ended_before,
+        ITEMS.c.status.in_(ENDED),
     ]
+    if after is not None:
+        # A row comparison: both databases start the index range at it, ties on `finished_at`
+        # included; each value bound as its column's type (SQLite compares stored text).
+        conditions.append(
+            tuple_(ITEMS.c.finished_at, ITEMS.c.id)
+            > tuple_(
+                literal(after.finished_at, ITEMS.c.finished_at.type),
+                literal(after.item_id, ITEMS.c.id.type),
+            )
+        )
+    if condition is not None:
+        conditions.append(condition)
     if rule.outbox is not None:
         conditions.append(ITEMS.c.outbox == rule.outbox)
     elif rule.excluded:
         conditions.append(ITEMS.c.outbox.not_in(rule.excluded))
-    return query.where(and_(*conditions)).order_by(ITEMS.c.finished_at, ITEMS.c.id).limit(limit)
+    return (
+        select(ITEMS.c.id, ITEMS.c.finished_at)
+        .where(and_(*conditions))
+        .order_by(ITEMS.c.finished_at, ITEMS.c.id)
+        .limit(limit)
+    )
 
 
-def _locked_ids(connection: Connection, query: Select[Any]) -> list[str]:
+def _locked(connection: Connection, query: Select[Any]) -> list[Row[Any]]:
     if connection.dialect.name == "postgresql":
         # Another run (two workers' schedules never overlap, but a manual run may) skips them.
         query = query.with_for_update(skip_locked=True)
-    return list(connection.execute(query).scalars())
+    return list(connection.execute(query))
+
+
+def _page(page: list[Row[Any]], limit: int, pruned: int | None = None) -> PrunePageResult:
+    """A page's result: how many it pruned, whether a full page says there may be more, and
+    its last item for the next page to start after."""
+    last = page[-1]
+    return PrunePageResult(
+        pruned=len(page) if pruned is None else pruned,
+        more=len(page) == limit,
+        last=PruneCursor(finished_at=last.finished_at, item_id=last.id),
+    )
 
 
 def _remember(dialect: str) -> Any:

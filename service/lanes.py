@@ -81,11 +81,10 @@ class LaneService:
         if view is not None:
             return await self.client.lane(outbox, ordering_key, view.destination)
         live = await self.client.lane(outbox, ordering_key)
-        for destination in self.client.destinations:
+        for destination in self.client.destinations.bulk_destinations():
             if live is not None:
                 break
-            if destination.is_bulk:
-                live = await self.client.lane(outbox, ordering_key, destination.name)
+            live = await self.client.lane(outbox, ordering_key, destination.name)
         return live
 
     async def redrive_head(self, outbox: str, ordering_key: str) -> str:

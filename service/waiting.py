@@ -105,9 +105,7 @@ def _queued_ahead(engine: Engine, destination: str, created_at: datetime) -> int
 
 async def _lane_place(client: OutboxClient, view: OutboxItemView) -> LanePlace | None:
     assert view.ordering_key is not None
-    target = client.destinations.get(view.destination)
-    bulk = view.destination if target is not None and target.is_bulk else None
-    detail = await client.lane(view.outbox, view.ordering_key, bulk)
+    detail = await client.lane(view.outbox, view.ordering_key, view.destination)
     if detail is None:
         return None
     if detail.view.head_key == view.key:

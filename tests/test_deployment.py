@@ -6,18 +6,20 @@ No Docker engine runs here, so these read the files and compare them with what t
 from __future__ import annotations
 
 import asyncio
+import functools
 import importlib
 import re
 import shlex
 import shutil
 import subprocess
+import sys
+import tempfile
 import tomllib
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
 import pytest
-import setuptools
 import yaml
 from durable_outbox_temporal.connection import load_connect_config
 from durable_outbox_temporal.contract.search_attributes import ALL
@@ -275,14 +277,23 @@ def in_build_context(path: str) -> bool:
     return not any(pattern.fullmatch(prefix) for pattern in IGNORED for prefix in prefixes)
 
 
+@functools.cache
 def installed_packages() -> set[str]:
-    """The top-level packages `pip install .` installs, as setuptools finds them from the
-    `[tool.setuptools.packages.find]` table (the one place that says which they are)."""
-    find = PYPROJECT["tool"]["setuptools"]["packages"]["find"]
-    found = setuptools.find_packages(
-        str(ROOT), include=find.get("include", ("*",)), exclude=find.get("exclude", ())
-    )
-    return {package for package in found if "." not in package}
+    """The top-level packages `pip install .` installs: the names the built distribution lists
+    (its `top_level.txt`, written by setuptools from pyproject.toml's
+    `[tool.setuptools.packages.find]` table, the one place that says which they are), without
+    the single modules. Written to a folder of its own: the checkout stays as it was."""
+    with tempfile.TemporaryDirectory() as egg_base:
+        subprocess.run(
+            [sys.executable, "-c", "from setuptools import setup; setup()"]
+            + ["--quiet", "egg_info", "--egg-base", egg_base],
+            cwd=ROOT,
+            check=True,
+            capture_output=True,
+        )
+        [top_level] = Path(egg_base).glob("*.egg-info/top_level.txt")
+        names = set(top_level.read_text().split())
+    return names - set(PYPROJECT["tool"]["setuptools"]["py-modules"])
 
 
 def test_dockerignore_reads_as_docker_reads_it() -> None:
@@ -318,6 +329,7 @@ def test_image_installs_every_package_it_holds_and_holds_every_one_it_installs()
     # The dev stack's fake provider and the example aggregate types run from the image's /app,
     # outside the service's distribution; the benchmarks stay out of the image.
     assert in_context - installed_packages() == {"devstack", "examples"}
+    # Folders without an `__init__.py` (`config/`, `docs/`) are no packages of the distribution.
     assert installed_packages() <= in_context
     # What the services import, whatever the find rules say.
     assert {"configuration", "workflows", "activities", "api", "readmodel"} <= in_context

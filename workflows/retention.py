@@ -1,5 +1,6 @@
 """A retention run: ended items' payloads, then their rows, pruned rule by rule, page by page
-(`readmodel/retention.py`); started by the retention schedule (`service/retention.py`).
+(`readmodel/retention.py`); started by the retention schedule
+(`activities/retention.py`).
 
 The shape of a redrive batch (`workflows/redrive_batch.py`, whose `run_page` it shares): each
 page is one activity on the operations worker, so the progress is in the history and a worker
@@ -69,6 +70,7 @@ class RetentionWorkflow:
                     rule=rule,
                     phase=progress.phase,
                     ended_before=progress.started_at - timedelta(seconds=kept_s),
+                    after=progress.after,
                 ),
                 task_queue=run.operations_task_queue,
                 summary=f"{progress.phase} of {rule.destination}"
@@ -80,7 +82,11 @@ class RetentionWorkflow:
                 progress.payloads_pruned += page.pruned
             else:
                 progress.rows_pruned += page.pruned
+            # The next page goes on after this one's last item (an older activity's result has
+            # none: its pages start from the oldest, as they always did).
+            progress.after = page.last
             if not page.more:
+                progress.after = None
                 if progress.phase == "payloads":
                     progress.phase = "rows"
                 else:

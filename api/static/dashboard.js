@@ -325,10 +325,14 @@ function loadItems() {
 }
 
 async function loadPage() {
+  // Loads overlap (a filter changed while the periodic refresh's load is out): only the
+  // newest one's answer is shown, never an older one arriving after it.
+  const generation = state.itemsGeneration = (state.itemsGeneration || 0) + 1;
   const [page, stats] = await Promise.all([
     api(`/v1/outboxes/${encodeURIComponent(state.outbox)}/items?limit=${PAGE_SIZE}${deliveryQuery()}${filterQuery()}${state.cursor ? `&cursor=${encodeURIComponent(state.cursor)}` : ""}`),
     api(`/v1/outboxes/${encodeURIComponent(state.outbox)}/stats`),
   ]);
+  if (generation !== state.itemsGeneration) return;
   renderCounts(stats);
   $("items").replaceChildren(...page.items.map(row));
   state.next = page.next_cursor || null;

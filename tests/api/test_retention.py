@@ -50,7 +50,7 @@ async def test_a_pruned_payload_says_so_and_refuses_a_redrive(api_factory: Any) 
     item = (await api.http.get(f"/v1/outboxes/{outbox}/items/dead")).json()
     assert item["status"] == "failed" and item["payload_pruned_at"] is None
 
-    assert prune_payloads(api.stack.engine, everything(api), LATER, limit=10) == 1
+    assert prune_payloads(api.stack.engine, everything(api), LATER, limit=10).pruned == 1
 
     pruned = (await api.http.get(f"/v1/outboxes/{outbox}/items/dead")).json()
     assert pruned["payload"] is None and pruned["payload_pruned_at"] is not None
@@ -70,7 +70,7 @@ async def test_a_key_whose_row_was_pruned_is_still_a_200_and_never_sent_again(
     item_id = str(body["id"])
     await api.stack.result(item_id)
 
-    assert prune_rows(api.stack.engine, everything(api), LATER, limit=10) == 1
+    assert prune_rows(api.stack.engine, everything(api), LATER, limit=10).pruned == 1
     assert store.get_item(api.stack.engine, item_id) is None
 
     again_status, again = await enqueue(api, outbox, "once", payload)

@@ -4,6 +4,7 @@ filtered, deep links to an item, and only the buttons an item's status accepts."
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 from collections.abc import Awaitable, Callable
@@ -12,7 +13,7 @@ from typing import Any
 
 import httpx
 from durable_outbox_temporal.contract.ids import item_workflow_id, provider_idempotency_key
-from playwright.async_api import Browser, Page, expect
+from playwright.async_api import Browser, Page, Route, expect
 
 from tests.api.conftest import ServedApi
 from tests.browser.conftest import ARTIFACTS, reload_until
@@ -202,6 +203,33 @@ async def test_items_are_paged_and_filtered(
     await page.locator("#next-page").click()
     await expect(rows).to_have_count(1, timeout=10_000)
     await expect(page.locator("#page-info")).to_have_text("page 2 (last)")
+
+
+async def test_a_slower_earlier_load_never_replaces_the_filtered_list(
+    served_api_factory: ApiFactory, browser: Browser
+) -> None:
+    """Two loads out at once (a filter changed twice, or during the periodic refresh): the
+    answer of the earlier one, arriving last, is not shown over the newer one's."""
+    api = await served_api_factory()
+    outbox = "glance-race"
+    await seed(api, outbox, sent=2)
+    page = await open_dashboard(browser, api.url + f"#/outboxes/{outbox}", outbox)
+    rows = page.locator("#items tr.item")
+    await expect(rows).to_have_count(3, timeout=15_000)
+
+    async def slow_unless_failed(route: Route) -> None:
+        if "status=failed" not in route.request.url:
+            await asyncio.sleep(1.5)
+        await route.continue_()
+
+    await page.route("**/items?*", slow_unless_failed)
+    await page.locator("#status-filter").select_option("sent")
+    await page.locator("#status-filter").select_option("failed")
+    await expect(rows).to_have_count(1, timeout=10_000)
+    await page.wait_for_timeout(2_500)  # the slow "sent" answer has come by now
+
+    await expect(rows).to_have_count(1)
+    await expect(rows.first).to_have_attribute("data-key", "bad-0")
 
 
 async def test_aggregates_page_prefills_commands_and_shows_events_as_rows(

@@ -13,8 +13,9 @@ from pathlib import Path
 import pytest
 from sqlalchemy import Engine
 
-from flowcontrol.caps import CapsGate, FlowLimits, Held
+from flowcontrol.caps import CapsGate, FlowLimits, Held, NoCapsGate
 from readmodel.db import create_schema, make_engine
+from readmodel.flow_overrides import FlowPolicies
 
 
 @pytest.fixture
@@ -30,8 +31,13 @@ def limits(**fields: object) -> dict[str, FlowLimits]:
     return {"hook": FlowLimits("hook", request=timedelta(seconds=1), **fields)}  # type: ignore[arg-type]
 
 
+def gate(engine: Engine, found: dict[str, FlowLimits]) -> CapsGate:
+    """A process's gate, its destinations' caps and quotas as configured (none changed)."""
+    return CapsGate(engine, found, FlowPolicies(engine, {}))
+
+
 async def test_requests_of_one_key_never_overlap_beyond_its_cap(engines: list[Engine]) -> None:
-    gates = [CapsGate(engine, limits(key_max_in_flight=2, max_in_flight=3)) for engine in engines]
+    gates = [gate(engine, limits(key_max_in_flight=2, max_in_flight=3)) for engine in engines]
     out: dict[str, int] = {}
     most: dict[str, int] = {}
 
@@ -51,32 +57,38 @@ async def test_requests_of_one_key_never_overlap_beyond_its_cap(engines: list[En
 
 
 async def test_a_request_that_cannot_wait_is_held(engines: list[Engine]) -> None:
-    gate = CapsGate(engines[0], limits(max_in_flight=1))
-    async with gate.slot("hook", None, submit=False, deadline=time.time() + 30):
+    capped = gate(engines[0], limits(max_in_flight=1))
+    async with capped.slot("hook", None, submit=False, deadline=time.time() + 30):
         with pytest.raises(Held, match=r"cap of destination hook \(1 out") as held:
-            async with gate.slot("hook", None, submit=False, deadline=time.time() + 0.2):
+            async with capped.slot("hook", None, submit=False, deadline=time.time() + 0.2):
                 pass
     assert held.value.retry_after_s > 0
     # Returned: the next one goes at once.
-    async with gate.slot("hook", None, submit=False, deadline=time.time()):
+    async with capped.slot("hook", None, submit=False, deadline=time.time()):
         pass
 
 
 async def test_a_full_quota_says_when_it_has_room(engines: list[Engine]) -> None:
-    gate = CapsGate(engines[1], limits(quotas=((timedelta(seconds=60), 2),)))
+    quota = gate(engines[1], limits(quotas=((timedelta(seconds=60), 2),)))
     for _ in range(2):
-        async with gate.slot("hook", None, submit=True, deadline=time.time()):
+        async with quota.slot("hook", None, submit=True, deadline=time.time()):
             pass
     # Polls do not count in a submit quota.
-    async with gate.slot("hook", None, submit=False, deadline=time.time()):
+    async with quota.slot("hook", None, submit=False, deadline=time.time()):
         pass
     with pytest.raises(Held, match=r"quota of destination hook \(2 per 60 s\)") as held:
-        async with gate.slot("hook", None, submit=True, deadline=time.time() + 1):
+        async with quota.slot("hook", None, submit=True, deadline=time.time() + 1):
             pass
     assert 55 < held.value.retry_after_s <= 60
 
 
-def test_a_worker_without_the_database_refuses_caps() -> None:
+async def test_a_worker_without_the_database_refuses_caps() -> None:
+    with pytest.raises(ValueError, match="hook have caps or quotas.*DATABASE_URL"):
+        NoCapsGate(limits(max_in_flight=1))
     with pytest.raises(ValueError, match="DATABASE_URL"):
-        CapsGate(None, limits(max_in_flight=1))
-    CapsGate(None, limits())  # no caps: no database needed
+        NoCapsGate(limits(key_quotas=((timedelta(seconds=1), 5),)))
+    # No caps: no database needed, and every request goes straight through.
+    uncounted = NoCapsGate(limits())
+    assert not uncounted.applies("hook")
+    async with uncounted.slot("hook", "k", submit=True, deadline=time.time()):
+        pass

@@ -1,5 +1,6 @@
 """The one flow guard around each submit and poll (`flowcontrol/guard.py`): which outcomes its
-rules see, a request held by a full cap, and the attempt log written around the request."""
+rules see, a request held by a full cap, the attempt log written around the request, and the
+rules a process without the read model's database gets."""
 
 from __future__ import annotations
 
@@ -17,13 +18,15 @@ from durable_outbox_temporal.contract.item import (
     PollRequest,
     SubmitRequest,
 )
+from durable_outbox_temporal.destinations import Destination
 from sqlalchemy import Engine, event
 from temporalio.exceptions import ApplicationError
 from temporalio.testing import ActivityEnvironment
 
+from flowcontrol.adaptive import AdaptiveMeter
 from flowcontrol.breaker import BreakerGate
-from flowcontrol.caps import CapsGate, FlowLimits
-from flowcontrol.guard import FlowGuard
+from flowcontrol.caps import CapsGate, FlowLimits, NoCapsGate, RequestGate
+from flowcontrol.guard import FlowGuard, NoAttemptLog
 from flowcontrol.pacing import RequestPacer
 from flowcontrol.throttle import ThrottleGate
 from readmodel import attempts
@@ -65,15 +68,16 @@ class SeenThrottle(ThrottleGate):
 def guard(
     breaker: BreakerGate | None = None,
     throttle: ThrottleGate | None = None,
-    caps: CapsGate | None = None,
+    caps: RequestGate | None = None,
     engine: Engine | None = None,
 ) -> FlowGuard:
     return FlowGuard(
         RequestPacer({}),
         throttle or ThrottleGate({}),
         breaker or BreakerGate({}),
-        caps or CapsGate(None, {}),
-        attempt_log=None if engine is None else attempts.AttemptLog(engine),
+        caps or NoCapsGate({}),
+        attempt_log=NoAttemptLog() if engine is None else attempts.AttemptLog(engine),
+        adaptive=AdaptiveMeter({}),
         flow_task_queue="flows",
         events_task_queue="events",
     )
@@ -134,7 +138,9 @@ async def test_a_poll_counts_for_neither_rule() -> None:
 
 async def test_a_request_that_cannot_get_its_permit_in_time_is_held(engine: Engine) -> None:
     caps = CapsGate(
-        engine, {"hook": FlowLimits("hook", max_in_flight=1, request=timedelta(seconds=1))}
+        engine,
+        {"hook": FlowLimits("hook", max_in_flight=1, request=timedelta(seconds=1))},
+        FlowPolicies(engine, {}),
     )
     flow = guard(caps=caps)
 
@@ -163,7 +169,7 @@ async def test_the_requests_exchanges_go_to_the_items_attempt_log(engine: Engine
             )
 
     await ActivityEnvironment().run(submit)
-    assert flow.attempt_log is not None
+    assert isinstance(flow.attempt_log, attempts.AttemptLog)
     await flow.attempt_log.flush()
 
     logged = attempts.read_attempts(engine, SUBMIT.item_id)
@@ -182,8 +188,9 @@ async def test_a_plain_destinations_request_leaves_the_read_model_alone(engine: 
         RequestPacer({}),
         ThrottleGate({}),
         BreakerGate({}),
-        CapsGate(engine, {"hook": FlowLimits("hook")}, policies=policies),
+        CapsGate(engine, {"hook": FlowLimits("hook")}, policies),
         attempt_log=log,
+        adaptive=AdaptiveMeter({}),
         flow_task_queue="flows",
         events_task_queue="events",
     )
@@ -214,3 +221,44 @@ async def test_a_plain_destinations_request_leaves_the_read_model_alone(engine: 
     assert log.transactions == 2  # one per request's batch
     logged = attempts.read_attempts(engine, SUBMIT.item_id)
     assert [a["n"] for a in logged] == [1, 2, 3, 4]
+
+
+def hook(**fields: Any) -> Destination:
+    return Destination(
+        name="hook",
+        provider="webhook",
+        settings={"url": "http://127.0.0.1:9/hook", "secret": "s"},
+        **fields,
+    )
+
+
+def built(ledger: Engine | None, destination: Destination) -> FlowGuard:
+    """The guard as a worker process builds it (the server's rates are never read here)."""
+    return FlowGuard.for_destinations(
+        [destination],
+        None,  # type: ignore[arg-type]
+        ledger=ledger,
+        default_request_s=10.0,
+        flow_task_queue="flows",
+        events_task_queue="events",
+    )
+
+
+async def test_without_the_database_a_request_goes_straight_through_and_is_logged_nowhere() -> None:
+    flow = built(None, hook())
+    assert isinstance(flow.attempt_log, NoAttemptLog)
+
+    async def submit() -> str:
+        async with flow.submit(SUBMIT):
+            attempts.note("POST", "https://hook.test/in", {}, datetime.now(UTC), 5, status=202)
+        return "sent"
+
+    assert await ActivityEnvironment().run(submit) == "sent"
+
+
+def test_a_process_without_the_database_refuses_a_destination_with_caps(engine: Engine) -> None:
+    capped = hook(flow={"max_in_flight": 2})
+    with pytest.raises(ValueError, match="hook have caps or quotas.*DATABASE_URL"):
+        built(None, capped)
+    # With it, they count there, and the requests are logged there.
+    assert isinstance(built(engine, capped).attempt_log, attempts.AttemptLog)

@@ -7,7 +7,9 @@ the items between them; a redrive's claim and a prune never both win."""
 from __future__ import annotations
 
 from datetime import timedelta
+from typing import Any
 
+import pytest
 from durable_outbox_temporal.contract.item import (
     ItemEvent,
     ItemEventType,
@@ -91,11 +93,11 @@ def test_payloads_of_ended_items_past_the_cutoff_go_oldest_first_a_page_at_a_tim
         )
     cutoff = NOW - DAY
 
-    assert prune_payloads(engine, RULE, cutoff, limit=1, now=NOW) == 1
+    assert prune_payloads(engine, RULE, cutoff, limit=1, now=NOW).pruned == 1
     first = store.get_item(engine, "outbox/o/older-failed")
     assert first is not None and first.payload is None and first.payload_pruned_at == NOW
-    assert prune_payloads(engine, RULE, cutoff, limit=1, now=NOW) == 1
-    assert prune_payloads(engine, RULE, cutoff, limit=1, now=NOW) == 0
+    assert prune_payloads(engine, RULE, cutoff, limit=1, now=NOW).pruned == 1
+    assert prune_payloads(engine, RULE, cutoff, limit=1, now=NOW).pruned == 0
 
     for key in ("recent", "queued", "other-destination"):
         kept = store.get_item(engine, f"outbox/o/{key}")
@@ -123,7 +125,7 @@ def test_a_pruned_failed_item_cannot_be_claimed_for_a_redrive(engine: Engine) ->
     item(engine, "claimed", ItemStatus.FAILED, ended_days_ago=5)
 
     assert attempts.claim_redrive(engine, "outbox/o/claimed")
-    assert prune_payloads(engine, RULE, NOW - DAY, limit=10, now=NOW) == 1
+    assert prune_payloads(engine, RULE, NOW - DAY, limit=10, now=NOW).pruned == 1
 
     assert not attempts.claim_redrive(engine, "outbox/o/dead")
     claimed = store.get_item(engine, "outbox/o/claimed")
@@ -138,7 +140,7 @@ def test_pruned_rows_go_with_their_events_and_attempts_and_leave_the_key_memory(
     item(engine, "kept", ItemStatus.SENT, ended_days_ago=1)
     rule = RetentionRule("d", None, payload_retention_s=0, item_retention_s=2 * DAY.total_seconds())
 
-    assert prune_rows(engine, rule, NOW - 2 * DAY, limit=500, now=NOW) == 2
+    assert prune_rows(engine, rule, NOW - 2 * DAY, limit=500, now=NOW).pruned == 2
 
     assert store.get_item(engine, "outbox/o/gone") is None
     assert store.item_or_remembered_key(engine, "outbox/o/gone") == store.RememberedKey(
@@ -152,7 +154,7 @@ def test_pruned_rows_go_with_their_events_and_attempts_and_leave_the_key_memory(
         events = connection.execute(select(EVENTS.c.item_id).distinct()).scalars().all()
         logged = connection.execute(select(func.count()).select_from(ITEM_ATTEMPTS)).scalar()
     assert events == ["outbox/o/kept"] and logged == 1
-    assert prune_rows(engine, rule, NOW - 2 * DAY, limit=500, now=NOW) == 0
+    assert prune_rows(engine, rule, NOW - 2 * DAY, limit=500, now=NOW).pruned == 0
 
 
 def test_an_outboxs_own_rule_and_the_destinations_split_the_items(engine: Engine) -> None:
@@ -163,8 +165,8 @@ def test_an_outboxs_own_rule_and_the_destinations_split_the_items(engine: Engine
     )
     outbox_rule = RetentionRule("d", "short", 2 * DAY.total_seconds(), 2 * DAY.total_seconds())
 
-    assert prune_payloads(engine, destination_rule, NOW - 5 * DAY, limit=10, now=NOW) == 0
-    assert prune_payloads(engine, outbox_rule, NOW - 2 * DAY, limit=10, now=NOW) == 1
+    assert prune_payloads(engine, destination_rule, NOW - 5 * DAY, limit=10, now=NOW).pruned == 0
+    assert prune_payloads(engine, outbox_rule, NOW - 2 * DAY, limit=10, now=NOW).pruned == 1
 
     short, usual = (
         store.get_item(engine, "outbox/short/a"),
@@ -172,3 +174,33 @@ def test_an_outboxs_own_rule_and_the_destinations_split_the_items(engine: Engine
     )
     assert short is not None and short.payload is None
     assert usual is not None and usual.payload is not None
+
+
+@pytest.mark.parametrize("phase", [prune_payloads, prune_rows], ids=["payloads", "rows"])
+def test_pages_go_on_after_the_last_item_of_the_page_before_ties_included(
+    engine: Engine, phase: Any
+) -> None:
+    """Items ending at the same instant are split across pages by id; each page starts after
+    the one before's last item, and the walk ends with an empty page that keeps the cursor."""
+    for key in ("a", "b", "c", "d", "e"):
+        item(engine, key, ItemStatus.SENT, ended_days_ago=5)
+    item(engine, "f", ItemStatus.SENT, ended_days_ago=4)
+    item(engine, "kept", ItemStatus.SENT, ended_days_ago=0.5)
+
+    pages, after = [], None
+    while True:
+        page = phase(engine, RULE, NOW - DAY, limit=2, now=NOW, after=after)
+        pages.append((page.pruned, page.more, page.last and page.last.item_id))
+        if not page.more:
+            break
+        after = page.last
+
+    assert pages == [
+        (2, True, "outbox/o/b"),
+        (2, True, "outbox/o/d"),
+        (2, True, "outbox/o/f"),
+        (0, False, "outbox/o/f"),
+    ]
+    assert phase(engine, RULE, NOW - DAY, limit=2, now=NOW).pruned == 0  # from the start: none
+    kept = store.get_item(engine, "outbox/o/kept")
+    assert kept is not None and kept.payload is not None

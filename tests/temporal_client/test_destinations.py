@@ -324,3 +324,19 @@ def test_lane_run_is_refused_where_nothing_would_hold_its_requests_to_the_rate(
         load({"mail": {**hook, **settings}})
     held = {"flow": {"quotas": [{"per": "1s", "max": 10}]}}
     assert load({"mail": {**hook, **held}}).get("mail") is not None
+
+
+def test_the_registry_says_which_destinations_shards_hold() -> None:
+    registry = load(
+        {
+            "zeta": {"provider": "webhook", "mode": "bulk"},
+            "mail": {"provider": "webhook"},
+            "alpha": {"provider": "webhook", "mode": "bulk", "shards": 2},
+        }
+    )
+
+    assert registry.bulk("zeta") is registry.get("zeta")
+    assert registry.bulk("mail") is None  # item mode
+    assert registry.bulk("gone") is None and registry.bulk(None) is None
+    # In the order the file lists them (a purge sweeps them in that order).
+    assert [d.name for d in registry.bulk_destinations()] == ["zeta", "alpha"]

@@ -32,10 +32,12 @@ from temporalio.testing import ActivityEnvironment
 from temporalio.worker import ActivityInboundInterceptor, ExecuteActivityInput, Interceptor
 
 from activities.delivery import DeliveryActivities
+from activities.delivery_projection import ProjectedHere
 from activities.providers import build_provider
+from flowcontrol.adaptive import AdaptiveMeter
 from flowcontrol.breaker import BreakerGate
-from flowcontrol.caps import CapsGate
-from flowcontrol.guard import FlowGuard
+from flowcontrol.caps import NoCapsGate
+from flowcontrol.guard import FlowGuard, NoAttemptLog
 from flowcontrol.pacing import RequestPacer
 from flowcontrol.throttle import ThrottleGate
 from readmodel import store
@@ -62,8 +64,9 @@ def no_flow_rules() -> FlowGuard:
         RequestPacer({}),
         ThrottleGate({}),
         BreakerGate({}),
-        CapsGate(None, {}),
-        attempt_log=None,
+        NoCapsGate({}),
+        attempt_log=NoAttemptLog(),
+        adaptive=AdaptiveMeter({}),
         flow_task_queue="flows",
         events_task_queue="events",
     )
@@ -194,7 +197,9 @@ async def test_a_failed_write_leaves_the_transition_to_the_workflow(
     state = OutboxItemState(started=True, attempts=1)
     async with httpx.AsyncClient() as http:
         activities = DeliveryActivities(
-            {destination.name: build_provider(destination, http)}, no_flow_rules(), broken
+            {destination.name: build_provider(destination, http)},
+            no_flow_rules(),
+            ProjectedHere(broken),
         )
         result = await ActivityEnvironment().run(
             activities.submit_item,
@@ -240,7 +245,9 @@ async def test_a_retried_poll_numbers_its_outcome_after_a_killed_attempt_that_pr
     retry.info = dataclasses.replace(retry.info, attempt=2)
     async with httpx.AsyncClient() as http:
         activities = DeliveryActivities(
-            {destination.name: build_provider(destination, http)}, no_flow_rules(), writer
+            {destination.name: build_provider(destination, http)},
+            no_flow_rules(),
+            ProjectedHere(writer),
         )
         submitted = await first.run(
             activities.submit_item,

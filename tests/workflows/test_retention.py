@@ -25,8 +25,8 @@ from durable_outbox_temporal.contract.retention import (
 from sqlalchemy import Engine
 from temporalio.client import ScheduleActionExecutionStartWorkflow, ScheduleActionStartWorkflow
 
+from activities.retention import ensure_retention_schedule
 from readmodel import store
-from service.retention import ensure_retention_schedule
 from tests.conftest import Stack, webhook_destination
 from tests.readmodel.test_store import view
 from tests.workflows.test_lane import wait_for

@@ -135,7 +135,7 @@ class OutboxClient:
 
     def placement(self, destination: str | None, ordering_key: str | None) -> Placement:
         """Where an item of `destination` (None or unknown: item mode) with `ordering_key` lives."""
-        if self._bulk(destination) is not None:
+        if self.destinations.bulk(destination) is not None:
             return self._shards
         if ordering_key is not None:
             return self._lanes
@@ -143,11 +143,7 @@ class OutboxClient:
 
     def _hosted(self, destination: str | None) -> HostedItems:
         """Where a lane lives: in `destination`'s shards if it is in bulk mode, else its own."""
-        return self._shards if self._bulk(destination) is not None else self._lanes
-
-    def _bulk(self, destination: str | None) -> Destination | None:
-        target = self.destinations.get(destination) if destination else None
-        return target if target is not None and target.is_bulk else None
+        return self._shards if self.destinations.bulk(destination) is not None else self._lanes
 
     async def enqueue(
         self,
@@ -384,8 +380,8 @@ class OutboxClient:
     ) -> LaneDetail | None:
         """A running lane's live view and its first waiting keys; None if it is not running.
 
-        `destination`: the bulk-mode destination whose shard holds the lane (None: the lane's
-        own workflow, item mode)."""
+        `destination`: the lane's destination; a bulk-mode one's shard holds the lane (None, or
+        one in item mode: the lane's own workflow)."""
         validate_outbox(outbox)
         validate_ordering_key(ordering_key)
         holder = self._hosted(destination).lane_holder(outbox, ordering_key, destination)

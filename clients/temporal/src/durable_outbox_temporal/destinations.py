@@ -497,6 +497,16 @@ class DestinationRegistry:
     def get(self, name: str) -> Destination | None:
         return self._destinations.get(name)
 
+    def bulk(self, name: str | None) -> Destination | None:
+        """`name`'s destination if shards hold its items (bulk mode); None for one in item mode,
+        an unknown one or none. The one place a destination's mode is asked outside it."""
+        target = self._destinations.get(name) if name else None
+        return target if target is not None and target.is_bulk else None
+
+    def bulk_destinations(self) -> list[Destination]:
+        """The destinations in bulk mode, in the order they were configured."""
+        return [d for d in self._destinations.values() if self.bulk(d.name) is not None]
+
     @property
     def names(self) -> list[str]:
         return sorted(self._destinations)

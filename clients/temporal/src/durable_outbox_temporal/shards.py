@@ -69,8 +69,8 @@ class Shards(HostedItems):
         )
 
     def _bulk(self, name: str | None) -> Destination:
-        target = self.destinations.get(name) if name else None
-        if target is None or not target.is_bulk:
+        target = self.destinations.bulk(name)
+        if target is None:
             raise UnknownDestination(f"{name!r} is not a configured bulk-mode destination")
         return target
 

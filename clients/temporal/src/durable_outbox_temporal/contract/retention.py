@@ -55,6 +55,15 @@ class RetentionPlan:
 
 
 @dataclass
+class PruneCursor:
+    """Where a phase's pages stand: the last item of the page before, by when it ended and its
+    id. The next page takes the items after it, an index range each (migration 0022)."""
+
+    finished_at: datetime
+    item_id: str
+
+
+@dataclass
 class RetentionProgress:
     """How far a run is: its rules (planned by its first activity), the rule and phase it is
     in, payloads and rows pruned so far; `done` at its end. The workflow's `progress` query."""
@@ -63,6 +72,8 @@ class RetentionProgress:
     rules: list[RetentionRule] | None = None
     rule: int = 0
     phase: Phase = "payloads"
+    # The phase's last page's last item (None at a phase's start, and in runs from before it).
+    after: PruneCursor | None = None
     payloads_pruned: int = 0
     rows_pruned: int = 0
     pages: int = 0
@@ -86,6 +97,8 @@ class PrunePageRequest:
     # Items that ended before this are pruned (the run's start minus the rule's retention).
     ended_before: datetime
     limit: int = PRUNE_PAGE_SIZE
+    # The page starts after this item (None: from the oldest).
+    after: PruneCursor | None = None
 
 
 @dataclass
@@ -93,3 +106,5 @@ class PrunePageResult:
     pruned: int
     # False once the rule's phase has nothing left before the cutoff.
     more: bool
+    # The page's last item: the next page's `after`.
+    last: PruneCursor | None = None
