@@ -268,10 +268,7 @@ def _transient(err: TransientProviderError) -> ApplicationError:
     return ApplicationError(
         str(err),
         DeliveryErrorDetails(
-            retry_after_s=err.retry_after_s,
-            status_code=err.status_code,
-            error_code=err.error_code,
-            nothing_taken=err.nothing_taken,
+            retry_after_s=err.retry_after_s, status_code=err.status_code, error_code=err.error_code
         ),
         type=ItemErrorType.TRANSIENT,
         non_retryable=True,

@@ -389,9 +389,7 @@ class Delivery:
             state.attempts += 1
             state.next_attempt_at = None
             # Kept in the state so every retry tells the provider the same first-sent time
-            # (`SubmitRequest.first_submitted_at`); a redrive's fresh state starts it again, and
-            # so does an attempt that set it and that the provider answered it took none of.
-            first_send = state.first_submitted_at is None
+            # (`SubmitRequest.first_submitted_at`); a redrive's fresh state starts it again.
             state.first_submitted_at = state.first_submitted_at or workflow.now()
             self._show_details(f"Submitting, attempt {state.attempts}/{policy.max_attempts}.")
             request = SubmitRequest(
@@ -450,11 +448,6 @@ class Delivery:
                     continue
                 if error_type is not ItemErrorType.TRANSIENT:
                     raise _Failed(message, ItemErrorType.PERMANENT, details.error_code) from None
-                if first_send and details.nothing_taken:
-                    # Nothing can have been sent under the key yet: the next attempt is a
-                    # first send (an older first-sent time would be refused past the
-                    # provider's window, docs/explanation/provider-dedupe.md).
-                    state.first_submitted_at = None
                 if state.attempts >= policy.max_attempts:
                     raise _Failed(
                         f"gave up after {state.attempts} attempts: {message}",

@@ -38,7 +38,6 @@ from durable_outbox_temporal.contract.sms import PROVIDER_TAG, check_sms_payload
 
 from activities.providers.acs_signing import sign_request
 from activities.providers.base import (
-    NOT_TAKEN_STATUS_CODES,
     TRANSIENT_STATUS_CODES,
     PermanentProviderError,
     TransientProviderError,
@@ -114,9 +113,6 @@ class AcsSmsProvider:
             raise TransientProviderError(
                 f"ACS SMS send: {_describe(transient)}",
                 status_code=transient[0].status,
-                # ACS took no number of this request: each was refused for now.
-                nothing_taken=len(transient) == len(results)
-                and all(r.status in NOT_TAKEN_STATUS_CODES for r in transient),
                 retry_after_s=check_retry_after(
                     parse_retry_after(response.headers.get("Retry-After")),
                     self._max_retry_after_s,

@@ -39,10 +39,7 @@ class ProviderError(Exception):
 
 
 class TransientProviderError(ProviderError):
-    """Worth retrying; `retry_after_s` is the provider's own `Retry-After`, never to be undercut.
-    `nothing_taken`: the provider answered that it took none of the request (a 429 or 503 for
-    the whole of it), so a retry is a first send again; otherwise (a timeout, a lost answer, a
-    500) it may have taken it."""
+    """Worth retrying; `retry_after_s` is the provider's own `Retry-After`, never to be undercut."""
 
     def __init__(
         self,
@@ -50,11 +47,9 @@ class TransientProviderError(ProviderError):
         status_code: int | None = None,
         retry_after_s: float | None = None,
         error_code: str | None = None,
-        nothing_taken: bool = False,
     ) -> None:
         super().__init__(message, status_code, error_code)
         self.retry_after_s = retry_after_s
-        self.nothing_taken = nothing_taken
 
 
 class PermanentProviderError(ProviderError):
@@ -123,9 +118,6 @@ def origin(url: SplitResult) -> tuple[str, str, int | None]:
 
 
 TRANSIENT_STATUS_CODES = frozenset({408, 425, 429, 500, 502, 503, 504})
-# Answers that say the request was not processed at all (RFC 9110 503, RFC 6585 429); a 500,
-# 502 or 504 may come after the provider acted on it.
-NOT_TAKEN_STATUS_CODES = frozenset({429, 503})
 
 
 def parse_retry_after(value: str | None, now: datetime | None = None) -> float | None:
@@ -193,11 +185,7 @@ def raise_for_status(
             code,
         )
         raise TransientProviderError(
-            message,
-            status_code=status_code,
-            retry_after_s=retry_after_s,
-            error_code=code,
-            nothing_taken=status_code in NOT_TAKEN_STATUS_CODES,
+            message, status_code=status_code, retry_after_s=retry_after_s, error_code=code
         )
     raise PermanentProviderError(message, status_code=status_code, error_code=code)
 

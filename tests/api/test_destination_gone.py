@@ -112,8 +112,9 @@ async def test_a_410_during_an_operators_pause_keeps_the_operators_reason(
 ) -> None:
     http, fake, name = gone_api.http, gone_api.fake, gone_api.webhook
     url = f"/v1/destinations/{name}"
-    # The receiver takes 1.5 s to say 410: the operator pauses while the submit is in flight.
-    await fake.admin.set_endpoint_fault(name, status=410, latency_ms=1500)
+    # The receiver takes 4 s to say 410: the operator pauses while the submit is in flight
+    # (1.5 s was too short for the pause to land under a full suite's load).
+    await fake.admin.set_endpoint_fault(name, status=410, latency_ms=4000)
     enqueued = await http.post(
         "/v1/outboxes/tests/items",
         json={"destination": name, "payload": {"order": 8}},

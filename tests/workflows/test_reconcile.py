@@ -172,32 +172,3 @@ async def test_an_sms_whose_answer_was_lost_is_not_sent_again_past_the_window_bu
     assert (recipient.detail or "").startswith("HTTP 412: ")
     sent = [e["key"] for e in await forgetful_fake.admin.deliveries("sms")]
     assert sent == [f"{provider_key}/{number}"]  # one message, from the first attempt
-
-
-async def test_an_sms_refused_with_a_503_is_sent_by_a_retry_past_the_window(
-    dev_env, stack_factory, forgetful_fake
-) -> None:
-    """A 503 says ACS took none of the request, so the retry after the window is a first send
-    with a first-sent time of its own: sent once, never a 412 for a message that was never
-    sent (the 503 attempt's first-sent time kept would have been refused)."""
-    forgetful_fake.state.sms.window_s = WINDOW_S
-    destination = sms_destination(
-        forgetful_fake, backoff_initial_s=WINDOW_S + 1.5, backoff_jitter=0, report_window_s=3600
-    )
-    stack = await stack_factory(destination, env=dev_env)
-    number = "+15550143"
-    key = uuid.uuid4().hex
-    provider_key = provider_idempotency_key(item_workflow_id("tests", key))
-    await forgetful_fake.admin.script(provider_key, [{"status": 503}])
-    sms = {"from": "+18005550100", "smsRecipients": [{"to": number}], "message": "Booked"}
-    await stack.enqueue(destination, sms, key=key)
-
-    await wait_for_status(stack, key, status=ItemStatus.SENT)
-
-    view = await stack.outbox.status("tests", key)
-    assert view.attempts == 2
-    (recipient,) = view.recipients
-    assert recipient.address == number and recipient.status is not RecipientStatus.FAILED
-    assert not (recipient.detail or "").startswith("HTTP 412")
-    sent = [e["key"] for e in await forgetful_fake.admin.deliveries("sms")]
-    assert sent == [f"{provider_key}/{number}"]  # sent once, by the retry

@@ -674,9 +674,6 @@ class DeliveryErrorDetails:
     status_code: int | None = None
     # The provider's own error code from the response body (ACS `error.code`), if any.
     error_code: str | None = None
-    # The provider answered that it took none of the request (a 429 or 503): the next attempt
-    # is a first send again, with a first-sent time of its own.
-    nothing_taken: bool = False
 
     @classmethod
     def from_details(cls, details: Sequence[Any]) -> "DeliveryErrorDetails":
@@ -689,7 +686,6 @@ class DeliveryErrorDetails:
             retry_after_s=float(retry_after_s) if retry_after_s is not None else None,
             status_code=int(status_code) if status_code is not None else None,
             error_code=str(error_code) if error_code is not None else None,
-            nothing_taken=raw.get("nothing_taken") is True,
         )
 
 
