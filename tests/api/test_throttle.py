@@ -85,11 +85,14 @@ async def test_a_throttle_storm_pauses_the_destination_and_it_resumes_by_itself(
     assert batch.status_code in (200, 207) and batch.json()["created"] == ITEMS, batch.text
 
     async def destination() -> Any:
-        return (await http.get(url)).json()
+        # Under a full suite's load the API may answer 503 (Temporal's describe timed out):
+        # a read to try again, as a client would after its Retry-After.
+        answer = await http.get(url)
+        return answer.json() if answer.status_code == 200 else {"paused": None, "flow": None}
 
     # The first submit meets the 429 once a worker takes it: on a loaded machine, seconds.
     paused = await eventually(
-        destination, lambda found: found["paused_until"] is not None, tries=300
+        destination, lambda found: found.get("paused_until") is not None, tries=300
     )
     # An item not yet out says why it waits, and until when.
     waiting = await eventually(
@@ -106,7 +109,7 @@ async def test_a_throttle_storm_pauses_the_destination_and_it_resumes_by_itself(
     resumed = await eventually(
         destination,
         lambda found: (
-            not found["paused"]
+            found["paused"] is False
             and found["submit"]["source"] == "worker"
             # The flow's state comes from a query, left out when no worker answers within 2 s.
             and found["flow"] is not None
