@@ -17,7 +17,9 @@ import asyncio
 import contextlib
 import contextvars
 import logging
+import random
 import re
+import time
 import weakref
 from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -27,6 +29,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from sqlalchemy import Connection, Engine, and_, delete, func, insert, literal, select, update
+from sqlalchemy.exc import IntegrityError
 
 from readmodel.models import ITEM_ATTEMPTS, ITEM_ERASURES, ITEMS
 
@@ -34,6 +37,8 @@ log = logging.getLogger(__name__)
 
 # Newest attempts kept per item; older ones go as new ones are written.
 KEEP_PER_ITEM = 50
+# Writes of one attempt that may meet another writer's number for the same item first.
+_NUMBER_TRIES = 5
 # Attempts written in one transaction at most (each is one INSERT ... SELECT).
 MAX_BATCH = 200
 # Response bodies are kept up to this many characters.
@@ -222,31 +227,66 @@ def write_attempts(engine: Engine, item_id: str, attempts: list[Attempt]) -> Non
 
 
 def write_batch(engine: Engine, batch: Sequence[tuple[str, Attempt]]) -> None:
-    """Each attempt as its item's next number, all in one transaction; if that fails, each in
-    its own, so one bad row costs only itself. Never raises."""
+    """Each attempt as its item's next number, all in one transaction and one INSERT of many
+    rows; if that fails (a row refused, or another process numbering the same item's attempt
+    at once), each in its own, so one bad row costs only itself. Never raises."""
     try:
         with engine.begin() as connection:
-            for item_id, attempt in batch:
-                _insert(connection, item_id, attempt)
+            _insert_many(connection, batch)
         return
+    except IntegrityError:
+        pass  # another writer took a number first: each again, after the newest
     except Exception as err:  # noqa: BLE001 - the log never fails a delivery
         if len(batch) == 1:
             log.warning("attempt of %s not logged: %s", batch[0][0], err)
             return
         log.warning("batch of %d attempts failed (%s); writing singly", len(batch), err)
     for item_id, attempt in batch:
-        try:
-            with engine.begin() as connection:
-                _insert(connection, item_id, attempt)
-        except Exception as err:  # noqa: BLE001 - the log never fails a delivery
-            log.warning("attempt of %s not logged: %s", item_id, err)
+        for tries_left in reversed(range(_NUMBER_TRIES)):
+            try:
+                with engine.begin() as connection:
+                    _insert(connection, item_id, attempt)
+                break
+            except IntegrityError as err:
+                if not tries_left:
+                    log.warning("attempt of %s not logged: %s", item_id, err)
+                # Apart from the other writer, which may be taking the next number too.
+                time.sleep(random.uniform(0, 0.01))
+            except Exception as err:  # noqa: BLE001 - the log never fails a delivery
+                log.warning("attempt of %s not logged: %s", item_id, err)
+                break
 
 
-def _insert(connection: Connection, item_id: str, attempt: Attempt) -> None:
-    """One INSERT ... SELECT numbering the attempt after the item's last; prunes the item's
-    oldest beyond `KEEP_PER_ITEM` every tenth."""
+def _insert_many(connection: Connection, batch: Sequence[tuple[str, Attempt]]) -> None:
+    """The batch numbered after each item's last attempt (one read for all its items), written
+    by one statement; prunes an item's oldest beyond `KEEP_PER_ITEM` when a number it takes is a
+    tenth. Two writers of one item's attempts collide on its key: the caller writes singly then.
+    Why one statement: docs/decisions/attempt-log-batches.md"""
     t = ITEM_ATTEMPTS
-    values: dict[str, Any] = {
+    item_ids = sorted({item_id for item_id, _ in batch})
+    last = dict(
+        connection.execute(
+            select(t.c.item_id, func.max(t.c.n))
+            .where(t.c.item_id.in_(item_ids))
+            .group_by(t.c.item_id)
+        ).all()
+    )
+    rows, pruned = [], {}
+    for item_id, attempt in batch:
+        attempt.n = n = (last.get(item_id) or 0) + 1
+        last[item_id] = n
+        rows.append({"item_id": item_id, "n": n, **_values(attempt)})
+        if n % 10 == 0 and n > KEEP_PER_ITEM:
+            pruned[item_id] = n
+    connection.execute(insert(t), rows)
+    for item_id, n in pruned.items():
+        connection.execute(
+            delete(t).where(and_(t.c.item_id == item_id, t.c.n <= n - KEEP_PER_ITEM))
+        )
+
+
+def _values(attempt: Attempt) -> dict[str, Any]:
+    return {
         "kind": attempt.kind,
         "started_at": attempt.started_at,
         "latency_ms": attempt.latency_ms,
@@ -260,6 +300,13 @@ def _insert(connection: Connection, item_id: str, attempt: Attempt) -> None:
         "body_truncated": attempt.body_truncated,
         "error": attempt.error,
     }
+
+
+def _insert(connection: Connection, item_id: str, attempt: Attempt) -> None:
+    """One INSERT ... SELECT numbering the attempt after the item's last; prunes the item's
+    oldest beyond `KEEP_PER_ITEM` every tenth."""
+    t = ITEM_ATTEMPTS
+    values = _values(attempt)
     next_n = select(func.coalesce(func.max(t.c.n), 0) + 1).where(t.c.item_id == item_id)
     n = connection.execute(
         insert(t)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 
 from sqlalchemy import Engine
@@ -98,3 +99,37 @@ def test_headers_are_kept_by_an_allowlist_only() -> None:
         "retry-after": "3",
         "date": "Sat, 28 Nov 2026 07:00:00 GMT",
     }
+
+
+def _attempt() -> attempts.Attempt:
+    with attempts.capture("submit") as made:
+        attempts.note("POST", "https://h/send", {}, datetime.now(UTC), 1, status=202)
+    return made[0]
+
+
+def test_a_batch_numbers_each_item_after_its_own_last(engine: Engine) -> None:
+    attempts.write_attempts(engine, "outbox/t/c", [_attempt()])
+    batch = [("outbox/t/c", _attempt()), ("outbox/t/d", _attempt()), ("outbox/t/c", _attempt())]
+
+    attempts.write_batch(engine, batch)
+
+    assert [a.n for _, a in batch] == [2, 1, 3]
+    assert [a["n"] for a in attempts.read_attempts(engine, "outbox/t/c")] == [1, 2, 3]
+    assert [a["n"] for a in attempts.read_attempts(engine, "outbox/t/d")] == [1]
+
+
+def test_writers_of_one_items_attempts_at_once_lose_none(engine: Engine) -> None:
+    """Two writers number the same item's attempts at once: the one whose batch collides
+    writes its attempts singly, each after the item's last; none is lost or numbered twice."""
+
+    def write(count: int) -> None:
+        for _ in range(count):
+            attempts.write_batch(engine, [("outbox/t/e", _attempt()), ("outbox/t/e", _attempt())])
+
+    with ThreadPoolExecutor(2) as pool:
+        list(pool.map(write, [20] * 2))
+
+    numbers = [a["n"] for a in attempts.read_attempts(engine, "outbox/t/e")]
+    # 80 written; the oldest pruned every tenth number, down to the newest 50 to 59.
+    assert numbers[-1] == 80 and numbers == list(range(numbers[0], 81))
+    assert attempts.KEEP_PER_ITEM <= len(numbers) < attempts.KEEP_PER_ITEM + 10
