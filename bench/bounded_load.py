@@ -12,10 +12,11 @@ of `make dev`, `make bench` and the other chaos runs, then, while a prober times
 - enqueues to LOAD_OUTBOXES outbox names, then counts the `outbox` label values `/metrics`
   exports (at most `METRICS_OUTBOX_LABELS`, plus `other` and `(unknown)`).
 
-Exits 1 if the GET's p99 reaches 100 ms while sockets open, or any bound does not hold. The
-p99 while codec requests at the cap run is reported (`p99_ms_codec_and_enqueues`) but does not
-fail the run yet: the codec's work now runs in processes of its own (`api/codec_work.py`), and
-the figure is to be measured again on a quiet machine before it is checked (docs/benchmarks.md).
+Each phase runs alone, one after the other (the codec pool's start, the codec at its cap, the
+enqueues), then the codec and the enqueues together; the GET's p99 is reported per phase
+(`p99_ms_codec`, `p99_ms_enqueues`, `p99_ms_codec_and_enqueues`, ...). Exits 1 if the GET's p99
+reaches 100 ms while sockets open, or any bound does not hold; the codec and enqueue phases'
+p99s are reported, not yet checked: both are above 100 ms on 2 cores (docs/benchmarks.md).
 Bounded in count (the figures above) and time (LOAD_DEADLINE_S for the whole load). Writes
 `.bench/bounded-load.json`.
 """
