@@ -437,6 +437,10 @@ _MAYBE_UNSENDABLE = re.compile(
 # The batch answers each item on its own, and its item model refuses these values per item:
 # one bad item must not refuse the others.
 _CHECKS_VALUES_PER_ITEM = re.compile(r"/items:batch$")
+# The codec's bodies (up to CODEC_MAX_REQUEST_BYTES of base64) are parsed off the event loop,
+# in the codec's processes, into a shape of fixed depth whose strings are base64: scanning them
+# here held every other request of the process (docs/decisions/codec-off-the-loop.md).
+_PARSED_OFF_THE_LOOP = re.compile(r"^/codec/(?:encode|decode)$")
 
 
 def unsendable_json_problem(body: bytes) -> ApiProblem | None:
@@ -466,7 +470,7 @@ class JsonBodyCheck:
         self.max_depth = max_depth
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
+        if scope["type"] != "http" or _PARSED_OFF_THE_LOOP.match(scope.get("path", "")):
             await self.app(scope, receive, send)
             return
         received: deque[Message] = deque()
