@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
@@ -135,3 +136,15 @@ async def served_api_factory(stack_factory, fake_provider) -> AsyncIterator[Call
             return ServedApi(url=url, stack=stack, webhook=webhook)
 
         yield build
+
+
+async def read_destination(http: httpx.AsyncClient, url: str) -> Any:
+    """`GET /v1/destinations/{name}` (`url`) as a client reads it under load: a 503 (Temporal's
+    describe timed out, with Retry-After) is read again, a moment later, up to 10 s."""
+    for _ in range(100):
+        answer = await http.get(url)
+        if answer.status_code != 503:
+            assert answer.status_code == 200, answer.text
+            return answer.json()
+        await asyncio.sleep(0.1)
+    raise AssertionError(f"{url} answered 503 for 10 s: {answer.text}")

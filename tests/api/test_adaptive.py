@@ -11,6 +11,7 @@ import pytest
 from durable_outbox_temporal.contract.ids import item_workflow_id
 
 from cli import _destination_fields
+from tests.api.conftest import read_destination
 from tests.api.test_destination_gone import eventually
 from tests.api.test_throttle import api_with_flow
 from tests.conftest import unique_name, webhook_destination
@@ -51,7 +52,7 @@ async def test_the_rate_falls_to_a_hidden_limit_and_every_item_goes_once(
             views = await asyncio.gather(*(stack.result(item_id) for item_id in item_ids))
 
             async def destination() -> Any:
-                return (await http.get(f"/v1/destinations/{name}")).json()
+                return await read_destination(http, f"/v1/destinations/{name}")
 
             def settled(found: Any) -> bool:
                 """The flow's state (a query, left out when no worker answers in time) has moves

@@ -16,6 +16,7 @@ import pytest_asyncio
 from durable_outbox_temporal.contract.ids import item_workflow_id
 
 from devstack.fake_provider import FakeProvider
+from tests.api.conftest import read_destination
 from tests.api.test_destination_gone import eventually
 from tests.api.test_throttle import api_with_flow
 from tests.conftest import Stack, unique_name, webhook_destination
@@ -82,7 +83,7 @@ async def test_failing_submits_open_the_circuit_items_wait_and_it_closes_by_itse
     item_ids = [item_workflow_id("tests", key) for key in keys]
 
     async def destination() -> Any:
-        return (await http.get(url)).json()
+        return await read_destination(http, url)
 
     opened = await eventually(destination, lambda found: found["circuit"] == "open")
 

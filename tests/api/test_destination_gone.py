@@ -13,7 +13,7 @@ import httpx
 import pytest_asyncio
 
 from devstack.fake_provider import FakeProvider
-from tests.api.conftest import api_settings, open_api
+from tests.api.conftest import api_settings, open_api, read_destination
 from tests.conftest import Stack, webhook_destination
 from tests.fakes import deliveries, submits
 
@@ -68,7 +68,7 @@ async def test_410_pauses_the_destination_and_the_item_waits_for_the_resume(
     item_id = enqueued.json()["id"]
 
     async def destination() -> Any:
-        return (await http.get(f"/v1/destinations/{name}")).json()
+        return await read_destination(http, f"/v1/destinations/{name}")
 
     async def events() -> list[Any]:
         return list((await http.get("/v1/outboxes/tests/items/gone-1/events")).json())

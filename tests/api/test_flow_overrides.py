@@ -17,7 +17,7 @@ import pytest_asyncio
 
 from devstack.fake_provider import FakeProvider
 from readmodel.flow_overrides import REFRESH_S
-from tests.api.conftest import api_settings, open_api
+from tests.api.conftest import api_settings, open_api, read_destination
 from tests.api.test_destination_gone import eventually
 from tests.api.test_items import assert_problem
 from tests.api.test_throttle import api_with_flow
@@ -155,7 +155,7 @@ async def test_the_breaker_turned_off_and_on_at_run_time(flow_api: FlowApi) -> N
     await fake.admin.set_endpoint_fault(flow_api.webhook, status=500)
     down = await send(flow_api, "off", 4)
     assert await ended(flow_api, down) == ["failed"] * 4
-    found = (await http.get(flow_api.url)).json()
+    found = await read_destination(http, flow_api.url)
     assert found["circuit"] == "closed" and found["paused"] is False
     assert found["flow_policy"]["breaker"]["value"] is False
     # On again (the file's value): the next failures open the circuit and items wait.
@@ -165,7 +165,7 @@ async def test_the_breaker_turned_off_and_on_at_run_time(flow_api: FlowApi) -> N
     waiting = await send(flow_api, "on", 4)
 
     async def destination() -> Any:
-        return (await http.get(flow_api.url)).json()
+        return await read_destination(http, flow_api.url)
 
     opened = await eventually(destination, lambda found: found["circuit"] == "open")
     assert opened["paused"] is True
@@ -219,7 +219,7 @@ async def test_an_override_outlives_the_api_until_null_puts_the_files_back(
     # A new API instance (a restart): the override is the read model's, not the process's.
     settings = api_settings(workflow_task_queue=flow_api.stack.task_queue)
     async for http in open_api(flow_api.stack, settings):
-        policy = (await http.get(flow_api.url)).json()["flow_policy"]
+        policy = (await read_destination(http, flow_api.url))["flow_policy"]
         assert policy["key_max_in_flight"]["value"] == 2
         assert policy["key_max_in_flight"]["source"] == "api"
         assert policy["breaker_probe_interval_s"]["value"] == 3

@@ -17,7 +17,7 @@ from durable_outbox_temporal.contract.ids import item_workflow_id
 from temporalio.service import RPCError
 
 from devstack.fake_provider import FakeProvider
-from tests.api.conftest import api_settings, open_api
+from tests.api.conftest import api_settings, open_api, read_destination
 from tests.api.test_destination_gone import eventually
 from tests.conftest import Stack, unique_name, webhook_destination
 from tests.fakes import deliveries, submits
@@ -85,10 +85,7 @@ async def test_a_throttle_storm_pauses_the_destination_and_it_resumes_by_itself(
     assert batch.status_code in (200, 207) and batch.json()["created"] == ITEMS, batch.text
 
     async def destination() -> Any:
-        # Under a full suite's load the API may answer 503 (Temporal's describe timed out):
-        # a read to try again, as a client would after its Retry-After.
-        answer = await http.get(url)
-        return answer.json() if answer.status_code == 200 else {"paused": None, "flow": None}
+        return await read_destination(http, url)
 
     # The first submit meets the 429 once a worker takes it: on a loaded machine, seconds.
     paused = await eventually(
