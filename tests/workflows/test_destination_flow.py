@@ -83,20 +83,7 @@ class Flow:
             failing_since=now,
             disable_after_s=disable_after_s,
         )
-        await self.client.start_workflow(
-            FLOW_WORKFLOW_TYPE,
-            FlowState(
-                destination=self.destination,
-                task_queue=self.submit_queue,
-                configured_rate=4.0,
-                ramp_step_s=1.0,
-                storm_window_s=30.0,
-            ),
-            id=f"flow/{self.destination}",
-            task_queue=self.workflow_queue,
-            start_signal=FAILING_SIGNAL,
-            start_signal_args=[seen],
-        )
+        await self._signal_with_start(FAILING_SIGNAL, seen)
 
     async def report_outcomes(self, *, ok: int, congested: int) -> None:
         """One worker's submit outcomes over an interval, as an adaptive destination's submits
@@ -114,6 +101,10 @@ class Flow:
             latency_target_s=1.0,
             interval_s=0.3,
         )
+        await self._signal_with_start(SUBMIT_OUTCOMES_SIGNAL, outcomes)
+
+    async def _signal_with_start(self, signal: str, report: object) -> None:
+        """The report to the destination's flow, starting it if it is not running."""
         await self.client.start_workflow(
             FLOW_WORKFLOW_TYPE,
             FlowState(
@@ -125,8 +116,8 @@ class Flow:
             ),
             id=f"flow/{self.destination}",
             task_queue=self.workflow_queue,
-            start_signal=SUBMIT_OUTCOMES_SIGNAL,
-            start_signal_args=[outcomes],
+            start_signal=signal,
+            start_signal_args=[report],
         )
 
     async def state(self) -> FlowState:
