@@ -1,9 +1,9 @@
 """Erasing an ended item's personal data from the read model, leaving no copy behind.
 
-`erase_item` removes, in one transaction: the item's payload; its recipients' addresses (each
-recipient's status and time stay, its provider detail goes); every address the payload or the
-recipients named, wherever the item's event details and last error quote it; its attempts'
-headers and bodies (numbers, statuses and times stay); its claim-check blobs; the relay's
+`erase_item` removes, in one transaction: the item's payload and its digest; its recipients'
+addresses (each recipient's status and time stay, its provider detail goes); every address the
+payload or the recipients named, wherever the item's event details and last error quote it; its
+attempts' headers and bodies (numbers, statuses and times stay); its claim-check blobs; the relay's
 `outbox_pending` rows of its key; its link to the subject it was enqueued for
 (`readmodel.subjects`); and its debounce window's copy in the carrier that delivered it (the
 whole payload under `latest`, its entry under `collect`). The item is then marked
@@ -119,6 +119,9 @@ def erase_item(
             .where(ITEMS.c.id == item_id, ITEMS.c.status.in_(list(erasable)))
             .values(
                 payload=None,
+                # The digest of what was erased would confirm a guess of it: a repeat of the key
+                # is answered by its status alone (`service.items`).
+                payload_hash=ERASED,
                 recipients=[
                     Recipient(ERASED, recipient.status, None, recipient.at)
                     for recipient in recipients

@@ -175,6 +175,9 @@ ITEMS = Table(
             "created_at": Column("created_at", UTCDateTime(), nullable=False),
             # A provider's error text may name a recipient.
             "last_error": sealed_text("last_error"),
+            # A digest of a caller's payload confirms a guessed low-entropy one (a fixed text to a
+            # phone number): sealed like the payload (docs/decisions/payload-digest-sealed.md).
+            "payload_hash": sealed_text("payload_hash"),
         },
     ),
     # none_as_null: a projection without payload must be SQL NULL so COALESCE keeps the stored one.
@@ -211,7 +214,7 @@ ITEM_KEYS = Table(
     metadata,
     Column("item_id", String(MAX_ITEM_ID_LENGTH), primary_key=True),
     Column("status", String(16), nullable=False),
-    Column("payload_hash", String(), nullable=True),
+    sealed_text("payload_hash"),
     Column("finished_at", UTCDateTime(), nullable=True),
     Column("pruned_at", UTCDateTime(), nullable=False),
 )

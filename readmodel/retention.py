@@ -17,6 +17,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from durable_outbox_temporal.contract.item import ItemStatus
+from durable_outbox_temporal.contract.outbox_pending import UTCDateTime
 from durable_outbox_temporal.contract.retention import PruneCursor, PrunePageResult, RetentionRule
 from sqlalchemy import (
     ColumnElement,
@@ -95,23 +96,14 @@ def prune_rows(
         ids = [row.id for row in page]
         if not ids:
             return PrunePageResult(pruned=0, more=False, last=after)
-        remembered = select(
-            ITEMS.c.id, ITEMS.c.status, ITEMS.c.payload_hash, ITEMS.c.finished_at
-        ).where(ITEMS.c.id.in_(ids), ITEMS.c.status.in_(ENDED))
-        keys = [
-            {
-                "item_id": row.id,
-                "status": row.status,
-                "payload_hash": row.payload_hash,
-                "finished_at": row.finished_at,
-                "pruned_at": now,
-            }
-            for row in connection.execute(remembered)
-        ]
-        if not keys:
+        gone = list(
+            connection.execute(
+                select(ITEMS.c.id).where(ITEMS.c.id.in_(ids), ITEMS.c.status.in_(ENDED))
+            ).scalars()
+        )
+        if not gone:
             return _page(page, limit, pruned=0)
-        connection.execute(_remember(engine.dialect.name), keys)
-        gone = [key["item_id"] for key in keys]
+        connection.execute(_remember(engine.dialect.name, gone, now))
         for table, column in (
             (EVENTS, EVENTS.c.item_id),
             (ITEM_ATTEMPTS, ITEM_ATTEMPTS.c.item_id),
@@ -180,7 +172,20 @@ def _page(page: list[Row[Any]], limit: int, pruned: int | None = None) -> PruneP
     )
 
 
-def _remember(dialect: str) -> Any:
-    """Insert key memories, keeping one already there (a page retried after its commit)."""
+def _remember(dialect: str, item_ids: list[str], now: datetime) -> Any:
+    """Insert the items' key memories, keeping one already there (a page retried after its
+    commit). Copied in SQL: the sealed digest moves as stored, never opened (a value whose key
+    is gone still moves) nor sealed twice."""
     insert_into = postgresql.insert if dialect == "postgresql" else sqlite.insert
-    return insert_into(ITEM_KEYS).on_conflict_do_nothing(index_elements=["item_id"])
+    kept = select(
+        ITEMS.c.id,
+        ITEMS.c.status,
+        ITEMS.c.payload_hash,
+        ITEMS.c.finished_at,
+        literal(now, UTCDateTime()),
+    ).where(ITEMS.c.id.in_(item_ids))
+    return (
+        insert_into(ITEM_KEYS)
+        .from_select(["item_id", "status", "payload_hash", "finished_at", "pruned_at"], kept)
+        .on_conflict_do_nothing(index_elements=["item_id"])
+    )

@@ -54,8 +54,8 @@ from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.service import RPCError, RPCStatusCode
 
 from readmodel import attempts as attempt_log
+from readmodel import erasure, store
 from readmodel import lanes as lane_store
-from readmodel import store
 from readmodel import subjects as subject_index
 from readmodel.models import EventRecord, ItemRecord
 from readmodel.writer import ProjectionWriter
@@ -170,10 +170,12 @@ class ItemService:
         self, outbox: str, item: NewItem, status: ItemStatus, known_hash: str | None
     ) -> Enqueued:
         """A repeat of an ended item's key: the same request is told its status (a failed one
-        is told to redrive), another is refused."""
-        check_same_request(
-            known_hash, payload_hash(item.destination, item.payload, item.ordering_key)
-        )
+        is told to redrive), another is refused. An erased item's digest went with its payload:
+        any repeat is told its status, and nothing is sent again."""
+        if known_hash != erasure.ERASED:
+            check_same_request(
+                known_hash, payload_hash(item.destination, item.payload, item.ordering_key)
+            )
         if status is ItemStatus.FAILED:
             raise failed_use_redrive()
         item_id = item_workflow_id(outbox, item.key)

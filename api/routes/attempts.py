@@ -82,10 +82,10 @@ async def get_attempts(outbox: str, key: str, items: ItemServiceDep) -> dict[str
     responses=problem_responses(409),
 )
 async def erase_payload(outbox: str, key: str, items: ItemServiceDep) -> ErasedResponse:
-    """Remove the item's personal data from the read model, leaving no copy: its payload, its
-    recipients' addresses and the event details that name them, its attempts' headers and
-    bodies, its claim-check blob, the relay's copy and its debounce carrier's copy. Its
-    statuses, times and attempt numbers stay. Only once it has ended and no longer takes
+    """Remove the item's personal data from the read model, leaving no copy: its payload and its
+    digest, its recipients' addresses and the event details that name them, its attempts'
+    headers and bodies, its claim-check blob, the relay's copy and its debounce carrier's copy.
+    Its statuses, times and attempt numbers stay. Only once it has ended and no longer takes
     delivery reports."""
     view = (await items.get(outbox, key)).view
     destination = items.client.destinations.get(view.destination)

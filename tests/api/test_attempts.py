@@ -69,6 +69,16 @@ async def test_item_mode_logs_each_submit_and_poll_and_erases_bodies(api: Api) -
     item = (await api.http.get("/v1/outboxes/tests/items/logged")).json()
     assert item["status"] == "sent" and item.get("payload") is None
     assert item["erased_at"] == after["erased_at"]
+    # Its digest went too (it would confirm a guess of the payload): a repeat of the key, with
+    # any payload, is told the item's status and is never sent again.
+    assert item["payload_hash"] == "[erased]"
+    another = {**EMAIL, "content": {"subject": "Guess", "plainText": "Hello?"}}
+    for payload in (EMAIL, another):
+        repeat = await enqueue(api, "logged", payload)
+        assert repeat.status_code == 200, repeat.text
+        assert repeat.json()["created"] is False
+    logged = (await api.http.get("/v1/outboxes/tests/items/logged/attempts")).json()
+    assert len(logged["attempts"]) == len(attempts)
 
 
 async def test_bulk_mode_logs_each_submit_and_poll(dev_env: Any, api_factory: Any) -> None:

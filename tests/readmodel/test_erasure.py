@@ -1,7 +1,7 @@
-"""Erasing an ended item leaves no copy of its personal data in the read model: payload,
-recipients' addresses (statuses kept), event details and the last error naming them, attempt
-headers and bodies, claim-check blob, the relay's row, its debounce carrier's copy; a carrier
-still under way refuses the erase. On SQLite and PostgreSQL, sealed and plain."""
+"""Erasing an ended item leaves no copy of its personal data in the read model: payload and its
+digest, recipients' addresses (statuses kept), event details and the last error naming them,
+attempt headers and bodies, claim-check blob, the relay's row, its debounce carrier's copy; a
+carrier still under way refuses the erase. On SQLite and PostgreSQL, sealed and plain."""
 
 from __future__ import annotations
 
@@ -45,6 +45,7 @@ def test_an_erased_item_leaves_no_copy(engine: Engine, sealed: bool) -> None:
     at_rest = raw_text(engine)
     if not sealed:  # (the aggregate's own "grace" is not the item's to erase)
         assert "grace@example.com" not in at_rest and "250 grace" not in at_rest
+        assert "sha256:grace" not in at_rest and "sha256:kept" in at_rest
         assert "kept@example.com" in at_rest
     seal_with(engine, None if codec is None else codec.value_keys())
     record = store.get_item(engine, "outbox/o/gone")
@@ -57,6 +58,7 @@ def test_an_erased_item_leaves_no_copy(engine: Engine, sealed: bool) -> None:
         None,
     )
     assert record.view.last_error == f"bounced {erasure.ERASED}"
+    assert record.view.payload_hash == erasure.ERASED  # a digest would confirm a guess of it
     details = [event.detail for event in store.item_events(engine, "outbox/o/gone")]
     assert details == [None, f"{erasure.ERASED}: ok"]
     [attempt] = attempts.read_attempts(engine, "outbox/o/gone")

@@ -10,6 +10,7 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
+from durable_outbox_temporal.codec import EncryptionCodec, new_key_setting
 from durable_outbox_temporal.contract.item import (
     ItemEvent,
     ItemEventType,
@@ -17,7 +18,9 @@ from durable_outbox_temporal.contract.item import (
     ItemStatus,
 )
 from durable_outbox_temporal.contract.retention import RetentionRule
-from sqlalchemy import Engine, func, select
+from durable_outbox_temporal.contract.sealed_columns import seal_with
+from durable_outbox_temporal.contract.sealing import PREFIX
+from sqlalchemy import Engine, func, select, text
 
 from readmodel import attempts, store
 from readmodel.models import EVENTS, ITEM_ATTEMPTS, ITEMS
@@ -155,6 +158,26 @@ def test_pruned_rows_go_with_their_events_and_attempts_and_leave_the_key_memory(
         logged = connection.execute(select(func.count()).select_from(ITEM_ATTEMPTS)).scalar()
     assert events == ["outbox/o/kept"] and logged == 1
     assert prune_rows(engine, rule, NOW - 2 * DAY, limit=500, now=NOW).pruned == 0
+
+
+def test_a_sealed_digest_moves_into_the_key_memory_as_stored(engine: Engine) -> None:
+    # Sealed under k1, then k1 removed: the page still moves the digest (never opened there), and
+    # once k1 is back the key memory opens it.
+    k1 = EncryptionCodec.from_setting(new_key_setting("k1")).value_keys()
+    seal_with(engine, k1)
+    item(engine, "gone", ItemStatus.SENT, ended_days_ago=5)
+    seal_with(engine, EncryptionCodec.from_setting(new_key_setting("k2")).value_keys())
+    rule = RetentionRule("d", None, payload_retention_s=0, item_retention_s=2 * DAY.total_seconds())
+
+    assert prune_rows(engine, rule, NOW - 2 * DAY, limit=500, now=NOW).pruned == 1
+
+    with engine.connect() as connection:
+        [stored] = connection.execute(text("SELECT payload_hash FROM outbox_keys")).scalars()
+    assert stored.startswith(f"{PREFIX}k1:") and "hash-gone" not in stored
+    seal_with(engine, k1)
+    assert store.item_or_remembered_key(engine, "outbox/o/gone") == store.RememberedKey(
+        ItemStatus.SENT, "hash-gone"
+    )
 
 
 def test_an_outboxs_own_rule_and_the_destinations_split_the_items(engine: Engine) -> None:

@@ -46,8 +46,8 @@ K2_THEN_K1 = EncryptionCodec.from_setting(f"{new_key_setting('k2')},{K1_SETTING}
 def write_everything(
     engine: Engine, marker: str, key: str = "k", codec: EncryptionCodec | None = None
 ) -> None:
-    """An item (payload, a recipient, an event detail naming it, an error), its attempt, an
-    aggregate's event and state, and a relay row (`enqueue_in` with `codec`, as the
+    """An item (payload and its digest, a recipient, an event detail naming it, an error), its
+    attempt, an aggregate's event and state, and a relay row (`enqueue_in` with `codec`, as the
     application's own process has it): each carrying `marker`."""
     use(engine, codec)
     address = f"{marker}@example.com"
@@ -56,7 +56,7 @@ def write_everything(
     store.apply_projection(
         engine,
         ItemProjection(
-            view(key, 1, ItemStatus.QUEUED),
+            view(key, 1, ItemStatus.QUEUED, payload_hash=f"sha256:{marker}"),
             [ItemEvent(1, ItemEventType.ENQUEUED, ItemStatus.QUEUED, T0)],
             T0,
             payload={"to": address, "subject": marker},
@@ -72,6 +72,7 @@ def write_everything(
                 recipients=[recipient],
                 last_error=f"bounced {address}",
                 provider_message_id=f"msg-{key}",
+                payload_hash=f"sha256:{marker}",
             ),
             [sent],
         ),
@@ -156,6 +157,7 @@ def test_a_callers_data_is_sealed_at_rest_and_reads_back_plain(engine: Engine) -
     assert record.view.recipients[0].address == f"{marker}@example.com"
     assert record.view.recipients[0].detail == f"250 {marker}"
     assert record.view.last_error == f"bounced {marker}@example.com"
+    assert record.view.payload_hash == f"sha256:{marker}"
     assert store.item_events(engine, "outbox/o/k")[1].detail == f"{marker}@example.com: ok"
     [attempt] = attempts.read_attempts(engine, "outbox/o/k")
     assert attempt["request"]["headers"] == {"x-echo": marker}
