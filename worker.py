@@ -62,6 +62,7 @@ from activities.worker_startup import (
     worker_runtime,
 )
 from configuration.destinations import load_destinations
+from configuration.gc_pauses import freeze_startup_heap
 from configuration.providers import HttpProviderSettings
 from configuration.redaction import install_log_redaction
 from configuration.settings import Settings, get_settings
@@ -394,6 +395,7 @@ async def run_worker(
             await start_beside_workflows(
                 stack, client, settings, registry, read_model, aggregate_types
             )
+        freeze_startup_heap()
         log.info(
             "worker ready: %s; destinations: %s",
             "workflows + activities" if run_workflows else "activities only",

@@ -70,6 +70,7 @@ from api.routes import token as token_route
 from api.security import AllowedHosts, CodecCors, SecurityHeaders, check_configuration
 from api.startup import PlainStartupRefusal, StartupRefused
 from configuration.destinations import load_destinations
+from configuration.gc_pauses import freeze_startup_heap
 from configuration.redaction import install_log_redaction
 from configuration.settings import Settings, get_settings
 from configuration.version import VERSION
@@ -183,6 +184,7 @@ def lifespan(
         app.state.metrics.destinations.attach(app.state.resources.controls)
         # In the background: the API starts (and /readyz answers) while Temporal is down.
         search_attributes = asyncio.create_task(_log_missing_search_attributes(app, outbox))
+        freeze_startup_heap()
         try:
             yield
         finally:
