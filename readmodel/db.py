@@ -9,6 +9,7 @@ import sqlite3
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -86,28 +87,37 @@ def create_schema(engine: Engine, migrations: Sequence[Path] = ()) -> None:
     directory of revisions on a branch of its own, brought to its head with the product's.
     """
     with schema_lock(engine) as connection:
-        config = alembic_config(connection, migrations)
-        check_schema_known(connection, config)
+        check_schema_known(connection, migrations)
         if _at_heads(connection, migrations):
             # The common case at every start: loading the revisions once more for an upgrade
             # that does nothing costs a quarter of a second per process start.
             return
+        config = alembic_config(connection, migrations)
         if _is_unversioned(connection):
             # Its tables are revision 0001's: record that rather than create them again.
             command.stamp(config, UNVERSIONED_REVISION)
         command.upgrade(config, "heads")
 
 
+@dataclass(frozen=True)
+class _Revisions:
+    known: frozenset[str]
+    heads: frozenset[str]
+
+
 @functools.cache
-def _heads(migrations: tuple[Path, ...]) -> frozenset[str]:
-    """The head revisions of the product's migrations and `migrations`' branches: read from the
-    files once per process (they do not change under a running process)."""
-    return frozenset(ScriptDirectory.from_config(_script_config(migrations)).get_heads())
+def _revisions(migrations: tuple[Path, ...]) -> _Revisions:
+    """Every revision, and the heads, of the product's migrations and `migrations`' branches:
+    read from the files once per process (they do not change under a running process; loading
+    them took a quarter of a second at each start and each `/readyz`)."""
+    script = ScriptDirectory.from_config(_script_config(migrations))
+    known = frozenset(revision.revision for revision in script.walk_revisions())
+    return _Revisions(known, frozenset(script.get_heads()))
 
 
 def _at_heads(connection: Connection, migrations: Sequence[Path]) -> bool:
     current = set(MigrationContext.configure(connection).get_current_heads())
-    return bool(current) and _heads(tuple(migrations)) <= current
+    return bool(current) and _revisions(tuple(migrations)).heads <= current
 
 
 class SchemaNewerThanCode(RuntimeError):
@@ -115,16 +125,16 @@ class SchemaNewerThanCode(RuntimeError):
     must not start on it (it would read and write tables it does not know)."""
 
 
-def check_schema_known(connection: Connection, config: Config) -> None:
-    """Raise `SchemaNewerThanCode` if the database is at a revision this code's migrations do
-    not have, naming both revisions and the way back (docs/how-to/upgrade.md)."""
-    script = ScriptDirectory.from_config(config)
-    known = {revision.revision for revision in script.walk_revisions()}
+def check_schema_known(connection: Connection, migrations: Sequence[Path] = ()) -> None:
+    """Raise `SchemaNewerThanCode` if the database is at a revision this code's migrations (the
+    product's and `migrations`' branches) do not have, naming both revisions and the way back
+    (docs/how-to/upgrade.md)."""
+    revisions = _revisions(tuple(migrations))
     current = MigrationContext.configure(connection).get_current_heads()
-    unknown = sorted(set(current) - known)
+    unknown = sorted(set(current) - revisions.known)
     if not unknown:
         return
-    heads = sorted(script.get_heads())
+    heads = sorted(revisions.heads)
     way_back = " then ".join(f"`alembic downgrade {head}`" for head in heads)
     raise SchemaNewerThanCode(
         f"the read model's schema is at revision {', '.join(unknown)}, which this code does not"
@@ -138,16 +148,15 @@ def verify_schema(engine: Engine, migrations: Sequence[Path] = ()) -> None:
     """`check_schema_known` for a process that reads and writes the read model but leaves
     migrating it to others (an activities-only worker)."""
     with engine.connect() as connection:
-        check_schema_known(connection, alembic_config(connection, migrations))
+        check_schema_known(connection, migrations)
 
 
 def schema_not_at_head(engine: Engine, migrations: Sequence[Path] = ()) -> str | None:
     """Why the read model's schema is not at this code's head revisions, naming both and the way
     there; None when it is. Raises if the database does not answer."""
     with engine.connect() as connection:
-        script = ScriptDirectory.from_config(alembic_config(connection, migrations))
         current = set(MigrationContext.configure(connection).get_current_heads())
-    heads = set(script.get_heads())
+    heads = set(_revisions(tuple(migrations)).heads)
     if heads <= current:
         return None
     at = ", ".join(sorted(current)) or "none (no `alembic_version` table)"
