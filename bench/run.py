@@ -409,7 +409,7 @@ async def scenarios(env: dict[str, str], pids: dict[str, int], figures: dict[str
     client = await Client.connect(env["TEMPORAL_ADDRESS"])
     api = f"http://127.0.0.1:{env['DEV_API_PORT']}"
     if wanted("enqueue latency"):
-        await step("enqueue latency", figures, lambda: enqueue_latency(api))
+        await step("enqueue latency", figures, lambda: enqueue_latency(api, pids))
     if wanted("end to end"):
         await step("end to end", figures, lambda: end_to_end(client, pids))
     if wanted("delivery latency"):
@@ -474,15 +474,24 @@ def wanted(scenario: str) -> bool:
     return not only or scenario in [name.strip() for name in only.split(",")]
 
 
-async def enqueue_latency(api: str) -> dict[str, Any]:
+async def enqueue_latency(api: str, pids: dict[str, int]) -> dict[str, Any]:
     figures: dict[str, Any] = {}
+    processes = {"api": pids["api"], "server": pids["temporal"], "worker": pids["worker"]}
     limits = httpx.Limits(max_connections=500, max_keepalive_connections=100)
     async with httpx.AsyncClient(base_url=api, limits=limits, timeout=30) as http:
         # Warm-up at the measured rate: connections, the API's gRPC channel, cold DB pages.
         await open_loop(http, 50, 5)
         print("enqueue latency, open loop at 50/s:", flush=True)
+        cpu_before = {name: cpu_seconds(pid) for name, pid in processes.items()}
         steady = await open_loop(http, 50, 8 if QUICK else 20)
-        print(f"  {steady}", flush=True)
+        # Where an enqueue's time goes: each process's CPU per request (the items wait on a
+        # `not_before` hours away, so the worker's share is the start's workflow task only).
+        requests = int(50 * (8 if QUICK else 20))
+        figures["enqueue_cpu_ms_per_request"] = {
+            name: round((cpu_seconds(pid) - cpu_before[name]) * 1000 / requests, 2)
+            for name, pid in processes.items()
+        }
+        print(f"  {steady}; CPU ms per request {figures['enqueue_cpu_ms_per_request']}", flush=True)
         figures["enqueue_p50_ms"], figures["enqueue_p99_ms"] = steady["p50_ms"], steady["p99_ms"]
         capacity = 0.0
         print("capacity: highest fixed rate with p99 <= 100 ms:", flush=True)
@@ -499,7 +508,23 @@ async def enqueue_latency(api: str) -> dict[str, Any]:
                 break
             capacity = rate
         figures["max_enqueue_per_s"] = capacity
+    # The rates past capacity leave thousands of starts queued at the worker: the next scenario
+    # would measure their backlog (a full run's item path did 7 items/s behind it, 25-30 alone).
+    waited = await settle([pids["temporal"], pids["worker"], pids["api"]])
+    print(f"  the stack settled {waited} s after the last rate", flush=True)
+    figures["enqueue_backlog_settle_s"] = waited
     return figures
+
+
+async def settle(pids: list[int], deadline_s: float = 300) -> float:
+    """Seconds until the processes together use under a tenth of a core over a second."""
+    began = time.monotonic()
+    while time.monotonic() - began < deadline_s:
+        before = sum(cpu_seconds(pid) for pid in pids)
+        await asyncio.sleep(1)
+        if sum(cpu_seconds(pid) for pid in pids) - before < 0.1:
+            break
+    return round(time.monotonic() - began, 1)
 
 
 async def end_to_end(client: Client, pids: dict[str, int]) -> dict[str, Any]:
