@@ -2,17 +2,24 @@
 prefix of its routes); an environment variable the settings read or the code, the compose file
 or the Makefile uses, or one of another program's that the docs tell you to set; an `outbox` CLI
 command and its flags (from `cli.py`'s parser); a problem code (from `api/problem_codes.py`);
-a metric the API exports; and a workflow, signal, update or query name (from the workflow
-definitions the worker hosts)."""
+a metric the API exports; a workflow, signal, update or query name (from the workflow
+definitions the worker hosts); and a destinations-file field (from the models its loader
+validates with). Any other snake_case name must be one the code base writes somewhere, so a
+field the docs invent fails even where nothing says it is one."""
 
 from __future__ import annotations
 
 import argparse
+import ast
 import re
 import shlex
+import tomllib
 from pathlib import Path
 
 import pytest
+from durable_outbox_temporal.contract.flow_policy import FlowPolicy, Quota
+from durable_outbox_temporal.contract.item import POLICY_SETTINGS
+from durable_outbox_temporal.destinations import Destination, OutboxSettings
 from fastapi.routing import APIRoute, APIWebSocketRoute
 from prometheus_client.metrics import MetricWrapperBase
 from starlette.routing import Mount
@@ -24,10 +31,11 @@ from api.main import create_app
 from api.metrics import ApiMetrics
 from api.problem_codes import PROBLEM_CODES
 from cli import build_parser
+from configuration.providers import PROVIDER_SETTINGS
 from configuration.settings import PROJECT_ROOT, Settings
 from readmodel.models import metadata
 from tests.docs.test_links import _outside_code_blocks
-from tests.docs.test_paths import SOURCE_ROOTS, pages
+from tests.docs.test_paths import _PATH, SOURCE_ROOTS, pages
 from worker import WORKFLOWS
 
 _CODE_SPAN = re.compile(r"`([^`\n]+)`")
@@ -259,6 +267,170 @@ def unknown_workflow_name(span: str, after: str) -> str | None:
     return None if span in known else f"{span} ({kind.group(1)})"
 
 
+# --- destinations-file fields -------------------------------------------------------------
+
+# A field named without its table: it must be a field of one of them.
+ANY_TABLE = "destinations-file"
+
+
+def destination_file_fields() -> dict[str, frozenset[str]]:
+    """Each table of the destinations file to the fields its loader takes: the models it
+    validates with refuse any other (`extra="forbid"`), and the policy's fields sit flat in the
+    destination's table (`Destination._gather_policy`)."""
+    tables = {
+        # `name` is the table's own name and `delivery` is refused: neither is written as a field.
+        "destination": set(Destination.model_fields) - {"name", "delivery"} | set(POLICY_SETTINGS),
+        "flow": set(FlowPolicy.model_fields),
+        "quota": set(Quota.model_fields),
+        "settings": set().union(*(model.model_fields for model in PROVIDER_SETTINGS.values())),
+        "outbox": set(OutboxSettings.model_fields),
+    }
+    fields = {table: frozenset(names) for table, names in tables.items()}
+    return {**fields, ANY_TABLE: frozenset().union(*fields.values())}
+
+
+FIELDS = destination_file_fields()
+# Assignments the docs write for other files than the destinations file, with where they live.
+OTHER_FILES_ASSIGNMENTS = {
+    "scopes": "the tokens file's (`api/auth.py`)",
+    "actor_field": "an aggregate definition's (`durable_outbox_temporal/aggregate_definition.py`)",
+    "depends_on": "an Alembic migration's",
+}
+_SNAKE = re.compile(r"[a-z][a-z0-9]*(?:_[a-z0-9]+)+")
+_FIELD_NAME = re.compile(r"[a-z][a-z0-9_]*")
+# `[destinations.<name>.flow] key = 1`, `[outboxes.<name>] key`: a field named with its table.
+_TABLE_QUALIFIED = re.compile(r"\[(destinations|outboxes)\.[^\]\s]+?(\.flow|\.settings)?\]\s*(.*)")
+_DOTTED = re.compile(r"(flow|settings)\.([a-z][a-z0-9_]*)")
+# The docs write TOML with spaces around `=`, which keeps out `?status=sent` and `journal_mode=wal`.
+_ASSIGNMENT = re.compile(r"[a-z][a-z0-9_]* = \S")
+_OWNER_BEFORE = re.compile(r"\bdestination(?:'s|s')\s*$")
+
+
+def toml_table(text: str) -> dict[str, object] | None:
+    """`text` read as TOML assignments (`a = 1, b = 2` as two lines); None when it is not TOML."""
+    lines, depth, start = [], 0, 0
+    for index, char in enumerate(text):
+        depth += {"[": 1, "{": 1, "]": -1, "}": -1}.get(char, 0)
+        # A `, key =` outside brackets starts the next assignment, as a reader takes it.
+        if char == "," and depth == 0 and _ASSIGNMENT.match(text[index + 1 :].lstrip()):
+            lines.append(text[start:index].strip())
+            start = index + 1
+    lines.append(text[start:].strip())
+    try:
+        return tomllib.loads("\n".join(lines))
+    except tomllib.TOMLDecodeError:
+        return None
+
+
+def fields_written(table: str, values: dict[str, object]) -> list[tuple[str, str]]:
+    """Each (table, key) of `values` given as `table`'s; the tables in a list (`quotas`,
+    `key_quotas`) are quotas."""
+    written = [(table, key) for key in values]
+    for value in values.values():
+        if isinstance(value, list):
+            quotas = [item for item in value if isinstance(item, dict)]
+            written += [pair for quota in quotas for pair in fields_written("quota", quota)]
+    return written
+
+
+def claimed_fields(span: str, before: str) -> list[tuple[str, str]]:
+    """Each (table, field) of the destinations file `span` names a field of, judged from its
+    shape: qualified by its table (`[destinations.<name>.flow] x = 1`, `flow.x`, `settings.x`),
+    written as TOML (`x = 1`, a quota `{per = "1s", max = 10}`), or after "destination's"."""
+    if qualified := _TABLE_QUALIFIED.fullmatch(span):
+        kind, sub_table, rest = qualified.groups()
+        table = "outbox" if kind == "outboxes" else (sub_table or ".destination")[1:]
+        if _ASSIGNMENT.match(rest):
+            return fields_written(table, toml_table(rest) or {})
+        return [(table, rest.split()[0])] if rest else []
+    if (dotted := _DOTTED.fullmatch(span)) and not _PATH.match(span):
+        return [(dotted.group(1), dotted.group(2))]
+    if _ASSIGNMENT.match(span) and span.split(" ", 1)[0] not in OTHER_FILES_ASSIGNMENTS:
+        return fields_written(ANY_TABLE, toml_table(span) or {})
+    if span.startswith(("{", "[{")):  # a quota or a list of them: a flow table's `quotas`
+        quotas = span if span.startswith("[") else f"[{span}]"
+        return fields_written("flow", toml_table(f"quotas = {quotas}") or {})
+    if _OWNER_BEFORE.search(before) and _FIELD_NAME.fullmatch(span):
+        return [(ANY_TABLE, span)]
+    return []
+
+
+def names_in_the_code() -> set[str]:
+    """Every snake_case word the code base writes (sources, tests, configuration, the
+    dashboard), and its files' names: what a name the docs write may be."""
+    suffixes = {".py", ".toml", ".yml", ".yaml", ".json", ".ini", ".html", ".js", ".mako"}
+    files = [
+        path
+        for root in (*SOURCE_ROOTS, "config")
+        for path in (PROJECT_ROOT / root).rglob("*")
+        if path.suffix in suffixes and "__pycache__" not in path.parts
+    ]
+    files += [PROJECT_ROOT / name for name in ("worker.py", "cli.py", "Makefile")]
+    files += [*PROJECT_ROOT.glob("*.yml"), *PROJECT_ROOT.glob("*.toml")]
+    names = {path.stem for path in files}
+    for path in files:
+        # Of the tests, the names they define only (tests, fixtures): their strings hold wrong
+        # names on purpose, to see them refused.
+        if path.is_relative_to(PROJECT_ROOT / "tests") and path.suffix == ".py":
+            names |= python_identifiers(path.read_text())
+        elif not path.is_relative_to(PROJECT_ROOT / "tests"):
+            names |= set(_SNAKE.findall(path.read_text()))
+    return names
+
+
+def python_identifiers(source: str) -> set[str]:
+    """The names a module defines and uses: functions, classes, arguments, variables,
+    attributes; not its strings."""
+    names: set[str] = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            names.add(node.name)
+        elif isinstance(node, ast.Name):
+            names.add(node.id)
+        elif isinstance(node, ast.Attribute):
+            names.add(node.attr)
+        elif isinstance(node, ast.arg):
+            names.add(node.arg)
+    return names
+
+
+CODE_NAMES = names_in_the_code()
+# Names the docs write that belong to other programs, not ours.
+OTHER_PROGRAMS_NAMES = {
+    "max_retries": "Cloudflare Queues' retry setting (docs/explanation/seeds.md)",
+    "deprecate_patch": "the Temporal SDK's (`workflow.deprecate_patch`)",
+    "pg_dump": "PostgreSQL's backup program",
+    "pg_restore": "PostgreSQL's restore program",
+    "temporal_activity_schedule_to_start_latency": "a metric the Temporal SDK exports",
+    "temporal_workflow_task_schedule_to_start_latency": "a metric the Temporal SDK exports",
+}
+
+
+_SUPERSEDED = re.compile(r"^\*\*Superseded\*\*", re.MULTILINE)
+
+
+def unknown_fields(lines: list[str], *, superseded: bool = False) -> list[str]:
+    """The destinations-file fields the code spans of `lines` claim that their table has not,
+    and every other snake_case name the code base writes nowhere (unless the page is a
+    superseded decision record, which tells what was built then)."""
+    unknown: list[str] = []
+    for line in lines:
+        for match in _CODE_SPAN.finditer(line):
+            span = match.group(1).strip()
+            if claimed := claimed_fields(span, line[: match.start()]):
+                unknown += [
+                    f"{key} ({table} field)" for table, key in claimed if key not in FIELDS[table]
+                ]
+            elif (
+                _SNAKE.fullmatch(span)
+                and not superseded
+                and span not in CODE_NAMES
+                and span not in OTHER_PROGRAMS_NAMES
+            ):
+                unknown.append(span)
+    return unknown
+
+
 def unknown_names(lines: list[str]) -> list[str]:
     """Every name in the code spans of `lines` that the code does not have."""
     unknown: list[str] = []
@@ -281,6 +453,14 @@ def unknown_names(lines: list[str]) -> list[str]:
 @pytest.mark.parametrize("page", pages(), ids=lambda page: str(page.relative_to(PROJECT_ROOT)))
 def test_every_command_problem_code_metric_and_workflow_name_exists(page: Path) -> None:
     assert unknown_names(_outside_code_blocks(page.read_text())) == []
+
+
+@pytest.mark.parametrize("page", pages(), ids=lambda page: str(page.relative_to(PROJECT_ROOT)))
+def test_every_destination_field_and_snake_case_name_exists(page: Path) -> None:
+    text = page.read_text()
+    superseded = bool(_SUPERSEDED.search(text))
+
+    assert unknown_fields(_outside_code_blocks(text), superseded=superseded) == []
 
 
 @pytest.mark.parametrize("page", pages(), ids=lambda page: str(page.relative_to(PROJECT_ROOT)))
@@ -326,3 +506,41 @@ def test_the_check_sees_a_missing_route_and_variable() -> None:
 )
 def test_the_check_sees_each_kind_of_missing_name(line: str, unknown: list[str]) -> None:
     assert unknown_names([line]) == unknown
+
+
+@pytest.mark.parametrize(
+    ("line", "unknown"),
+    [
+        ("`max_in_flight` caps the requests out at once", []),
+        ("`max_inflight` caps the requests out at once", ["max_inflight"]),
+        ("set `breaker_probe_interval_s = 30` and `poll_in_submit = true`", []),
+        # A name the code has, but not as a field of the destinations file.
+        ("set `probe_interval_s = 30`", ["probe_interval_s (destinations-file field)"]),
+        ("`submit_rate = 1.5, poll_rate = 2.0`", []),
+        ("`submit_rate = 1.5, poll_rates = 2.0`", ["poll_rates (destinations-file field)"]),
+        ('`[destinations.x.flow] quotas = [{per = "1s", max = 10}]`', []),
+        ('`[destinations.x.flow] quotas = [{per = "1s", most = 10}]`', ["most (quota field)"]),
+        ("`[destinations.x.flow] submit_rate = 2`", ["submit_rate (flow field)"]),
+        ('`[outboxes.billing] lane_policy = "skip"`', []),
+        ("`[destinations.fake-email.settings] access_key`", []),
+        ("`settings.max_retry_after_s` and `flow.adaptive`", []),
+        ("`flow.max_retry_after_s`", ["max_retry_after_s (flow field)"]),
+        ("the destination's `events_secret`", []),
+        ("the destination's `task_queue`", ["task_queue (destinations-file field)"]),
+        # Not claims: a file, a query string, Python, JSON, another file's TOML.
+        ("`flow.py`, `?include_discarded=true`, `down_revision = None`", []),
+        ('`{"enabled": boolean}` and a tokens-file entry with `scopes = ["metrics"]`', []),
+        (
+            '`{per = "1h", max = 5000}` and `[{per = "1s", maximum = 10}]`',
+            ["maximum (quota field)"],
+        ),
+    ],
+)
+def test_the_check_sees_a_missing_destination_field(line: str, unknown: list[str]) -> None:
+    assert unknown_fields([line]) == unknown
+
+
+def test_the_lists_of_other_names_hold_no_more_than_they_must() -> None:
+    # Another file's assignment is still a name of ours; another program's name is not.
+    assert set(OTHER_FILES_ASSIGNMENTS) <= CODE_NAMES
+    assert not set(OTHER_PROGRAMS_NAMES) & CODE_NAMES
