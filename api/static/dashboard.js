@@ -288,6 +288,8 @@ const SAMPLE_PAYLOADS = {
   "acs-email": { senderAddress: "noreply@example.com", recipients: { to: [{ address: "ada@example.com" }] }, content: { subject: "A test item", plainText: "Sent from the dashboard" } },
   "acs-sms": { from: "+18005550100", smsRecipients: [{ to: "+15550100" }], message: "A test item from the dashboard" },
   webhook: { event: "dashboard.test" },
+  // A JSON API (`fake-payments`): the body as it stands; a URL naming `{payload.<field>}` needs it.
+  http: { amount: 100, currency: "eur", description: "A test item from the dashboard" },
 };
 const samplePayloads = new Set(Object.values(SAMPLE_PAYLOADS).map((body) => JSON.stringify(body, null, 1)));
 // The chosen destination's sample, unless the payload was edited (then it stays).

@@ -1,8 +1,8 @@
 """`/readyz` tells the truth about the Temporal namespace and the read model: a namespace without
 the product's search attributes would refuse every item's start, and a schema behind the release
 would fail its queries, so the API is not ready and says which are missing or which revision it
-is at (the API and the worker log the same at start). A missing table is a problem naming it,
-never "retry later"."""
+is at (the API and the worker log the same at start, each tested here). A missing table is a
+problem naming it, never "retry later"."""
 
 from __future__ import annotations
 
@@ -23,10 +23,12 @@ from temporalio.api.workflowservice.v1 import RegisterNamespaceRequest
 from temporalio.client import Client
 from temporalio.service import RPCError
 
+from activities import worker_startup
 from api.main import create_app
+from configuration.settings import Settings
 from tests.api.conftest import api_settings
 from tests.api.test_items import assert_problem
-from tests.conftest import register_search_attributes, unique_name
+from tests.conftest import SEED_TYPES, register_search_attributes, unique_name
 
 ALL_NAMES = [key.name for key in search_attributes.ALL]
 
@@ -144,3 +146,37 @@ async def test_the_api_logs_missing_search_attributes_at_start(dev_env, engine, 
 
     logged = [r.getMessage() for r in caplog.records if "lacks the search" in r.getMessage()]
     assert logged == [missing_search_attributes_message(ALL_NAMES)]
+
+
+async def test_the_worker_logs_missing_search_attributes_at_start(
+    dev_env, caplog, monkeypatch
+) -> None:
+    client = await new_namespace(dev_env)
+    monkeypatch.setenv("TEMPORAL_ADDRESS", client.service_client.config.target_host)
+    monkeypatch.setenv("TEMPORAL_NAMESPACE", client.namespace)
+
+    with caplog.at_level(logging.ERROR, logger=worker_startup.log.name):
+        await worker_startup.connect_worker(Settings(), None, None, None)
+
+    logged = [r.getMessage() for r in caplog.records if "lacks the search" in r.getMessage()]
+    assert logged == [missing_search_attributes_message(ALL_NAMES)]
+
+
+def test_an_activities_only_worker_logs_a_schema_behind_this_release(engine, caplog) -> None:
+    # A worker that runs workflows migrates the schema itself; one that runs activities only
+    # leaves that to others, and says (as `/readyz` does) when it is behind.
+    with engine.begin() as connection:
+        connection.execute(
+            text(
+                "UPDATE alembic_version SET version_num = '0017'"
+                " WHERE version_num NOT LIKE 'labour%'"
+            )
+        )
+
+    settings = Settings(database_url=engine.url.render_as_string(), claim_check_bytes=0)
+
+    with caplog.at_level(logging.ERROR, logger=worker_startup.log.name):
+        databases = worker_startup.WorkerDatabases.open(settings, None, SEED_TYPES.migrations, None)
+    databases.ledger.dispose()
+
+    assert any("at revision 0017" in r.getMessage() for r in caplog.records)

@@ -10,7 +10,7 @@ import json
 
 from playwright.async_api import Browser, expect
 
-from tests.conftest import email_destination, sms_destination
+from tests.conftest import email_destination, payment_destination, sms_destination
 
 TOKEN = "a-tokens-file-token"
 
@@ -24,7 +24,8 @@ async def test_a_tokens_file_token_fills_the_dashboard_and_each_sample_body_is_d
         f'[tokens.operator]\nsha256 = "{digest}"\nscopes = ["read", "enqueue", "operate"]\n'
     )
     email, sms = email_destination(fake_provider), sms_destination(fake_provider)
-    api = await served_api_factory(destinations=[email, sms], api_tokens_file=str(tokens))
+    payments = payment_destination(fake_provider)
+    api = await served_api_factory(destinations=[email, sms, payments], api_tokens_file=str(tokens))
     page = await browser.new_page()
     await page.goto(api.url + "/")
 
@@ -33,10 +34,10 @@ async def test_a_tokens_file_token_fills_the_dashboard_and_each_sample_body_is_d
     assert placeholder is not None and "tokens file" in placeholder
     await page.fill("#token", TOKEN)
     await page.dispatch_event("#token", "change")
-    await expect(page.locator("#enqueue-destination option")).to_have_count(3, timeout=10_000)
+    await expect(page.locator("#enqueue-destination option")).to_have_count(4, timeout=10_000)
 
     bodies = {}
-    for destination in (email, sms, api.webhook):
+    for destination in (email, sms, payments, api.webhook):
         await page.select_option("#enqueue-destination", destination.name)
         bodies[destination.provider] = json.loads(await page.input_value("#enqueue-payload"))
         await page.fill("#enqueue-outbox", f"forms-{destination.provider}")
@@ -50,6 +51,7 @@ async def test_a_tokens_file_token_fills_the_dashboard_and_each_sample_body_is_d
     assert bodies["acs-sms"]["smsRecipients"][0]["to"].startswith("+")
     assert bodies["acs-sms"]["from"].startswith("+") and bodies["acs-sms"]["message"]
     assert bodies["webhook"] == {"event": "dashboard.test"}
+    assert bodies["http"]["amount"] and bodies["http"]["currency"]
 
 
 async def test_an_edited_payload_stays_when_the_destination_changes(
