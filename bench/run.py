@@ -508,8 +508,9 @@ async def enqueue_latency(api: str, pids: dict[str, int]) -> dict[str, Any]:
                 break
             capacity = rate
         figures["max_enqueue_per_s"] = capacity
-    # The rates past capacity leave thousands of starts queued at the worker: the next scenario
-    # would measure their backlog (a full run's item path did 7 items/s behind it, 25-30 alone).
+    # The rates past capacity may leave starts queued at the worker: the next scenario must not
+    # measure their backlog. (Suspected for a full run's slow item rounds; the stack settled in
+    # a second, and those rounds were a few stragglers: docs/benchmarks.md, the latest full run.)
     waited = await settle([pids["temporal"], pids["worker"], pids["api"]])
     print(f"  the stack settled {waited} s after the last rate", flush=True)
     figures["enqueue_backlog_settle_s"] = waited
