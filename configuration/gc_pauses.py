@@ -10,19 +10,12 @@ permanent generation, which collections skip; later objects are collected as bef
 from __future__ import annotations
 
 import gc
-import threading
-
-_lock = threading.Lock()
-_frozen = False
 
 
 def freeze_startup_heap() -> None:
     """Collect once, then freeze what is left: what start-up built, never to be freed. Once per
     process (a test suite builds many apps in one process; only the first start-up freezes)."""
-    global _frozen
-    with _lock:
-        if _frozen:
-            return
-        _frozen = True
+    if gc.get_freeze_count():
+        return
     gc.collect()
     gc.freeze()
