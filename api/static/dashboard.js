@@ -11,8 +11,11 @@ $("token-form").addEventListener("submit", (event) => event.preventDefault());
 $("delivery-filter").addEventListener("change", () => { if (state.outbox) firstPage(); });
 for (const id of ["status-filter", "destination-filter", "key-filter"]) $(id).addEventListener("change", () => { if (state.outbox) firstPage(); });
 $("first-page").addEventListener("click", () => firstPage());
-$("next-page").addEventListener("click", () => { if (!state.next) return; state.pages.push(state.cursor); state.cursor = state.next; loadItems(); });
-function firstPage() { state.cursor = null; state.pages = []; return loadItems(); }
+$("next-page").addEventListener("click", () => { if (!state.next) return; state.pages.push(state.cursor); openPage(state.next); });
+function firstPage() { state.pages = []; return openPage(null); }
+// Until the new page's answer is in, there is no next page to go to: the cursor the page before
+// left (another filter's list, or the page just left) would open a page of that other list.
+function openPage(cursor) { state.cursor = cursor; state.next = null; $("next-page").disabled = true; return loadItems(); }
 // Deep links: #/outboxes/<outbox>/items/<key> opens that item, #/destinations/<name> that
 // destination's view.
 function hashTarget() {
