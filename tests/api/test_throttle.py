@@ -91,6 +91,7 @@ async def test_a_throttle_storm_pauses_the_destination_and_it_resumes_by_itself(
     paused = await eventually(
         destination, lambda found: found.get("paused_until") is not None, tries=300
     )
+    storm_seen = asyncio.get_running_loop().time()
     # An item not yet out says why it waits, and until when.
     waiting = await eventually(
         lambda: _item(http, keys[-1]),
@@ -98,8 +99,12 @@ async def test_a_throttle_storm_pauses_the_destination_and_it_resumes_by_itself(
             item["status"] != "queued"
             or any(reason["reason"] == "throttled" for reason in item["waiting_on"] or [])
         ),
+        tries=300,
     )
-    await asyncio.sleep(3)
+    # The storm outlasts the first pause (Retry-After 2 s) by a second, counted from the pause,
+    # not from the slower reads of a loaded machine: each pause that ends inside the storm lets
+    # a few submits meet it again.
+    await asyncio.sleep(max(0.0, 3 - (asyncio.get_running_loop().time() - storm_seen)))
     await fake.admin.clear_endpoint_fault(name)
     item_ids = [item_workflow_id("tests", key) for key in keys]
     views = [await throttle_api.stack.result(item_id) for item_id in item_ids]
@@ -127,14 +132,16 @@ async def test_a_throttle_storm_pauses_the_destination_and_it_resumes_by_itself(
     assert [await deliveries(fake, item_id) for item_id in item_ids] == [1] * ITEMS
     # Felt by the destination, not by each item: without the rule every item meets the storm
     # at least once (2 submits each at least). With it, only what was dispatched before a pause
-    # landed meets it: the server's burst, twice (the storm outlasts the first pause).
+    # landed meets it: the server's burst, once a storm (4-7 submits a storm here, 2026-11-28).
     total = sum([await submits(fake, item_id) for item_id in item_ids])
-    assert total <= ITEMS + 10, total
-    # Resumed by itself at the configured rate; the flow says what happened.
+    storms = resumed["flow"]["storms"]
+    assert total <= min(ITEMS + 10 * storms, 2 * ITEMS - 1), (total, storms)
+    # Resumed by itself at the configured rate; the flow says what happened (its last
+    # `FLOW_EVENTS_KEPT` events: a long storm's earlier ones may be gone).
     assert resumed["paused_until"] is None
-    assert resumed["flow"] is not None and resumed["flow"]["storms"] >= 1
+    assert resumed["flow"] is not None and storms >= 1
     kinds = [event["kind"] for event in resumed["flow"]["events"]]
-    assert kinds[0] == "throttled" and kinds[-1] == "recovered", kinds
+    assert "throttled" in kinds and kinds[-1] == "recovered", kinds
 
 
 async def _item(http: httpx.AsyncClient, key: str) -> Any:
