@@ -26,6 +26,12 @@ CHROMIUM_ARGS = [
 ]
 
 
+# Playwright's assertions wait 5 s by default. A dashboard action here waits on the API, the
+# Temporal server and the read model on 2 cores shared with the rest of the suite: CI saw an
+# item's detail (three GETs) take longer than that at a full run's loaded end.
+expect.set_options(timeout=15_000)
+
+
 @pytest_asyncio.fixture(scope="session", loop_scope="session")
 async def chromium() -> AsyncIterator[Browser]:
     """One Chromium for the process's browser tests."""
