@@ -16,7 +16,7 @@ import signal
 from collections.abc import Callable, Coroutine, Sequence
 from contextlib import AsyncExitStack
 from datetime import timedelta
-from typing import Any
+from typing import Any, ClassVar
 
 import httpx
 from durable_outbox_temporal import OutboxClient
@@ -25,6 +25,7 @@ from durable_outbox_temporal.codec import codec_from_environment
 from durable_outbox_temporal.destinations import Destination, DestinationRegistry
 from durable_outbox_temporal.tracing import configure_tracing
 from sqlalchemy import Engine
+from temporalio import workflow
 from temporalio.client import Client
 from temporalio.worker import (
     Interceptor,
@@ -256,8 +257,26 @@ def workflow_worker(
         # (`sandboxed=True`), so a non-deterministic call on any path a test takes fails there;
         # the replay tests over recorded histories catch changes that alter a recorded history.
         # Why: docs/decisions/unsandboxed-workflows.md
-        workflow_runner=SandboxedWorkflowRunner() if sandboxed else UnsandboxedWorkflowRunner(),
+        workflow_runner=SandboxCheckingOnce() if sandboxed else UnsandboxedWorkflowRunner(),
     )
+
+
+class SandboxCheckingOnce(SandboxedWorkflowRunner):
+    """Temporal's determinism sandbox, checking each workflow definition once per process.
+
+    A worker checks every workflow it registers by building it in the sandbox, which imports the
+    workflow modules afresh. The test suite builds about a thousand sandboxed workers and paid
+    that check for each of their workflows every time: 55 s of the suite's CPU (py-spy,
+    2026-11-28). A definition's check cannot come out otherwise later in the same process. Every
+    run is sandboxed as before."""
+
+    _checked: ClassVar[set[type]] = set()
+
+    def prepare_workflow(self, defn: workflow._Definition) -> None:
+        if defn.cls in self._checked:
+            return
+        super().prepare_workflow(defn)
+        self._checked.add(defn.cls)
 
 
 def operations_worker(

@@ -69,6 +69,7 @@ from devstack import fake_payments, fake_sms
 from devstack.fake_memory import RESULT, RepeatableRequests, SeenIds
 from devstack.fake_reports import SCHEMAS, ReportSender, ReportSettings
 from devstack.serving import serve_in_background
+from devstack.tls import shared_tls_context
 
 log = logging.getLogger("fake_provider")
 
@@ -897,7 +898,9 @@ class FakeProviderAdmin:
         self.url = url.rstrip("/")
 
     async def _call(self, method: str, path: str, **kwargs: Any) -> Any:
-        async with httpx.AsyncClient(base_url=self.url, timeout=10) as client:
+        async with httpx.AsyncClient(
+            base_url=self.url, timeout=10, verify=shared_tls_context()
+        ) as client:
             response = await client.request(method, path, **kwargs)
             response.raise_for_status()
             return response.json() if response.content else None

@@ -20,6 +20,7 @@ from typing import Any
 import httpx
 
 from configuration.redaction import redact
+from devstack.tls import shared_tls_context
 
 log = logging.getLogger("fake_provider.reports")
 
@@ -131,7 +132,7 @@ class ReportSender:
         else:
             body, content_type = events, "application/cloudevents-batch+json; charset=utf-8"
         if self._client is None:
-            self._client = httpx.AsyncClient(timeout=10)
+            self._client = httpx.AsyncClient(timeout=10, verify=shared_tls_context())
         for attempt in range(ATTEMPTS):
             headers = {
                 "Content-Type": content_type,

@@ -12,7 +12,6 @@ import json
 import logging
 import os
 import shutil
-import socket
 import uuid
 from collections.abc import AsyncIterator, Iterator, Sequence
 from contextlib import AsyncExitStack
@@ -56,20 +55,15 @@ from configuration.settings import SEED_AGGREGATE_TYPES
 from devstack.archive import MANIFEST
 from devstack.fake_provider import FakeProvider, run_fake_provider
 from devstack.temporal_server import dev_server_extra_args, temporal_cli_path, test_server_path
+from devstack.tls import shared_tls_context
 from readmodel.db import create_schema, make_engine
 from service.aggregate_types import AggregateTypes, load_aggregate_types
+from tests.ports import free_port
 from worker import build_workers
 from workflows.outbox_item import OutboxItemWorkflow
 
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 # The dev server's Web UI, for the browser test that reads an item's story there.
-DEV_UI_PORT = _free_port()
+DEV_UI_PORT = free_port()
 HISTORIES_DIR = Path(__file__).parent / "histories"
 
 
@@ -237,6 +231,8 @@ async def dev_env() -> AsyncIterator[WorkflowEnvironment]:
         # The product's payload converter, as the worker and the API use it.
         data_converter=data_converter(None),
         dev_server_existing_path=temporal_cli_path(),
+        # Both ports outside the ephemeral range (`tests/ports.py`).
+        port=free_port(),
         ui=True,
         ui_port=DEV_UI_PORT,
         dev_server_startup_timeout=SERVER_STARTUP_TIMEOUT,
@@ -497,7 +493,7 @@ async def stack_factory(
     teardown terminates each item this test started.
     """
     stacks: list[Stack] = []
-    async with httpx.AsyncClient() as http_client:
+    async with httpx.AsyncClient(verify=shared_tls_context()) as http_client:
 
         async def build(
             *destinations: Destination,

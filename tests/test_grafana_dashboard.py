@@ -10,7 +10,6 @@ import copy
 import json
 import re
 import shutil
-import socket
 import subprocess
 import uuid
 from collections.abc import Iterator
@@ -27,6 +26,7 @@ from tests.api.conftest import api_settings, open_api
 from tests.api.test_delivery_reports import data as report_data
 from tests.api.test_delivery_reports import grid_event
 from tests.conftest import email_destination, webhook_destination
+from tests.ports import free_port
 from tests.workflows.test_lane import wait_for
 from worker import default_operations_task_queue, worker_runtime
 
@@ -224,12 +224,6 @@ def query_problems(query: Query, exported: Exported) -> list[str]:
     if known_labels is not None and wanted - known_labels:
         found.append(f"{query.where}: labels {sorted(wanted - known_labels)} not exported")
     return found
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 async def scrape_after_traffic(dev_env, stack_factory, fake_provider) -> Exported:

@@ -42,14 +42,17 @@ async def gone_api(stack_factory, fake_provider, dev_env) -> AsyncIterator[GoneA
 
 
 async def eventually(
-    read: Callable[[], Awaitable[Any]], done: Callable[[Any], bool], tries: int = 100
+    read: Callable[[], Awaitable[Any]],
+    done: Callable[[Any], bool],
+    tries: int = 100,
+    interval_s: float = 0.1,
 ) -> Any:
-    """`read()` until `done` holds for what it returns (`tries` reads 0.1 s apart)."""
+    """`read()` until `done` holds for what it returns (`tries` reads `interval_s` apart)."""
     for _ in range(tries):
         value = await read()
         if done(value):
             return value
-        await asyncio.sleep(0.1)
+        await asyncio.sleep(interval_s)
     raise AssertionError(f"never happened; last: {value!r}")
 
 

@@ -4,7 +4,6 @@ server holds ciphertext only."""
 from __future__ import annotations
 
 import asyncio
-import socket
 import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -26,12 +25,7 @@ from devstack.temporal_server import dev_server_extra_args, temporal_cli_path
 from tests.api.conftest import api_settings
 from tests.browser.conftest import ARTIFACTS
 from tests.conftest import SERVER_STARTUP_TIMEOUT, email_destination
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+from tests.ports import free_port
 
 
 @dataclass

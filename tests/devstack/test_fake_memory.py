@@ -16,6 +16,7 @@ from standardwebhooks import Webhook
 
 from activities.providers.acs_email import API_VERSION, sign_request
 from devstack.fake_provider import FakeProvider, FaultConfig, run_fake_provider
+from devstack.tls import shared_tls_context
 from tests.conftest import ACS_ACCESS_KEY, WEBHOOK_SECRET
 
 EMAIL = json.dumps(
@@ -35,7 +36,7 @@ async def fake() -> AsyncIterator[FakeProvider]:
 
 @pytest.fixture
 async def http() -> AsyncIterator[httpx.AsyncClient]:
-    async with httpx.AsyncClient() as client:
+    async with httpx.AsyncClient(verify=shared_tls_context()) as client:
         yield client
 
 

@@ -8,7 +8,6 @@ import contextlib
 import dataclasses
 import json
 import os
-import socket
 import sys
 import time
 import uuid
@@ -42,8 +41,10 @@ from devstack.fake_provider import (
     with_secret,
 )
 from devstack.serving import serve_in_background
+from devstack.tls import shared_tls_context
 from tests.conftest import ACS_ACCESS_KEY, WEBHOOK_SECRET, email_destination
 from tests.fakes import deliveries, submits
+from tests.ports import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -135,7 +136,7 @@ async def fake() -> AsyncIterator[FakeProvider]:
 
 @pytest.fixture
 async def http() -> AsyncIterator[httpx.AsyncClient]:
-    async with httpx.AsyncClient() as client:
+    async with httpx.AsyncClient(verify=shared_tls_context()) as client:
         yield client
 
 
@@ -345,9 +346,7 @@ def test_every_fault_field_is_a_flag_of_its_type() -> None:
 
 
 async def test_the_command_starts_with_the_faults_its_flags_give() -> None:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
+    port = free_port()
     command = [sys.executable, "-m", "devstack.fake_provider", "--port", str(port)]
     # Its default secrets, which the test signs with, whatever the shell exports.
     env = {name: value for name, value in os.environ.items() if not name.startswith("FAKE_")}
@@ -382,9 +381,7 @@ async def test_the_command_reports_with_the_events_secret_from_its_environment(h
         queries.append(request.url.query)
         return Response(status_code=200)
 
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
+    port = free_port()
     env = {name: value for name, value in os.environ.items() if not name.startswith("FAKE_")}
     env["FAKE_EMAIL_EVENTS_SECRET"] = "from-the-environment-only"
     receiver = Starlette(routes=[Route("/events", record, methods=["POST"])])

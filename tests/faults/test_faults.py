@@ -8,7 +8,6 @@ import asyncio
 import os
 import random
 import signal
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -23,6 +22,7 @@ from configuration.settings import PROJECT_ROOT
 from devstack.fake_provider import FakeProvider
 from devstack.outcomes import outcomes
 from tests.conftest import email_destination, unique_name
+from tests.ports import free_port
 
 EMAIL = {
     "senderAddress": "a@example.com",
@@ -40,12 +40,6 @@ def start_worker(env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
             stdout=output,
             stderr=subprocess.STDOUT,
         )
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 async def scrape(url: str) -> str:

@@ -8,6 +8,7 @@ that takes the branch, instead of passing here and breaking replay in production
 from __future__ import annotations
 
 import httpx
+import pytest
 from temporalio.worker import UnsandboxedWorkflowRunner
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 
@@ -34,3 +35,19 @@ async def test_production_workers_run_workflows_unsandboxed(time_skipping_env, e
         )
 
     assert isinstance(workers[0].config()["workflow_runner"], UnsandboxedWorkflowRunner)
+
+
+def test_each_definition_is_checked_once_and_a_refused_one_every_time() -> None:
+    """The suite's sandbox checks a workflow definition once per process (`SandboxCheckingOnce`):
+    a definition it refused is refused again, never remembered as checked."""
+    from temporalio import workflow
+    from temporalio.worker.workflow_sandbox import RestrictedWorkflowAccessError
+
+    from tests.workflows.clock_at_import import ReadsTheClockAtImport
+    from worker import SandboxCheckingOnce
+
+    refused = workflow._Definition.must_from_class(ReadsTheClockAtImport)
+    for _ in range(2):
+        with pytest.raises(RestrictedWorkflowAccessError):
+            SandboxCheckingOnce().prepare_workflow(refused)
+    assert ReadsTheClockAtImport not in SandboxCheckingOnce._checked

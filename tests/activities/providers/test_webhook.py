@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import socket
 import uuid
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
@@ -25,6 +24,7 @@ from activities.providers.webhook import WebhookProvider
 from configuration.providers import WebhookSettings
 from devstack.fake_provider import FakeProvider, FaultConfig, run_fake_provider
 from tests.conftest import WEBHOOK_SECRET
+from tests.ports import free_port
 
 PAYLOAD = {"event": "order.paid", "amount": 12.5}
 
@@ -163,9 +163,7 @@ async def test_503_is_transient(fake_provider, http) -> None:
 
 
 async def test_closed_port_is_a_transient_connection_error(http) -> None:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
+    port = free_port()
     provider = webhook_at(http, f"http://127.0.0.1:{port}/hook")
 
     with pytest.raises(TransientProviderError, match="connection failed") as error:
