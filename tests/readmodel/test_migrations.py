@@ -210,38 +210,42 @@ def test_upgrade_twice_changes_nothing(engine_factory: EngineFactory) -> None:
         assert connection.execute(text("SELECT count(*) FROM outbox_events")).scalar() == 1
 
 
-def _start_up(url: str, barrier: Any, results: Any) -> None:
-    # Runs in a spawned process, as a worker or an API starting next to another would.
-    engine = make_engine(url)
-    try:
-        barrier.wait()
-        create_schema(engine)
-        results.put("ok")
-    except BaseException as err:
-        results.put(repr(err))
-    finally:
-        engine.dispose()
+def _start_up(urls: list[str], barrier: Any, results: Any) -> None:
+    # Runs in a spawned process, as a worker or an API starting next to another would: a round
+    # per database, every process starting on it at once.
+    for round_, url in enumerate(urls):
+        engine = make_engine(url)
+        try:
+            barrier.wait()
+            create_schema(engine)
+            results.put((round_, "ok"))
+        except BaseException as err:
+            results.put((round_, repr(err)))
+        finally:
+            engine.dispose()
 
 
 def test_processes_upgrading_a_new_database_together_all_succeed(
     engine_factory: EngineFactory,
 ) -> None:
-    """Several processes upgrading one empty database at once: each succeeds, it migrates once."""
+    """Several processes upgrading one empty database at once: each succeeds, it migrates once.
+    Three rounds, each on a new database; the same processes take part in every round (a
+    spawned process costs about a second and a half of CPU to import the read model)."""
     spawn = multiprocessing.get_context("spawn")
-    processes = 4
-    for round_ in range(3):
-        engine = engine_factory(f"together{round_}")
-        url = engine.url.render_as_string(hide_password=False)
-        barrier, results = spawn.Barrier(processes), spawn.Queue()
-        started = [
-            spawn.Process(target=_start_up, args=(url, barrier, results)) for _ in range(processes)
-        ]
-        for process in started:
-            process.start()
-        outcomes = [results.get(timeout=60) for _ in started]
-        for process in started:
-            process.join(timeout=60)
-        assert outcomes == ["ok"] * processes, round_
+    processes, rounds = 4, 3
+    engines = [engine_factory(f"together{round_}") for round_ in range(rounds)]
+    urls = [engine.url.render_as_string(hide_password=False) for engine in engines]
+    barrier, results = spawn.Barrier(processes, timeout=60), spawn.Queue()
+    started = [
+        spawn.Process(target=_start_up, args=(urls, barrier, results)) for _ in range(processes)
+    ]
+    for process in started:
+        process.start()
+    outcomes = [results.get(timeout=60) for _ in range(processes * rounds)]
+    for process in started:
+        process.join(timeout=60)
+    for round_, engine in enumerate(engines):
+        assert [outcome for r, outcome in outcomes if r == round_] == ["ok"] * processes, round_
         assert versions(engine) == [head_revision()]
         assert differences(engine, metadata) == []
 
