@@ -9,7 +9,7 @@ QUICK ?=
 PYTEST_ARGS ?=
 # Test processes running at once (`PYTEST_WORKERS=0`: one process, no xdist). Most tests wait on
 # a Temporal server, not the CPU, so more processes than cores pay: docs/decisions/parallel-tests.md
-PYTEST_WORKERS ?= 3
+PYTEST_WORKERS ?= 4
 
 .DEFAULT_GOAL := help
 .PHONY: help venv install dev test lint bench chaos clean clean-data

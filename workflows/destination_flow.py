@@ -62,6 +62,11 @@ _PROBE_TIMEOUT = timedelta(seconds=30)
 _NOTICE_TIMEOUT = timedelta(hours=1)
 # Runs from before endpoint disable never disable a destination on replay.
 _DISABLE_PATCH = "endpoint-disable"
+# A run whose history grew long while it lingered goes on in a new run, as a busy one does.
+# Before, it ended: its state (when it last resumed, its storms, its events) was gone at once,
+# so a storm coming back within the storm window started a fresh flow that did not see it come
+# back and resumed at the whole rate. Runs from before keep ending on replay.
+_LINGER_PATCH = "flow-lingers-across-runs"
 
 
 @workflow.defn(name=FLOW_WORKFLOW_TYPE)
@@ -186,6 +191,9 @@ class DestinationFlowWorkflow:
         goes_on = self._due() is not None or self._opening is not None or self._closing is not None
         # An adaptive rate goes on learning in a new run unless the flow ended idle (a run
         # from before adaptive rates has none: it ends as it did).
+        if not goes_on and not idle and self._state.adaptive is None:
+            # Still lingering when the history grew long: go on lingering in a new run.
+            goes_on = workflow.patched(_LINGER_PATCH)
         if goes_on or (self._state.adaptive is not None and not idle):
             # A report came as the flow was ending, or the history grew long: go on anew.
             workflow.continue_as_new(self._state)

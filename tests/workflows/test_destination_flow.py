@@ -20,18 +20,20 @@ from datetime import UTC, datetime
 import pytest
 import pytest_asyncio
 from durable_outbox_temporal.contract.flow import (
+    BREAKER_SETTINGS_SIGNAL,
     FAILING_SIGNAL,
     FLOW_QUERY,
     FLOW_WORKFLOW_TYPE,
     PROBE_ACTIVITY,
     SUBMIT_OUTCOMES_SIGNAL,
+    BreakerSettings,
     Failing,
     FlowState,
     ProbeResult,
     SubmitOutcomes,
 )
 from temporalio import activity
-from temporalio.client import Client, WorkflowQueryFailedError
+from temporalio.client import Client, WorkflowExecutionStatus, WorkflowQueryFailedError
 from temporalio.service import RPCError, RPCStatusCode
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
@@ -258,4 +260,31 @@ async def test_congested_submits_lower_an_adaptive_rate_on_the_server(flow: Flow
     assert point.rate == pytest.approx(2.8) and "5 congested" in point.reason
     now = await read_queue_rate(client, flow.submit_queue)
     assert not now.paused and now.rate == pytest.approx(2.8) and now.source == "api"
+    await flow.record()
+
+
+async def test_a_flow_whose_history_grew_long_while_it_lingers_goes_on_in_a_new_run(
+    flow: Flow,
+) -> None:
+    """This dev server suggests continue-as-new at 40 events (`tests/conftest.py`). A flow with
+    nothing due, lingering, whose history grows past that (reports that change nothing) goes
+    on in a new run with its state: it ended before, and a storm coming back within the storm
+    window then started a fresh flow that did not see it come back (the throttle API test lost
+    the recovered flow's state this way under load)."""
+    settings = BreakerSettings(enabled=True, probe_interval_s=0.3, close_after=2)
+    await flow._signal_with_start(BREAKER_SETTINGS_SIGNAL, settings)
+    handle = flow.client.get_workflow_handle(f"flow/{flow.destination}")
+    first_run = (await handle.describe()).run_id
+    for _ in range(15):
+        await handle.signal(BREAKER_SETTINGS_SIGNAL, settings)
+
+    async def went_on() -> bool:
+        description = await flow.client.get_workflow_handle(f"flow/{flow.destination}").describe()
+        return description.run_id != first_run and description.status == (
+            WorkflowExecutionStatus.RUNNING
+        )
+
+    await until(went_on)
+    state = await flow.state()
+    assert state.circuit == "closed" and state.close_after == 2
     await flow.record()
