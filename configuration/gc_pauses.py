@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import gc
 
-
 # Whether this process froze already. Not `gc.get_freeze_count()`: that counts the frozen objects
 # by walking them all (CPython 3.11), and a test process that builds hundreds of apps spent 28 s
 # of CPU in it over the suite (py-spy, 2026-11-28).
