@@ -11,7 +11,6 @@ runs unreleased code), which HEAD replays too and which a release cut renames to
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -26,7 +25,7 @@ from tests.conftest import (
     UNRELEASED_HISTORIES,
     history_workflow_type,
 )
-from worker import WORKFLOWS
+from worker import WORKFLOWS, SandboxCheckingOnce
 from workflows.aggregate_types import host
 
 # The oldest release whose workflows may still be open where HEAD is deployed: an upgrade from
@@ -58,30 +57,18 @@ def test_every_workflow_type_has_histories_to_replay() -> None:
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="session")
-async def replay_failures() -> dict[Path, Exception | None]:
-    """Every history of the archive replayed by one replayer, one after another (a replayer
-    prepares every workflow type in the sandbox again: docs/decisions/parallel-tests.md); the
-    failure of each history, if any, for its own test to raise."""
+async def replayer() -> Replayer:
+    """One replayer for the process's cases. Each case replays its own history, so four test
+    processes share the archive's replays rather than each replaying it whole; the sandbox checks
+    each workflow type once per process (`worker.SandboxCheckingOnce`), where a replayer checked
+    every type again for each history (docs/decisions/parallel-tests.md)."""
     host(SEED_TYPES.definitions)  # the types the aggregates' histories were recorded with
-
-    async def histories() -> AsyncIterator[WorkflowHistory]:
-        for path in HISTORIES:
-            yield WorkflowHistory.from_json(path.stem, path.read_text())
-
-    failures: list[Exception | None] = []
-    async with Replayer(workflows=WORKFLOWS).workflow_replay_iterator(histories()) as results:
-        async for result in results:
-            failures.append(result.replay_failure)
-    assert len(failures) == len(HISTORIES)
-    return dict(zip(HISTORIES, failures, strict=True))
+    return Replayer(workflows=WORKFLOWS, workflow_runner=SandboxCheckingOnce())
 
 
 @pytest.mark.parametrize(
     "path", HISTORIES, ids=[f"{path.parent.name}/{path.stem}" for path in HISTORIES]
 )
-async def test_history_replays_deterministically(
-    path: Path, replay_failures: dict[Path, Exception | None]
-) -> None:
-    failure = replay_failures[path]
-    if failure is not None:
-        raise failure
+async def test_history_replays_deterministically(path: Path, replayer: Replayer) -> None:
+    history = WorkflowHistory.from_json(path.stem, path.read_text())
+    await replayer.replay_workflow(history)
