@@ -106,10 +106,12 @@ def record_history_file(name: str, history_json: str, archive: Path = HISTORIES_
     return path
 
 
-async def record_history(client: Client, workflow_id: str, suffix: str = "") -> None:
+async def record_history(
+    client: Client, workflow_id: str, suffix: str = "", run_id: str | None = None
+) -> None:
     """With RECORD_HISTORIES=1, keep the workflow's history for the replay tests
     (tests/workflows/test_replay.py), under the test's name plus `suffix` (for a second workflow
-    of one test)."""
+    of one test); its latest run's unless `run_id` names an earlier one."""
     if os.environ.get("RECORD_HISTORIES") != "1":
         return
     converter = client.data_converter
@@ -117,7 +119,7 @@ async def record_history(client: Client, workflow_id: str, suffix: str = "") -> 
         # Encrypted or claim-checked payloads replay only with the stack's keys and
         # storage, which the replay tests' plain data converter does not have.
         return
-    history = await client.get_workflow_handle(workflow_id).fetch_history()
+    history = await client.get_workflow_handle(workflow_id, run_id=run_id).fetch_history()
     test_name = os.environ["PYTEST_CURRENT_TEST"].split("::")[-1].split(" ")[0]
     record_history_file(f"{test_name}{suffix}.json", history.to_json())
 

@@ -9,11 +9,17 @@ from __future__ import annotations
 
 import httpx
 import pytest
+from temporalio import workflow
 from temporalio.worker import UnsandboxedWorkflowRunner
-from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
+from temporalio.worker.workflow_sandbox import (
+    RestrictedWorkflowAccessError,
+    SandboxedWorkflowRunner,
+)
 
 from tests.conftest import unique_name
-from worker import build_workers
+from tests.workflows.clock_at_import import ReadsTheClockAtImport
+from worker import SandboxCheckingOnce, build_workers
+from workflows.outbox_item import OutboxItemWorkflow
 
 
 async def test_the_stack_every_test_uses_runs_workflows_sandboxed(stack_factory) -> None:
@@ -37,17 +43,26 @@ async def test_production_workers_run_workflows_unsandboxed(time_skipping_env, e
     assert isinstance(workers[0].config()["workflow_runner"], UnsandboxedWorkflowRunner)
 
 
-def test_each_definition_is_checked_once_and_a_refused_one_every_time() -> None:
+async def test_each_definition_is_checked_once_and_a_refused_one_every_time(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     """The suite's sandbox checks a workflow definition once per process (`SandboxCheckingOnce`):
-    a definition it refused is refused again, never remembered as checked."""
-    from temporalio import workflow
-    from temporalio.worker.workflow_sandbox import RestrictedWorkflowAccessError
+    a definition it passed is not checked again; one it refused is refused again, never
+    remembered as checked."""
+    checks: list[type] = []
+    check = SandboxedWorkflowRunner.prepare_workflow
 
-    from tests.workflows.clock_at_import import ReadsTheClockAtImport
-    from worker import SandboxCheckingOnce
+    def counted(runner: SandboxedWorkflowRunner, defn: workflow._Definition) -> None:
+        checks.append(defn.cls)
+        check(runner, defn)
 
+    monkeypatch.setattr(SandboxedWorkflowRunner, "prepare_workflow", counted)
+    monkeypatch.setattr(SandboxCheckingOnce, "_checked", set())
+    passed = workflow._Definition.must_from_class(OutboxItemWorkflow)
     refused = workflow._Definition.must_from_class(ReadsTheClockAtImport)
     for _ in range(2):
+        SandboxCheckingOnce().prepare_workflow(passed)
         with pytest.raises(RestrictedWorkflowAccessError):
             SandboxCheckingOnce().prepare_workflow(refused)
-    assert ReadsTheClockAtImport not in SandboxCheckingOnce._checked
+
+    assert checks == [OutboxItemWorkflow, ReadsTheClockAtImport, ReadsTheClockAtImport]
