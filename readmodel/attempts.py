@@ -31,6 +31,7 @@ from urllib.parse import urlsplit
 from sqlalchemy import Connection, Engine, and_, delete, func, insert, literal, select, update
 from sqlalchemy.exc import IntegrityError
 
+from readmodel.db import lock_scopes
 from readmodel.models import ITEM_ATTEMPTS, ITEM_ERASURES, ITEMS
 
 log = logging.getLogger(__name__)
@@ -260,10 +261,11 @@ def write_batch(engine: Engine, batch: Sequence[tuple[str, Attempt]]) -> None:
 def _insert_many(connection: Connection, batch: Sequence[tuple[str, Attempt]]) -> None:
     """The batch numbered after each item's last attempt (one read for all its items), written
     by one statement; prunes an item's oldest beyond `KEEP_PER_ITEM` when a number it takes is a
-    tenth. Two writers of one item's attempts collide on its key: the caller writes singly then.
+    tenth. Each item's numbering is held (`_lock_numbering`) until the batch commits.
     Why one statement: docs/decisions/attempt-log-batches.md"""
     t = ITEM_ATTEMPTS
     item_ids = sorted({item_id for item_id, _ in batch})
+    _lock_numbering(connection, item_ids)
     last = dict(
         connection.execute(
             select(t.c.item_id, func.max(t.c.n))
@@ -283,6 +285,14 @@ def _insert_many(connection: Connection, batch: Sequence[tuple[str, Attempt]]) -
         connection.execute(
             delete(t).where(and_(t.c.item_id == item_id, t.c.n <= n - KEEP_PER_ITEM))
         )
+
+
+def _lock_numbering(connection: Connection, item_ids: Sequence[str]) -> None:
+    """Hold the numbering of each of `item_ids` (sorted) until the transaction ends. Without it,
+    two writers of one item on PostgreSQL (two workers, or a batch and a straggler) both read the
+    same last number, and one of them fails on the key, again and again under load: attempts were
+    dropped so. SQLite serializes writers by itself."""
+    lock_scopes(connection, (f"attempts/{item_id}" for item_id in item_ids))
 
 
 def _values(attempt: Attempt) -> dict[str, Any]:
@@ -306,6 +316,7 @@ def _insert(connection: Connection, item_id: str, attempt: Attempt) -> None:
     """One INSERT ... SELECT numbering the attempt after the item's last; prunes the item's
     oldest beyond `KEEP_PER_ITEM` every tenth."""
     t = ITEM_ATTEMPTS
+    _lock_numbering(connection, [item_id])
     values = _values(attempt)
     next_n = select(func.coalesce(func.max(t.c.n), 0) + 1).where(t.c.item_id == item_id)
     n = connection.execute(

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import functools
+import hashlib
 import os
 import re
 import sqlite3
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -217,6 +218,25 @@ def schema_lock(engine: Engine) -> Iterator[Connection]:
             # timeout) until the first has committed, then finds the schema up to date.
             connection.exec_driver_sql("BEGIN IMMEDIATE")
         yield connection
+
+
+def lock_scopes(connection: Connection, scopes: Iterable[str]) -> None:
+    """Hold each of `scopes` (any strings; named by their table, e.g. `attempts/<item id>`) for
+    the rest of the transaction: advisory locks on PostgreSQL, taken in one statement and in
+    one order (their keys sorted), so no two transactions wait on each other in a cycle. SQLite
+    needs none: it serializes writers, and a transaction's first write takes its one lock."""
+    if connection.dialect.name != "postgresql":
+        return
+    digests = {hashlib.sha256(scope.encode()).digest()[:8] for scope in scopes}
+    keys = sorted(int.from_bytes(digest, "big", signed=True) for digest in digests)
+    if keys:
+        # unnest scans the array in its order: the locks are taken sorted.
+        connection.execute(
+            text(
+                "SELECT count(pg_advisory_xact_lock(k)) FROM unnest(CAST(:keys AS bigint[])) AS k"
+            ),
+            {"keys": keys},
+        )
 
 
 def _is_unversioned(connection: Connection) -> bool:

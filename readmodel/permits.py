@@ -11,21 +11,13 @@ last slot. Why the database: docs/decisions/flow-ledger.md
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Sequence
 from datetime import datetime, timedelta
 
-from sqlalchemy import Connection, Engine, delete, func, insert, select, text, update
+from sqlalchemy import Engine, delete, func, insert, select, update
 
+from readmodel.db import lock_scopes
 from readmodel.models import FLOW_PERMITS, FLOW_REQUESTS
-
-
-def _lock(connection: Connection, scope: str) -> None:
-    """Hold `scope` for the rest of the transaction. On SQLite the transaction's first write
-    (every caller's first statement is a delete) takes the database's one write lock."""
-    if connection.dialect.name == "postgresql":
-        key = int.from_bytes(hashlib.sha256(scope.encode()).digest()[:8], "big", signed=True)
-        connection.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": key})
 
 
 def take_permits(
@@ -41,8 +33,7 @@ def take_permits(
     if not scopes:
         return None
     with engine.begin() as connection:
-        for scope, _ in sorted(scopes):  # one lock order: no two takers wait on each other
-            _lock(connection, scope)
+        lock_scopes(connection, (scope for scope, _ in scopes))
         for scope, limit in scopes:
             connection.execute(
                 delete(FLOW_PERMITS).where(
@@ -104,8 +95,7 @@ def take_requests(
         return timedelta(0), []
     wait = timedelta(0)
     with engine.begin() as connection:
-        for scope, _ in sorted(scopes, key=lambda found: found[0]):
-            _lock(connection, scope)
+        lock_scopes(connection, (scope for scope, _ in scopes))
         for scope, windows in scopes:
             longest = max(per for per, _ in windows)
             connection.execute(
