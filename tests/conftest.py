@@ -160,7 +160,9 @@ async def start_time_skipping_server() -> WorkflowEnvironment:
 async def clock_skips(env: WorkflowEnvironment, wait_s: float = 2) -> bool:
     """Whether the time-skipping server still skips time: an hour's sleep ends at once unless
     something holds its time lock (a workflow task or activity waiting for a worker that is
-    gone), in which case it would last an hour of wall-clock time."""
+    gone), in which case it would last an hour of wall-clock time. A probe that times out leaves
+    its sleep, and so its unlock, pending on the server: a second probe of that server may find
+    the clock freed by the two, so a server found stopped is replaced, never probed again."""
     try:
         await asyncio.wait_for(env.sleep(timedelta(hours=1)), timeout=wait_s)
     except TimeoutError:
