@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import secrets
 from collections.abc import AsyncIterator, Callable
@@ -30,10 +31,11 @@ from durable_outbox_temporal.connection import (
 from durable_outbox_temporal.contract.sealed_columns import seal_with
 from durable_outbox_temporal.destinations import DestinationRegistry
 from durable_outbox_temporal.tracing import configure_tracing
-from fastapi import Depends, FastAPI
+from fastapi import APIRouter, Depends, FastAPI
 from opentelemetry.instrumentation.fastapi import FastAPIInstrumentor
 from sqlalchemy import Engine
 from sqlalchemy.exc import DBAPIError
+from starlette.routing import BaseRoute
 from temporalio.client import Client
 
 from api.auth import CODEC_PATH, load_tokens, require_json, require_token
@@ -294,31 +296,45 @@ def _read_request_state(app: FastAPI, settings: Settings) -> None:
 
 
 def include_routers(app: FastAPI) -> None:
-    """The app's routes: `/v1` behind the bearer token, then the routes that check their own."""
-    authenticated = [Depends(require_token), Depends(require_json)]
-    app.include_router(token_route.router, dependencies=authenticated)
-    app.include_router(codec_route.router, dependencies=authenticated)
-    app.include_router(items.router, dependencies=authenticated)
-    app.include_router(attempts.router, dependencies=authenticated)
-    app.include_router(erasure.router, dependencies=authenticated)
-    app.include_router(outboxes.router, dependencies=authenticated)
-    app.include_router(lanes.router, dependencies=authenticated)
-    app.include_router(dead_letters.router, dependencies=authenticated)
-    app.include_router(replays.router, dependencies=authenticated)
-    app.include_router(aggregates.router, dependencies=authenticated)
-    app.include_router(destination_routes.router, dependencies=authenticated)
-    app.include_router(activity.router, dependencies=authenticated)
-    app.include_router(schedules.router, dependencies=authenticated)
-    app.include_router(projectors.router, dependencies=authenticated)
-    app.include_router(sealed_values.router, dependencies=authenticated)
-    app.include_router(live.router)  # checks its own token: browsers cannot send headers
-    app.include_router(events.router)  # per-destination secrets: Event Grid sends no bearer
-    app.include_router(health.router)
-    app.include_router(dashboard.router)
-    app.include_router(docs.router)
-    app.include_router(problems.router)  # open: each problem's `type` links here
+    """The app's routes (`_routes`), then its static files."""
+    app.router.routes.extend(_routes())
     app.mount(docs.ASSETS_PATH, docs.assets(), name="docs-assets")
     app.mount(dashboard.STATIC_PATH, dashboard.assets(), name="static")
+
+
+@functools.cache
+def _routes() -> tuple[BaseRoute, ...]:
+    """`/v1` behind the bearer token, then the routes that check their own: built once per
+    process and shared by its apps. FastAPI prepares an included route (its dependencies and
+    response model) lazily, per app, at the first request that reaches it; a process serves one
+    app, but the test suite builds hundreds, and preparing each one's routes again was a third
+    of the API tests' CPU (docs/decisions/parallel-tests.md). Nothing in a route belongs to an
+    app: handlers reach the app's state through the request, and FastAPI's
+    `app.dependency_overrides`, which the shared routes do not consult, is not used."""
+    router = APIRouter()
+    authenticated = [Depends(require_token), Depends(require_json)]
+    router.include_router(token_route.router, dependencies=authenticated)
+    router.include_router(codec_route.router, dependencies=authenticated)
+    router.include_router(items.router, dependencies=authenticated)
+    router.include_router(attempts.router, dependencies=authenticated)
+    router.include_router(erasure.router, dependencies=authenticated)
+    router.include_router(outboxes.router, dependencies=authenticated)
+    router.include_router(lanes.router, dependencies=authenticated)
+    router.include_router(dead_letters.router, dependencies=authenticated)
+    router.include_router(replays.router, dependencies=authenticated)
+    router.include_router(aggregates.router, dependencies=authenticated)
+    router.include_router(destination_routes.router, dependencies=authenticated)
+    router.include_router(activity.router, dependencies=authenticated)
+    router.include_router(schedules.router, dependencies=authenticated)
+    router.include_router(projectors.router, dependencies=authenticated)
+    router.include_router(sealed_values.router, dependencies=authenticated)
+    router.include_router(live.router)  # checks its own token: browsers cannot send headers
+    router.include_router(events.router)  # per-destination secrets: Event Grid sends no bearer
+    router.include_router(health.router)
+    router.include_router(dashboard.router)
+    router.include_router(docs.router)
+    router.include_router(problems.router)  # open: each problem's `type` links here
+    return tuple(router.routes)
 
 
 def _add_middleware(app: FastAPI, settings: Settings) -> None:
