@@ -48,6 +48,7 @@ import httpx
 from durable_outbox_temporal.contract.item import DeliveryOutcome, ItemStatus
 
 from configuration.api_address import default_api_url
+from configuration.tls import shared_tls_context
 from configuration.version import VERSION
 
 BATCH_SIZE = 100
@@ -126,7 +127,7 @@ def _client(args: argparse.Namespace) -> httpx.Client:
     headers = {"Content-Type": "application/json"}
     if args.token:
         headers["Authorization"] = f"Bearer {args.token}"
-    return httpx.Client(base_url=args.api, headers=headers, timeout=30)
+    return httpx.Client(base_url=args.api, headers=headers, timeout=30, verify=shared_tls_context())
 
 
 def _check(response: httpx.Response) -> Any:

@@ -616,6 +616,9 @@ async def end_to_end(client: Client, pids: dict[str, int]) -> dict[str, Any]:
     figures["bulk_cpu_ms_per_item"] = round(
         bulk["cpu_ms_per_item_server"] + bulk["cpu_ms_per_item_worker"], 2
     )
+    # Where a bulk item's CPU goes, per process, as the item path's figures below say it.
+    for name in ("server", "worker", "client", "fake"):
+        figures[f"bulk_cpu_ms_per_item_{name}"] = bulk[f"cpu_ms_per_item_{name}"]
     figures["bulk_server_per_item"] = bulk["server"]
     figures["bulk_actions_per_item"] = await bulk_actions_per_item(client, bulk_count)
     print(f"  billable actions per bulk item: {figures['bulk_actions_per_item']}", flush=True)

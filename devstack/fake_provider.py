@@ -65,11 +65,11 @@ from configuration.settings import (
     PUBLIC_PAYMENT_TOKEN,
     PUBLIC_WEBHOOK_SECRET,
 )
+from configuration.tls import shared_tls_context
 from devstack import fake_payments, fake_sms
 from devstack.fake_memory import RESULT, RepeatableRequests, SeenIds
 from devstack.fake_reports import SCHEMAS, ReportSender, ReportSettings
 from devstack.serving import serve_in_background
-from devstack.tls import shared_tls_context
 
 log = logging.getLogger("fake_provider")
 

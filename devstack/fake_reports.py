@@ -20,7 +20,7 @@ from typing import Any
 import httpx
 
 from configuration.redaction import redact
-from devstack.tls import shared_tls_context
+from configuration.tls import shared_tls_context
 
 log = logging.getLogger("fake_provider.reports")
 

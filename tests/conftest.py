@@ -52,10 +52,10 @@ from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Interceptor, Worker
 
 from configuration.settings import SEED_AGGREGATE_TYPES
+from configuration.tls import shared_tls_context
 from devstack.archive import MANIFEST
 from devstack.fake_provider import FakeProvider, run_fake_provider
 from devstack.temporal_server import dev_server_extra_args, temporal_cli_path, test_server_path
-from devstack.tls import shared_tls_context
 from readmodel.db import create_schema, make_engine
 from service.aggregate_types import AggregateTypes, load_aggregate_types
 from tests.ports import free_port

@@ -15,8 +15,8 @@ import pytest
 from standardwebhooks import Webhook
 
 from activities.providers.acs_email import API_VERSION, sign_request
+from configuration.tls import shared_tls_context
 from devstack.fake_provider import FakeProvider, FaultConfig, run_fake_provider
-from devstack.tls import shared_tls_context
 from tests.conftest import ACS_ACCESS_KEY, WEBHOOK_SECRET
 
 EMAIL = json.dumps(

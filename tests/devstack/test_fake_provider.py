@@ -28,6 +28,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from activities.providers.acs_email import API_VERSION, sign_request
+from configuration.tls import shared_tls_context
 from devstack.fake_provider import (
     FakeProvider,
     FakeProviderAdmin,
@@ -41,7 +42,6 @@ from devstack.fake_provider import (
     with_secret,
 )
 from devstack.serving import serve_in_background
-from devstack.tls import shared_tls_context
 from tests.conftest import ACS_ACCESS_KEY, WEBHOOK_SECRET, email_destination
 from tests.fakes import deliveries, submits
 from tests.ports import free_port

@@ -17,6 +17,7 @@ from durable_outbox_temporal.contract.item import OperationStatus, PollRequest, 
 from activities.providers.acs_email import AcsEmailProvider
 from activities.providers.base import PermanentProviderError
 from configuration.providers import AcsEmailSettings
+from configuration.tls import shared_tls_context
 from devstack.fake_provider import FakeProvider
 from tests.conftest import ACS_ACCESS_KEY
 
@@ -55,7 +56,7 @@ def poll_request(operation_url: str) -> PollRequest:
 
 @pytest.fixture
 async def http() -> AsyncIterator[httpx.AsyncClient]:
-    async with httpx.AsyncClient() as client:
+    async with httpx.AsyncClient(verify=shared_tls_context()) as client:
         yield client
 
 

@@ -14,6 +14,7 @@ from durable_outbox_temporal.contract.item import OperationStatus, PollRequest, 
 from activities.providers.acs_email import AcsEmailProvider
 from activities.providers.base import PermanentProviderError, TransientProviderError
 from configuration.providers import AcsEmailSettings
+from configuration.tls import shared_tls_context
 from devstack.fake_provider import FakeProvider, FaultConfig, run_fake_provider
 from tests.conftest import ACS_ACCESS_KEY
 
@@ -44,7 +45,7 @@ async def fake() -> AsyncIterator[FakeProvider]:
 
 @pytest.fixture
 async def http() -> AsyncIterator[httpx.AsyncClient]:
-    async with httpx.AsyncClient() as client:
+    async with httpx.AsyncClient(verify=shared_tls_context()) as client:
         yield client
 
 

@@ -20,6 +20,7 @@ from activities.providers.acs_signing import sign_request
 from activities.providers.acs_sms import AcsSmsProvider, first_sent_at, repeatability_request_id
 from activities.providers.base import PermanentProviderError, TransientProviderError
 from configuration.providers import AcsSmsSettings
+from configuration.tls import shared_tls_context
 from devstack.fake_provider import FakeProvider, run_fake_provider
 from tests.conftest import ACS_ACCESS_KEY
 
@@ -53,7 +54,7 @@ def submit_request(key: str, payload: dict[str, Any], attempt: int = 1) -> Submi
 
 @pytest.fixture
 async def http() -> AsyncIterator[httpx.AsyncClient]:
-    async with httpx.AsyncClient() as client:
+    async with httpx.AsyncClient(verify=shared_tls_context()) as client:
         yield client
 
 

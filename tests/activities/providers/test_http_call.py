@@ -17,6 +17,7 @@ from durable_outbox_temporal.contract.item import OperationStatus, PollRequest, 
 from activities.providers.base import PermanentProviderError, TransientProviderError
 from activities.providers.http_call import HttpCallProvider, idempotency_key_header
 from configuration.providers import HttpCallSettings
+from configuration.tls import shared_tls_context
 from devstack.fake_payments import DECLINED_METHOD
 from devstack.fake_provider import FakeProvider, FaultConfig, run_fake_provider
 from tests.conftest import payment_destination
@@ -48,7 +49,7 @@ def submit_request(
 
 @pytest.fixture
 async def http() -> AsyncIterator[httpx.AsyncClient]:
-    async with httpx.AsyncClient() as client:
+    async with httpx.AsyncClient(verify=shared_tls_context()) as client:
         yield client
 
 

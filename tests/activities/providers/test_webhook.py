@@ -22,6 +22,7 @@ from activities.providers.base import (
 )
 from activities.providers.webhook import WebhookProvider
 from configuration.providers import WebhookSettings
+from configuration.tls import shared_tls_context
 from devstack.fake_provider import FakeProvider, FaultConfig, run_fake_provider
 from tests.conftest import WEBHOOK_SECRET
 from tests.ports import free_port
@@ -45,7 +46,7 @@ def submit_request(key: str, payload: dict[str, Any] | None = None) -> SubmitReq
 
 @pytest.fixture
 async def http() -> AsyncIterator[httpx.AsyncClient]:
-    async with httpx.AsyncClient() as client:
+    async with httpx.AsyncClient(verify=shared_tls_context()) as client:
         yield client
 
 
