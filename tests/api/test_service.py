@@ -6,7 +6,6 @@ import logging
 from typing import Any
 
 import httpx
-import pytest
 from durable_outbox_temporal import OutboxClient, TemporalConnection
 from durable_outbox_temporal.contract.item import ItemProjection, ItemStatus, OutboxItemView
 from durable_outbox_temporal.destinations import DestinationRegistry
@@ -182,28 +181,29 @@ async def test_metrics_count_requests_and_enqueues(api) -> None:
     assert "nowhere" not in text and "bad name" not in text
 
 
-@pytest.mark.parametrize(
-    "path",
-    [
-        "/v1/outboxes/{outbox}/items",
-        "/v1/outboxes/{outbox}/items:batch",
-        "/v1/outboxes/{outbox}/items:redrive-failed",
-        "/v1/outboxes/{outbox}/items/{key}",
-        "/v1/outboxes/{outbox}/items/{key}/events",
-        "/v1/outboxes/{outbox}/items/{key}/cancel",
-        "/v1/outboxes/{outbox}/items/{key}/redrive",
-        "/v1/outboxes",
-        "/v1/outboxes/{outbox}/stats",
-        "/healthz",
-        "/readyz",
-        "/metrics",
-    ],
-)
-async def test_openapi_documents_the_endpoints(api, path: str) -> None:
+DOCUMENTED_PATHS = [
+    "/v1/outboxes/{outbox}/items",
+    "/v1/outboxes/{outbox}/items:batch",
+    "/v1/outboxes/{outbox}/items:redrive-failed",
+    "/v1/outboxes/{outbox}/items/{key}",
+    "/v1/outboxes/{outbox}/items/{key}/events",
+    "/v1/outboxes/{outbox}/items/{key}/cancel",
+    "/v1/outboxes/{outbox}/items/{key}/redrive",
+    "/v1/outboxes",
+    "/v1/outboxes/{outbox}/stats",
+    "/healthz",
+    "/readyz",
+    "/metrics",
+]
+
+
+async def test_openapi_documents_the_endpoints(api) -> None:
+    # One stack and one schema for every path (a case per path built twelve of each).
     spec: dict[str, Any] = (await api.http.get("/openapi.json")).json()
 
-    assert path in spec["paths"]
-    if path.startswith("/v1"):
-        operation = next(iter(spec["paths"][path].values()))
-        assert operation["security"] == [{"HTTPBearer": []}]
-        assert "application/problem+json" in operation["responses"]["422"]["content"]
+    for path in DOCUMENTED_PATHS:
+        assert path in spec["paths"], path
+        if path.startswith("/v1"):
+            operation = next(iter(spec["paths"][path].values()))
+            assert operation["security"] == [{"HTTPBearer": []}], path
+            assert "application/problem+json" in operation["responses"]["422"]["content"], path
