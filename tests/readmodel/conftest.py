@@ -7,13 +7,15 @@ fail, unless `READMODEL_SKIP_POSTGRES=1` says this machine has none.
 from __future__ import annotations
 
 import os
+import shutil
+import subprocess
 import uuid
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
-from sqlalchemy import Engine, text
+from sqlalchemy import Engine, make_url, text
 from sqlalchemy.exc import OperationalError
 
 from readmodel.db import create_schema, make_engine
@@ -69,6 +71,91 @@ def _sqlite(tmp_path: Path, templates: Path) -> Iterator[EngineFactory]:
         engine.dispose()
 
 
+class PostgresEngineFactory(EngineFactory):
+    """Schemas; a migrated one is made by the DDL of a schema this process migrated once."""
+
+    def __init__(
+        self, connect: Callable[[str], Engine], admin: Engine, schema_of: Callable[[str], str]
+    ) -> None:
+        super().__init__(connect)
+        self._admin = admin
+        self._schema_of = schema_of
+
+    def migrated(self, name: str, migrations: Sequence[Path] = ()) -> Engine:
+        script = _migrated_schema_script(self._admin, tuple(migrations))
+        if script is None:  # no pg_dump on this machine: alembic each time
+            return super().migrated(name, migrations)
+        engine = self._connect(name)
+        with self._admin.begin() as connection:
+            # Many statements in one call: psycopg sends a script without parameters as one.
+            connection.exec_driver_sql(script.replace(_TEMPLATE, self._schema_of(name)))
+        return engine
+
+
+# Stands for the schema's name in a dumped script.
+_TEMPLATE = "schema_template_0f3a"
+# The DDL (and the alembic_version rows) of a migrated schema, per set of extra migrations.
+_MIGRATED_SCRIPTS: dict[tuple[Path, ...], str | None] = {}
+
+
+def _migrated_schema_script(admin: Engine, migrations: tuple[Path, ...]) -> str | None:
+    """The SQL that makes a schema as `create_schema` leaves it: `pg_dump --schema-only` of one
+    this process migrated (once per set of migrations), with its `alembic_version` rows. Running
+    every migration through alembic for each test's schema was a fifth of the read-model tests'
+    CPU (docs/decisions/parallel-tests.md); the script is one round trip. `create_schema` itself
+    is tested on fresh schemas by `test_migrations.py` and `test_store.py`."""
+    if migrations in _MIGRATED_SCRIPTS:
+        return _MIGRATED_SCRIPTS[migrations]
+    pg_dump = shutil.which("pg_dump")
+    script = None
+    if pg_dump is not None:
+        template = f"{_TEMPLATE}_{uuid.uuid4().hex[:8]}"
+        with admin.begin() as connection:
+            connection.execute(text(f'CREATE SCHEMA "{template}"'))
+        try:
+            migrated = make_engine(f"{POSTGRES_URL}?options=-csearch_path%3D{template}")
+            create_schema(migrated, migrations)
+            with migrated.connect() as connection:
+                versions = connection.execute(text("SELECT version_num FROM alembic_version"))
+                rows = [row[0] for row in versions]
+            migrated.dispose()
+            url = make_url(POSTGRES_URL)
+            dumped = subprocess.run(
+                [
+                    pg_dump,
+                    f"--host={url.host}",
+                    f"--port={url.port or 5432}",
+                    f"--username={url.username}",
+                    f"--dbname={url.database}",
+                    f"--schema={template}",
+                    "--schema-only",
+                    "--no-owner",
+                    "--no-privileges",
+                ],
+                capture_output=True,
+                text=True,
+                check=True,
+            ).stdout
+        finally:
+            with admin.begin() as connection:
+                connection.execute(text(f'DROP SCHEMA "{template}" CASCADE'))
+        # The dump's session settings (an empty search_path among them), its psql commands
+        # (`\restrict`) and its CREATE SCHEMA stay out: the schema exists, and every name in the
+        # dump is qualified.
+        statements = "\n".join(
+            line
+            for line in dumped.splitlines()
+            if not line.startswith(("SET ", "SELECT pg_catalog.set_config", "CREATE SCHEMA", "\\"))
+        )
+        inserts = "".join(
+            f"INSERT INTO {template}.alembic_version (version_num) VALUES ('{row}');\n"
+            for row in rows
+        )
+        script = (statements + "\n" + inserts).replace(template, _TEMPLATE)
+    _MIGRATED_SCRIPTS[migrations] = script
+    return script
+
+
 @contextmanager
 def _postgres() -> Iterator[EngineFactory]:
     if os.environ.get("READMODEL_SKIP_POSTGRES") == "1":
@@ -97,7 +184,7 @@ def _postgres() -> Iterator[EngineFactory]:
         engines.append(make_engine(f"{POSTGRES_URL}?options=-csearch_path%3D{schema}"))
         return engines[-1]
 
-    yield EngineFactory(connect)
+    yield PostgresEngineFactory(connect, admin, lambda name: f"{prefix}_{name}")
     for engine in engines:
         engine.dispose()
     with admin.begin() as connection:
@@ -126,6 +213,4 @@ def engine(engine_factory: EngineFactory) -> Engine:
 def postgres_engine() -> Iterator[Engine]:
     """A fresh read model on PostgreSQL only, for behaviour SQLite gets by design."""
     with _postgres() as factory:
-        engine = factory("readmodel")
-        create_schema(engine)
-        yield engine
+        yield factory.migrated("readmodel")
