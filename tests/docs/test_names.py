@@ -399,7 +399,6 @@ CODE_NAMES = names_in_the_code()
 OTHER_PROGRAMS_NAMES = {
     "max_retries": "Cloudflare Queues' retry setting (docs/explanation/seeds.md)",
     "deprecate_patch": "the Temporal SDK's (`workflow.deprecate_patch`)",
-    "pg_dump": "PostgreSQL's backup program",
     "pg_restore": "PostgreSQL's restore program",
     "temporal_activity_schedule_to_start_latency": "a metric the Temporal SDK exports",
     "temporal_workflow_task_schedule_to_start_latency": "a metric the Temporal SDK exports",
