@@ -42,9 +42,12 @@ install: $(STAMP)
 dev: install
 	$(BIN)/python -m devstack.dev
 
-# pytest exits 5 when it collected nothing: that is a failure here, never a pass.
+# pytest exits 5 when it collected nothing: that is a failure here, never a pass. The bytecode
+# cache is on for the suite even where PYTHONDONTWRITEBYTECODE is set (these machines set it):
+# otherwise every test process and every process the tests start compiles the project from
+# source again, and pytest rewrites every test module in each (docs/decisions/parallel-tests.md).
 test: install
-	@$(BIN)/pytest -n $(PYTEST_WORKERS) --dist worksteal -m 'not chaos' $(PYTEST_ARGS); status=$$?; \
+	@env -u PYTHONDONTWRITEBYTECODE $(BIN)/pytest -n $(PYTEST_WORKERS) --dist worksteal -m 'not chaos' $(PYTEST_ARGS); status=$$?; \
 	if [ $$status -eq 5 ]; then echo "FAIL: pytest collected no tests"; exit 1; fi; \
 	exit $$status
 
