@@ -38,6 +38,7 @@ from readmodel.backlog import (
     OutboxDestination,
     read_backlog,
 )
+from readmodel.db import in_thread
 from service.relay import RelayStats, relay_stats
 
 log = logging.getLogger("outbox.api")
@@ -192,7 +193,8 @@ class BacklogMetrics:
         self._engine = engine
 
     async def detach(self) -> None:
-        """Stop reading; a reading still in its thread is abandoned, with its tally."""
+        """Stop reading; a reading still in its thread is waited for briefly (`in_thread`), then
+        abandoned with its tally."""
         self._engine = None
         self._tally = DeliveryTally()
         if self._reading is not None:
@@ -223,8 +225,8 @@ class BacklogMetrics:
     async def _read(self, engine: Engine) -> None:
         started = time.perf_counter()
         try:
-            backlog = await asyncio.to_thread(read_backlog, engine, self._tally)
-            self._relay = await asyncio.to_thread(relay_stats, engine)
+            backlog = await in_thread(read_backlog, engine, self._tally)
+            self._relay = await in_thread(relay_stats, engine)
         except Exception as err:  # any failure: export scrape_ok 0 rather than fail /metrics
             log.warning(
                 "backlog metrics: reading the read model failed: %s: %s", type(err).__name__, err

@@ -26,6 +26,7 @@ from sqlalchemy import Engine
 
 from readmodel import aggregates as event_store
 from readmodel import store
+from readmodel.db import in_thread
 from readmodel.models import EventRecord
 
 log = logging.getLogger("outbox.live")
@@ -205,9 +206,7 @@ class LiveHub:
         """Fan out the followed outboxes' new events; True if a whole batch came."""
         if not self._cursors:
             return False
-        events = await asyncio.to_thread(
-            store.events_since_each, self._engine, dict(self._cursors), _BATCH
-        )
+        events = await in_thread(store.events_since_each, self._engine, dict(self._cursors), _BATCH)
         for event in events:
             if event.id <= self._cursors.get(event.outbox, event.id):
                 continue  # nobody follows the outbox any more, or it started after this
@@ -220,7 +219,7 @@ class LiveHub:
         """Fan out the followed aggregates' new events; True if a whole batch came."""
         if not self._aggregate_cursors:
             return False
-        events = await asyncio.to_thread(
+        events = await in_thread(
             event_store.events_after_each, self._engine, dict(self._aggregate_cursors), _BATCH
         )
         for key, event in events:

@@ -2,17 +2,18 @@
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import hashlib
 import os
 import re
 import sqlite3
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ParamSpec, TypeVar
 
 from alembic import command
 from alembic.config import Config
@@ -25,6 +26,11 @@ from sqlalchemy.exc import DBAPIError
 # Any constant will do: it names the lock every process takes while it migrates the schema.
 _SCHEMA_LOCK_KEY = 0x6F7574626F78  # "outbox"
 _WAL_SWITCH_TIMEOUT_S = 30.0
+# How long a cancelled `in_thread` caller waits for its thread's statement to end.
+_CANCELLED_WAIT_S = 5.0
+
+P = ParamSpec("P")
+T = TypeVar("T")
 MIGRATIONS_DIR = Path(__file__).resolve().parent / "migrations"
 # PostgreSQL's SQLSTATEs for a table and a column the statement names but the schema lacks.
 _UNDEFINED_OBJECT_STATES = {"42P01": "table", "42703": "column"}
@@ -242,6 +248,23 @@ def lock_scopes(connection: Connection, scopes: Iterable[str]) -> None:
 def _is_unversioned(connection: Connection) -> bool:
     tables = set(inspect(connection).get_table_names())
     return "outbox_items" in tables and "alembic_version" not in tables
+
+
+async def in_thread(func: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
+    """`asyncio.to_thread` for reads that hold a pooled connection, in loops that are cancelled
+    when their process stops (the live tailer, the metrics' readers): a cancelled caller waits for
+    the thread (up to `_CANCELLED_WAIT_S`) before the cancellation goes on. The engine is disposed
+    right after; a connection still checked out by a running thread then went back to the
+    disposed pool and was never closed (psycopg warned of it when it was collected, in whatever
+    test ran then)."""
+    future = asyncio.ensure_future(asyncio.to_thread(func, *args, **kwargs))
+    try:
+        return await asyncio.shield(future)
+    except asyncio.CancelledError:
+        # Its outcome is nobody's now: retrieved, so an error is not reported as unhandled.
+        future.add_done_callback(lambda done: done.cancelled() or done.exception())
+        await asyncio.wait({future}, timeout=_CANCELLED_WAIT_S)
+        raise
 
 
 def ping(engine: Engine) -> None:
