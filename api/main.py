@@ -307,10 +307,10 @@ def _routes() -> tuple[BaseRoute, ...]:
     """`/v1` behind the bearer token, then the routes that check their own: built once per
     process and shared by its apps. FastAPI prepares an included route (its dependencies and
     response model) lazily, per app, at the first request that reaches it; a process serves one
-    app, but the test suite builds hundreds, and preparing each one's routes again was a third
-    of the API tests' CPU (docs/decisions/parallel-tests.md). Nothing in a route belongs to an
-    app: handlers reach the app's state through the request, and FastAPI's
-    `app.dependency_overrides`, which the shared routes do not consult, is not used."""
+    app, but the test suite builds hundreds, each of which prepared them all again
+    (docs/decisions/parallel-tests.md). Nothing in a route belongs to an app: handlers reach the
+    app's state through the request, and FastAPI's `app.dependency_overrides`, which the shared
+    routes do not consult, is not used."""
     router = APIRouter()
     authenticated = [Depends(require_token), Depends(require_json)]
     router.include_router(token_route.router, dependencies=authenticated)

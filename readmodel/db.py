@@ -229,12 +229,19 @@ def schema_lock(engine: Engine) -> Iterator[Connection]:
 def lock_scopes(connection: Connection, scopes: Iterable[str]) -> None:
     """Hold each of `scopes` (any strings; named by their table, e.g. `attempts/<item id>`) for
     the rest of the transaction: advisory locks on PostgreSQL, taken in one statement and in
-    one order (their keys sorted), so no two transactions wait on each other in a cycle. SQLite
-    needs none: it serializes writers, and a transaction's first write takes its one lock."""
+    one order (the scopes sorted, as the permits ledger always took them, so processes of the
+    release before wait in the same order), so no two transactions wait on each other in a
+    cycle. SQLite takes none: it serializes writers, and a write waits for the one before to
+    commit; a caller that reads before it writes must still meet another writer's rows (the
+    attempt log retries a collision)."""
     if connection.dialect.name != "postgresql":
         return
-    digests = {hashlib.sha256(scope.encode()).digest()[:8] for scope in scopes}
-    keys = sorted(int.from_bytes(digest, "big", signed=True) for digest in digests)
+    keys = list(
+        dict.fromkeys(
+            int.from_bytes(hashlib.sha256(scope.encode()).digest()[:8], "big", signed=True)
+            for scope in sorted(scopes)
+        )
+    )
     if keys:
         # unnest scans the array in its order: the locks are taken sorted.
         connection.execute(

@@ -18,12 +18,10 @@ async def test_a_stopped_clock_gets_a_new_server_and_a_skipping_one_is_kept() ->
         assert await server.env() is first
         assert server.replaced == 0
 
-        # A time lock no one will release, as a leftover workflow's task leaves one. The lock
-        # is taken directly: a leftover made by starting and terminating a workflow held it when
-        # measured, but once, on a loaded CI run, the server let it go, and this test is about
-        # what the suite does with a stopped clock, not about when the server stops it.
-        # No probe of our own first: a probe that times out leaves its unlock pending on the
-        # server, and two of them would free the clock again.
+        # A time lock no one will release, as a leftover workflow's task leaves one, taken
+        # directly: this test is about what the suite does with a stopped clock. No probe of our
+        # own first: a probe that times out leaves its unlock pending on the server, and ours and
+        # the server's freed the clock again (a loaded CI run failed so).
         await first.client.test_service.lock_time_skipping(LockTimeSkippingRequest())
 
         second = await server.env()

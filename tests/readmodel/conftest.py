@@ -101,9 +101,9 @@ _MIGRATED_SCRIPTS: dict[tuple[Path, ...], str | None] = {}
 
 def _migrated_schema_script(admin: Engine, migrations: tuple[Path, ...]) -> str | None:
     """The SQL that makes a schema as `create_schema` leaves it: `pg_dump --schema-only` of one
-    this process migrated (once per set of migrations), with its `alembic_version` rows. Running
-    every migration through alembic for each test's schema was a fifth of the read-model tests'
-    CPU (docs/decisions/parallel-tests.md); the script is one round trip. `create_schema` itself
+    this process migrated (once per set of migrations), with its `alembic_version` rows: one round
+    trip, where alembic runs every revision for each test's schema
+    (docs/decisions/parallel-tests.md). `create_schema` itself
     is tested on fresh schemas by `test_migrations.py` and `test_store.py`."""
     if migrations in _MIGRATED_SCRIPTS:
         return _MIGRATED_SCRIPTS[migrations]
