@@ -1,6 +1,8 @@
-"""`/docs` (Swagger UI) and `/redoc` work with no internet: the pages load their scripts and
-styles from the API itself, and render the API's operations in a browser that can reach nothing
-but the loopback address."""
+"""`/docs` (Swagger UI) and `/redoc` work with no internet and under their strict
+Content-Security-Policy: the pages load their scripts and styles from the API itself, and render
+the API's operations in a browser that can reach nothing but the loopback address, with nothing
+blocked by the policy. Each page is rendered once for both checks: a render is seconds of
+Chromium's CPU (docs/decisions/parallel-tests.md)."""
 
 from __future__ import annotations
 
@@ -15,9 +17,10 @@ from playwright.async_api import Browser, Page, Route, expect
 
 from api.main import create_app
 from api.routes.docs import ASSETS_PATH, OWN_ASSETS
+from api.security import DOCS_CONTENT_SECURITY_POLICY
 from devstack.serving import serve_in_background
 from tests.api.conftest import api_settings
-from tests.browser.conftest import ARTIFACTS
+from tests.browser.conftest import ARTIFACTS, csp_violations, watched_page
 
 # Every URL a page names: attributes, and JavaScript or CSS string values.
 _URL = re.compile(r"""(?:src|href|url)\s*[=:(]\s*["']?([^"')\s>]+)""")
@@ -68,9 +71,10 @@ async def test_the_docs_are_open_when_the_api_requires_a_token() -> None:
     assert guarded.status_code == 401
 
 
-async def _offline_page(browser: Browser) -> tuple[Page, list[str]]:
-    """A page whose requests to anything but 127.0.0.1 fail, as they would with no internet."""
-    page = await browser.new_page()
+async def _offline_page(browser: Browser) -> tuple[Page, list[str], list[str]]:
+    """A page whose requests to anything but 127.0.0.1 fail, as they would with no internet; it
+    records what its Content-Security-Policy blocks (`csp_violations`)."""
+    page, console = await watched_page(browser)
     blocked: list[str] = []
 
     async def only_loopback(route: Route) -> None:
@@ -81,13 +85,19 @@ async def _offline_page(browser: Browser) -> tuple[Page, list[str]]:
             await route.abort("internetdisconnected")
 
     await page.route("**/*", only_loopback)
-    return page, blocked
+    return page, blocked, console
+
+
+async def _open(page: Page, url: str) -> None:
+    response = await page.goto(url)
+    assert response is not None
+    assert response.headers["content-security-policy"] == DOCS_CONTENT_SECURITY_POLICY
 
 
 async def test_swagger_ui_renders_the_operations_offline(docs_url: str, browser: Browser) -> None:
-    page, blocked = await _offline_page(browser)
+    page, blocked, console = await _offline_page(browser)
     try:
-        await page.goto(f"{docs_url}/docs")
+        await _open(page, f"{docs_url}/docs")
         operations = page.locator(".opblock")
         await expect(operations.first).to_be_visible(timeout=15_000)
         await expect(
@@ -95,6 +105,7 @@ async def test_swagger_ui_renders_the_operations_offline(docs_url: str, browser:
         ).to_be_visible()
         count = await operations.count()
         await page.screenshot(path=str(ARTIFACTS / "api-docs-swagger.png"))
+        violations = await csp_violations(page, console)
     finally:
         await page.close()
 
@@ -102,19 +113,22 @@ async def test_swagger_ui_renders_the_operations_offline(docs_url: str, browser:
         schema = (await http.get("/openapi.json")).json()
     assert count == sum(len(operations) for operations in schema["paths"].values())
     assert blocked == []
+    assert violations == []
 
 
 async def test_redoc_renders_the_operations_offline(docs_url: str, browser: Browser) -> None:
-    page, blocked = await _offline_page(browser)
+    page, blocked, console = await _offline_page(browser)
     try:
-        await page.goto(f"{docs_url}/redoc")
+        await _open(page, f"{docs_url}/redoc")
         heading = page.locator("h2", has_text="Enqueue one item")
         # ReDoc lays out the whole schema before it shows any of it: on a loaded 2-core
         # machine that took over 15 s once.
         await expect(heading.first).to_be_visible(timeout=45_000)
         await page.screenshot(path=str(ARTIFACTS / "api-docs-redoc.png"))
+        violations = await csp_violations(page, console)
     finally:
         await page.close()
 
     # Redoc's own footer logo is the one request it makes elsewhere; it hides the image on error.
     assert set(blocked) <= {"https://cdn.redoc.ly/redoc/logo-mini.svg"}, blocked
+    assert violations == []

@@ -1,6 +1,15 @@
 """Fault injection at small scale: a worker process killed with SIGKILL mid-run, and a provider
 storm. Each asserts at the fake provider: nothing lost, nothing delivered twice, no request
-before a Retry-After elapsed."""
+before a Retry-After elapsed.
+
+Both run in `make chaos` (`-m chaos`), not in `make test`: they are the small versions of the
+chaos run's own two scenarios (`bench/chaos.py`: the storm and three worker SIGKILLs, in item and
+bulk mode, at scale), and together they held a test process for about a minute of the suite's
+wall time, with a worker process per kill (docs/decisions/parallel-tests.md). The suite keeps
+worker kills in `test_aggregate_kill.py`, `test_effect_kill.py`, `test_caps_kill.py` and
+`test_drain.py`, the server killed under a running worker in `test_restarts.py`, and provider
+throttle storms in `tests/api/test_throttle.py`.
+"""
 
 from __future__ import annotations
 
@@ -14,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 from durable_outbox_temporal import OutboxClient
 from durable_outbox_temporal.contract.ids import provider_idempotency_key
 from durable_outbox_temporal.destinations import DestinationRegistry
@@ -107,6 +117,7 @@ async def assert_exactly_once(fake: FakeProvider, item_ids: list[str]) -> None:
         assert stats["early_requests"] == 0, (item_id, stats)
 
 
+@pytest.mark.chaos
 async def test_worker_killed_three_times_loses_and_duplicates_nothing(
     dev_env, fake_provider, tmp_path: Path
 ) -> None:
@@ -146,6 +157,7 @@ async def test_worker_killed_three_times_loses_and_duplicates_nothing(
     await assert_exactly_once(fake_provider, item_ids)
 
 
+@pytest.mark.chaos
 async def test_provider_storm_ends_every_item_with_no_duplicate_or_early_retry(
     dev_env, stack_factory, fake_provider
 ) -> None:
