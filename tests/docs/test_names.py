@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import functools
 import re
 import shlex
 import tomllib
@@ -70,6 +71,7 @@ def code_spans(page: Path) -> list[str]:
     ]
 
 
+@functools.cache
 def app_routes() -> list[tuple[re.Pattern[str], set[str]]]:
     found: list[tuple[re.Pattern[str], set[str]]] = []
 
@@ -91,22 +93,20 @@ def app_routes() -> list[tuple[re.Pattern[str], set[str]]]:
     return found
 
 
-ROUTES = app_routes()
-
-
 def route_exists(method: str | None, path: str) -> bool:
     concrete = re.sub(r"\{[^}]+\}", "x", path.rstrip("/")) or "/"
-    for pattern, methods in ROUTES:
+    for pattern, methods in app_routes():
         match = pattern.match(concrete)
         below = match.groups()[0] if match and match.groups() else None
         if match and below is None and (method is None or method in methods):
             return True
     # A prefix (`/v1`, `/codec/`) names the routes under it.
     return method is None and any(
-        pattern.pattern.startswith(f"^{re.escape(concrete)}/") for pattern, _ in ROUTES
+        pattern.pattern.startswith(f"^{re.escape(concrete)}/") for pattern, _ in app_routes()
     )
 
 
+@functools.cache
 def known_variables() -> set[str]:
     read = {name.upper() for name in Settings.model_fields}
     # Constants the docs name (`OLDEST_OPEN_RELEASE`) count too, wherever the code keeps them.
@@ -123,8 +123,6 @@ def known_variables() -> set[str]:
     return read | used | OTHER_PROGRAMS
 
 
-VARIABLES = known_variables()
-
 # --- the CLI ------------------------------------------------------------------------------
 
 _CLI_PREFIXES = ("outbox ", ".venv/bin/outbox ")
@@ -137,11 +135,13 @@ def _choices(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentPars
     return {}
 
 
+@functools.cache
+def _cli() -> argparse.ArgumentParser:
+    return build_parser()
+
+
 def _flags(parser: argparse.ArgumentParser) -> dict[str, argparse.Action]:
     return {flag: action for action in parser._actions for flag in action.option_strings}
-
-
-CLI = build_parser()
 
 
 def unknown_cli_words(span: str) -> list[str]:
@@ -151,7 +151,8 @@ def unknown_cli_words(span: str) -> list[str]:
     except ValueError:  # an unclosed quote: prose, not a command line
         words = span.split()[1:]
     unknown = []
-    parser, flags = CLI, _flags(CLI)  # the global flags are taken after the command too
+    parser = _cli()
+    flags = _flags(parser)  # the global flags are taken after the command too
     takes_value = False
     for word in (word.lstrip("[") for word in words):
         if takes_value:  # the value of the flag before
@@ -195,6 +196,7 @@ def problem_code_in(span: str, before: str, after: str) -> str | None:
     return None
 
 
+@functools.cache
 def metric_names() -> set[str]:
     """Every sample name the API exports, its histograms' and counters' series included."""
     api_metrics = ApiMetrics()
@@ -215,7 +217,6 @@ def metric_names() -> set[str]:
     return names
 
 
-METRICS = metric_names()
 # `outbox_...` names that are not metrics: the read model's tables and the settings' fields.
 NOT_METRICS = set(metadata.tables) | set(Settings.model_fields)
 _METRIC = re.compile(r"(outbox_[a-z0-9_]+)(?:\{.*\})?(?: \d+)?")
@@ -229,10 +230,11 @@ def unknown_metric(span: str) -> str | None:
         return None
     name = match.group(1)
     if name.endswith("_"):
-        return None if any(metric.startswith(name) for metric in METRICS) else name
-    return None if name in METRICS else name
+        return None if any(metric.startswith(name) for metric in metric_names()) else name
+    return None if name in metric_names() else name
 
 
+@functools.cache
 def workflow_names() -> dict[str, set[str]]:
     """Each kind (`workflow`, `signal`, `update`, `query`) to the names the worker's workflow
     definitions register (a workflow also by its class's name)."""
@@ -251,7 +253,6 @@ def workflow_names() -> dict[str, set[str]]:
     return names
 
 
-WORKFLOW_NAMES = workflow_names()
 _KIND_AFTER = re.compile(r"^\s+(workflow|signal|update|query|queries)s?\b")
 
 
@@ -260,10 +261,10 @@ def unknown_workflow_name(span: str, after: str) -> str | None:
     workflow definition registers; a `...Workflow` class name must exist too."""
     kind = _KIND_AFTER.match(after)
     if re.fullmatch(r"[A-Z]\w*Workflow", span):
-        return None if span in WORKFLOW_NAMES["workflow"] else span
+        return None if span in workflow_names()["workflow"] else span
     if kind is None or not re.fullmatch(r"[A-Za-z_]\w*", span):
         return None
-    known = WORKFLOW_NAMES["query" if kind.group(1) == "queries" else kind.group(1)]
+    known = workflow_names()["query" if kind.group(1) == "queries" else kind.group(1)]
     return None if span in known else f"{span} ({kind.group(1)})"
 
 
@@ -273,6 +274,7 @@ def unknown_workflow_name(span: str, after: str) -> str | None:
 ANY_TABLE = "destinations-file"
 
 
+@functools.cache
 def destination_file_fields() -> dict[str, frozenset[str]]:
     """Each table of the destinations file to the fields its loader takes: the models it
     validates with refuse any other (`extra="forbid"`), and the policy's fields sit flat in the
@@ -289,7 +291,6 @@ def destination_file_fields() -> dict[str, frozenset[str]]:
     return {**fields, ANY_TABLE: frozenset().union(*fields.values())}
 
 
-FIELDS = destination_file_fields()
 # Assignments the docs write for other files than the destinations file, with where they live.
 OTHER_FILES_ASSIGNMENTS = {
     "scopes": "the tokens file's (`api/auth.py`)",
@@ -355,6 +356,7 @@ def claimed_fields(span: str, before: str) -> list[tuple[str, str]]:
     return []
 
 
+@functools.cache
 def names_in_the_code() -> set[str]:
     """Every snake_case word the code base writes (sources, tests, configuration, the
     dashboard), and its files' names: what a name the docs write may be."""
@@ -394,7 +396,6 @@ def python_identifiers(source: str) -> set[str]:
     return names
 
 
-CODE_NAMES = names_in_the_code()
 # Names the docs write that belong to other programs, not ours.
 OTHER_PROGRAMS_NAMES = {
     "max_retries": "Cloudflare Queues' retry setting (docs/explanation/seeds.md)",
@@ -418,12 +419,14 @@ def unknown_fields(lines: list[str], *, superseded: bool = False) -> list[str]:
             span = match.group(1).strip()
             if claimed := claimed_fields(span, line[: match.start()]):
                 unknown += [
-                    f"{key} ({table} field)" for table, key in claimed if key not in FIELDS[table]
+                    f"{key} ({table} field)"
+                    for table, key in claimed
+                    if key not in destination_file_fields()[table]
                 ]
             elif (
                 _SNAKE.fullmatch(span)
                 and not superseded
-                and span not in CODE_NAMES
+                and span not in names_in_the_code()
                 and span not in OTHER_PROGRAMS_NAMES
             ):
                 unknown.append(span)
@@ -470,7 +473,7 @@ def test_every_route_and_variable_named_exists(page: Path) -> None:
         if route and route.group(2).startswith(_API_PREFIXES):
             if not route_exists(route.group(1), route.group(2)):
                 unknown.append(span)
-        elif _ENV.fullmatch(span) and span not in VARIABLES:
+        elif _ENV.fullmatch(span) and span not in known_variables():
             unknown.append(span)
     assert unknown == []
 
@@ -481,7 +484,7 @@ def test_the_check_sees_a_missing_route_and_variable() -> None:
     assert not route_exists("DELETE", "/v1/outboxes/{outbox}/items")
     assert not route_exists(None, "/v1/outboxes/{outbox}/nothing-here")
     # Built here, so this file does not name it whole.
-    assert "DATABASE_URL" in VARIABLES and "NO_SUCH_" + "SETTING" not in VARIABLES
+    assert "DATABASE_URL" in known_variables() and "NO_SUCH_" + "SETTING" not in known_variables()
 
 
 @pytest.mark.parametrize(
@@ -541,5 +544,5 @@ def test_the_check_sees_a_missing_destination_field(line: str, unknown: list[str
 
 def test_the_lists_of_other_names_hold_no_more_than_they_must() -> None:
     # Another file's assignment is still a name of ours; another program's name is not.
-    assert set(OTHER_FILES_ASSIGNMENTS) <= CODE_NAMES
-    assert not set(OTHER_PROGRAMS_NAMES) & CODE_NAMES
+    assert set(OTHER_FILES_ASSIGNMENTS) <= names_in_the_code()
+    assert not set(OTHER_PROGRAMS_NAMES) & names_in_the_code()
