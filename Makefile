@@ -30,7 +30,8 @@ $(BIN)/python:
 venv: $(BIN)/python
 
 # Reinstall only when the dependency pins change. uv (from PyPI, into the venv) resolves and
-# installs the same versions as pip in a tenth of the time: docs/decisions/parallel-tests.md.
+# installs the same versions as pip in a quarter of the time, its own install included:
+# docs/decisions/parallel-tests.md.
 $(STAMP): pyproject.toml clients/python/pyproject.toml clients/temporal/pyproject.toml | $(BIN)/python
 	$(BIN)/pip install --quiet 'uv>=0.13,<0.14'
 	$(BIN)/uv pip install --python $(BIN)/python --quiet \
