@@ -291,7 +291,7 @@ def _lock_numbering(connection: Connection, item_ids: Sequence[str]) -> None:
     """Hold the numbering of each of `item_ids` (sorted) until the transaction ends. Without it,
     two writers of one item on PostgreSQL (two workers, or a batch and a straggler) both read the
     same last number, and one of them fails on the key, again and again under load: attempts were
-    dropped so. SQLite serializes writers by itself."""
+    dropped so. On SQLite it is the write lock, taken before the read."""
     lock_scopes(connection, (f"attempts/{item_id}" for item_id in item_ids))
 
 

@@ -231,9 +231,15 @@ def lock_scopes(connection: Connection, scopes: Iterable[str]) -> None:
     the rest of the transaction: advisory locks on PostgreSQL, taken in one statement and in
     one order (the scopes sorted, as the permits ledger always took them, so processes of the
     release before wait in the same order), so no two transactions wait on each other in a
-    cycle. SQLite takes none: it serializes writers, and a write waits for the one before to
-    commit; a caller that reads before it writes must still meet another writer's rows (the
-    attempt log retries a collision)."""
+    cycle. SQLite has one writer at a time, so there the transaction takes the write lock now
+    (`BEGIN IMMEDIATE`) unless a write already holds it: pysqlite opens a transaction only at
+    the first write, and a caller that read first (the attempt log reads an item's last
+    number) went on from what it read while other writers committed. Attempts were lost so: a
+    writer that waited for the lock wrote numbers the others had already pruned."""
+    if connection.dialect.name == "sqlite":
+        if not connection.connection.dbapi_connection.in_transaction:  # type: ignore[union-attr]
+            connection.exec_driver_sql("BEGIN IMMEDIATE")
+        return
     if connection.dialect.name != "postgresql":
         return
     keys = list(

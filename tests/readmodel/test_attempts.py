@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import sqlite3
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
+from pathlib import Path
 
 import pytest
-from sqlalchemy import Engine
+from sqlalchemy import Engine, text
 
 from readmodel import attempts
+from readmodel.db import lock_scopes, make_engine
 
 
 def test_headers_without_secrets_and_a_capped_body_are_stored_numbered(engine: Engine) -> None:
@@ -138,3 +141,24 @@ def test_writers_of_one_items_attempts_at_once_lose_none(
     # 80 written; the oldest pruned every tenth number, down to the newest 50 to 59.
     assert numbers[-1] == 80 and numbers == list(range(numbers[0], 81))
     assert attempts.KEEP_PER_ITEM <= len(numbers) < attempts.KEEP_PER_ITEM + 10
+
+
+def test_on_sqlite_held_scopes_keep_other_writers_out_from_before_the_first_read(
+    tmp_path: Path,
+) -> None:
+    """The attempt log reads an item's last number, then writes after it. SQLite opened the
+    transaction only at the write, so a writer that waited there wrote numbers read before
+    other writers committed theirs, and pruned: two attempts of 80 were lost so in a loaded
+    run. Holding a scope on SQLite takes the write lock at once."""
+    path = tmp_path / "held.db"
+    engine = make_engine(f"sqlite:///{path}")
+    with engine.begin() as holder:
+        lock_scopes(holder, ["attempts/outbox/t/f"])
+        holder.execute(text("SELECT 1")).scalar_one()
+        other = sqlite3.connect(path, timeout=0.1)
+        try:
+            with pytest.raises(sqlite3.OperationalError, match="locked"):
+                other.execute("BEGIN IMMEDIATE")
+        finally:
+            other.close()
+    engine.dispose()
