@@ -207,7 +207,7 @@ def refusal(token: ApiToken, scope: Scope | None, outbox: str | None) -> str | N
     return None
 
 
-def require_token(
+async def require_token(
     request: Request,
     credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
 ) -> None:
@@ -253,7 +253,7 @@ def _authorise(request: Request, token: ApiToken) -> None:
     request.state.token = token
 
 
-def require_json(request: Request) -> None:
+async def require_json(request: Request) -> None:
     """Dependency for state-changing routes: a POST, and a PUT, PATCH or DELETE with a body, must
     say `Content-Type: application/json`. An HTML form or a "simple" cross-site fetch cannot, so
     no other site's page can make a browser change anything here (the API open or not)."""

@@ -39,44 +39,54 @@ class Resources:
     sealed: SealedValueService
 
 
-def get_resources(request: Request) -> Resources:
+def resources_of(request: Request) -> Resources:
+    """The resources the lifespan opened, for code holding the request."""
     resources: Resources = request.app.state.resources
     return resources
 
 
-def get_outbox_client(request: Request) -> OutboxClient:
-    return get_resources(request).outbox
+# The dependencies are `async def`: FastAPI runs a plain `def` dependency in its thread pool,
+# a thread hand-off per dependency and request for what is an attribute read.
+# Why: docs/decisions/async-dependencies.md
 
 
-def get_item_service(request: Request) -> ItemService:
-    return get_resources(request).items
+async def get_resources(request: Request) -> Resources:
+    return resources_of(request)
 
 
-def get_report_service(request: Request) -> DeliveryReportService:
-    return get_resources(request).reports
+async def get_outbox_client(request: Request) -> OutboxClient:
+    return resources_of(request).outbox
 
 
-def get_aggregate_service(request: Request) -> AggregateService:
-    return get_resources(request).aggregates
+async def get_item_service(request: Request) -> ItemService:
+    return resources_of(request).items
 
 
-def get_destination_controls(request: Request) -> DestinationControls:
-    return get_resources(request).controls
+async def get_report_service(request: Request) -> DeliveryReportService:
+    return resources_of(request).reports
 
 
-def get_sealed_value_service(request: Request) -> SealedValueService:
-    return get_resources(request).sealed
+async def get_aggregate_service(request: Request) -> AggregateService:
+    return resources_of(request).aggregates
 
 
-def get_engine(request: Request) -> Engine:
-    return get_resources(request).engine
+async def get_destination_controls(request: Request) -> DestinationControls:
+    return resources_of(request).controls
 
 
-def get_destinations(request: Request) -> DestinationRegistry:
-    return get_resources(request).destinations
+async def get_sealed_value_service(request: Request) -> SealedValueService:
+    return resources_of(request).sealed
 
 
-def get_metrics(request: Request) -> ApiMetrics:
+async def get_engine(request: Request) -> Engine:
+    return resources_of(request).engine
+
+
+async def get_destinations(request: Request) -> DestinationRegistry:
+    return resources_of(request).destinations
+
+
+async def get_metrics(request: Request) -> ApiMetrics:
     metrics: ApiMetrics = request.app.state.metrics
     return metrics
 
@@ -94,7 +104,7 @@ class Caller:
         return actor not in RESERVED_ACTORS and (self.actors is None or actor in self.actors)
 
 
-def get_caller(request: Request) -> Caller:
+async def get_caller(request: Request) -> Caller:
     """The caller `require_token` authenticated. A tokens-file token acts as its own name, or
     as the `actors` its entry lists (`["*"]`: anyone); an `API_TOKEN` token as anyone;
     with no token configured nobody is authenticated, so any actor but the reserved may be

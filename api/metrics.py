@@ -115,7 +115,7 @@ class ApiMetrics:
         return outbox in self._outboxes or self.backlog.knows_outbox(outbox)
 
 
-def require_metrics_token(request: Request) -> None:
+async def require_metrics_token(request: Request) -> None:
     """Dependency of `/metrics`: with tokens configured, a bearer token with the `metrics` scope
     (401 without one, 403 with another), unless `token_required` was turned off, when a scrape
     may come without one (a token sent is checked all the same). Without tokens configured

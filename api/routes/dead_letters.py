@@ -14,7 +14,7 @@ from fastapi import APIRouter, Body, Depends, Path, Query, Request, Response
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from api.dates import AwareUtcDatetime
-from api.deps import get_resources
+from api.deps import resources_of
 from api.errors import validation_problem
 from api.routes.items import item_links
 from api.schemas import problem_responses
@@ -28,8 +28,8 @@ router = APIRouter(
 )
 
 
-def get_dead_letter_service(request: Request) -> DeadLetterService:
-    resources = get_resources(request)
+async def get_dead_letter_service(request: Request) -> DeadLetterService:
+    resources = resources_of(request)
     return DeadLetterService(resources.items, resources.settings.operations_task_queue)
 
 

@@ -45,7 +45,7 @@ class ReportsReceived(BaseModel):
     invalid: int
 
 
-def reporting_destination(
+async def reporting_destination(
     destination: str,
     destinations: DestinationsDep,
     secret: Annotated[str | None, Query(description="The destination's events_secret")] = None,

@@ -10,7 +10,7 @@ from durable_outbox_temporal.contract.lane import LanePolicy, LaneStatus, LaneVi
 from fastapi import APIRouter, Body, Depends, Query, Request
 from pydantic import BaseModel, ConfigDict, Field
 
-from api.deps import get_resources
+from api.deps import resources_of
 from api.schemas import problem_responses
 from service.lanes import LaneService, LaneSnapshot
 
@@ -21,8 +21,8 @@ router = APIRouter(
 )
 
 
-def get_lane_service(request: Request) -> LaneService:
-    resources = get_resources(request)
+async def get_lane_service(request: Request) -> LaneService:
+    resources = resources_of(request)
     return LaneService(resources.outbox, resources.engine)
 
 

@@ -12,7 +12,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, Query, Request
 from pydantic import BaseModel
 
-from api.deps import get_engine, get_resources
+from api.deps import resources_of
 from api.errors import ApiProblem
 from api.schemas import problem_responses
 from readmodel.projectors.base import MAX_ROWS_PAGE, ProjectorStatus, UnknownProjector
@@ -23,8 +23,9 @@ router = APIRouter(
 )
 
 
-def get_projector_service(request: Request) -> ProjectorService:
-    return ProjectorService(get_engine(request), get_resources(request).aggregate_types.projectors)
+async def get_projector_service(request: Request) -> ProjectorService:
+    resources = resources_of(request)
+    return ProjectorService(resources.engine, resources.aggregate_types.projectors)
 
 
 ProjectorServiceDep = Annotated[ProjectorService, Depends(get_projector_service)]

@@ -13,7 +13,7 @@ from fastapi import APIRouter, Depends, Path, Request, Response
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from api.dates import AwareUtcDatetime
-from api.deps import get_resources
+from api.deps import resources_of
 from api.errors import ApiProblem
 from api.schemas import problem_responses
 from service.replays import Replay, ReplayNeedsConfirmation, ReplayService
@@ -25,8 +25,8 @@ router = APIRouter(
 )
 
 
-def get_replay_service(request: Request) -> ReplayService:
-    resources = get_resources(request)
+async def get_replay_service(request: Request) -> ReplayService:
+    resources = resources_of(request)
     settings = resources.settings
     return ReplayService(
         resources.items, settings.operations_task_queue, settings.replay_confirm_over

@@ -37,7 +37,7 @@ from durable_outbox_temporal.contract.schedule import (
 from fastapi import APIRouter, Body, Depends, Request, Response, status
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
-from api.deps import get_resources
+from api.deps import resources_of
 from api.schemas import SendableJson, problem_responses
 from service.schedules import (
     MAX_NOTE_LENGTH,
@@ -54,8 +54,8 @@ router = APIRouter(
 )
 
 
-def get_schedule_service(request: Request) -> ScheduleService:
-    resources = get_resources(request)
+async def get_schedule_service(request: Request) -> ScheduleService:
+    resources = resources_of(request)
     return ScheduleService(resources.outbox, resources.settings.operations_task_queue)
 
 
