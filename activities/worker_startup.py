@@ -28,6 +28,7 @@ from sqlalchemy.exc import DBAPIError
 from temporalio.client import Client
 from temporalio.runtime import PrometheusConfig, Runtime, TelemetryConfig
 
+from activities.providers.network import provider_transport
 from configuration.production import (
     InsecureConfiguration,
     open_payloads,
@@ -171,7 +172,10 @@ async def open_provider_client(
     """The HTTP client every provider request of the process goes through, closed with `stack`."""
     connections = settings.provider_max_connections
     limits = httpx.Limits(max_connections=connections, max_keepalive_connections=connections)
-    http_client = await stack.enter_async_context(httpx.AsyncClient(limits=limits))
+    transport = provider_transport(limits)
+    http_client = await stack.enter_async_context(
+        httpx.AsyncClient(limits=limits, transport=transport)
+    )
     if tracing:
         # Provider requests as spans under their activity, with `traceparent` sent on.
         HTTPXClientInstrumentor.instrument_client(http_client)
