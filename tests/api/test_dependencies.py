@@ -1,5 +1,6 @@
 """The API's request dependencies run on the event loop: FastAPI runs a plain `def` dependency in
-its thread pool, a thread hand-off per dependency and request (docs/decisions/async-dependencies.md)."""
+its thread pool, a thread hand-off per dependency and request
+(docs/decisions/async-dependencies.md)."""
 
 from __future__ import annotations
 
