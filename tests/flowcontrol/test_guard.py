@@ -217,7 +217,10 @@ async def test_a_plain_destinations_request_leaves_the_read_model_alone(engine: 
         event.remove(engine, "before_cursor_execute", executed)
 
     assert on_the_path == []
-    assert [thread for thread, _ in statements] == ["attempt-log_0"] * 2
+    # On the attempt log's thread: the items' numbering held (SQLite's write lock), their last
+    # numbers read, the rows written.
+    assert [thread for thread, _ in statements] == ["attempt-log_0"] * 3
+    assert statements[0][1] == "BEGIN IMMEDIATE"
     assert log.transactions == 2  # one per request's batch
     logged = attempts.read_attempts(engine, SUBMIT.item_id)
     assert [a["n"] for a in logged] == [1, 2, 3, 4]
