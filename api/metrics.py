@@ -83,8 +83,9 @@ class ApiMetrics:
         self.reports = Counter(
             "outbox_delivery_reports_total",
             "Provider delivery reports by destination and result (applied, unknown: no item"
-            " has the message id, late: the item stopped listening, ignored: another event"
-            " type, invalid: unreadable).",
+            " has the message id, early: no item has it yet and the report is recent, sent"
+            " back to be delivered again, late: the item stopped listening, ignored: another"
+            " event type, invalid: unreadable).",
             ["destination", "result"],
             registry=self.registry,
         )

@@ -183,6 +183,15 @@ _GENERAL = (
         _RETRY_LATER + " An enqueue retried with the same `Idempotency-Key` happens once.",
     ),
     ProblemCode(
+        "reports-not-yet-recorded",
+        503,
+        "Delivery reports name a message no item holds yet, about a delivery attempt of the last"
+        " 10 minutes: the item's record of its send may not be written yet. The delivery's"
+        " other reports were applied.",
+        "Deliver the same reports again after `Retry-After` (Event Grid does by itself); a"
+        " repeat changes nothing. After 10 minutes such a report is accepted as `unknown`.",
+    ),
+    ProblemCode(
         "database-unavailable",
         503,
         "The read-model database did not answer.",

@@ -34,8 +34,9 @@ SCHEMAS = ("eventgrid", "cloudevents")
 DELIVERED_DETAIL = "250 2.0.0 OK"
 BOUNCED_DETAIL = "550 5.1.1 mailbox unavailable (injected bounce)"
 QUARANTINED_DETAIL = "held for review (injected interim report)"
-# Event Grid retries a failed delivery; the fake tries a few times, quickly.
-ATTEMPTS = 3
+# Event Grid retries a failed delivery on a growing schedule (10 s, 30 s, 1 min, ... for a day);
+# the fake tries a few times on the same shape, quickly: after 0.5, 1, 2 and 4 s.
+ATTEMPTS = 5
 RETRY_DELAY_S = 0.5
 
 
@@ -152,7 +153,7 @@ class ReportSender:
                 problem = type(err).__name__
             log.info("delivery report POST failed (%s), attempt %d", problem, attempt + 1)
             if attempt + 1 < ATTEMPTS:
-                await asyncio.sleep(RETRY_DELAY_S)
+                await asyncio.sleep(RETRY_DELAY_S * 2**attempt)
         self.failures += 1
         log.warning("gave up delivering %d reports to %s", len(events), redact(settings.url))
 

@@ -13,6 +13,7 @@ import logging
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 
 from durable_outbox_temporal import OutboxClient
 from durable_outbox_temporal.contract.item import DeliveryReport
@@ -25,6 +26,12 @@ log = logging.getLogger("outbox.reports")
 
 # Unknown message ids already logged: a provider retrying the same stray report is logged once.
 _LOGGED_UNKNOWN = 10_000
+# A report on a message no item holds yet, about a delivery attempt this recent, may have
+# overtaken the item's own record of its send (the worker writes the provider's message id just
+# after the provider accepts, and a fast provider reports within the same second): it is sent
+# back to be delivered again (`early`) rather than dropped. An older one is `unknown`, so a
+# provider's stray reports are retried for this long at most.
+EARLY_REPORT_WINDOW = timedelta(minutes=10)
 
 
 @dataclass
@@ -38,6 +45,9 @@ class ReportTally:
     unknown: int = 0
     # The item's workflow has ended: its report window is over.
     late: int = 0
+    # No item holds the message id yet, and the attempt is within `EARLY_REPORT_WINDOW`: the
+    # provider is asked to deliver the reports again (503), when the item may hold it.
+    early: int = 0
 
 
 class DeliveryReportService:
@@ -50,7 +60,8 @@ class DeliveryReportService:
 
     async def receive(self, destination: str, reports: Sequence[DeliveryReport]) -> ReportTally:
         """Signal each report to its item. Raises only when Temporal or the database is
-        unreachable, so the provider delivers again later and nothing is lost."""
+        unreachable, so the provider delivers again later and nothing is lost; `early` reports
+        are the caller's to send back (a repeat of the others changes nothing)."""
         tally = ReportTally()
         if not reports:
             return tally
@@ -61,9 +72,12 @@ class DeliveryReportService:
             [report.message_id for report in reports],
         )
         routed: list[tuple[str, str | None, DeliveryReport]] = []
+        recent = datetime.now(UTC) - EARLY_REPORT_WINDOW
         for report in reports:
             found = item_ids.get(report.message_id)
-            if found is None or (
+            if found is None and report.at >= recent:
+                tally.early += 1
+            elif found is None or (
                 found.recipients and report.recipient.casefold() not in found.recipients
             ):
                 tally.unknown += 1

@@ -3,8 +3,10 @@
 Not behind the API's bearer token: Event Grid cannot send one. Each destination that takes
 reports has its own secret (`events_secret`), which the subscription's endpoint URL carries as
 `?secret=` or a delivery property sends as the `X-Events-Secret` header. Answers are 2xx for
-everything Event Grid should not send again (reports for unknown or finished items included)
-and 503 when Temporal or the database is down, so Event Grid retries and nothing is lost.
+everything Event Grid should not send again (reports for unknown or finished items included),
+and 503 when Temporal or the database is down, or when a recent report names a message no item
+holds yet (`service/reports.py` `EARLY_REPORT_WINDOW`), so Event Grid retries and nothing is
+lost.
 """
 
 from __future__ import annotations
@@ -74,6 +76,10 @@ async def reporting_destination(
 
 ReportingDestination = Annotated[Destination, Depends(reporting_destination)]
 
+# Asked of a provider delivering reports the items do not hold yet: the send's record is
+# seconds behind at most, unless the worker is down (Event Grid waits longer on its own).
+EARLY_REPORT_RETRY_S = 10
+
 
 @router.options("/events", summary="CloudEvents webhook validation (abuse protection)")
 async def validate_webhook(
@@ -119,6 +125,16 @@ async def receive_events(
         "ignored": delivery.ignored,
         "invalid": delivery.invalid,
     }
-    for result, count in counts.items():
+    for result, count in {**counts, "early": tally.early}.items():
         metrics.count_reports(target.name, result, count)
+    if tally.early:
+        # The others are applied; delivered again with these, they change nothing.
+        raise ApiProblem(
+            503,
+            "reports-not-yet-recorded",
+            "Reports not yet recorded",
+            f"{tally.early} report(s) name a message no item holds yet (its send may not be"
+            " recorded yet): deliver them again",
+            headers={"Retry-After": str(EARLY_REPORT_RETRY_S)},
+        )
     return ReportsReceived(received=sum(counts.values()), **counts)

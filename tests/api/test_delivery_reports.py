@@ -7,13 +7,14 @@ import asyncio
 import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import httpx
 import pytest_asyncio
 from durable_outbox_temporal.contract.ids import provider_idempotency_key
 
+from service.reports import EARLY_REPORT_WINDOW
 from tests.api.conftest import api_settings, open_api
 from tests.api.test_items import assert_problem
 from tests.conftest import Stack, email_destination, webhook_destination
@@ -274,6 +275,48 @@ async def test_unknown_messages_and_unreadable_reports_are_accepted_and_counted(
     assert (
         f'outbox_delivery_reports_total{{destination="{api.email}",result="unknown"}} 1.0'
         in metrics
+    )
+
+
+async def test_a_recent_report_on_a_message_not_yet_recorded_is_sent_back_to_come_again(
+    reports_api: ReportsApi,
+) -> None:
+    """A fast provider reports before the worker records the send: such a report (its attempt
+    within the last 10 minutes) is answered 503 with Retry-After so Event Grid delivers it again;
+    the delivery's known reports are applied at once. A fake's report was dropped so once."""
+    api = reports_api
+    item_id = await api.sent_item("early-1")
+    message_id = provider_idempotency_key(item_id)
+    now = datetime.now(UTC)
+    recent = (now - EARLY_REPORT_WINDOW + timedelta(seconds=30)).isoformat()
+
+    response = await api.http.post(
+        api.events,
+        params={"secret": SECRET},
+        json=[
+            grid_event(data(message_id, "ada@example.com", "Delivered")),
+            grid_event(data(str(uuid.uuid4()), "ada@example.com", "Delivered", recent)),
+        ],
+    )
+
+    assert_problem(response, 503, "reports-not-yet-recorded")
+    assert response.headers["Retry-After"] == "10"
+    for _ in range(100):
+        item = await api.item("early-1")
+        if item["recipients"][0]["status"] == "delivered":
+            break
+        await asyncio.sleep(0.05)
+    assert item["recipients"][0]["status"] == "delivered"
+    older = (now - EARLY_REPORT_WINDOW - timedelta(seconds=30)).isoformat()
+    stray = await api.http.post(
+        api.events,
+        params={"secret": SECRET},
+        json=[grid_event(data(str(uuid.uuid4()), "ada@example.com", "Delivered", older))],
+    )
+    assert stray.status_code == 200 and stray.json()["unknown"] == 1
+    metrics = (await api.http.get("/metrics")).text
+    assert (
+        f'outbox_delivery_reports_total{{destination="{api.email}",result="early"}} 1.0' in metrics
     )
 
 

@@ -29,6 +29,7 @@ from starlette.routing import Route
 
 from activities.providers.acs_email import API_VERSION, sign_request
 from configuration.tls import shared_tls_context
+from devstack import fake_reports
 from devstack.fake_provider import (
     FakeProvider,
     FakeProviderAdmin,
@@ -490,18 +491,26 @@ async def test_a_seeded_bounce_rate_bounces_the_same_recipients_after_a_reset(ht
     assert 0 < len(first) < len(recipients)
 
 
-async def test_a_receiver_that_keeps_failing_gets_three_tries_then_a_counted_failure(
-    http,
+async def test_a_receiver_that_keeps_failing_gets_five_tries_then_a_counted_failure(
+    http, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    # The schedule's shape (each wait twice the one before), a hundred times quicker.
+    monkeypatch.setattr(fake_reports, "RETRY_DELAY_S", 0.005)
     async with (
-        report_receiver(500, 500, 500) as receiver,
+        report_receiver(500, 500, 500, 500, 500) as receiver,
         run_fake_provider(FaultConfig(report_url=receiver.url, report_delay_s=0)) as fake,
     ):
         await poll_acs(http, await post_acs(http, fake.url, "refused", ("ada@example.com",)))
         await eventually(lambda: fake.state.reports.failures > 0)
         totals = (await fake.admin.stats())["totals"]
 
-    assert [headers["aeg-delivery-count"] for headers, _ in receiver.posts] == ["0", "1", "2"]
+    assert [headers["aeg-delivery-count"] for headers, _ in receiver.posts] == [
+        "0",
+        "1",
+        "2",
+        "3",
+        "4",
+    ]
     assert receiver.posts[0][1] == receiver.posts[2][1]  # a retry resends the same events
     assert (totals["reports_sent"], totals["report_failures"]) == (0, 1)
 
