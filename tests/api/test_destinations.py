@@ -4,6 +4,7 @@ disable and re-enable."""
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -209,8 +210,14 @@ async def test_a_purge_of_a_paused_destinations_items_cancels_every_one(dev_api:
             await asyncio.sleep(0.1)
     finally:
         await dev_api.http.patch(url, json={"paused": False})
-    await asyncio.sleep(1)
-    items = (await dev_api.http.get(f"/v1/outboxes/{outbox}/items?limit=100")).json()["items"]
+    await asyncio.sleep(1)  # time for a wrong submit after the resume
+    # Each item records its cancel on its own: under a full run's load some took over a second.
+    deadline = time.monotonic() + 30
+    while True:
+        items = (await dev_api.http.get(f"/v1/outboxes/{outbox}/items?limit=100")).json()["items"]
+        if {item["status"] for item in items} == {"cancelled"} or time.monotonic() > deadline:
+            break
+        await asyncio.sleep(0.2)
     stats = [
         await dev_api.stack.fake.admin.key_stats(provider_idempotency_key(item["id"]))
         for item in items
