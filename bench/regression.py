@@ -63,8 +63,10 @@ def committed(mode: str) -> dict[str, Any] | None:
     """The last committed run of this mode, or None if none was committed."""
     path = results_path(mode)
     relative = path.relative_to(path.parents[1])
+    # `./`: the path is the working directory's (`HEAD:path` alone is the repository root's,
+    # which found nothing, so no run was ever compared).
     shown = subprocess.run(
-        ["git", "show", f"HEAD:{relative.as_posix()}"],
+        ["git", "show", f"HEAD:./{relative.as_posix()}"],
         capture_output=True,
         text=True,
         cwd=path.parents[1],

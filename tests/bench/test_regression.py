@@ -59,3 +59,11 @@ def test_the_report_names_the_reference_run_and_counts_the_flagged() -> None:
     assert "| items_per_s | 40 | 20 | -50.0% |" in text and "WORSE" in text
     assert text.endswith("1 of 2 figures moved beyond their tolerance")
     assert regression.report(None, {"items_per_s": 1.0}).startswith("no committed run")
+
+
+def test_the_committed_run_of_a_mode_is_found() -> None:
+    """The reference is the run committed at HEAD (both modes are committed)."""
+    for mode in ("quick", "full"):
+        reference = regression.committed(mode)
+        assert reference is not None, mode
+        assert reference["machine"]["mode"] == mode
