@@ -22,6 +22,10 @@ from durable_outbox_temporal.aggregate_definition import Conflict, DomainError, 
 
 from configuration.settings import get_settings
 from service.aggregate_types import load_aggregate_types
+from service.reports import EARLY_REPORT_WINDOW
+
+# How recent an unknown report must be to be sent back (`reports-not-yet-recorded`).
+_EARLY_MINUTES = int(EARLY_REPORT_WINDOW.total_seconds() // 60)
 
 
 @dataclass(frozen=True)
@@ -186,10 +190,11 @@ _GENERAL = (
         "reports-not-yet-recorded",
         503,
         "Delivery reports name a message no item holds yet, about a delivery attempt of the last"
-        " 10 minutes: the item's record of its send may not be written yet. The delivery's"
-        " other reports were applied.",
+        f" {_EARLY_MINUTES} minutes: the item's record of its send may not be written yet. The"
+        " delivery's other reports were applied.",
         "Deliver the same reports again after `Retry-After` (Event Grid does by itself); a"
-        " repeat changes nothing. After 10 minutes such a report is accepted as `unknown`.",
+        f" repeat changes nothing. After {_EARLY_MINUTES} minutes such a report is accepted as"
+        " `unknown`.",
     ),
     ProblemCode(
         "database-unavailable",

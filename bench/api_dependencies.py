@@ -1,10 +1,11 @@
 """What a plain `def` FastAPI dependency costs per request: the thread pool hand-off FastAPI makes
 for each one, against the same dependencies as `async def`.
 
-A route with five dependencies (as many as `POST /v1/outboxes/{outbox}/items` runs: the token,
-the content type, the item service, the metrics and the caller), each an attribute read, called
-through the ASGI app in-process, 10 requests at once, in alternating rounds. Prints the CPU per
-request of each kind. `python -m bench.api_dependencies`; docs/decisions/async-dependencies.md
+A route with five dependencies (one more than `POST /v1/outboxes/{outbox}/items` ran as plain
+`def`: the token and content-type checks, the item service, the metrics), each an attribute
+read, called through the ASGI app in-process, 10 requests at once, in alternating rounds.
+Prints the CPU per request of each kind. `python -m bench.api_dependencies`;
+docs/decisions/async-dependencies.md
 """
 
 import asyncio

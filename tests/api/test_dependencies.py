@@ -38,7 +38,8 @@ def _route_calls(routes: Any) -> Iterator[tuple[BaseRoute, Any]]:
             ]
             for found, call in _route_calls(inner.routes):
                 yield found, call
-                yield from ((found, c) for c in included)
+                if call is None:  # once per route
+                    yield from ((found, c) for c in included)
         elif isinstance(route, APIRoute | APIWebSocketRoute):
             yield route, None
             yield from ((route, call) for call in _calls(route.dependant))
