@@ -17,7 +17,9 @@ with a fast webhook destination (rate 1,000/s, so the destination is never the l
   appending one item after another;
 - `ordered_producer_items_per_s`: one producer, one key, `PRODUCER_ITEMS` items into an item-mode
   lane through the Temporal client (`OutboxClient.enqueue`), each enqueue awaited before the next
-  (the way to keep order from one process), from the first enqueue to the last delivery.
+  (the way to keep order from one process), from the first enqueue to the last delivery;
+  `ordered_producer_runs_items_per_s`: the same into a lane with runs (`lane_run` and the quota
+  it needs), where the items that wait while the head is sent go together in one submit.
 
 Every run also checks at the fake provider that each key's items arrived once each and in
 order; `problems` lists any that did not.
@@ -224,7 +226,9 @@ async def lanes_figures() -> dict[str, Any]:
             elif mode == "item-runs":
                 rate, found = await one_lane(stack, "one-lane-item-runs", batched=False)
                 figures["lane_items_per_s"] = round(rate, 1)
-                problems += found
+                producer_rate, in_order = await ordered_producer(stack, "producer-runs")
+                figures["ordered_producer_runs_items_per_s"] = round(producer_rate, 1)
+                problems += found + in_order
             else:
                 rate, found = await one_lane(stack, "one-lane-bulk", batched=True)
                 figures["bulk_lane_items_per_s"] = round(rate, 1)

@@ -70,6 +70,10 @@ with workflow.unsafe.imports_passed_through():
 
 # A busy lane's read-model row is written at least this often (and at each change of status).
 PROJECT_EVERY = timedelta(seconds=1)
+# New waiting items' `queued` rows ride the lane's next write (within `PROJECT_EVERY`) instead of
+# forcing one in the workflow task that answers their append: that write held the answer
+# (docs/decisions/lane-queued-rows-later.md). A run from before writes them at once on replay.
+_QUEUED_ROWS_LATER_PATCH = "lane-queued-rows-later"
 
 
 class LaneHost(DeliveryHost, SharedActivityHost, Protocol):
@@ -154,7 +158,7 @@ class Lane:
         self._held[item.key] = item.payload_hash
         state.waiting_bytes += size
         if not item.enqueue_projected:
-            # `queued` in the read model from the next projection on, long before its turn.
+            # `queued` in the read model from the lane's next write on (within `PROJECT_EVERY`).
             self._to_enqueue.append((entry, len(state.entries)))
         self._changed()
         return AppendOutcome.QUEUED
@@ -437,18 +441,20 @@ class Lane:
 
     def projection_due(self) -> bool:
         """Whether the read model must have the lane's changes now: a halt or its end, waiting
-        items' transitions, someone waiting for it, or `PROJECT_EVERY` behind. Otherwise the
-        lane's row trails it by up to `PROJECT_EVERY` (the live query does not): a write per
-        delivery would put a local activity in each item's critical path, and a shard's lanes
-        go from running to idle and back with each item of interleaved keys
-        (docs/decisions/lanes-in-the-host.md)."""
+        items' transitions (a cancel, a skip), someone waiting for it, or `PROJECT_EVERY`
+        behind. Otherwise the lane's row, and new waiting items' `queued` rows, trail it by up
+        to `PROJECT_EVERY` (the live query does not): a write per delivery would put a local
+        activity in each item's critical path, a write per append in each append's answer, and
+        a shard's lanes go from running to idle and back with each item of interleaved keys
+        (docs/decisions/lanes-in-the-host.md, docs/decisions/lane-queued-rows-later.md)."""
         status = self.status()
         halt_changed = status is not self._projected_status and LaneStatus.HALTED in (
             status,
             self._projected_status,
         )
         return (
-            self.items_pending()
+            bool(self.item_projections)
+            or (bool(self._to_enqueue) and not workflow.patched(_QUEUED_ROWS_LATER_PATCH))
             or self._awaited > 0
             or halt_changed
             or workflow.now() - self._projected_at >= PROJECT_EVERY

@@ -5,6 +5,7 @@ continue-as-new. Order is judged where it matters: by arrival at the fake provid
 from __future__ import annotations
 
 import asyncio
+import itertools
 import uuid
 from collections.abc import Callable
 from typing import Any
@@ -29,6 +30,7 @@ from durable_outbox_temporal.contract.lane import (
     LaneStatus,
 )
 from durable_outbox_temporal.destinations import Destination, DestinationRegistry, OutboxSettings
+from temporalio.api.enums.v1 import EventType
 
 from devstack.fake_provider import FakeProvider
 from readmodel import store
@@ -403,6 +405,65 @@ async def test_waiting_items_are_queued_in_the_read_model_at_once(
     record = store.get_item(stack.engine, item_workflow_id("tests", keys[1]))
     assert record is not None and record.view.ordering_key == lane_key
     assert record.payload == {"n": 1}
+
+
+async def test_an_append_is_answered_before_its_queued_row_is_written(
+    stack_factory: Any, fake_provider: FakeProvider
+) -> None:
+    """The workflow task that answers an append writes nothing to the read model: the new
+    waiting item's `queued` row rides the lane's next write, within `PROJECT_EVERY`
+    (docs/decisions/lane-queued-rows-later.md). Before, that write (a local activity) held the
+    append's answer until it was done."""
+    destination = lane_destination(fake_provider, "item")
+    stack: Stack = await stack_factory(destination)
+    lane_key, head, waiting = unique_name("later"), unique_name("head"), unique_name("waiting")
+    await fake_provider.admin.script(
+        provider_idempotency_key(item_workflow_id("tests", head)), [{"status": 400}]
+    )
+    await stack.enqueue(destination, {"n": 0}, key=head, ordering_key=lane_key)
+    # A halted lane runs nothing more: no other workflow task can share the append's.
+    await wait_for(lambda: _projected_lane_status(stack, lane_key, LaneStatus.HALTED))
+    handle = stack.client.get_workflow_handle(lane_workflow_id("tests", lane_key))
+    before = len([event async for event in handle.fetch_history_events()])
+
+    await stack.enqueue(destination, {"n": 1}, key=waiting, ordering_key=lane_key)
+
+    events = [event async for event in handle.fetch_history_events()][before:]
+    answered = next(
+        index
+        for index, event in enumerate(events)
+        if event.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_UPDATE_COMPLETED
+    )
+    # The commands of the answering task: from its completion to the next task's scheduling.
+    completed = max(
+        index
+        for index, event in enumerate(events[:answered])
+        if event.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED
+    )
+    commands = itertools.takewhile(
+        lambda event: event.event_type != EventType.EVENT_TYPE_WORKFLOW_TASK_SCHEDULED,
+        events[completed:],
+    )
+    assert [
+        event.marker_recorded_event_attributes.marker_name
+        for event in commands
+        if event.event_type == EventType.EVENT_TYPE_MARKER_RECORDED
+        and event.marker_recorded_event_attributes.marker_name != "core_patch"
+    ] == []
+
+    def queued() -> bool:
+        record = store.get_item(stack.engine, item_workflow_id("tests", waiting))
+        return record is not None and record.view.status is ItemStatus.QUEUED
+
+    await wait_for(queued)
+    record = store.get_item(stack.engine, item_workflow_id("tests", waiting))
+    assert record is not None and record.payload == {"n": 1}
+    await stack.record_history(lane_workflow_id("tests", lane_key), "_queued_rows_later")
+
+
+def _projected_lane_status(stack: Stack, ordering_key: str, status: LaneStatus) -> bool:
+    row = get_lane(stack.engine, "tests", ordering_key)
+    return row is not None and row.status is status
 
 
 def _lane_state_key() -> Any:
