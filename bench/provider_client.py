@@ -1,10 +1,11 @@
-"""What the provider client costs per request, with httpcore's own streams and with the ones that
-check an idle connection's socket more cheaply (`activities/providers/network.py`).
+"""What the provider client costs per request: httpcore's own pool and streams, the product's
+streams (which check an idle connection's socket more cheaply) in httpcore's pool, and the
+product's pool and streams (`activities/providers/network.py`).
 
 The fake provider runs in a process of its own, so only the client's CPU is counted: 1,500
-requests 10 at once through a pool of 10 (the bench's `PROVIDER_MAX_CONNECTIONS`), in six
-alternating rounds. `python -m bench.provider_client`;
-docs/decisions/provider-connection-expiry.md
+requests through a pool of 10 (the bench's `PROVIDER_MAX_CONNECTIONS`), 10 at once and then 100
+at once (a bulk worker's hundred activities out, waiting for the pool), each in six alternating
+rounds. `python -m bench.provider_client`; docs/decisions/provider-connection-expiry.md
 """
 
 from __future__ import annotations
@@ -19,12 +20,13 @@ from collections.abc import Iterator
 
 import httpx
 
-from activities.providers.network import provider_transport
+from activities.providers.network import ExpiryCheckingBackend, provider_transport
 
 REQUESTS = 1500
-AT_ONCE = 10
+AT_ONCE = (10, 100)
 POOL = 10
 ROUNDS = 6
+KINDS = ("httpcore's pool and streams", "the product's streams", "the product's pool and streams")
 
 
 @contextlib.contextmanager
@@ -49,14 +51,19 @@ def _fake_provider() -> Iterator[str]:
 
 def _client(kind: str) -> httpx.AsyncClient:
     limits = httpx.Limits(max_connections=POOL, max_keepalive_connections=POOL)
-    if kind == "httpcore's":
+    if kind == KINDS[0]:
         return httpx.AsyncClient(limits=limits)
-    return httpx.AsyncClient(limits=limits, transport=provider_transport(limits))
+    if kind == KINDS[1]:
+        # The product's streams in httpcore's own pool (its client before the pool of its own).
+        transport = httpx.AsyncHTTPTransport(limits=limits)
+        transport._pool._network_backend = ExpiryCheckingBackend()  # noqa: SLF001
+        return httpx.AsyncClient(transport=transport)
+    return httpx.AsyncClient(transport=provider_transport(limits))
 
 
-async def _cpu_ms_per_request(kind: str, url: str) -> float:
+async def _cpu_ms_per_request(kind: str, url: str, at_once: int) -> float:
     async with _client(kind) as client:
-        gate = asyncio.Semaphore(AT_ONCE)
+        gate = asyncio.Semaphore(at_once)
 
         async def one() -> None:
             async with gate:
@@ -69,16 +76,17 @@ async def _cpu_ms_per_request(kind: str, url: str) -> float:
 
 
 def main() -> None:
-    kinds = ["httpcore's", "the product's"]
-    figures: dict[str, list[float]] = {kind: [] for kind in kinds}
     with _fake_provider() as url:
-        for round_ in range(ROUNDS):
-            for kind in kinds if round_ % 2 == 0 else reversed(kinds):
-                figures[kind].append(asyncio.run(_cpu_ms_per_request(kind, url)))
-    for kind, values in figures.items():
-        shown = ", ".join(f"{value:.3f}" for value in values)
-        median = sorted(values)[ROUNDS // 2]
-        print(f"{kind:>13} streams: client CPU ms per request {shown} (median {median:.3f})")
+        for at_once in AT_ONCE:
+            figures: dict[str, list[float]] = {kind: [] for kind in KINDS}
+            for round_ in range(ROUNDS):
+                for kind in KINDS if round_ % 2 == 0 else reversed(KINDS):
+                    figures[kind].append(asyncio.run(_cpu_ms_per_request(kind, url, at_once)))
+            print(f"{at_once} at once through a pool of {POOL}:")
+            for kind, values in figures.items():
+                shown = ", ".join(f"{value:.3f}" for value in values)
+                median = sorted(values)[ROUNDS // 2]
+                print(f"  {kind:>31}: client CPU ms per request {shown} (median {median:.3f})")
 
 
 if __name__ == "__main__":
