@@ -486,9 +486,14 @@ class Lane:
         self._projected_at = workflow.now()
 
     def carry(self) -> LaneState:
-        """The state to hand to the host's next run: the head's delivery where it was."""
-        if self.head is not None and self.state.entries:
-            self.state.entries[0].state = self.head.state
+        """The state to hand to the host's next run: each delivery of the run in flight where
+        it was, the head's and those behind it in the same submit (`running` holds them in the
+        order of the first entries). Carrying the head's alone restarted the others as new
+        items: a submit already made went again under the same idempotency key with another
+        first-sent time, the provider refused it as a different request, and the lane halted
+        (`tests/faults/test_lane_kill.py`, runs in item mode)."""
+        for entry, delivery in zip(self.state.entries, self.running, strict=False):
+            entry.state = delivery.state
         return self.state
 
     def details(self) -> list[str]:
