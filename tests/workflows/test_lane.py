@@ -384,6 +384,48 @@ async def test_a_lane_continues_as_new_carrying_its_queue(
     await stack.record_history(lane_workflow_id("tests", ordering_key), "_lane")
 
 
+@pytest.mark.parametrize("mode", ["item-runs", "bulk-runs"])
+async def test_a_run_in_flight_when_the_lane_continues_as_new_carries_every_item(
+    dev_env: Any, stack_factory: Any, fake_provider: FakeProvider, mode: str
+) -> None:
+    """A lane with runs and `order = "submit"` continues as new (its own workflow, or its bulk
+    shard) while a run's submit is out: each item of the run goes on in the next run where it
+    was. Carrying only the head's, an item behind it that the provider had accepted started
+    again as new, its second submit was refused as another request under the same key, and the
+    lane halted."""
+    runs = (
+        runs_in_item_mode(4, submit_rate=100)
+        if mode == "item-runs"
+        else {"mode": "bulk", "shards": 2, "submit_batch": 4}
+    )
+    destination = email_destination(
+        fake_provider, order="submit", poll_interval_s=0.2, poll_backoff_multiplier=1, **runs
+    )
+    # On the real dev server, which suggests continue-as-new at 40 events (`dev_env`).
+    stack: Stack = await stack_factory(destination, env=dev_env)
+    ordering_key = unique_name("carried")
+    keys = [unique_name(f"c{n}") for n in range(24)]
+    for key in keys:
+        # Each operation runs for two polls: accepted items are polled outside the lane.
+        await fake_provider.admin.script(
+            provider_idempotency_key(item_workflow_id("tests", key)), [{"running_polls": 2}]
+        )
+    for n, key in enumerate(keys):
+        await stack.enqueue(destination, numbered_email(n), key=key, ordering_key=ordering_key)
+    item_ids = [item_workflow_id("tests", key) for key in keys]
+    await until_settled(stack, item_ids, skip_time=False)
+
+    views = [store.get_item(stack.engine, item_id) for item_id in item_ids]
+    assert [view.view.status if view else None for view in views] == [ItemStatus.SENT] * 24
+    for item_id in item_ids:
+        stats = await fake_provider.admin.key_stats(provider_idempotency_key(item_id))
+        assert stats["deliveries"] == 1, (item_id, stats)
+    handle = stack.client.get_workflow_handle(holder(destination, ordering_key))
+    async for event in handle.fetch_history_events():
+        assert event.workflow_execution_started_event_attributes.continued_execution_run_id
+        break
+
+
 @pytest.mark.parametrize("mode", MODES)
 async def test_waiting_items_are_queued_in_the_read_model_at_once(
     stack_factory: Any, fake_provider: FakeProvider, mode: str
