@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import socket
 import statistics
 import subprocess
 import tempfile
@@ -35,8 +34,9 @@ from temporalio.client import Client
 
 from bench.naive import EMAIL
 from bench.run import CONFIG, cpu_seconds
+from bench.upgrade import free_port
 from configuration.destinations import load_destinations
-from devstack.temporal_server import dev_server_extra_args, temporal_cli_path
+from devstack.temporal_server import dev_server_command
 
 STARTS = 400
 AT_ONCE = 20
@@ -44,29 +44,10 @@ ROUNDS = 4
 HOLD = timedelta(hours=6)
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
 @contextlib.contextmanager
 def _dev_server(db_file: Path) -> Iterator[tuple[str, int]]:
-    port, ui_port = _free_port(), _free_port()
-    command = [
-        temporal_cli_path(),
-        "server",
-        "start-dev",
-        "--ip",
-        "127.0.0.1",
-        "--port",
-        str(port),
-        "--ui-port",
-        str(ui_port),
-        "--log-level",
-        "error",
-        *dev_server_extra_args(db_file),
-    ]
+    port = free_port()
+    command = dev_server_command(db_file, port=port, ui_port=free_port())
     process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         yield f"127.0.0.1:{port}", process.pid

@@ -427,9 +427,11 @@ async def test_a_run_in_flight_when_the_lane_continues_as_new_carries_every_item
 
 
 @pytest.mark.parametrize("mode", MODES)
-async def test_waiting_items_are_queued_in_the_read_model_at_once(
+async def test_waiting_items_are_queued_in_the_read_model_before_their_turn(
     stack_factory: Any, fake_provider: FakeProvider, mode: str
 ) -> None:
+    """The second item never gets its turn (the first halts the lane), yet its `queued` row
+    is written: with the lane's next write, within `PROJECT_EVERY`."""
     destination = lane_destination(fake_provider, mode)
     stack: Stack = await stack_factory(destination)
     lane_key, keys = unique_name("rm"), [unique_name(f"rm-{n}") for n in range(2)]

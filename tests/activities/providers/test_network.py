@@ -45,23 +45,32 @@ _RESPONSE = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nContent-Type: text/plain\r
 
 
 @contextlib.asynccontextmanager
-async def closing_server() -> AsyncIterator[tuple[int, list[int]]]:
-    """A server that answers each connection's first request, then closes it: its port and the
-    connections it accepted (a list that grows)."""
-    accepted: list[int] = []
+async def http_server(*, keep_alive: bool) -> AsyncIterator[tuple[int, list[asyncio.StreamWriter]]]:
+    """A server that answers "ok": only each connection's first request, then it closes the
+    connection, or (`keep_alive`) every request, keeping it open. Its port and its connections'
+    writers (a list that grows; closing one closes that connection from the server's side)."""
+    writers: list[asyncio.StreamWriter] = []
 
     async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        accepted.append(1)
-        await reader.readuntil(b"\r\n\r\n")
-        writer.write(_RESPONSE)
-        await writer.drain()
+        writers.append(writer)
+        with contextlib.suppress(asyncio.IncompleteReadError, ConnectionError):
+            while True:
+                await reader.readuntil(b"\r\n\r\n")
+                if keep_alive:
+                    await asyncio.sleep(0.01)  # long enough for the requests to overlap
+                writer.write(_RESPONSE)
+                await writer.drain()
+                if not keep_alive:
+                    break
         writer.close()
 
     server = await asyncio.start_server(serve, "127.0.0.1", 0)
     try:
-        yield server.sockets[0].getsockname()[1], accepted
+        yield server.sockets[0].getsockname()[1], writers
     finally:
         server.close()
+        for writer in writers:
+            writer.close()
         await server.wait_closed()
 
 
@@ -70,7 +79,7 @@ async def test_a_connection_the_server_closed_while_idle_is_not_used_again() -> 
     fails on a dead one."""
     limits = httpx.Limits(max_connections=2, max_keepalive_connections=2)
     async with (
-        closing_server() as (port, accepted),
+        http_server(keep_alive=False) as (port, accepted),
         httpx.AsyncClient(transport=provider_transport(limits)) as client,
     ):
         for _ in range(3):
@@ -87,38 +96,13 @@ async def test_a_check_that_never_sees_the_close_fails_the_next_request(
     closed connection and the request fails."""
     monkeypatch.setattr(_Stream, "_is_readable", lambda self: False)
     async with (
-        closing_server() as (port, _),
+        http_server(keep_alive=False) as (port, _),
         httpx.AsyncClient(transport=provider_transport(httpx.Limits())) as client,
     ):
         await client.get(f"http://127.0.0.1:{port}/")
         await asyncio.sleep(0.05)
         with pytest.raises(httpx.RemoteProtocolError):
             await client.get(f"http://127.0.0.1:{port}/")
-
-
-@contextlib.asynccontextmanager
-async def keep_alive_server() -> AsyncIterator[tuple[int, list[asyncio.StreamWriter]]]:
-    """A server that answers every request on a connection and keeps it open: its port and its
-    connections' writers (to close them from the server's side)."""
-    writers: list[asyncio.StreamWriter] = []
-
-    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        writers.append(writer)
-        with contextlib.suppress(asyncio.IncompleteReadError, ConnectionError):
-            while True:
-                await reader.readuntil(b"\r\n\r\n")
-                await asyncio.sleep(0.01)  # long enough for the requests to overlap
-                writer.write(_RESPONSE)
-                await writer.drain()
-        writer.close()
-
-    server = await asyncio.start_server(serve, "127.0.0.1", 0)
-    try:
-        yield server.sockets[0].getsockname()[1], writers
-    finally:
-        server.close()
-        for writer in writers:
-            writer.close()
 
 
 async def _checks_per_request(monkeypatch: pytest.MonkeyPatch, idle: int) -> int:
@@ -134,7 +118,7 @@ async def _checks_per_request(monkeypatch: pytest.MonkeyPatch, idle: int) -> int
     monkeypatch.setattr(_Stream, "_is_readable", counted)
     limits = httpx.Limits(max_connections=idle, max_keepalive_connections=idle)
     async with (
-        keep_alive_server() as (port, _),
+        http_server(keep_alive=True) as (port, _),
         httpx.AsyncClient(transport=provider_transport(limits)) as client,
     ):
         url = f"http://127.0.0.1:{port}/"
@@ -165,7 +149,7 @@ async def test_idle_connections_the_server_closed_leave_the_pool_at_the_next_swe
     monkeypatch.setattr(network, "SWEEP_EVERY_S", 0.2)
     limits = httpx.Limits(max_connections=5, max_keepalive_connections=5)
     async with (
-        keep_alive_server() as (port, writers),
+        http_server(keep_alive=True) as (port, writers),
         httpx.AsyncClient(transport=provider_transport(limits)) as client,
     ):
         url = f"http://127.0.0.1:{port}/"
@@ -182,7 +166,7 @@ async def test_idle_connections_the_server_closed_leave_the_pool_at_the_next_swe
 async def test_idle_connections_beyond_the_keep_alive_limit_are_closed() -> None:
     limits = httpx.Limits(max_connections=6, max_keepalive_connections=2)
     async with (
-        keep_alive_server() as (port, _),
+        http_server(keep_alive=True) as (port, _),
         httpx.AsyncClient(transport=provider_transport(limits)) as client,
     ):
         url = f"http://127.0.0.1:{port}/"
