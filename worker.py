@@ -38,7 +38,7 @@ from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 
 from activities.aggregate_store import AggregateStoreActivities
 from activities.debounce import DebounceActivities
-from activities.delivery import DeliveryActivities
+from activities.delivery import HEARTBEAT_THROTTLE, DeliveryActivities
 from activities.delivery_projection import LeftToWorkflow, ProjectedHere, TransitionProjection
 from activities.effects import EffectActivities
 from activities.erasure import EraseActivities
@@ -362,6 +362,9 @@ def delivery_workers(
                     max_task_queue_activities_per_second=rate,
                     # As the workflow worker's pollers.
                     activity_task_poller_behavior=PollerBehaviorAutoscaling(),
+                    # A long request's heartbeats go as they come, a third of the heartbeat
+                    # timeout apart (`activities.delivery._to_the_end`).
+                    max_heartbeat_throttle_interval=HEARTBEAT_THROTTLE,
                 )
             )
     return workers

@@ -6,6 +6,12 @@ Temporal server enforces; each request goes through the worker's one flow guard
 the item workflow understands. One outcome acts on the destination: an endpoint answering 410
 Gone pauses it (both queues, as `PATCH /v1/destinations/{name}` would), so nothing more is sent
 there until an operator resumes it.
+
+Submits and polls heartbeat while they run, when their workflow gave them a heartbeat timeout
+(`_to_the_end`): a task the server recorded as started that reached no worker is then tried
+again after that timeout rather than after its start-to-close timeout. Once a request may have
+gone, the activity runs to its end whatever cancel a heartbeat brings back, so a cancel never
+leaves a request's fate unknown.
 """
 
 from __future__ import annotations
@@ -13,9 +19,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import AsyncIterator, Awaitable, Mapping
-from datetime import UTC, datetime
-from typing import TypeVar
+from collections.abc import AsyncIterator, Awaitable, Coroutine, Mapping
+from contextvars import ContextVar
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any, TypeVar
 
 from durable_outbox_temporal.contract.flow import PROBE_ACTIVITY, ProbeResult
 from durable_outbox_temporal.contract.ids import poll_task_queue, submit_task_queue
@@ -48,6 +56,19 @@ from flowcontrol.guard import FlowGuard
 from flowcontrol.queue_rates import pause_queues_not_paused
 
 Result = TypeVar("Result", SubmitResult, PollResult)
+Returned = TypeVar("Returned")
+
+# The heartbeat timeout the workflows give submits and polls (`_to_the_end`): a task started
+# that reached no worker is tried again this long after its start, not a start-to-close timeout
+# later.
+HEARTBEAT_TIMEOUT = timedelta(seconds=10)
+# A running delivery activity heartbeats this many times per heartbeat timeout, the first after
+# one such interval (so a request that ends sooner, nearly all, sends none), and the worker sends
+# them as they come (`HEARTBEAT_THROTTLE`, `worker.delivery_workers`; the SDK's default holds
+# them to 0.8 of the timeout), so the server hears from a running activity well within it even
+# when a heartbeat's answer is slow.
+BEATS_PER_TIMEOUT = 3
+HEARTBEAT_THROTTLE = HEARTBEAT_TIMEOUT / BEATS_PER_TIMEOUT
 
 
 class DeliveryActivities:
@@ -72,11 +93,15 @@ class DeliveryActivities:
     @activity.defn(name=SUBMIT_ACTIVITY)
     async def submit_item(self, request: SubmitRequest) -> SubmitResult:
         """Hand the item to its provider; raises typed errors the workflow retries or fails on."""
+        return await _to_the_end(self._submit(request))
+
+    async def _submit(self, request: SubmitRequest) -> SubmitResult:
         began = time.monotonic()
         _say_if_late(activity.info().started_time)
         provider = self._provider(request.destination)
         async with self._guard.submit(request), _typed_errors(request.destination):
             _say_if_held(began, request.item_id)
+            _request_goes()
             result = await provider.submit(request)
         if request.projection is not None:
             await self._projection.submitted(
@@ -89,7 +114,7 @@ class DeliveryActivities:
     @activity.defn(name=POLL_ACTIVITY)
     async def poll_operation(self, request: PollRequest) -> PollResult:
         """Observe the provider's long-running operation once."""
-        return await self._poll(request, time.monotonic(), paced=True)
+        return await _to_the_end(self._poll(request, time.monotonic(), paced=True))
 
     @activity.defn(name=PROBE_ACTIVITY)
     async def probe_destination(self, destination: str) -> ProbeResult:
@@ -111,6 +136,7 @@ class DeliveryActivities:
         """One poll, projected; `began` is when its activity started here."""
         provider = self._provider(request.destination)
         async with self._guard.poll(request, paced=paced), _typed_errors(request.destination):
+            _request_goes()
             result = await provider.poll(request)
         if request.projection is not None:
             await self._projection.polled(request.item_id, request.projection, result, began)
@@ -154,6 +180,9 @@ class DeliveryActivities:
         one before went through (was delivered, or accepted where `accepted_goes_on`): the
         provider sees them exactly as it would one item at a time. After one that did not, the
         rest are `not_attempted`."""
+        return await _to_the_end(self._submit_all(requests))
+
+    async def _submit_all(self, requests: list[SubmitRequest]) -> list[SubmitOutcome]:
         outcomes: list[SubmitOutcome] = [SubmitOutcome(not_attempted=True)] * len(requests)
         sequences: dict[str, list[int]] = {}
         for index, request in enumerate(requests):
@@ -161,7 +190,7 @@ class DeliveryActivities:
                 sequences.setdefault(request.sequence, []).append(index)
 
         async def alone(index: int) -> None:
-            result, failure = await _outcome(self.submit_item(requests[index]))
+            result, failure = await _outcome(self._submit(requests[index]))
             outcomes[index] = SubmitOutcome(result, *failure)
 
         async def in_sequence(indexes: list[int]) -> None:
@@ -180,8 +209,12 @@ class DeliveryActivities:
     async def poll_operations(self, requests: list[PollRequest]) -> list[PollOutcome]:
         """Several items' polls at once (a bulk shard's `poll_batch`): each outcome is what
         `poll_operation` would have returned or failed with for that item alone."""
+        return await _to_the_end(self._poll_all(requests))
+
+    async def _poll_all(self, requests: list[PollRequest]) -> list[PollOutcome]:
+        began = time.monotonic()
         outcomes = await asyncio.gather(
-            *(_outcome(self.poll_operation(request)) for request in requests)
+            *(_outcome(self._poll(request, began, paced=True)) for request in requests)
         )
         return [PollOutcome(result, *failure) for result, failure in outcomes]
 
@@ -196,6 +229,87 @@ class DeliveryActivities:
                 non_retryable=True,
             )
         return provider
+
+
+@dataclass
+class _Sending:
+    """Whether one of the activity's provider requests may have gone."""
+
+    requested: bool = False
+
+
+_SENDING: ContextVar[_Sending | None] = ContextVar("delivery_sending", default=None)
+
+
+def _request_goes() -> None:
+    """A provider request leaves now: from here the activity runs to its end (`_to_the_end`)."""
+    sending = _SENDING.get()
+    if sending is not None:
+        sending.requested = True
+
+
+async def _to_the_end(body: Coroutine[Any, Any, Returned]) -> Returned:
+    """Run a delivery activity's body, heartbeating while it runs if its workflow gave it a
+    heartbeat timeout.
+
+    Under load the server can record a task as started that no worker ever receives (its start
+    committed after the matching service stopped waiting for the answer:
+    temporalio/temporal#11733); full bench runs lost a few submits a round that way, each
+    retried only when its start-to-close timeout (a minute) ran out. With heartbeats such a task
+    is tried again after the heartbeat timeout.
+
+    Heartbeats also bring the workflow's cancels to the activity, which without them never
+    reached one running (`workflows.delivery.Delivery._withdraw_submit`). One that comes before
+    any request went cancels the activity; after, it is not acted on, so the activity's outcome
+    stands and no request's fate is left unknown. A worker shutting down cancels it, as before.
+    Without a heartbeat timeout (a workflow from before, an aggregate's effect) the body runs
+    as it always did."""
+    timeout = activity.info().heartbeat_timeout
+    if not timeout:
+        return await body
+    sending = _Sending()
+    token = _SENDING.set(sending)
+    try:
+        task = asyncio.ensure_future(body)  # a copy of this context: it sees `sending`
+    finally:
+        _SENDING.reset(token)
+    heartbeats = _Heartbeats(timeout.total_seconds() / BEATS_PER_TIMEOUT)
+    try:
+        while True:
+            try:
+                return await asyncio.shield(task)
+            except asyncio.CancelledError:
+                if task.done():
+                    raise
+                if sending.requested and not activity.is_worker_shutdown():
+                    # Finish: the request's outcome is what the workflow gets.
+                    current = asyncio.current_task()
+                    if current is not None:
+                        current.uncancel()
+                    continue
+                task.cancel()
+                await asyncio.wait([task])
+                raise
+    finally:
+        heartbeats.stop()
+
+
+class _Heartbeats:
+    """`activity.heartbeat()` every `every_s` (the first after `every_s`) until stopped: a timer
+    on the loop, no task of its own."""
+
+    def __init__(self, every_s: float) -> None:
+        self._every_s = every_s
+        self._loop = asyncio.get_running_loop()
+        # The callback runs in a copy of this (the activity's) context, as `heartbeat` needs.
+        self._next = self._loop.call_later(every_s, self._beat)
+
+    def _beat(self) -> None:
+        activity.heartbeat()
+        self._next = self._loop.call_later(self._every_s, self._beat)
+
+    def stop(self) -> None:
+        self._next.cancel()
 
 
 _Failure = tuple[str | None, str | None, DeliveryErrorDetails | None]
@@ -298,7 +412,8 @@ def went_through(request: SubmitRequest, outcome: SubmitOutcome) -> bool:
 # A submit this much later than its dispatch, or held this long before its request, is told in
 # the log: full bench runs saw a few items a round end a minute after the rest, their request
 # sent a minute after the server had started their activity, the worker idle meanwhile
-# (issue 43). These say on which side of the worker the minute goes.
+# (issue 43). Neither was ever logged: those were first attempts no worker received, tried again
+# at their start-to-close timeout (now the heartbeat timeout: `_to_the_end`).
 SLOW_START_S = 5.0
 
 

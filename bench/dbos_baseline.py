@@ -25,6 +25,7 @@ import uuid
 from collections.abc import Callable, Coroutine, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -59,6 +60,16 @@ WORKER_CONCURRENCY = 100
 SYNC_THREADS = 100
 # The provider's connection pool, as the product's bench sets it (PROVIDER_MAX_CONNECTIONS).
 PROVIDER_CONNECTIONS = 10
+# A step that fails (a connection the loaded fake provider dropped) is tried again, as Temporal
+# retries the naive baseline's activities (its default policy: 1 s, doubling) and the product
+# its own: without retries one dropped connection failed a workflow and ended a full run's end
+# to end scenario (2026-11-29).
+STEP_RETRIES: dict[str, Any] = {
+    "retries_allowed": True,
+    "interval_seconds": 1.0,
+    "backoff_rate": 2.0,
+    "max_attempts": 10,
+}
 
 T = TypeVar("T")
 
@@ -84,9 +95,15 @@ class DbosBaselines:
     """One DBOS process per configuration, each on a scratch system database of its own
     (SQLite files under `data_dir`, PostgreSQL databases created and dropped here)."""
 
-    def __init__(self, data_dir: Path, env: dict[str, str]) -> None:
+    def __init__(
+        self,
+        data_dir: Path,
+        env: dict[str, str],
+        configurations: tuple[Configuration, ...] = CONFIGURATIONS,
+    ) -> None:
         self._data_dir = data_dir
         self._env = env
+        self._configurations = configurations
         self._processes: dict[str, subprocess.Popen[str]] = {}
         self._databases: list[str] = []
         self._logs = contextlib.ExitStack()
@@ -101,7 +118,7 @@ class DbosBaselines:
 
     def _start(self) -> None:
         self._data_dir.mkdir(parents=True, exist_ok=True)
-        for configuration in CONFIGURATIONS:
+        for configuration in self._configurations:
             url = self._system_database(configuration)
             log = self._logs.enter_context((self._data_dir / f"{configuration.name}.log").open("w"))
             process = subprocess.Popen(
@@ -133,6 +150,8 @@ class DbosBaselines:
             except subprocess.TimeoutExpired:
                 process.kill()
                 process.wait()
+            if process.stdout is not None:
+                process.stdout.close()
         with contextlib.suppress(psycopg.Error), _admin() as admin:
             for database in self._databases:
                 admin.execute(f'DROP DATABASE IF EXISTS "{database}" WITH (FORCE)')
@@ -210,18 +229,27 @@ def _provider(http: httpx.AsyncClient) -> AcsEmailProvider:
 
 
 def _request(run_id: str, n: int) -> SubmitRequest:
-    return SubmitRequest("bench", f"dbos/{run_id}/{n}", f"{run_id}-dbos-{n}", EMAIL, 1)
+    # The first-sent time is the workflow's input, so a retried step repeats the same request
+    # (the provider dedupes it) instead of sending anew, as the product's retries do.
+    return SubmitRequest(
+        "bench",
+        f"dbos/{run_id}/{n}",
+        f"{run_id}-dbos-{n}",
+        EMAIL,
+        1,
+        first_submitted_at=datetime.now(UTC),
+    )
 
 
 async def _serve_async(system_database_url: str) -> None:
     http = httpx.AsyncClient(limits=httpx.Limits(max_connections=PROVIDER_CONNECTIONS))
     provider = _provider(http)
 
-    @DBOS.step()
+    @DBOS.step(**STEP_RETRIES)
     async def submit(request: SubmitRequest) -> str:
         return (await provider.submit(request)).operation_url or ""
 
-    @DBOS.step()
+    @DBOS.step(**STEP_RETRIES)
     async def poll(request: PollRequest) -> bool:
         return (await provider.poll(request)).status is OperationStatus.SUCCEEDED
 
@@ -263,11 +291,11 @@ def _serve_sync(system_database_url: str) -> None:
     def on_loop(call: Callable[[], Coroutine[Any, Any, T]]) -> T:
         return asyncio.run_coroutine_threadsafe(call(), loop).result()
 
-    @DBOS.step()
+    @DBOS.step(**STEP_RETRIES)
     def submit(request: SubmitRequest) -> str:
         return on_loop(lambda: provider.submit(request)).operation_url or ""
 
-    @DBOS.step()
+    @DBOS.step(**STEP_RETRIES)
     def poll(request: PollRequest) -> bool:
         return on_loop(lambda: provider.poll(request)).status is OperationStatus.SUCCEEDED
 

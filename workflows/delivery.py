@@ -61,7 +61,7 @@ with workflow.unsafe.imports_passed_through():
         apply_delivery_report,
     )
 
-    from activities.delivery import DeliveryActivities
+    from activities.delivery import HEARTBEAT_TIMEOUT, DeliveryActivities
     from configuration.providers import RETRY_AFTER_LIMIT_S
 
 # Our own classified errors come back to the workflow at once; anything else (a worker killed
@@ -513,6 +513,9 @@ class Delivery:
                 request,
                 task_queue=task_queue,
                 start_to_close_timeout=timedelta(seconds=timeout_s),
+                # A start that reached no worker is tried again after this, not after the
+                # start-to-close timeout (`activities.delivery._to_the_end`).
+                heartbeat_timeout=HEARTBEAT_TIMEOUT,
                 retry_policy=_INFRASTRUCTURE_RETRIES,
                 summary=summary,
                 priority=self._priority(),

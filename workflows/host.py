@@ -92,7 +92,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from durable_outbox_temporal.contract.priority import DEFAULT_PRIORITY, rank
 
-    from activities.delivery import DeliveryActivities, went_through
+    from activities.delivery import HEARTBEAT_TIMEOUT, DeliveryActivities, went_through
     from activities.projection import ProjectionActivities
     from workflows.delivery import BATCH_RETRIES, Delivery, DeliveryFailed
     from workflows.ordering import PROJECT_EVERY, Ended, Lane
@@ -276,6 +276,7 @@ class _Batcher(Generic[Request, Outcome]):
                 [request for request, _, _ in batch],
                 task_queue=self.task_queue(policy),
                 start_to_close_timeout=timedelta(seconds=self.timeout_s(policy)),
+                heartbeat_timeout=HEARTBEAT_TIMEOUT,
                 retry_policy=BATCH_RETRIES,
                 summary=f"{self.noun} {len(batch)} items",
                 priority=priority,

@@ -1,0 +1,150 @@
+"""Submits and polls heartbeat while they run when their workflow gave them a heartbeat timeout,
+so a task the server recorded as started that reached no worker is tried again after that
+timeout instead of its start-to-close minute (temporalio/temporal#11733; full bench runs lost a
+few submits a round that way). The cancels heartbeats bring back act only before any request
+went: after, the activity's outcome stands, so no request's fate is left unknown."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+from collections.abc import AsyncIterator
+from datetime import timedelta
+from typing import Any
+
+import httpx
+import pytest
+from durable_outbox_temporal.contract.ids import provider_idempotency_key
+from durable_outbox_temporal.contract.item import SubmitRequest, SubmitResult
+from temporalio.testing import ActivityEnvironment
+
+from activities.delivery import DeliveryActivities
+from activities.delivery_projection import LeftToWorkflow
+from activities.providers import build_provider
+from tests.conftest import unique_name, webhook_destination
+from tests.fakes import submits
+from tests.workflows.test_activity_projection import no_flow_rules
+
+HEARTBEAT_TIMEOUT = timedelta(seconds=0.6)
+
+
+def environment(heartbeat_timeout: timedelta | None = HEARTBEAT_TIMEOUT) -> ActivityEnvironment:
+    env = ActivityEnvironment()
+    env.info = dataclasses.replace(env.info, heartbeat_timeout=heartbeat_timeout)
+    return env
+
+
+@contextlib.asynccontextmanager
+async def submitting(
+    fake_provider: Any, *, held_s: float = 0.0
+) -> AsyncIterator[tuple[DeliveryActivities, SubmitRequest]]:
+    """The submit activity over a webhook at the fake provider, its guard holding each request
+    `held_s` (as pacing or a cap would) before it goes."""
+    destination = webhook_destination(fake_provider)
+    guard = no_flow_rules()
+
+    @contextlib.asynccontextmanager
+    async def held(request: SubmitRequest) -> AsyncIterator[None]:
+        await asyncio.sleep(held_s)
+        yield
+
+    item_id = f"tests/{unique_name('beats')}"
+    request = SubmitRequest(
+        destination=destination.name,
+        item_id=item_id,
+        idempotency_key=provider_idempotency_key(item_id),
+        payload={"event": "order.paid"},
+        attempt=1,
+    )
+    async with httpx.AsyncClient() as http:
+        activities = DeliveryActivities(
+            {destination.name: build_provider(destination, http)}, guard, LeftToWorkflow()
+        )
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(guard, "submit", held)
+            yield activities, request
+
+
+async def slow_answer(fake_provider: Any, request: SubmitRequest, seconds: float) -> None:
+    await fake_provider.admin.script(request.idempotency_key, [{"latency_ms": seconds * 1000}])
+
+
+async def submit_counting_heartbeats(
+    fake_provider: Any, heartbeat_timeout: timedelta | None, answer_s: float
+) -> tuple[SubmitResult, list[tuple[Any, ...]], SubmitRequest]:
+    """A submit whose provider answers after `answer_s`: its result and its heartbeats."""
+    env = environment(heartbeat_timeout)
+    beats: list[tuple[Any, ...]] = []
+    env.on_heartbeat = lambda *details: beats.append(details)
+    async with submitting(fake_provider) as (activities, request):
+        await slow_answer(fake_provider, request, answer_s)
+        result: SubmitResult = await env.run(activities.submit_item, request)
+    return result, beats, request
+
+
+async def test_a_request_longer_than_the_heartbeat_timeout_heartbeats_and_ends_sent(
+    fake_provider,
+) -> None:
+    result, beats, request = await submit_counting_heartbeats(
+        fake_provider, HEARTBEAT_TIMEOUT, answer_s=1.5
+    )
+
+    assert result.delivered
+    # A heartbeat every 0.2 s from 0.2 s on, through a 1.5 s request: the server hears from it
+    # well within each 0.6 s.
+    assert len(beats) >= 4, beats
+    assert await submits(fake_provider, request.item_id) == 1
+
+
+async def test_a_short_request_sends_no_heartbeat(fake_provider) -> None:
+    result, beats, _ = await submit_counting_heartbeats(fake_provider, HEARTBEAT_TIMEOUT, 0.0)
+
+    assert result.delivered
+    assert beats == []
+
+
+async def test_without_a_heartbeat_timeout_a_long_request_sends_none(fake_provider) -> None:
+    # A workflow from before scheduled its submits without one (so did an aggregate's effect).
+    result, beats, _ = await submit_counting_heartbeats(fake_provider, None, answer_s=1.0)
+
+    assert result.delivered
+    assert beats == []
+
+
+async def test_a_cancel_once_the_request_went_leaves_the_submit_to_its_end(fake_provider) -> None:
+    env = environment()
+    async with submitting(fake_provider) as (activities, request):
+        await slow_answer(fake_provider, request, 1.0)
+        running = asyncio.create_task(env.run(activities.submit_item, request))
+        await asyncio.sleep(0.5)  # the request is at the provider
+        env.cancel()
+        result: SubmitResult = await running
+
+    # The provider took it: the workflow learns so, rather than a cancel of unknown fate.
+    assert result.delivered
+    assert await submits(fake_provider, request.item_id) == 1
+
+
+async def test_a_cancel_before_any_request_went_cancels_the_submit(fake_provider) -> None:
+    env = environment()
+    async with submitting(fake_provider, held_s=2.0) as (activities, request):
+        running = asyncio.create_task(env.run(activities.submit_item, request))
+        await asyncio.sleep(0.3)  # held in the guard
+        env.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await running
+
+    assert await submits(fake_provider, request.item_id) == 0
+
+
+async def test_a_worker_shutting_down_cancels_even_a_request_in_flight(fake_provider) -> None:
+    env = environment()
+    async with submitting(fake_provider) as (activities, request):
+        await slow_answer(fake_provider, request, 2.0)
+        running = asyncio.create_task(env.run(activities.submit_item, request))
+        await asyncio.sleep(0.5)
+        env.worker_shutdown()
+        env.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await asyncio.wait_for(running, 1.0)
