@@ -4,6 +4,7 @@ an `OutboxClient`, all closed with the caller's `AsyncExitStack`."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from contextlib import AsyncExitStack
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,6 +16,7 @@ from durable_outbox_temporal.codec import data_converter
 from durable_outbox_temporal.destinations import Destination, DestinationRegistry
 from sqlalchemy import Engine
 from temporalio.testing import WorkflowEnvironment
+from temporalio.worker import Interceptor
 
 from devstack.fake_provider import FakeProvider, FaultConfig, run_fake_provider
 from devstack.temporal_server import dev_server_extra_args, temporal_cli_path
@@ -39,6 +41,7 @@ async def webhook_stack(
     workflow_task_queue: str,
     faults: FaultConfig | None = None,
     fairness: bool = True,
+    interceptors: Sequence[Interceptor] = (),
     **destination_fields: Any,
 ) -> BenchStack:
     """Start it all; `db_file` is the read model (recreated), `destination_fields` the webhook
@@ -73,6 +76,7 @@ async def webhook_stack(
         http_client=http,
         engine=engine,
         workflow_task_queue=workflow_task_queue,
+        interceptors=interceptors,
     ):
         await exits.enter_async_context(worker)
     outbox = OutboxClient(

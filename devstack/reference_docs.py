@@ -218,6 +218,12 @@ BENCH_VARIABLES = (
         "random (printed)",
         "`bench.lane_scale`: the fake's fault draws and the worker kills' random seed",
     ),
+    Variable("LOST_TASKS_ITEMS", "`500`", "`bench.lost_tasks`: items enqueued together each round"),
+    Variable(
+        "LOST_TASKS_ROUNDS",
+        "`4`",
+        "`bench.lost_tasks`: rounds, alternating without and with the heartbeat timeout",
+    ),
     Variable(
         "AGGREGATE_COMMANDS",
         "`100000` (`10000` with `QUICK=1`)",
