@@ -279,16 +279,18 @@ async def _to_the_end(body: Coroutine[Any, Any, Returned]) -> Returned:
             try:
                 return await asyncio.shield(task)
             except asyncio.CancelledError:
-                if task.done():
-                    raise
+                if task.cancelled():
+                    raise  # the body itself was cancelled
                 if sending.requested and not activity.is_worker_shutdown():
-                    # Finish: the request's outcome is what the workflow gets.
+                    # Finish (or, if the body has just ended, return its outcome): the
+                    # request's outcome is what the workflow gets.
                     current = asyncio.current_task()
                     if current is not None:
                         current.uncancel()
                     continue
-                task.cancel()
-                await asyncio.wait([task])
+                if not task.done():
+                    task.cancel()
+                    await asyncio.wait([task])
                 raise
     finally:
         heartbeats.stop()
