@@ -100,9 +100,11 @@ async def test_the_runner_heartbeats_through_a_back_off_longer_than_its_heartbea
     broken = AsyncProjector(
         "broken", frozenset({"labour"}), always_fails, LABOUR_HISTORY_PROJECTOR.table
     )
-    runner = ProjectorActivities(engine, {"broken": broken}, backoff_s=1.2, max_backoff_s=1.2)
+    # A heartbeat every 0.4 s: a loaded CI machine stalled the loop 0.4 s once, which a 0.6 s
+    # timeout (beats every 0.2 s) did not absorb.
+    runner = ProjectorActivities(engine, {"broken": broken}, backoff_s=2.4, max_backoff_s=2.4)
     env = ActivityEnvironment()
-    env.info = dataclasses.replace(env.info, heartbeat_timeout=timedelta(seconds=0.6))
+    env.info = dataclasses.replace(env.info, heartbeat_timeout=timedelta(seconds=1.2))
     loop = asyncio.get_running_loop()
     beats: list[float] = []
     env.on_heartbeat = lambda *_: beats.append(loop.time())
@@ -114,5 +116,5 @@ async def test_the_runner_heartbeats_through_a_back_off_longer_than_its_heartbea
         await running
 
     # Two failures apart: at least one full back-off, twice the heartbeat timeout, went by.
-    assert beats[-1] - beats[0] >= 1.2
-    assert max(later - earlier for earlier, later in pairwise(beats)) < 0.6
+    assert beats[-1] - beats[0] >= 2.4
+    assert max(later - earlier for earlier, later in pairwise(beats)) < 1.2
