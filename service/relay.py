@@ -34,6 +34,7 @@ from durable_outbox_temporal.transactional import NOTIFY_CHANNEL
 from sqlalchemy import JSON, Engine, and_, delete, exists, func, select, type_coerce, update
 from sqlalchemy.engine import RowMapping
 
+from readmodel.db import in_thread
 from readmodel.models import OUTBOX_PENDING
 
 log = logging.getLogger("outbox.relay")
@@ -80,7 +81,7 @@ class Relay:
             while True:
                 try:
                     moved = await self.relay_once()
-                    await asyncio.to_thread(self._prune)
+                    await in_thread(self._prune)
                 except Exception as err:  # the database or Temporal is down: try again soon
                     log.warning("relay pass failed: %s", err)
                     moved = 0
@@ -91,14 +92,18 @@ class Relay:
                     await asyncio.wait_for(self._wake.wait(), self._poll_interval_s)
         finally:
             if listener is not None:
+                # Awaited, so its connection is closed here: a task only cancelled would leave
+                # it to the garbage collector once the loop has gone.
                 listener.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await listener
 
     async def relay_once(self) -> int:
         """One pass: claim, enqueue and mark up to a batch of rows; how many were settled.
 
         A pass holds at most one row per ordering key (see `_claim`), so its rows are enqueued
         at once: no two of one key race."""
-        rows = await asyncio.to_thread(self._claim)
+        rows = await in_thread(self._claim)
         settled = await asyncio.gather(*(self._relay_row(row) for row in rows))
         return sum(settled)
 
@@ -108,7 +113,7 @@ class Relay:
             payload = open_json(row["payload"], keys_of(self._engine))
         except SealedValueError as err:
             log.warning("relay: row %s waits for its payload key: %s", row["id"], err)
-            await asyncio.to_thread(self._note_failure, row["id"], str(err))
+            await in_thread(self._note_failure, row["id"], str(err))
             return False
         try:
             await self._outbox.enqueue(
@@ -123,10 +128,10 @@ class Relay:
         except TemporalUnavailable as err:
             # Nothing is lost: the row is claimable again at once.
             log.warning("relay: Temporal unavailable (%s); row %s later", err, row["id"])
-            await asyncio.to_thread(self._release, row["id"], str(err))
+            await in_thread(self._release, row["id"], str(err))
             return False
         except OutboxError as err:
-            await asyncio.to_thread(self._mark, row["id"], "refused", str(err))
+            await in_thread(self._mark, row["id"], "refused", str(err))
             return True
         except Exception as err:
             error = f"{type(err).__name__}: {err}"
@@ -135,13 +140,13 @@ class Relay:
             if attempts >= self._max_attempts:
                 log.error("relay: row %s refused after %d attempts: %s", row["id"], attempts, error)
                 reason = f"gave up after {attempts} attempts: {error}"
-                await asyncio.to_thread(self._mark, row["id"], "refused", reason)
+                await in_thread(self._mark, row["id"], "refused", reason)
                 return True
             # Claimable again once its lease ends: a pass later, not in a tight loop.
             log.warning("relay: row %s failed (attempt %d): %s", row["id"], attempts, error)
-            await asyncio.to_thread(self._note_failure, row["id"], error)
+            await in_thread(self._note_failure, row["id"], error)
             return False
-        await asyncio.to_thread(self._mark, row["id"], "relayed", None)
+        await in_thread(self._mark, row["id"], "relayed", None)
         self.relayed += 1
         return True
 

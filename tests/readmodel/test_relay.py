@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -256,6 +257,35 @@ async def test_a_commit_wakes_the_relay_on_postgres(
         with contextlib.suppress(asyncio.CancelledError):
             await running
     assert statuses(postgres_engine) == ["relayed"]
+
+
+class SlowClaim(Relay):
+    """A relay whose claim holds its connection a while, and says when it let it go."""
+
+    released = False
+
+    def _claim(self) -> Any:
+        with self._engine.connect() as connection:
+            connection.execute(select(1))
+            time.sleep(0.5)
+        self.released = True
+        return []
+
+
+async def test_a_relay_stopped_mid_pass_gives_its_connection_back_before_it_ends(
+    engine: Engine, stack_factory, fake_provider
+) -> None:
+    # The caller disposes of the engine once the relay has stopped: a thread still holding a
+    # connection then hands it to a disposed pool, never closed (psycopg warns when it is
+    # collected, in whichever test runs then).
+    stack = await stack_factory(webhook_destination(fake_provider))
+    relay = SlowClaim(stack.outbox, engine, poll_interval_s=60)
+    running = asyncio.create_task(relay.run())
+    await asyncio.sleep(0.2)  # inside the claim
+    running.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await running
+    assert relay.released
 
 
 async def test_the_outbox_stats_show_the_relay_backlog(engine: Engine, stack_factory) -> None:
