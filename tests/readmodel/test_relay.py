@@ -259,6 +259,37 @@ async def test_a_commit_wakes_the_relay_on_postgres(
     assert statuses(postgres_engine) == ["relayed"]
 
 
+async def run_for(relay: Relay, seconds: float) -> None:
+    """Run the relay, and stop it after `seconds`."""
+    running = asyncio.create_task(relay.run())
+    await asyncio.sleep(seconds)
+    running.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await running
+
+
+# No row is relayed by these: the relay never calls its outbox.
+IDLE_OUTBOX = OutboxClient(None, DestinationRegistry({}))  # type: ignore[arg-type]
+
+
+class CountingPrunes(Relay):
+    prunes = 0
+
+    def _prune(self) -> None:
+        self.prunes += 1
+        super()._prune()
+
+
+async def test_an_idle_relay_prunes_on_its_first_pass_and_then_once_a_minute(
+    engine: Engine,
+) -> None:
+    # Relayed rows are kept for days: a delete every pass (four a second) was an idle relay's
+    # cost for nothing.
+    relay = CountingPrunes(IDLE_OUTBOX, engine, poll_interval_s=0.02)
+    await run_for(relay, 0.5)  # about 25 passes
+    assert relay.prunes == 1
+
+
 class SlowClaim(Relay):
     """A relay whose claim holds its connection a while, and says when it let it go."""
 
@@ -273,18 +304,13 @@ class SlowClaim(Relay):
 
 
 async def test_a_relay_stopped_mid_pass_gives_its_connection_back_before_it_ends(
-    engine: Engine, stack_factory, fake_provider
+    engine: Engine,
 ) -> None:
     # The caller disposes of the engine once the relay has stopped: a thread still holding a
     # connection then hands it to a disposed pool, never closed (psycopg warns when it is
     # collected, in whichever test runs then).
-    stack = await stack_factory(webhook_destination(fake_provider))
-    relay = SlowClaim(stack.outbox, engine, poll_interval_s=60)
-    running = asyncio.create_task(relay.run())
-    await asyncio.sleep(0.2)  # inside the claim
-    running.cancel()
-    with contextlib.suppress(asyncio.CancelledError):
-        await running
+    relay = SlowClaim(IDLE_OUTBOX, engine, poll_interval_s=60)
+    await run_for(relay, 0.2)  # stopped inside the claim
     assert relay.released
 
 
@@ -314,7 +340,7 @@ def test_relayed_rows_are_pruned_after_the_retention(engine: Engine) -> None:
                 .values(status="relayed", relayed_at=relayed_at)
             )
 
-    Relay(OutboxClient(None, DestinationRegistry({})), engine)._prune()  # type: ignore[arg-type]
+    Relay(IDLE_OUTBOX, engine)._prune()
 
     with engine.connect() as connection:
         left = connection.execute(select(OUTBOX_PENDING.c.key).order_by(OUTBOX_PENDING.c.key))
