@@ -45,7 +45,7 @@ HOLD = timedelta(hours=6)
 
 
 @contextlib.contextmanager
-def _dev_server(db_file: Path) -> Iterator[tuple[str, int]]:
+def own_dev_server(db_file: Path) -> Iterator[tuple[str, int]]:
     port = free_port()
     command = dev_server_command(db_file, port=port, ui_port=free_port())
     process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -56,7 +56,7 @@ def _dev_server(db_file: Path) -> Iterator[tuple[str, int]]:
         process.wait()
 
 
-async def _connect(address: str) -> Client:
+async def connect_when_up(address: str) -> Client:
     for _ in range(300):
         with contextlib.suppress(Exception):
             return await Client.connect(address, data_converter=data_converter(None))
@@ -99,9 +99,9 @@ async def _server_ms_per_start(client: Client, server_pid: int, kind: str) -> fl
 async def main() -> None:
     kinds = ["bare", "item's"]
     figures: dict[str, list[float]] = {kind: [] for kind in kinds}
-    with tempfile.TemporaryDirectory() as folder, _dev_server(Path(folder) / "t.db") as server:
+    with tempfile.TemporaryDirectory() as folder, own_dev_server(Path(folder) / "t.db") as server:
         address, pid = server
-        client = await _connect(address)
+        client = await connect_when_up(address)
         await _server_ms_per_start(client, pid, "bare")  # warm-up: caches, the first pages
         for round_ in range(ROUNDS):
             for kind in kinds if round_ % 2 == 0 else list(reversed(kinds)):
