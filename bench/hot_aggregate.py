@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 import time
 import uuid
@@ -201,13 +202,32 @@ def one_update_each(client: Client, task_queue: str, flight: str, payload: Any, 
     return send
 
 
-async def open_flight(http: httpx.AsyncClient, api: str, flight: str, count: int) -> None:
-    response = await http.post(
-        f"{api}/v1/aggregates/flight/{flight}/commands/open",
-        json={"seats": seats(count)},
-        headers={"Idempotency-Key": f"open-{flight}"},
-    )
+# A 503 (Temporal or the database missed the API's deadline) is retried as a caller would, after
+# its Retry-After: the full run of 2026-11-29 12:22 ended this scenario on a 503 from the API on
+# a starved machine.
+TRIES_ON_503 = 5
+
+
+async def answered(call: Callable[[], Awaitable[httpx.Response]]) -> httpx.Response:
+    """The API's answer to `call`, made again after a 503 (up to `TRIES_ON_503` times); any
+    other error status raises."""
+    for tries_left in reversed(range(TRIES_ON_503)):
+        response = await call()
+        if response.status_code != 503 or not tries_left:
+            break
+        await asyncio.sleep(float(response.headers.get("Retry-After", "1")))
     response.raise_for_status()
+    return response
+
+
+async def open_flight(http: httpx.AsyncClient, api: str, flight: str, count: int) -> None:
+    await answered(
+        lambda: http.post(
+            f"{api}/v1/aggregates/flight/{flight}/commands/open",
+            json={"seats": seats(count)},
+            headers={"Idempotency-Key": f"open-{flight}"},
+        )
+    )
 
 
 async def actions_per_command(client: Client, workflow_id: str, commands: int) -> float:
@@ -220,15 +240,18 @@ async def agrees_with_event_store(
     http: httpx.AsyncClient, api: str, flight: str
 ) -> tuple[bool, int]:
     """The live version and the stored events (dense, once each) agree; the version."""
-    state = (await http.get(f"{api}/v1/aggregates/flight/{flight}")).json()
+    state = (await answered(lambda: http.get(f"{api}/v1/aggregates/flight/{flight}"))).json()
     version = int(state["version"])
     stored: list[int] = []
     for _ in range(100):
         stored, after = [], 0
         while True:
-            page = await http.get(
-                f"{api}/v1/aggregates/flight/{flight}/events",
-                params={"after": after, "limit": PAGE},
+            page = await answered(
+                functools.partial(
+                    http.get,
+                    f"{api}/v1/aggregates/flight/{flight}/events",
+                    params={"after": after, "limit": PAGE},
+                )
             )
             events = page.json()
             stored += [event["seq"] for event in events]
