@@ -151,9 +151,14 @@ class Findings:
     duplicates: int  # arrivals beyond each item's first
     out_of_order: int  # arrivals before an item its client appended earlier
     # Submits of an item that reached the provider after a later item of its client had arrived
-    # (a provider that did not dedupe would have had it twice, out of order).
+    # (a provider that did not dedupe would have had it twice, out of order), with no worker kill
+    # since the item first arrived.
     late_submits: int
     resubmits_deduped: int  # items the provider accepted more than once (and deduped)
+    # The same after a kill: in bulk mode a run's activity, out on the killed worker, is retried
+    # whole and sends the run's delivered items again under their idempotency keys
+    # (docs/decisions/lanes-in-the-host.md), as `bench.chaos` allows a re-submit after a kill.
+    late_resubmits_after_kills: int = 0
 
 
 def judge_arrivals(
@@ -161,9 +166,11 @@ def judge_arrivals(
     per_appender: int,
     arrivals: Iterable[tuple[int, int, float]],
     submits: Mapping[tuple[int, int], Sequence[SubmitAnswer]],
+    kill_times: Sequence[float] = (),
 ) -> Findings:
     """`arrivals`: first deliveries in arrival order, as (appender, i, wall time); `submits`:
-    every answer to each item's submits, by (appender, i)."""
+    every answer to each item's submits, by (appender, i); `kill_times`: the worker's SIGKILLs,
+    wall time."""
     seen: dict[tuple[int, int], int] = {}
     first_at: dict[tuple[int, int], float] = {}
     last: dict[int, int] = {}
@@ -175,15 +182,20 @@ def judge_arrivals(
         if i < last.get(appender, -1):
             out_of_order += 1
         last[appender] = i
-    late_submits = 0
+    late_submits = late_after_kills = 0
     for appender in range(appenders):
         # Walking back from the last item: the earliest arrival of any later item of the client.
         later_arrived = float("inf")
         for i in reversed(range(per_appender)):
-            late_submits += sum(
-                1 for answer in submits.get((appender, i), ()) if answer.arrived_at > later_arrived
-            )
-            later_arrived = min(later_arrived, first_at.get((appender, i), float("inf")))
+            first = first_at.get((appender, i), float("inf"))
+            for answer in submits.get((appender, i), ()):
+                if answer.arrived_at <= later_arrived:
+                    continue
+                if any(first <= kill <= answer.arrived_at for kill in kill_times):
+                    late_after_kills += 1
+                else:
+                    late_submits += 1
+            later_arrived = min(later_arrived, first)
     return Findings(
         delivered=len(seen),
         lost=appenders * per_appender - len(seen),
@@ -193,6 +205,7 @@ def judge_arrivals(
         resubmits_deduped=sum(
             1 for answers in submits.values() if sum(a.accepted for a in answers) > 1
         ),
+        late_resubmits_after_kills=late_after_kills,
     )
 
 
@@ -210,6 +223,7 @@ def findings_problems(findings: Findings, expected: int) -> list[str]:
     if findings.late_submits:
         problems.append(
             f"{findings.late_submits} submits of an item came after a later item had arrived"
+            " (no worker kill since the item's first arrival)"
         )
     return problems
 
@@ -343,7 +357,11 @@ async def one_lane(
         if entry["endpoint"] == DESTINATION
     ]
     findings = judge_arrivals(
-        APPENDERS, per_appender, arrivals, submits_by_item(answers, per_appender)
+        APPENDERS,
+        per_appender,
+        arrivals,
+        submits_by_item(answers, per_appender),
+        [kill.at for kill in kills],
     )
     problems = findings_problems(findings, expected)
     statuses = {status: sum(1 for s in final.values() if s == status) for status in FINAL_STATUSES}
@@ -377,6 +395,7 @@ async def one_lane(
         "duplicates": findings.duplicates,
         "out_of_order": findings.out_of_order,
         "late_submits": findings.late_submits,
+        "late_resubmits_after_kills": findings.late_resubmits_after_kills,
         "resubmits_deduped": findings.resubmits_deduped,
         "sent": statuses["sent"],
         "failed": statuses["failed"],

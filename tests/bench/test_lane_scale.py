@@ -94,7 +94,27 @@ def test_a_submit_after_a_later_item_arrived_is_late() -> None:
     assert (findings.late_submits, findings.out_of_order) == (1, 0)
     assert findings_problems(findings, 3) == [
         "1 submits of an item came after a later item had arrived"
+        " (no worker kill since the item's first arrival)"
     ]
+
+
+def test_a_run_sent_again_after_a_kill_is_counted_apart_not_late() -> None:
+    arrivals, submits = clean_run(1, 3)
+    # Items 0 to 2 went in one run; the worker was killed before the run's answer, and the run's
+    # retry sent all three again, under their keys (the provider deduped them).
+    kill = T0 + 2.2
+    for i in range(3):
+        submits[(0, i)].append(answer(T0 + 3 + i / 10))
+    findings = judge_arrivals(1, 3, arrivals, submits, [kill])
+    assert (findings.late_submits, findings.late_resubmits_after_kills) == (0, 2)
+    assert findings_problems(findings, 3) == []
+
+
+def test_a_kill_before_the_first_arrival_does_not_excuse_a_late_submit() -> None:
+    arrivals, submits = clean_run(1, 3)
+    submits[(0, 0)] = [answer(T0), answer(T0 + 2.5)]
+    findings = judge_arrivals(1, 3, arrivals, submits, [T0 - 1])
+    assert (findings.late_submits, findings.late_resubmits_after_kills) == (1, 0)
 
 
 def test_another_clients_later_items_do_not_make_a_submit_late() -> None:
