@@ -117,6 +117,12 @@ async def test_a_disabled_destination_holds_its_items_until_an_operator_re_enabl
     now = await read_queue_rate(client, queue)
     reason = disabled_reason(since, "failing for 3.0 days; last: HTTP 500")
     await pause_queue(client, queue, now, reason, identity="test")
+    # The server applies an accepted change a moment later: under load a describe right after it
+    # has read the rate before (a fresh-clone CI run showed this destination not yet disabled).
+    for _ in range(100):
+        if (await read_queue_rate(client, queue)).paused:
+            break
+        await asyncio.sleep(0.05)
 
     shown = (await dev_api.http.get(url)).json()
     item_id = await enqueue(dev_api, "while-disabled")

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -162,10 +163,22 @@ async def until(check: object, timeout_s: float = 10.0) -> None:
     raise AssertionError("never happened")
 
 
+async def set_by_hand(client: Client, queue: str, rate: float) -> None:
+    """A run-time rate, read back before going on: the server applies an accepted change a
+    moment later, and a flow reading the rate before then would remember the one before."""
+    await set_queue_rate(client, queue, rate, "set by hand", identity="test")
+
+    async def stored() -> bool:
+        now = await read_queue_rate(client, queue)
+        return now.source == "api" and math.isclose(now.rate, rate, rel_tol=1e-6)
+
+    await until(stored)
+
+
 async def test_the_circuit_opens_probes_and_closes_back_to_the_run_time_rate(flow: Flow) -> None:
     client = flow.client
     # A run-time rate the circuit's close must give back.
-    await set_queue_rate(client, flow.submit_queue, 2.5, "set by hand", identity="test")
+    await set_by_hand(client, flow.submit_queue, 2.5)
     flow.probes.answers = [False, False, True, False, True, True]
     await flow.report()
 
@@ -220,7 +233,7 @@ async def test_a_pause_by_hand_stays_through_the_circuit(flow: Flow) -> None:
 
 async def test_a_circuit_open_past_disable_after_disables_the_destination(flow: Flow) -> None:
     client = flow.client
-    await set_queue_rate(client, flow.submit_queue, 2.5, "set by hand", identity="test")
+    await set_by_hand(client, flow.submit_queue, 2.5)
     flow.probes.answers = [False]
     await flow.report(disable_after_s=1.0)
 
