@@ -93,7 +93,7 @@ class Relay:
         self._pruned_at = -PRUNE_EVERY_S  # monotonic: the first pass prunes
         # Built once: building it took most of an idle pass's CPU (1.9 ms of SQLAlchemy
         # constructs a pass, four passes a second; docs/decisions/relay-polling-interval.md).
-        self._claimable = _claimable(batch, postgres=engine.dialect.name == "postgresql")
+        self._claimable = _claimable(batch, postgres=self._postgres)
 
     async def run(self) -> None:
         """Relay until cancelled: a pass whenever woken or every poll interval."""

@@ -19,7 +19,7 @@ from durable_outbox_temporal.contract.ids import provider_idempotency_key
 from durable_outbox_temporal.contract.item import SubmitRequest, SubmitResult
 from temporalio.testing import ActivityEnvironment
 
-from activities.delivery import DeliveryActivities
+from activities.delivery import DeliveryActivities, _request_goes, _to_the_end
 from activities.delivery_projection import LeftToWorkflow
 from activities.providers import build_provider
 from tests.conftest import unique_name, webhook_destination
@@ -148,3 +148,19 @@ async def test_a_worker_shutting_down_cancels_even_a_request_in_flight(fake_prov
         env.cancel()
         with pytest.raises(asyncio.CancelledError):
             await asyncio.wait_for(running, 1.0)
+
+
+async def test_a_cancel_landing_as_the_request_ends_returns_its_outcome() -> None:
+    async def run() -> str:
+        activity_task = asyncio.current_task()
+        assert activity_task is not None
+
+        async def body() -> str:
+            _request_goes()
+            # The cancel arrives in the very step the body ends: it has its outcome already.
+            activity_task.cancel()
+            return "sent"
+
+        return await _to_the_end(body())
+
+    assert await environment().run(run) == "sent"
