@@ -100,6 +100,10 @@ class Relay:
         listener = asyncio.create_task(self._listen()) if self._postgres else None
         try:
             while True:
+                # Cleared before the pass, not after: a commit's wake-up that comes during the
+                # pass then brings another pass at once, rather than being lost until the next
+                # poll (a minute in a test whose relay polls that seldom).
+                self._wake.clear()
                 try:
                     moved = await self.relay_once()
                     if time.monotonic() - self._pruned_at >= PRUNE_EVERY_S:
@@ -110,7 +114,6 @@ class Relay:
                     moved = 0
                 if moved >= self._batch:
                     continue  # more are waiting
-                self._wake.clear()
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._wake.wait(), self._poll_interval_s)
         finally:
@@ -232,6 +235,8 @@ class Relay:
             try:
                 async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
                     await conn.execute(f"LISTEN {NOTIFY_CHANNEL}")
+                    # A pass now: rows committed before the LISTEN took effect woke nobody.
+                    self._wake.set()
                     async for _ in conn.notifies():
                         self._wake.set()
             except Exception as err:  # polling carries on meanwhile

@@ -303,6 +303,32 @@ class SlowClaim(Relay):
         return []
 
 
+class CountingClaims(Relay):
+    """A relay whose claims take 0.3 s and are counted."""
+
+    claims = 0
+
+    def _claim(self) -> Any:
+        self.claims += 1
+        time.sleep(0.3)
+        return []
+
+
+async def test_a_wake_up_during_a_pass_brings_another_pass(engine: Engine) -> None:
+    # What a commit's NOTIFY does on PostgreSQL while a pass runs: it must not be lost until the
+    # next poll (a minute here).
+    relay = CountingClaims(IDLE_OUTBOX, engine, poll_interval_s=60)
+
+    async def wake_mid_pass() -> None:
+        await asyncio.sleep(0.1)
+        relay._wake.set()
+
+    waking = asyncio.create_task(wake_mid_pass())
+    await run_for(relay, 1.0)
+    await waking
+    assert relay.claims == 2
+
+
 async def test_a_relay_stopped_mid_pass_gives_its_connection_back_before_it_ends(
     engine: Engine,
 ) -> None:
