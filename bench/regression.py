@@ -32,6 +32,30 @@ TOLERANCES: tuple[tuple[str, float], ...] = (
     ("cpu_ms_per_item", 0.25),
 )
 DEFAULT_TOLERANCE = 0.2
+# Figures that say nothing better or worse of the product when they move, flagged as `moved`:
+# the baselines' own (naive, DBOS, a run with a control off), what a control held a load to (it
+# should equal the setting), and the sizes and counts a scenario chose.
+NEUTRAL_PREFIXES = ("naive_", "dbos_")
+NEUTRAL_FRAGMENTS = ("_without",)
+NEUTRAL = frozenset(
+    {
+        "quota_key_max_per_s",
+        "cap_max_in_flight",
+        "cap_key_max_in_flight",
+        "relay_rows",
+        "batched_signals",
+        "batched_signal_applied",
+        "batched_signal_runs",
+        "raw_signals",
+        "raw_signal_applied",
+        "raw_signal_runs",
+        "adaptive_items",
+        "waiting_items",
+        "payload_bytes_per_item",
+    }
+)
+# Figures where a lower value is better although their names match HIGHER_IS_BETTER.
+LOWER_IS_BETTER = ("priority_wait_ratio", "throttled_share")
 # Figures where a higher value is better; for the others (times, CPU, counts) lower is.
 HIGHER_IS_BETTER = ("per_s", "ratio", "_sent", "share")
 
@@ -48,11 +72,22 @@ class Change:
 
     @property
     def verdict(self) -> str:
-        """`better`, `worse` or empty when within the tolerance."""
+        """`better`, `worse`, `moved` (a figure with no better side) or empty when within the
+        tolerance."""
         if not self.flagged:
             return ""
-        higher = any(fragment in self.figure for fragment in HIGHER_IS_BETTER)
+        if (
+            self.figure in NEUTRAL
+            or self.figure.startswith(NEUTRAL_PREFIXES)
+            or _named(self.figure, NEUTRAL_FRAGMENTS)
+        ):
+            return "moved"
+        higher = not _named(self.figure, LOWER_IS_BETTER) and _named(self.figure, HIGHER_IS_BETTER)
         return "better" if (self.after > self.before) == higher else "worse"
+
+
+def _named(figure: str, fragments: tuple[str, ...]) -> bool:
+    return any(fragment in figure for fragment in fragments)
 
 
 def results_path(mode: str) -> Path:

@@ -52,6 +52,44 @@ def test_figures_beyond_their_tolerance_are_flagged_better_or_worse() -> None:
     }
 
 
+def test_a_figure_where_less_is_better_is_judged_so_whatever_its_name() -> None:
+    before = {
+        "priority_wait_ratio": 0.1,
+        "adaptive_throttled_share": 0.01,
+        "bulk_ratio_vs_naive": 5.0,
+    }
+    after = {
+        "priority_wait_ratio": 0.2,
+        "adaptive_throttled_share": 0.04,
+        "bulk_ratio_vs_naive": 6.5,
+    }
+
+    assert {c.figure: c.verdict for c in regression.compare(before, after)} == {
+        "priority_wait_ratio": "worse",  # urgent items waited longer against the others
+        "adaptive_throttled_share": "worse",  # more of the submits refused
+        "bulk_ratio_vs_naive": "better",
+    }
+
+
+def test_a_baselines_figures_and_a_scenarios_sizes_only_moved() -> None:
+    # figure, last committed, this run, verdict
+    cases = [
+        ("naive_items_per_s", 20.0, 25.0, "moved"),
+        ("dbos_items_per_s", 40.0, 30.0, "moved"),
+        ("naive_cpu_ms_per_item", 78.0, 50.0, "moved"),
+        ("caps_items_per_s_without", 30.0, 40.0, "moved"),
+        ("quota_key_max_per_s", 5.0, 7.0, "moved"),  # should equal the quota: not a speed
+        ("waiting_items", 10000.0, 1000.0, "moved"),
+        ("waiting_items_sent", 10000.0, 900.0, "worse"),  # the product's: fewer sent
+    ]
+    before = {figure: old for figure, old, _, _ in cases}
+    after = {figure: new for figure, _, new, _ in cases}
+
+    assert {c.figure: c.verdict for c in regression.compare(before, after)} == {
+        figure: verdict for figure, _, _, verdict in cases
+    }
+
+
 def test_the_report_names_the_reference_run_and_counts_the_flagged() -> None:
     text = regression.report(BEFORE, {"items_per_s": 20.0, "cpu_ms_per_item": 40.0})
 
