@@ -226,6 +226,12 @@ def schema_lock(engine: Engine) -> Iterator[Connection]:
         yield connection
 
 
+# unnest scans the array in its order: the locks are taken sorted.
+_ADVISORY_LOCKS = text(
+    "SELECT count(pg_advisory_xact_lock(k)) FROM unnest(CAST(:keys AS bigint[])) AS k"
+)
+
+
 def lock_scopes(connection: Connection, scopes: Iterable[str]) -> None:
     """Hold each of `scopes` (any strings; named by their table, e.g. `attempts/<item id>`) for
     the rest of the transaction: advisory locks on PostgreSQL, taken in one statement and in
@@ -249,13 +255,7 @@ def lock_scopes(connection: Connection, scopes: Iterable[str]) -> None:
         )
     )
     if keys:
-        # unnest scans the array in its order: the locks are taken sorted.
-        connection.execute(
-            text(
-                "SELECT count(pg_advisory_xact_lock(k)) FROM unnest(CAST(:keys AS bigint[])) AS k"
-            ),
-            {"keys": keys},
-        )
+        connection.execute(_ADVISORY_LOCKS, {"keys": keys})
 
 
 def _is_unversioned(connection: Connection) -> bool:
