@@ -262,8 +262,7 @@ async def _to_the_end(body: Coroutine[Any, Any, Returned]) -> Returned:
     reached one running (`workflows.delivery.Delivery._withdraw_submit`). One that comes before
     any request went cancels the activity; after, it is not acted on, so the activity's outcome
     stands and no request's fate is left unknown. A worker shutting down cancels it, as before.
-    Without a heartbeat timeout (a workflow from before, an aggregate's effect) the body runs
-    as it always did."""
+    Without a heartbeat timeout (a workflow from before) the body runs as it always did."""
     timeout = activity.info().heartbeat_timeout
     if not timeout:
         return await body

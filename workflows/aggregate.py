@@ -86,6 +86,7 @@ with workflow.unsafe.imports_passed_through():
     from pydantic_core import to_jsonable_python
 
     from activities.aggregate_store import AggregateStoreActivities
+    from activities.delivery import HEARTBEAT_TIMEOUT
     from workflows.aggregate_types import HOSTED
 
 # The event store must get every event, so a write is retried until the database is back.
@@ -603,6 +604,9 @@ class AggregateWorkflow:
                     ),
                     task_queue=submit_task_queue(destination),
                     start_to_close_timeout=_EFFECT_TIMEOUT,
+                    # A start that reached no worker is tried again after this, as an item's
+                    # submit is (`activities.delivery._to_the_end`), not after the 15 s.
+                    heartbeat_timeout=HEARTBEAT_TIMEOUT,
                     retry_policy=_EFFECT_RETRIES,
                     result_type=SubmitResult,
                     summary=f"call {destination} for {record.name} (attempt {attempt})",

@@ -206,15 +206,22 @@ class PingingFlight(FlightSeating):
     }
 
 
-async def test_a_provider_call_effect_honours_retry_after_and_delivers_once(
-    stack_factory, fake_provider, monkeypatch
-) -> None:
+async def pinging_flight(
+    stack_factory: Any, fake_provider: Any, monkeypatch: Any, interceptors: Any = ()
+) -> tuple[Any, AggregateClient, str]:
+    """A stack hosting `PingingFlight` against a webhook destination, and a new flight's id
+    (not opened yet)."""
     webhook = webhook_destination(fake_provider)
     monkeypatch.setattr(PingingFlight, "destination", webhook.name)
     monkeypatch.setitem(HOSTED, PingingFlight.type_name, PingingFlight())
-    stack = await stack_factory(webhook)
-    client = aggregates_on(stack)
-    flight = unique_name("BA")
+    stack = await stack_factory(webhook, interceptors=list(interceptors))
+    return stack, aggregates_on(stack), unique_name("BA")
+
+
+async def test_a_provider_call_effect_honours_retry_after_and_delivers_once(
+    stack_factory, fake_provider, monkeypatch
+) -> None:
+    stack, client, flight = await pinging_flight(stack_factory, fake_provider, monkeypatch)
     key = f"{PingingFlight.type_name}:{flight}:2:ping"
     provider_key = provider_idempotency_key(f"effect/{key}")
     await fake_provider.admin.script(provider_key, [{"status": 503, "retry_after": "3"}])

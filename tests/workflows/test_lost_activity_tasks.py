@@ -1,14 +1,17 @@
 """A submit the server recorded as started that never reached the activity's code (under load,
 its start can commit after the matching service stopped waiting: temporalio/temporal#11733) is
 tried again after the submit's heartbeat timeout, not after its start-to-close minute, and the
-item is sent once. Full bench runs lost a few submits a round that way (docs/benchmarks.md)."""
+item (or an aggregate's provider call) is sent once. Full bench runs lost a few submits a round
+that way (docs/benchmarks.md)."""
 
 from __future__ import annotations
 
 import asyncio
 from typing import Any
 
+from durable_outbox_temporal.contract.aggregate import aggregate_workflow_id
 from durable_outbox_temporal.contract.bulk import shard_workflow_id
+from durable_outbox_temporal.contract.ids import provider_idempotency_key
 from durable_outbox_temporal.contract.item import (
     SUBMIT_ACTIVITY,
     SUBMIT_BATCH_ACTIVITY,
@@ -24,6 +27,7 @@ from readmodel import store
 from tests.conftest import email_destination, unique_name
 from tests.fakes import deliveries
 from tests.workflows.test_bulk import enqueue_all, until_settled
+from tests.workflows.test_effects import SEATS, PingingFlight, eventually, pinging_flight, settled
 from tests.workflows.test_outbox_item import EMAIL
 
 
@@ -117,3 +121,23 @@ async def test_a_shared_submit_that_never_ran_is_tried_again_after_its_heartbeat
         assert await deliveries(fake_provider, item_id) == 1
     shard = shard_workflow_id(destination.name, 0)
     assert await retried_within(stack.client, shard, SUBMIT_BATCH_ACTIVITY) == [True]
+
+
+async def test_an_effects_provider_call_that_never_ran_is_tried_again_after_its_heartbeat_timeout(
+    stack_factory, fake_provider, monkeypatch
+) -> None:
+    stack, client, flight = await pinging_flight(
+        stack_factory, fake_provider, monkeypatch, [FirstAttemptNeverRuns(SUBMIT_ACTIVITY)]
+    )
+    await client.command(PingingFlight.type_name, flight, "open", SEATS)
+
+    await client.command(
+        PingingFlight.type_name, flight, "assign_seat", {"seat": "1B", "passenger_id": "p"}
+    )
+    [effect] = await eventually(settled(client, PingingFlight.type_name, flight, 1))
+
+    assert effect.status == "done", effect
+    stats = await fake_provider.admin.key_stats(provider_idempotency_key(f"effect/{effect.key}"))
+    assert stats["deliveries"] == 1, stats
+    workflow_id = aggregate_workflow_id(PingingFlight.type_name, flight)
+    assert await retried_within(stack.client, workflow_id, SUBMIT_ACTIVITY) == [True]
