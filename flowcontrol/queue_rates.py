@@ -13,6 +13,7 @@ and the submit activity (which pauses a destination whose endpoint answers 410 G
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import re
 from dataclasses import dataclass
@@ -25,7 +26,12 @@ from temporalio.api.workflowservice.v1 import (
     UpdateTaskQueueConfigRequest,
 )
 from temporalio.client import Client
+from temporalio.service import RPCError, RPCStatusCode
 
+# A describe the server cancelled (as it does under load: "operation was canceled") is asked
+# again after these waits before its error goes to the caller: a read changes nothing, and one
+# such cancel made a destination's PATCH answer 503 in a loaded test run.
+_CANCELLED_READ_WAITS_S = (0.05, 0.2)
 # The longest pause reason kept (the API refuses longer ones; automatic ones are cut to it).
 MAX_REASON = 500
 # A paused queue's limit reason records the run-time rate to restore on resume, if there was one.
@@ -68,15 +74,22 @@ async def read_queue_rate(
 ) -> QueueRate:
     """The rate the server holds an activity task queue to, and whether it is paused: a limit
     set through the API from the moment it is set."""
-    response = await client.workflow_service.describe_task_queue(
-        DescribeTaskQueueRequest(
-            namespace=client.namespace,
-            task_queue=TaskQueue(name=task_queue),
-            task_queue_type=TaskQueueType.TASK_QUEUE_TYPE_ACTIVITY,
-            report_config=True,
-        ),
-        timeout=rpc_timeout,
+    request = DescribeTaskQueueRequest(
+        namespace=client.namespace,
+        task_queue=TaskQueue(name=task_queue),
+        task_queue_type=TaskQueueType.TASK_QUEUE_TYPE_ACTIVITY,
+        report_config=True,
     )
+    for wait_s in (*_CANCELLED_READ_WAITS_S, None):
+        try:
+            response = await client.workflow_service.describe_task_queue(
+                request, timeout=rpc_timeout
+            )
+            break
+        except RPCError as err:
+            if err.status != RPCStatusCode.CANCELLED or wait_s is None:
+                raise
+        await asyncio.sleep(wait_s)
     effective = response.effective_rate_limit
     queue_limit = response.config.queue_rate_limit
     if queue_limit.HasField("rate_limit"):

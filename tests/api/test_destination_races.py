@@ -187,25 +187,43 @@ async def one_api(
         yield OneApi(http=http, stack=stack, webhook=webhook)
 
 
+def fail_calls(
+    monkeypatch: pytest.MonkeyPatch,
+    stack: Stack,
+    call: str,
+    error: RPCError,
+    times: int,
+    task_queue: str | None = None,
+) -> list[str]:
+    """Make the server answer the next `times` calls of `call` (a workflow service method on a
+    task queue) with `error`, only those of `task_queue` if given; returns the queues of every
+    call asked for, failed or not."""
+    service_client = stack.client.workflow_service
+    real: Callable[..., Awaitable[Any]] = getattr(service_client, call)
+    asked: list[str] = []
+    failures = [times]
+
+    async def failing(request: Any, *args: Any, **kwargs: Any) -> Any:
+        queue = (
+            request.task_queue if isinstance(request.task_queue, str) else request.task_queue.name
+        )
+        asked.append(queue)
+        if task_queue in (None, queue) and failures[0] > 0:
+            failures[0] -= 1
+            raise error
+        return await real(request, *args, **kwargs)
+
+    monkeypatch.setattr(service_client, call, failing)
+    return asked
+
+
 def refuse_updates_of(
     monkeypatch: pytest.MonkeyPatch, stack: Stack, task_queue: str, times: int
 ) -> list[str]:
     """Make the server refuse (RESOURCE_EXHAUSTED, as under load) the next `times` updates of
     `task_queue`'s config; returns the queues of every update asked for, refused or not."""
-    service_client = stack.client.workflow_service
-    update: Callable[..., Awaitable[Any]] = service_client.update_task_queue_config
-    asked: list[str] = []
-    refusals = [times]
-
-    async def refusing(request: UpdateTaskQueueConfigRequest, *args: Any, **kwargs: Any) -> Any:
-        asked.append(request.task_queue)
-        if request.task_queue == task_queue and refusals[0] > 0:
-            refusals[0] -= 1
-            raise RPCError("namespace rate limit exceeded", RPCStatusCode.RESOURCE_EXHAUSTED, b"")
-        return await update(request, *args, **kwargs)
-
-    monkeypatch.setattr(service_client, "update_task_queue_config", refusing)
-    return asked
+    refused = RPCError("namespace rate limit exceeded", RPCStatusCode.RESOURCE_EXHAUSTED, b"")
+    return fail_calls(monkeypatch, stack, "update_task_queue_config", refused, times, task_queue)
 
 
 async def test_a_second_queue_refused_once_is_asked_again(
@@ -244,6 +262,43 @@ async def test_a_second_queue_refused_for_good_puts_the_first_back(
     assert not submit.paused and not poll.paused
     assert submit.rate == 20.0 and submit.source == "api"
     assert shown["paused"] is False and shown["submit"] == {"rate": 20.0, "source": "api"}
+
+
+def cancel_describes(monkeypatch: pytest.MonkeyPatch, stack: Stack, times: int) -> list[str]:
+    """Make the server cancel (as it does under load: "operation was canceled") the next `times`
+    reads of any queue's rate; returns the queues of every read asked for, cancelled or not."""
+    cancelled = RPCError("operation was canceled", RPCStatusCode.CANCELLED, b"")
+    return fail_calls(monkeypatch, stack, "describe_task_queue", cancelled, times)
+
+
+async def test_a_read_of_a_queues_rate_the_server_cancelled_is_asked_again(
+    one_api: OneApi, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    url = f"/v1/destinations/{one_api.webhook.name}"
+    asked = cancel_describes(monkeypatch, one_api.stack, 2)
+
+    paused = await one_api.http.patch(url, json={"paused": True, "reason": "maintenance"})
+    resumed = await one_api.http.patch(url, json={"paused": False})
+
+    assert paused.status_code == 200, paused.text
+    assert paused.json()["paused"] is True
+    assert resumed.status_code == 200 and resumed.json()["paused"] is False
+    # Both queues are read at once first: each read cancelled was asked again.
+    queues = [one_api.webhook.submit_task_queue, one_api.webhook.poll_task_queue]
+    assert sorted(asked[:4]) == sorted(queues * 2)
+
+
+async def test_a_read_the_server_keeps_cancelling_answers_503(
+    one_api: OneApi, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cancel_describes(monkeypatch, one_api.stack, 1_000)
+
+    refused = await one_api.http.patch(
+        f"/v1/destinations/{one_api.webhook.name}", json={"paused": True, "reason": "maintenance"}
+    )
+
+    assert_problem(refused, 503)
+    assert refused.headers["Retry-After"]
 
 
 async def test_a_read_model_that_does_not_answer_refuses_the_change(
