@@ -1,18 +1,22 @@
 """Claim checks: a payload near the 10 MiB request limit goes through the API, the workflow and
 the provider intact, while the workflow history carries a reference and the blob is stored once
 (encrypted) in the database; a repeated request stores nothing more, and the blobs of workflows
-Temporal no longer has are pruned."""
+Temporal no longer has are pruned, a long-lived workflow's run by run."""
 
 from __future__ import annotations
 
-from datetime import timedelta
+import asyncio
+import uuid
+from datetime import UTC, datetime, timedelta
 
 import httpx
 from durable_outbox_temporal.codec import EncryptionCodec, data_converter, new_key_setting
 from sqlalchemy import func, select
+from temporalio import workflow
 from temporalio.api.common.v1 import Payload
 from temporalio.client import Client
 from temporalio.converter import StorageDriverStoreContext, StorageDriverWorkflowInfo
+from temporalio.worker import Worker
 
 from api.main import create_app
 from readmodel.models import PAYLOAD_BLOBS
@@ -20,7 +24,7 @@ from readmodel.payload_store import (
     SqlPayloadStore,
     claim_checks,
     prune_orphaned_blobs,
-    temporal_has,
+    temporal_runs,
 )
 from tests.api.conftest import api_settings
 from tests.conftest import unique_name, webhook_destination
@@ -115,12 +119,14 @@ async def test_a_repeated_request_stores_its_large_payload_once(
 
 
 async def test_blobs_of_workflows_temporal_no_longer_has_are_pruned(
-    time_skipping_env, stack_factory, fake_provider, engine
+    dev_env, stack_factory, fake_provider, engine
 ) -> None:
+    # The dev server: its clock is the wall's, as the pruner's times are (a time-skipping
+    # server's runs start in its own skipped-ahead time).
     store = SqlPayloadStore(engine)
-    client = time_skipping_env.client
+    client = dev_env.client
     destination = webhook_destination(fake_provider)
-    stack = await stack_factory(destination)
+    stack = await stack_factory(destination, env=dev_env)
     live = await stack.enqueue(destination, {"n": 1})
     await stack.result(live.item_id)
 
@@ -141,12 +147,46 @@ async def test_blobs_of_workflows_temporal_no_longer_has_are_pruned(
     await store.store(stored_for(live.item_id), [payload('"shared"')])
     await store.store(stored_for(None), [payload('"unowned"')])
 
-    kept_young = await prune_orphaned_blobs(engine, temporal_has(client))
+    kept_young = await prune_orphaned_blobs(engine, temporal_runs(client))
     # One workflow asked about at a time: the pruner pages through them all.
-    pruned = await prune_orphaned_blobs(engine, temporal_has(client), grace=timedelta(0), batch=1)
+    pruned = await prune_orphaned_blobs(engine, temporal_runs(client), grace=timedelta(0), batch=1)
 
     with engine.connect() as connection:
         left = connection.execute(select(PAYLOAD_BLOBS.c.data, PAYLOAD_BLOBS.c.workflow_id)).all()
     owners = {Payload.FromString(row.data).data.decode(): row.workflow_id for row in left}
     assert (kept_young, pruned) == (0, 1)
     assert owners == {'"live"': live.item_id, '"shared"': None, '"unowned"': None}
+
+
+@workflow.defn(name="tests.ContinuedRuns", sandboxed=False)
+class ContinuedRuns:
+    @workflow.run
+    async def run(self, left: int) -> None:
+        if left:
+            workflow.continue_as_new(left - 1)
+
+
+async def test_temporal_runs_finds_a_continued_workflows_runs_on_the_dev_server(dev_env) -> None:
+    client = dev_env.client
+    task_queue = unique_name("runs")
+    workflow_id = f"tests/continued/{uuid.uuid4().hex[:8]}"
+    async with Worker(client, task_queue=task_queue, workflows=[ContinuedRuns]):
+        await client.execute_workflow(ContinuedRuns.run, 2, id=workflow_id, task_queue=task_queue)
+    query = f'WorkflowId = "{workflow_id}"'
+    for _ in range(100):
+        starts = [run.start_time async for run in client.list_workflows(query)]
+        if len(starts) == 3:
+            break
+        await asyncio.sleep(0.1)
+    runs = temporal_runs(client)
+
+    current = await runs.current_start(workflow_id)
+
+    assert len(starts) == 3 and current == max(starts)
+    first = min(starts)
+    assert await runs.started_by(workflow_id, first)
+    assert not await runs.started_by(workflow_id, first - timedelta(milliseconds=1))
+    assert await runs.current_start("tests/never-started") is None
+    assert not await runs.started_by("tests/never-started", datetime.now(UTC))
+    # An id no query can name keeps its blobs.
+    assert await runs.started_by('tests/"quoted"', datetime.now(UTC))
