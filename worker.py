@@ -59,6 +59,7 @@ from activities.worker_startup import (
     open_provider_client,
     open_read_model,
     refuse_an_open_production,
+    refuse_bulk_without_claim_checks,
     served_destinations,
     worker_runtime,
 )
@@ -385,6 +386,8 @@ async def run_worker(
     destinations = served_destinations(registry, only_destinations)
     codec = codec_from_environment()
     refuse_an_open_production(settings, codec, destinations)
+    if run_workflows:
+        refuse_bulk_without_claim_checks(settings, registry)
     migrations = aggregate_types.migrations
     read_model = open_read_model(settings, migrations) if run_workflows else None
     runtime = worker_runtime(settings.worker_metrics_address)

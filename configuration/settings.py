@@ -154,7 +154,8 @@ class Settings(BaseSettings):
         default=64 * 1024,
         ge=0,
         description="A payload above this many bytes (after encryption) is stored once in the"
-        " database and the workflow history carries a reference; 0: off.",
+        " database and the workflow history carries a reference; 0: off (a worker that runs"
+        " workflows refuses it while a destination is in bulk mode).",
     )
     # Payload encryption keys, `key-id:base64,...`, the first one current (see
     # durable_outbox_temporal/codec.py, which every Temporal client reads them with,

@@ -55,3 +55,43 @@ def test_a_production_process_refuses_the_fakes_public_credentials(process: str,
         "'fake-payments' signs with the fake provider's public settings.token",
     ):
         assert named in output, output
+
+
+BULK_DESTINATIONS = """
+[destinations.hooks-in-bulk]
+provider = "webhook"
+mode = "bulk"
+[destinations.hooks-in-bulk.settings]
+url = "http://127.0.0.1:9/hooks"
+secret = "whsec_dGVzdC1zZWNyZXQtZm9yLWJ1bGstbW9kZQ=="
+"""
+
+
+@pytest.mark.parametrize("claim_check_bytes", ["0", "65536"])
+def test_a_worker_refuses_bulk_shards_without_claim_checks(
+    claim_check_bytes: str, tmp_path
+) -> None:
+    """A bulk shard carries its held items across continue-as-new in one payload, over 2 MB for a
+    few thousand of them: without claim checks its workflow tasks fail from then on."""
+    config = tmp_path / "destinations.toml"
+    config.write_text(BULK_DESTINATIONS)
+    env = {key: value for key, value in os.environ.items() if key not in _CLEARED}
+    env.update(
+        OUTBOX_CONFIG=str(config),
+        CLAIM_CHECK_BYTES=claim_check_bytes,
+        DATABASE_URL=f"sqlite:///{tmp_path / 'readmodel.db'}",
+        # Unreachable: the refusal comes before any connection (a worker that passes it stops
+        # there instead).
+        TEMPORAL_ADDRESS=f"127.0.0.1:{free_port()}",
+        WORKER_METRICS_ADDRESS="",
+    )
+    done = subprocess.run(
+        COMMANDS["worker"], cwd=PROJECT_ROOT, env=env, capture_output=True, text=True, timeout=120
+    )
+
+    output = done.stdout + done.stderr
+    assert done.returncode != 0, output  # refused, or no Temporal to reach
+    refused = "CLAIM_CHECK_BYTES=0 refused: the bulk shards of hooks-in-bulk" in output
+    assert refused == (claim_check_bytes == "0"), output
+    if refused:
+        assert "Traceback" not in output
