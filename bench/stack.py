@@ -21,6 +21,7 @@ from temporalio.worker import Interceptor
 from devstack.fake_provider import FakeProvider, FaultConfig, run_fake_provider
 from devstack.temporal_server import dev_server_extra_args, temporal_cli_path
 from readmodel.db import create_schema, make_engine
+from readmodel.payload_store import claim_checks
 from worker import build_workers
 
 
@@ -42,14 +43,18 @@ async def webhook_stack(
     faults: FaultConfig | None = None,
     fairness: bool = True,
     interceptors: Sequence[Interceptor] = (),
+    claim_check_bytes: int = 0,
     **destination_fields: Any,
 ) -> BenchStack:
     """Start it all; `db_file` is the read model (recreated), `destination_fields` the webhook
-    destination's settings beyond its name and URL (rates, backoff...)."""
+    destination's settings beyond its name and URL (rates, backoff...). `claim_check_bytes`:
+    payloads above it stored in the read model, as `worker.py` does by default (0: inline)."""
+    engine = _fresh_read_model(db_file)
+    exits.callback(engine.dispose)
     env = await exits.enter_async_context(
         await WorkflowEnvironment.start_local(
             # The product's payload converter, as `worker.py` and the API use it.
-            data_converter=data_converter(None),
+            data_converter=data_converter(None, claim_checks(engine, claim_check_bytes)),
             dev_server_existing_path=temporal_cli_path(),
             dev_server_extra_args=[
                 *dev_server_extra_args(None, fairness=fairness),
@@ -59,8 +64,6 @@ async def webhook_stack(
         )
     )
     fake = await exits.enter_async_context(run_fake_provider(faults))
-    engine = _fresh_read_model(db_file)
-    exits.callback(engine.dispose)
     destination = Destination.model_validate(
         {
             "name": name,

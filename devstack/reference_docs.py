@@ -257,6 +257,16 @@ BENCH_VARIABLES = (
         "`300` (`150` with `QUICK=1`)",
         "`bench.fairness`: items the big outbox enqueues",
     ),
+    Variable(
+        "SHARD_KEYS",
+        "`2000` (`400` with `QUICK=1`)",
+        "`bench.shard_backlog`: ordering keys of 5 items each the one shard holds",
+    ),
+    Variable(
+        "SHARD_RATE",
+        "`50`",
+        "`bench.shard_backlog`: the destination's submits per second (lower: a longer backlog)",
+    ),
 )
 
 
