@@ -240,7 +240,12 @@ class DestinationControls:
         except (WorkflowQueryRejectedError, RPCTimeoutOrCancelledError):
             return None
         except RPCError as err:
-            if err.status in (RPCStatusCode.NOT_FOUND, RPCStatusCode.DEADLINE_EXCEEDED):
+            # Cancelled: the server gave up on it under load, as on one that timed out.
+            if err.status in (
+                RPCStatusCode.NOT_FOUND,
+                RPCStatusCode.DEADLINE_EXCEEDED,
+                RPCStatusCode.CANCELLED,
+            ):
                 return None
             raise
         return flow

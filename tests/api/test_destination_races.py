@@ -301,6 +301,26 @@ async def test_a_read_the_server_keeps_cancelling_answers_503(
     assert refused.headers["Retry-After"]
 
 
+async def test_a_flow_query_the_server_cancelled_leaves_the_flow_out_of_a_read(
+    one_api: OneApi, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As for a flow workflow too busy to answer in time: the read answers without it."""
+    service_client = one_api.stack.client.workflow_service
+    asked: list[Any] = []
+
+    async def cancelled(request: Any, *args: Any, **kwargs: Any) -> Any:
+        asked.append(request)
+        raise RPCError("operation was canceled", RPCStatusCode.CANCELLED, b"")
+
+    monkeypatch.setattr(service_client, "query_workflow", cancelled)
+
+    shown = await one_api.http.get(f"/v1/destinations/{one_api.webhook.name}")
+
+    assert shown.status_code == 200, shown.text
+    assert shown.json()["flow"] is None
+    assert len(asked) == 1
+
+
 async def test_a_read_model_that_does_not_answer_refuses_the_change(
     stack_factory: Any, fake_provider: FakeProvider, dev_env: WorkflowEnvironment, tmp_path: Path
 ) -> None:
