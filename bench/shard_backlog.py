@@ -1,6 +1,7 @@
 """A bulk shard with a backlog (`python -m bench.shard_backlog`): how long its workflow tasks
-take while it holds many items, above all the first task of each run, which reads every held
-item from the run's input before the workflow can yield.
+take while it holds many items, above all the first task of each run, which reads the held
+items the run's input carries as they are (at most `ADMIT_PER_TASK`; the rest come in parts,
+one per later task) before the workflow can yield.
 
 One shard (`shards = 1`), `SHARD_KEYS` ordering keys x `PER_KEY` items of about 250 bytes,
 handed over in batches of 100 to a destination at `SHARD_RATE` a second (the backlog), with
@@ -12,8 +13,9 @@ delivery, every run of the shard is read back from Temporal:
 - `shard_failed_tasks`: workflow tasks that failed (the SDK's 2 s deadlock check, a payload
   over Temporal's limit): any fails the run, as a failing task held often enough stops a shard.
 
-The SDK fails a workflow task whose code does not yield within 2 s: a shard holding enough items
-would fail the first task of every run and deliver nothing (docs/decisions/payload-json.md).
+The SDK fails a workflow task whose code does not yield within 2 s: a shard whose first task
+read every item it held would, holding enough, fail the first task of every run and deliver
+nothing (docs/decisions/shard-carry-in-parts.md).
 """
 
 from __future__ import annotations

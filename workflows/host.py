@@ -38,17 +38,20 @@ from datetime import UTC, datetime, timedelta
 from typing import Generic, TypeVar
 
 from temporalio import workflow
+from temporalio.api.common.v1 import Payload
 from temporalio.common import Priority, RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError, CancelledError
 from temporalio.workflow import ActivityCancellationType
 
 with workflow.unsafe.imports_passed_through():
+    from durable_outbox_temporal.contract import bulk as shard_contract
     from durable_outbox_temporal.contract.bulk import (
         CANCEL_ITEM_SIGNAL,
         ENQUEUE_SIGNAL,
         ITEM_REPORT_SIGNAL,
         RECENT_KEPT,
         SHARD_QUERY,
+        CarriedPart,
         ItemCancel,
         ItemReport,
         ShardEnqueue,
@@ -117,6 +120,8 @@ _PROJECTION_RETRIES = RetryPolicy(
     initial_interval=timedelta(milliseconds=200), maximum_interval=timedelta(seconds=30)
 )
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_CARRY_IN_PARTS_PATCH = "shard-carry-in-parts"
+_JSON = {"encoding": b"json/plain"}
 
 Request = TypeVar("Request", SubmitRequest, PollRequest)
 Outcome = TypeVar("Outcome", SubmitOutcome, PollOutcome)
@@ -409,6 +414,8 @@ class DeliveryHostWorkflow:
         # Before any handler runs: an append in the first task finds its carried lane.
         for lane_state in start.lanes:
             self._add_lane(lane_state)
+        # The carried parts not admitted yet: every handler waits for them (`_carried_admitted`).
+        self._later = list(start.later)
 
     async def _run(self) -> None:
         """Deliver until nothing has been held for `linger_s`, continuing as new on the way."""
@@ -417,6 +424,7 @@ class DeliveryHostWorkflow:
         for item in self._start.items:
             self._admit(item)
         try:
+            await self._admit_later()
             await self._serve()
         except asyncio.CancelledError:
             # Cancelled itself (Web UI, CLI): the items waiting in lanes will never run, so each
@@ -424,11 +432,41 @@ class DeliveryHostWorkflow:
             # cache instead: nothing may be recorded, see `Delivery.run`.)
             if workflow.cancellation_reason() is None:
                 raise
+            # Lanes of parts not admitted yet are recorded too (in this one task: a cancel is
+            # rare, and nothing of them runs).
+            for part in map(_read_part, self._later):
+                for lane_state in part.lanes:
+                    self._add_lane(lane_state)
+            self._later.clear()
             for lane in self._lanes.values():
                 lane.remove_all("cancelled with its host workflow")
             self._project_lanes()
             await workflow.wait_condition(self._all_projected)
             raise
+
+    async def _admit_later(self) -> None:
+        """Admit the carried parts, one a workflow task: a 1 ms timer ends each task, so none
+        reads more than `ADMIT_PER_TASK` held items, however many the shard carried."""
+        if self._later:
+            # Its marker in this run too: a worker from before the parts, which would read the
+            # input without them, fails this run's replay rather than drop them.
+            workflow.patched(_CARRY_IN_PARTS_PATCH)
+        while self._later:
+            await workflow.sleep(timedelta(milliseconds=1), summary="admit carried items")
+            part = _read_part(self._later[0])
+            for lane_state in part.lanes:
+                self._start_lane(self._add_lane(lane_state))
+            for item in part.items:
+                self._admit(item)
+            del self._later[0]
+
+    async def _carried_admitted(self) -> None:
+        """Every handler first waits here for the carried parts: a repeated enqueue, a cancel
+        or a report must find the item as carried, with its state, not start it afresh. With
+        nothing left to admit (always, for a run carried in one piece) it returns at once,
+        without yielding: the handler runs as it did before parts existed."""
+        if self._later:
+            await workflow.wait_condition(lambda: not self._later)
 
     async def _serve(self) -> None:
         linger = timedelta(seconds=self._start.linger_s)
@@ -468,7 +506,8 @@ class DeliveryHostWorkflow:
     # -- handlers --------------------------------------------------------------------------------
 
     @workflow.signal(name=ENQUEUE_SIGNAL)
-    def enqueue_items(self, batch: ShardEnqueue) -> None:
+    async def enqueue_items(self, batch: ShardEnqueue) -> None:
+        await self._carried_admitted()
         # The destination's batch sizes as configured now: a changed config applies from the
         # next enqueue, like the worker's queue rates from its next start.
         if batch.submit_batch is not None:
@@ -479,22 +518,25 @@ class DeliveryHostWorkflow:
             self._admit(item, batch.lane_policies.get(item.outbox))
 
     @workflow.update(name=APPEND_UPDATE)
-    def append_items(self, appends: LaneAppends) -> LaneAppendsResult:
+    async def append_items(self, appends: LaneAppends) -> LaneAppendsResult:
         """Append items to their lanes, in order; what became of each."""
+        await self._carried_admitted()
         self._lane_runs.update(appends.lane_runs)
         return LaneAppendsResult(
             outcomes=[self._admit(item, appends.policy, capped=True) for item in appends.items]
         )
 
     @workflow.signal(name=APPEND_SIGNAL)
-    def append_items_unconfirmed(self, appends: LaneAppends) -> None:
+    async def append_items_unconfirmed(self, appends: LaneAppends) -> None:
         """The same append, sent when no worker answered the update in time."""
+        await self._carried_admitted()
         self._lane_runs.update(appends.lane_runs)
         for item in appends.items:
             self._admit(item, appends.policy)
 
     @workflow.signal(name=CANCEL_ITEM_SIGNAL)
-    def cancel_item(self, cancel: ItemCancel) -> None:
+    async def cancel_item(self, cancel: ItemCancel) -> None:
+        await self._carried_admitted()
         delivery = self._delivery(cancel.item_id)
         if delivery is not None:
             delivery.request_cancel(cancel.request)
@@ -507,20 +549,23 @@ class DeliveryHostWorkflow:
 
     @workflow.signal(name=ITEM_REPORT_SIGNAL)
     async def item_delivery_report(self, routed: ItemReport) -> None:
+        await self._carried_admitted()
         delivery = self._delivery(routed.item_id)
         if delivery is not None:
             await delivery.delivery_report(routed.report)
 
     @workflow.signal(name=REDRIVE_HEAD_SIGNAL)
-    def redrive_head(self, request: RedriveHead) -> None:
+    async def redrive_head(self, request: RedriveHead) -> None:
         """Run a halted lane's failed head item again; only while halted on that key."""
+        await self._carried_admitted()
         for lane in self._lanes_named(request.ordering_key):
             if lane.redrive(request):
                 return
 
     @workflow.signal(name=SKIP_HEAD_SIGNAL)
-    def skip_head(self, request: SkipHead) -> None:
+    async def skip_head(self, request: SkipHead) -> None:
         """Move a halted lane past its failed head item; only while halted on that key."""
+        await self._carried_admitted()
         for lane in self._lanes_named(request.ordering_key):
             if lane.skip(request):
                 return
@@ -528,6 +573,7 @@ class DeliveryHostWorkflow:
     @workflow.update(name=REMOVE_UPDATE)
     async def remove(self, request: RemoveRequest) -> RemoveResult:
         """Cancel waiting items of the lanes named (or all lanes); once projected."""
+        await self._carried_admitted()
         result = RemoveResult()
         for lane in list(self._lanes.values()):
             if request.outbox is not None and lane.state.outbox != request.outbox:
@@ -895,6 +941,13 @@ class DeliveryHostWorkflow:
             )
             for delivery in self._deliveries.values()
         ]
+        lanes = [lane.carry() for lane in self._lanes.values()]
+        later: list[str] = []
+        # Asked at every continue-as-new, whatever it carries: its marker must not depend on a
+        # size a later release may set otherwise.
+        per_task = shard_contract.ADMIT_PER_TASK
+        if workflow.patched(_CARRY_IN_PARTS_PATCH) and _held_count(items, lanes) > per_task:
+            items, lanes, later = _in_parts(items, lanes, per_task)
         workflow.continue_as_new(
             dataclasses.replace(
                 self._start,
@@ -902,8 +955,9 @@ class DeliveryHostWorkflow:
                 submit_batch=self._submits.size,
                 items=items,
                 recent=list(self._recent),
-                lanes=[lane.carry() for lane in self._lanes.values()],
+                lanes=lanes,
                 lane_runs=self._lane_runs,
+                later=later,
             )
         )
 
@@ -911,11 +965,52 @@ class DeliveryHostWorkflow:
         view = self.view()
         counts = ", ".join(f"{n} {status}" for status, n in sorted(view.by_status.items()))
         lanes = f"; {view.lanes} lanes holding {view.in_lanes} items" if view.lanes else ""
+        if self._later:
+            lanes += f"; {len(self._later)} carried parts still to admit"
         workflow.set_current_details(
             f"Bulk shard {view.shard} of **{view.destination}**: {view.held} items held"
             f" ({counts or 'none'}){lanes}; {view.finished} finished in this run."
             " Each item's story is in the read model (`GET /v1/outboxes/{outbox}/items/{key}`)."
         )
+
+
+def _held_count(items: list[OutboxItemInput], lanes: list[LaneState]) -> int:
+    """What admitting these costs a workflow task, in `ADMIT_PER_TASK`'s units."""
+    return len(items) + sum(1 + len(lane.entries) for lane in lanes)
+
+
+def _in_parts(
+    items: list[OutboxItemInput], lanes: list[LaneState], per_part: int
+) -> tuple[list[OutboxItemInput], list[LaneState], list[str]]:
+    """Cut what a run carries into parts of at most `per_part` (a lane is never cut: one larger
+    than that is a part of its own): the first part's items and lanes, to carry as they are,
+    and the JSON text of each other part."""
+    parts: list[CarriedPart] = []
+    room = 0
+    for lane in lanes:
+        size = 1 + len(lane.entries)
+        if not parts or size > room:
+            parts.append(CarriedPart())
+            room = per_part
+        parts[-1].lanes.append(lane)
+        room -= size
+    for item in items:
+        if not parts or room < 1:
+            parts.append(CarriedPart())
+            room = per_part
+        parts[-1].items.append(item)
+        room -= 1
+    first, *rest = parts
+    converter = workflow.payload_converter()
+    return first.items, first.lanes, [converter.to_payload(part).data.decode() for part in rest]
+
+
+def _read_part(text: str) -> CarriedPart:
+    part = workflow.payload_converter().from_payload(
+        Payload(metadata=_JSON, data=text.encode()), CarriedPart
+    )
+    assert isinstance(part, CarriedPart)
+    return part
 
 
 def _generation_id(item: OutboxItemInput) -> str:

@@ -58,6 +58,7 @@ with workflow.unsafe.imports_passed_through():
         RemoveResult,
         SkipHead,
         entry_size,
+        over_capacity,
     )
 
     from workflows.delivery import (
@@ -74,6 +75,7 @@ PROJECT_EVERY = timedelta(seconds=1)
 # forcing one in the workflow task that answers their append: that write held the answer
 # (docs/decisions/lane-queued-rows-later.md). A run from before writes them at once on replay.
 _QUEUED_ROWS_LATER_PATCH = "lane-queued-rows-later"
+_ENTRY_BYTES_PATCH = "lane-counts-entry-bytes"
 
 
 class LaneHost(DeliveryHost, SharedActivityHost, Protocol):
@@ -138,7 +140,7 @@ class Lane:
         if held is not None:
             return AppendOutcome.DUPLICATE if held == item.payload_hash else AppendOutcome.CONFLICT
         size = entry_size(item.key, item.payload)
-        if capped and state.entries and state.waiting_bytes + size > LANE_MAX_WAITING_BYTES:
+        if capped and state.entries and self._full(size):
             return AppendOutcome.FULL
         now = workflow.now()
         state.policies[item.destination] = item.policy
@@ -162,6 +164,16 @@ class Lane:
             self._to_enqueue.append((entry, len(state.entries)))
         self._changed()
         return AppendOutcome.QUEUED
+
+    def _full(self, size: int) -> bool:
+        state = self.state
+        if state.waiting_bytes + size > LANE_MAX_WAITING_BYTES:
+            return True
+        # Each entry's own bytes counted too; asked only when that alone refuses, so a run from
+        # before, which took such appends, takes them again on replay.
+        return over_capacity(state.waiting_bytes, len(state.entries), size) and workflow.patched(
+            _ENTRY_BYTES_PATCH
+        )
 
     def holds(self, key: str) -> bool:
         return key in self._held

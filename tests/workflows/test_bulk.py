@@ -125,6 +125,22 @@ async def shard_history(client: Client, destination: str, shard: int) -> list[An
     return [event async for event in handle.fetch_history_events()]
 
 
+async def long_lived_shard(
+    dev_env: Any, stack_factory: Any, fake_provider: Any
+) -> tuple[Any, Any, list[str]]:
+    """One shard of 25 items, each polled three times: the dev server suggests continue-as-new
+    after 40 events, so it runs through several. It batches submits and polls, which the next
+    runs must go on doing. The destination, the stack and the items' keys."""
+    destination = email_destination(
+        fake_provider, mode="bulk", shards=1, poll_interval_s=0.5, submit_batch=5, poll_batch=5
+    )
+    stack = await stack_factory(destination, env=dev_env)
+    keys = [unique_name("long") for _ in range(25)]
+    for key in keys:
+        await script(fake_provider, item_workflow_id("tests", key), [{"running_polls": 2}])
+    return destination, stack, keys
+
+
 async def test_bulk_items_are_delivered_once_each_with_the_items_events(
     stack_factory, fake_provider
 ) -> None:
@@ -187,16 +203,7 @@ async def test_retry_after_holds_for_a_bulk_item(stack_factory, fake_provider) -
 async def test_a_shard_continues_as_new_carrying_its_items_where_they_were(
     dev_env, stack_factory, fake_provider, caplog: pytest.LogCaptureFixture
 ) -> None:
-    # The dev server suggests continue-as-new after 40 events: a shard of 25 items, each
-    # polled three times, runs through several.
-    # Batching submits and polls, which the next runs must go on doing.
-    destination = email_destination(
-        fake_provider, mode="bulk", shards=1, poll_interval_s=0.5, submit_batch=5, poll_batch=5
-    )
-    stack = await stack_factory(destination, env=dev_env)
-    keys = [unique_name("long") for _ in range(25)]
-    for key in keys:
-        await script(fake_provider, item_workflow_id("tests", key), [{"running_polls": 2}])
+    destination, stack, keys = await long_lived_shard(dev_env, stack_factory, fake_provider)
     retried = keys[0]
     await script(
         fake_provider,

@@ -741,3 +741,38 @@ async def test_order_submit_goes_on_once_accepted_and_halts_only_on_a_refused_su
         "tests", lane_key, skip_reason="test", destination=bulk_name(destination)
     )
     assert (await item_result(stack, keys[3], skip_time=False)).status is ItemStatus.SENT
+
+
+async def test_a_lane_of_many_tiny_items_is_full_by_what_it_carries(
+    stack_factory: Any, fake_provider: FakeProvider
+) -> None:
+    """Each waiting item carries its entry's fields besides its key and payload: a lane of tiny
+    items is refused appends near LANE_MAX_WAITING_BYTES of what it carries, not only once its
+    keys and payloads reach it (its next run would read tens of thousands)."""
+    destination = lane_destination(fake_provider, "item")
+    stack: Stack = await stack_factory(destination)
+    run = uuid.uuid4().hex[:6]
+    lane_key, head = f"tiny-{run}", f"tiny-{run}-head"
+    failing = provider_idempotency_key(item_workflow_id("tests", head))
+    await fake_provider.admin.script(failing, [{"status": 400, "body": "bad recipient"}])
+    await stack.enqueue(destination, {"n": 0}, key=head, ordering_key=lane_key)
+    await wait_for(lambda: _lane_status(stack, destination, lane_key, LaneStatus.HALTED))
+
+    handle = stack.client.get_workflow_handle(lane_workflow_id("tests", lane_key))
+    outcomes: list[AppendOutcome] = []
+    for first in range(0, 6000, 100):
+        items = [
+            stack.outbox.new_item(
+                "tests", NewItem(destination.name, {"n": n}, f"t{n}", ordering_key=lane_key)
+            )
+            for n in range(first, first + 100)
+        ]
+        answer = await handle.execute_update(
+            APPEND_UPDATE, LaneAppends(items=items), result_type=LaneAppendsResult
+        )
+        outcomes += answer.outcomes
+
+    queued = outcomes.count(AppendOutcome.QUEUED)
+    # About 1,000,000 / (LANE_ENTRY_BYTES + 13): its keys and payloads are 13 bytes an item.
+    assert 3500 < queued < 4500, queued
+    assert outcomes[queued:] == [AppendOutcome.FULL] * (len(outcomes) - queued)

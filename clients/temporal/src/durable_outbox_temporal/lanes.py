@@ -27,6 +27,7 @@ from durable_outbox_temporal.contract import search_attributes
 from durable_outbox_temporal.contract.ids import lane_workflow_id
 from durable_outbox_temporal.contract.item import DeliveryPolicy
 from durable_outbox_temporal.contract.lane import (
+    LANE_ENTRY_BYTES,
     LANE_MAX_WAITING_BYTES,
     LANE_QUERY,
     LANE_WORKFLOW_TYPE,
@@ -40,6 +41,7 @@ from durable_outbox_temporal.contract.lane import (
     RemoveRequest,
     RemoveResult,
     SkipHead,
+    over_capacity,
 )
 from durable_outbox_temporal.errors import LaneFull, LaneNotFound, LaneNotHalted
 
@@ -65,14 +67,15 @@ async def signal_with_start(client: Client, workflow: str, arg: Any, **options: 
 
 def check_capacity(lane: LaneView, size: int) -> None:
     """Raise `LaneFull` if `size` more bytes would take the lane past what it may carry."""
-    if lane.length and lane.waiting_bytes + size > LANE_MAX_WAITING_BYTES:
+    if lane.length and over_capacity(lane.waiting_bytes, lane.length, size):
         raise lane_full(lane.outbox, lane.ordering_key)
 
 
 def lane_full(outbox: str, ordering_key: str) -> LaneFull:
     return LaneFull(
         f"lane {ordering_key!r} of outbox {outbox!r} carries as much as one lane may"
-        f" ({LANE_MAX_WAITING_BYTES} bytes of keys and payloads); retry once it has drained"
+        f" ({LANE_MAX_WAITING_BYTES} bytes: keys, payloads and {LANE_ENTRY_BYTES} an item);"
+        " retry once it has drained"
     )
 
 

@@ -33,6 +33,11 @@ DEFAULT_SHARDS = 4
 MAX_SHARDS = 64
 # Submits or polls one batch activity carries at most.
 MAX_BATCH = 100
+# Held items a shard's run admits in one workflow task at most (a lane counts one, and one for
+# each item it holds): what a continue-as-new carries beyond it goes in parts of as many
+# (`ShardInput.later`), each admitted in a workflow task of its own. About 0.1 ms of a worker's
+# CPU each. Why: docs/decisions/shard-carry-in-parts.md
+ADMIT_PER_TASK = 1000
 
 
 def shard_workflow_id(destination: str, shard: int) -> str:
@@ -76,6 +81,19 @@ class ShardInput:
     linger_s: float = 30.0
     # It continues as new past this many history events, or when Temporal suggests it (None).
     continue_after_events: int | None = None
+    # Held items and lanes beyond what one workflow task reads quickly: each the JSON text of a
+    # `CarriedPart`, read and admitted one per workflow task after the first, so that no task
+    # reads them all (the SDK fails a task that does not yield within 2 s). Text, so that the
+    # run's input is read without building them. Why: docs/decisions/shard-carry-in-parts.md
+    later: list[str] = field(default_factory=list)
+
+
+@dataclass
+class CarriedPart:
+    """Items and lanes a run admits in one of its later workflow tasks (`ShardInput.later`)."""
+
+    items: list[OutboxItemInput] = field(default_factory=list)
+    lanes: list[LaneState] = field(default_factory=list)
 
 
 @dataclass

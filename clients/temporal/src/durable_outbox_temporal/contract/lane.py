@@ -51,10 +51,16 @@ PROJECT_LANES_ACTIVITY = "project_lanes"
 
 # Waiting items listed in the lane's view and current details (the rest are only counted).
 LANE_VIEW_WAITING = 20
-# A lane carries its waiting items' keys and payloads across continue-as-new in one Temporal
-# payload, which the server caps at 2 MB: past this many bytes waiting, appends are refused
+# A lane carries its waiting items across continue-as-new in one Temporal payload, which the
+# server caps at 2 MB, and its next run reads them all in its first workflow task: past this
+# many bytes waiting (keys, payloads and `LANE_ENTRY_BYTES` for each item), appends are refused
 # (429) until the lane drains. The margin covers appends racing the check.
 LANE_MAX_WAITING_BYTES = 1_000_000
+# What a waiting item carries besides its key and payload: its entry's other fields as JSON
+# (220 to 250 bytes with a destination name of 20 characters). Counted, so that a lane of many
+# tiny items is bounded too: with keys and payloads alone counted, a lane of 50,000 items of 20
+# bytes each was within the cap and carried 12 MB.
+LANE_ENTRY_BYTES = 250
 # Items one append update carries at most (a client's batch is cut to this).
 MAX_APPEND_BATCH = 100
 
@@ -233,8 +239,15 @@ class LaneDetail:
 
 
 def entry_size(key: str, payload: dict[str, Any]) -> int:
-    """The bytes a waiting item adds to what its lane carries (its key and JSON payload)."""
+    """The bytes of a waiting item's key and JSON payload (a lane's `waiting_bytes` adds them)."""
     return len(key.encode()) + len(json.dumps(payload, separators=(",", ":")).encode())
+
+
+def over_capacity(waiting_bytes: int, waiting: int, size: int) -> bool:
+    """Whether one more item of `size` (`entry_size`) takes a lane holding `waiting` items of
+    `waiting_bytes` past what it may carry."""
+    carried = waiting_bytes + size + (waiting + 1) * LANE_ENTRY_BYTES
+    return carried > LANE_MAX_WAITING_BYTES
 
 
 @dataclass
