@@ -13,6 +13,7 @@ import typing
 from typing import Any
 
 from durable_outbox_temporal.contract.aggregate import AggregateView
+from durable_outbox_temporal.contract.bulk import ENQUEUE_SIGNAL, ShardEnqueue
 from durable_outbox_temporal.contract.debounce import DebounceWindowView
 from durable_outbox_temporal.contract.flow import FlowState
 from durable_outbox_temporal.contract.ids import WORKFLOW_TASK_QUEUE
@@ -139,6 +140,9 @@ _CLI = {
 }
 # Handlers whose payload no one should write by hand (see their description).
 _NO_CLI = {"append_items", "append_items_unconfirmed", "enqueue_items", "join"}
+# Handlers that take their payload raw and read it themselves (`workflows.host.enqueue_items`
+# leaves a burst's payloads unread): the JSON they read.
+_READ_BY_HANDLER: dict[str, type[Any]] = {ENQUEUE_SIGNAL: ShardEnqueue}
 # Examples by handler, where the payload's type alone does not say what a value looks like.
 _HANDLER_EXAMPLES = {
     "retry_effect": '"flight:BA117:2:mirror"',
@@ -271,7 +275,9 @@ def contract_table() -> str:
         for name, update in definition.updates.items():
             handlers.append((str(name), "update", list(update.arg_types or []), update.ret_type))
         for name, signal in definition.signals.items():
-            handlers.append((str(name), "signal", list(signal.arg_types or []), None))
+            read = _READ_BY_HANDLER.get(str(name))
+            arg_types = [read] if read else list(signal.arg_types or [])
+            handlers.append((str(name), "signal", arg_types, None))
         for name, kind, arg_types, ret_type in sorted(handlers, key=lambda h: (h[1], h[0])):
             payload = describe(arg_types[0]) if arg_types else "—"
             answer = _answer(ret_type)

@@ -39,7 +39,7 @@ from typing import Generic, TypeVar
 
 from temporalio import workflow
 from temporalio.api.common.v1 import Payload
-from temporalio.common import Priority, RetryPolicy
+from temporalio.common import Priority, RawValue, RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError, CancelledError
 from temporalio.workflow import ActivityCancellationType
 
@@ -121,6 +121,7 @@ _PROJECTION_RETRIES = RetryPolicy(
 )
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _CARRY_IN_PARTS_PATCH = "shard-carry-in-parts"
+_ENQUEUES_LATER_PATCH = "shard-admits-enqueues-later"
 _JSON = {"encoding": b"json/plain"}
 
 Request = TypeVar("Request", SubmitRequest, PollRequest)
@@ -414,8 +415,12 @@ class DeliveryHostWorkflow:
         # Before any handler runs: an append in the first task finds its carried lane.
         for lane_state in start.lanes:
             self._add_lane(lane_state)
-        # The carried parts not admitted yet: every handler waits for them (`_carried_admitted`).
-        self._later = list(start.later)
+        # What waits to be admitted, in order: carried parts (their JSON text) and enqueues
+        # past what one workflow task admits (as they came); every other handler waits for
+        # them (`_carried_admitted`). Items admitted in the current task, and which task that is.
+        self._later: list[str | RawValue] = list(start.later)
+        self._admitted_now = _held_count(start.items, start.lanes)
+        self._admitted_at = workflow.info().get_current_history_length()
 
     async def _run(self) -> None:
         """Deliver until nothing has been held for `linger_s`, continuing as new on the way."""
@@ -423,8 +428,12 @@ class DeliveryHostWorkflow:
             self._start_lane(lane)
         for item in self._start.items:
             self._admit(item)
+        if self._later:
+            # Its marker in this run too: a worker from before the parts, which would read the
+            # input without them, fails this run's replay rather than drop them.
+            workflow.patched(_CARRY_IN_PARTS_PATCH)
+        asyncio.create_task(self._admit_later())
         try:
-            await self._admit_later()
             await self._serve()
         except asyncio.CancelledError:
             # Cancelled itself (Web UI, CLI): the items waiting in lanes will never run, so each
@@ -432,11 +441,19 @@ class DeliveryHostWorkflow:
             # cache instead: nothing may be recorded, see `Delivery.run`.)
             if workflow.cancellation_reason() is None:
                 raise
-            # Lanes of parts not admitted yet are recorded too (in this one task: a cancel is
-            # rare, and nothing of them runs).
-            for part in map(_read_part, self._later):
-                for lane_state in part.lanes:
-                    self._add_lane(lane_state)
+            # The lanes of what waits to be admitted are recorded too (in this one task: a
+            # cancel is rare, and nothing of them runs).
+            for work in self._later:
+                if isinstance(work, str):
+                    for lane_state in _read_part(work).lanes:
+                        self._add_lane(lane_state)
+                    continue
+                batch = _read_enqueue(work)
+                for item in batch.items:
+                    if item.ordering_key is not None and item.state is None:
+                        item_id = item_workflow_id(item.outbox, item.key)
+                        policy = batch.lane_policies.get(item.outbox)
+                        self._append(item_id, item, policy, capped=False, start=False)
             self._later.clear()
             for lane in self._lanes.values():
                 lane.remove_all("cancelled with its host workflow")
@@ -445,26 +462,38 @@ class DeliveryHostWorkflow:
             raise
 
     async def _admit_later(self) -> None:
-        """Admit the carried parts, one a workflow task: a 1 ms timer ends each task, so none
-        reads more than `ADMIT_PER_TASK` held items, however many the shard carried."""
-        if self._later:
-            # Its marker in this run too: a worker from before the parts, which would read the
-            # input without them, fails this run's replay rather than drop them.
-            workflow.patched(_CARRY_IN_PARTS_PATCH)
-        while self._later:
+        """Admit what waits, about `ADMIT_PER_TASK` items a workflow task (a 1 ms timer ends
+        the task before), so that no task reads or admits more however many the shard carried
+        or is sent at once. Runs for the run's life; with nothing waiting it issues nothing."""
+        while True:
+            await workflow.wait_condition(lambda: bool(self._later))
             await workflow.sleep(timedelta(milliseconds=1), summary="admit carried items")
-            part = _read_part(self._later[0])
-            for lane_state in part.lanes:
-                self._start_lane(self._add_lane(lane_state))
-            for item in part.items:
-                self._admit(item)
-            del self._later[0]
+            while self._later and self._room() > 0:
+                work = self._later.pop(0)
+                if isinstance(work, str):
+                    part = _read_part(work)
+                    for lane_state in part.lanes:
+                        self._start_lane(self._add_lane(lane_state))
+                    for item in part.items:
+                        self._admit(item)
+                    self._admitted_now += _held_count(part.items, part.lanes)
+                else:
+                    self._enqueue(_read_enqueue(work))
+
+    def _room(self) -> int:
+        """Items the current workflow task may still admit (each task's history length
+        differs from the one before's)."""
+        length = workflow.info().get_current_history_length()
+        if length != self._admitted_at:
+            self._admitted_at, self._admitted_now = length, 0
+        return shard_contract.ADMIT_PER_TASK - self._admitted_now
 
     async def _carried_admitted(self) -> None:
-        """Every handler first waits here for the carried parts: a repeated enqueue, a cancel
-        or a report must find the item as carried, with its state, not start it afresh. With
-        nothing left to admit (always, for a run carried in one piece) it returns at once,
-        without yielding: the handler runs as it did before parts existed."""
+        """Every other handler first waits here for what waits to be admitted: a cancel, a
+        report or an append must find the items carried or enqueued before it, as they were,
+        not miss them or start them afresh. With nothing waiting (always, for a run carried in
+        one piece and never sent more than a task admits) it returns at once, without yielding:
+        the handler runs as it did before."""
         if self._later:
             await workflow.wait_condition(lambda: not self._later)
 
@@ -501,13 +530,26 @@ class DeliveryHostWorkflow:
                 self._timer_at = None
 
     def _busy(self) -> bool:
-        return bool(self._deliveries) or any(lane.state.entries for lane in self._lanes.values())
+        return (
+            bool(self._deliveries)
+            or bool(self._later)
+            or any(lane.state.entries for lane in self._lanes.values())
+        )
 
     # -- handlers --------------------------------------------------------------------------------
 
     @workflow.signal(name=ENQUEUE_SIGNAL)
-    async def enqueue_items(self, batch: ShardEnqueue) -> None:
-        await self._carried_admitted()
+    async def enqueue_items(self, raw: RawValue) -> None:
+        """A `ShardEnqueue`, read here rather than by the SDK: a burst of enqueues reaches the
+        shard in one workflow task (the server hands it every signal that came meanwhile), and
+        those past `ADMIT_PER_TASK` items wait, unread, for later tasks, in order."""
+        if (self._later or self._room() <= 0) and workflow.patched(_ENQUEUES_LATER_PATCH):
+            self._later.append(raw)
+            return
+        self._enqueue(_read_enqueue(raw))
+
+    def _enqueue(self, batch: ShardEnqueue) -> None:
+        self._admitted_now += len(batch.items)
         # The destination's batch sizes as configured now: a changed config applies from the
         # next enqueue, like the worker's queue rates from its next start.
         if batch.submit_batch is not None:
@@ -536,7 +578,9 @@ class DeliveryHostWorkflow:
 
     @workflow.signal(name=CANCEL_ITEM_SIGNAL)
     async def cancel_item(self, cancel: ItemCancel) -> None:
-        await self._carried_admitted()
+        if self._delivery(cancel.item_id) is None and cancel.item_id not in self._lane_of_item:
+            # Not held (yet): perhaps in what waits to be admitted.
+            await self._carried_admitted()
         delivery = self._delivery(cancel.item_id)
         if delivery is not None:
             delivery.request_cancel(cancel.request)
@@ -549,7 +593,8 @@ class DeliveryHostWorkflow:
 
     @workflow.signal(name=ITEM_REPORT_SIGNAL)
     async def item_delivery_report(self, routed: ItemReport) -> None:
-        await self._carried_admitted()
+        if self._delivery(routed.item_id) is None:
+            await self._carried_admitted()
         delivery = self._delivery(routed.item_id)
         if delivery is not None:
             await delivery.delivery_report(routed.report)
@@ -630,7 +675,13 @@ class DeliveryHostWorkflow:
         return AppendOutcome.QUEUED
 
     def _append(
-        self, item_id: str, item: OutboxItemInput, lane_policy: LanePolicy | None, capped: bool
+        self,
+        item_id: str,
+        item: OutboxItemInput,
+        lane_policy: LanePolicy | None,
+        capped: bool,
+        *,
+        start: bool = True,
     ) -> AppendOutcome:
         assert item.ordering_key is not None
         lane_id = lane_workflow_id(item.outbox, item.ordering_key)
@@ -649,7 +700,8 @@ class DeliveryHostWorkflow:
         outcome = lane.admit(item, capped=capped)
         if outcome is AppendOutcome.QUEUED:
             self._lane_of_item[item_id] = lane
-            self._start_lane(lane)
+            if start:
+                self._start_lane(lane)
         return outcome
 
     def _add_lane(self, state: LaneState) -> Lane:
@@ -909,7 +961,8 @@ class DeliveryHostWorkflow:
         return self._timer_at
 
     def _should_continue_as_new(self) -> bool:
-        if not self._busy():
+        # What waits to be admitted goes in first (a few milliseconds a thousand items).
+        if not self._busy() or self._later:
             return False
         info = workflow.info()
         limit = self._start.continue_after_events
@@ -966,7 +1019,7 @@ class DeliveryHostWorkflow:
         counts = ", ".join(f"{n} {status}" for status, n in sorted(view.by_status.items()))
         lanes = f"; {view.lanes} lanes holding {view.in_lanes} items" if view.lanes else ""
         if self._later:
-            lanes += f"; {len(self._later)} carried parts still to admit"
+            lanes += f"; {len(self._later)} carried parts or enqueues still to admit"
         workflow.set_current_details(
             f"Bulk shard {view.shard} of **{view.destination}**: {view.held} items held"
             f" ({counts or 'none'}){lanes}; {view.finished} finished in this run."
@@ -1003,6 +1056,12 @@ def _in_parts(
     first, *rest = parts
     converter = workflow.payload_converter()
     return first.items, first.lanes, [converter.to_payload(part).data.decode() for part in rest]
+
+
+def _read_enqueue(raw: RawValue) -> ShardEnqueue:
+    batch = workflow.payload_converter().from_payload(raw.payload, ShardEnqueue)
+    assert isinstance(batch, ShardEnqueue)
+    return batch
 
 
 def _read_part(text: str) -> CarriedPart:

@@ -33,10 +33,12 @@ DEFAULT_SHARDS = 4
 MAX_SHARDS = 64
 # Submits or polls one batch activity carries at most.
 MAX_BATCH = 100
-# Held items a shard's run admits in one workflow task at most (a lane counts one, and one for
-# each item it holds): what a continue-as-new carries beyond it goes in parts of as many
-# (`ShardInput.later`), each admitted in a workflow task of its own. About 0.1 ms of a worker's
-# CPU each. Why: docs/decisions/shard-carry-in-parts.md
+# Items a shard admits in one workflow task, about (a lane counts one, and one for each item it
+# holds; an enqueue signal is admitted whole while any room is left): what a continue-as-new
+# carries beyond it goes in parts of as many (`ShardInput.later`), and enqueues beyond it that
+# arrive together wait, unread, for later tasks. About 0.1 ms of a worker's CPU each. It decides
+# a running shard's commands: change it only behind a patch.
+# Why: docs/decisions/shard-carry-in-parts.md
 ADMIT_PER_TASK = 1000
 
 
