@@ -977,12 +977,14 @@ class DeliveryHostWorkflow:
     async def _continue_as_new(self) -> None:
         self._draining = True
         self._project_lanes()
-        # Submits and polls out finish (new ones wait at the gate), projections are written.
+        # Submits and polls out finish (new ones wait at the gate), projections are written,
+        # and enqueues deferred meanwhile are admitted: what is carried is only what is held.
         await workflow.wait_condition(
             lambda: (
                 self._all_projected()
                 and not self._deliveries_out()
                 and workflow.all_handlers_finished()
+                and not self._later
             )
         )
         items = [
