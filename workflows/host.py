@@ -417,7 +417,7 @@ class DeliveryHostWorkflow:
             self._add_lane(lane_state)
         # What waits to be admitted, in order: carried parts (their JSON text) and enqueues
         # past what one workflow task admits (as they came); every other handler waits for
-        # them (`_carried_admitted`). Items admitted in the current task, and which task that is.
+        # them (`_all_admitted`). Items admitted in the current task, and which task that is.
         self._later: list[str | RawValue] = list(start.later)
         self._admitted_now = _held_count(start.items, start.lanes)
         self._admitted_at = workflow.info().get_current_history_length()
@@ -488,7 +488,7 @@ class DeliveryHostWorkflow:
             self._admitted_at, self._admitted_now = length, 0
         return shard_contract.ADMIT_PER_TASK - self._admitted_now
 
-    async def _carried_admitted(self) -> None:
+    async def _all_admitted(self) -> None:
         """Every other handler first waits here for what waits to be admitted: a cancel, a
         report or an append must find the items carried or enqueued before it, as they were,
         not miss them or start them afresh. With nothing waiting (always, for a run carried in
@@ -562,7 +562,7 @@ class DeliveryHostWorkflow:
     @workflow.update(name=APPEND_UPDATE)
     async def append_items(self, appends: LaneAppends) -> LaneAppendsResult:
         """Append items to their lanes, in order; what became of each."""
-        await self._carried_admitted()
+        await self._all_admitted()
         self._lane_runs.update(appends.lane_runs)
         return LaneAppendsResult(
             outcomes=[self._admit(item, appends.policy, capped=True) for item in appends.items]
@@ -571,7 +571,7 @@ class DeliveryHostWorkflow:
     @workflow.signal(name=APPEND_SIGNAL)
     async def append_items_unconfirmed(self, appends: LaneAppends) -> None:
         """The same append, sent when no worker answered the update in time."""
-        await self._carried_admitted()
+        await self._all_admitted()
         self._lane_runs.update(appends.lane_runs)
         for item in appends.items:
             self._admit(item, appends.policy)
@@ -580,7 +580,7 @@ class DeliveryHostWorkflow:
     async def cancel_item(self, cancel: ItemCancel) -> None:
         if self._delivery(cancel.item_id) is None and cancel.item_id not in self._lane_of_item:
             # Not held (yet): perhaps in what waits to be admitted.
-            await self._carried_admitted()
+            await self._all_admitted()
         delivery = self._delivery(cancel.item_id)
         if delivery is not None:
             delivery.request_cancel(cancel.request)
@@ -594,7 +594,7 @@ class DeliveryHostWorkflow:
     @workflow.signal(name=ITEM_REPORT_SIGNAL)
     async def item_delivery_report(self, routed: ItemReport) -> None:
         if self._delivery(routed.item_id) is None:
-            await self._carried_admitted()
+            await self._all_admitted()
         delivery = self._delivery(routed.item_id)
         if delivery is not None:
             await delivery.delivery_report(routed.report)
@@ -602,7 +602,7 @@ class DeliveryHostWorkflow:
     @workflow.signal(name=REDRIVE_HEAD_SIGNAL)
     async def redrive_head(self, request: RedriveHead) -> None:
         """Run a halted lane's failed head item again; only while halted on that key."""
-        await self._carried_admitted()
+        await self._all_admitted()
         for lane in self._lanes_named(request.ordering_key):
             if lane.redrive(request):
                 return
@@ -610,7 +610,7 @@ class DeliveryHostWorkflow:
     @workflow.signal(name=SKIP_HEAD_SIGNAL)
     async def skip_head(self, request: SkipHead) -> None:
         """Move a halted lane past its failed head item; only while halted on that key."""
-        await self._carried_admitted()
+        await self._all_admitted()
         for lane in self._lanes_named(request.ordering_key):
             if lane.skip(request):
                 return
@@ -618,7 +618,7 @@ class DeliveryHostWorkflow:
     @workflow.update(name=REMOVE_UPDATE)
     async def remove(self, request: RemoveRequest) -> RemoveResult:
         """Cancel waiting items of the lanes named (or all lanes); once projected."""
-        await self._carried_admitted()
+        await self._all_admitted()
         result = RemoveResult()
         for lane in list(self._lanes.values()):
             if request.outbox is not None and lane.state.outbox != request.outbox:
