@@ -419,6 +419,13 @@ class DeliveryHostWorkflow:
         # past what one workflow task admits (as they came); every other handler waits for
         # them (`_all_admitted`). Items admitted in the current task, and which task that is.
         self._later: list[str | RawValue] = list(start.later)
+        # What this run admits a task is what its input names: a release that changes
+        # `ADMIT_PER_TASK` replays the runs before it by theirs.
+        self._per_task = (
+            shard_contract.ADMIT_PER_TASK_UNNAMED
+            if start.admit_per_task is None
+            else start.admit_per_task
+        )
         self._admitted_now = _held_count(start.items, start.lanes)
         self._admitted_at = workflow.info().get_current_history_length()
 
@@ -462,9 +469,10 @@ class DeliveryHostWorkflow:
             raise
 
     async def _admit_later(self) -> None:
-        """Admit what waits, about `ADMIT_PER_TASK` items a workflow task (a 1 ms timer ends
-        the task before), so that no task reads or admits more however many the shard carried
-        or is sent at once. Runs for the run's life; with nothing waiting it issues nothing."""
+        """Admit what waits, about the run's `admit_per_task` items a workflow task (a 1 ms
+        timer ends the task before), so that no task reads or admits more however many the
+        shard carried or is sent at once. Runs for the run's life; with nothing waiting it
+        issues nothing."""
         while True:
             await workflow.wait_condition(lambda: bool(self._later))
             await workflow.sleep(timedelta(milliseconds=1), summary="admit carried items")
@@ -486,7 +494,7 @@ class DeliveryHostWorkflow:
         length = workflow.info().get_current_history_length()
         if length != self._admitted_at:
             self._admitted_at, self._admitted_now = length, 0
-        return shard_contract.ADMIT_PER_TASK - self._admitted_now
+        return self._per_task - self._admitted_now
 
     async def _all_admitted(self) -> None:
         """Every other handler first waits here for what waits to be admitted: a cancel, a
@@ -542,7 +550,7 @@ class DeliveryHostWorkflow:
     async def enqueue_items(self, raw: RawValue) -> None:
         """A `ShardEnqueue`, read here rather than by the SDK: a burst of enqueues reaches the
         shard in one workflow task (the server hands it every signal that came meanwhile), and
-        those past `ADMIT_PER_TASK` items wait, unread, for later tasks, in order."""
+        those past the run's `admit_per_task` items wait, unread, for later tasks, in order."""
         if (self._later or self._room() <= 0) and workflow.patched(_ENQUEUES_LATER_PATCH):
             self._later.append(raw)
             return
@@ -999,8 +1007,8 @@ class DeliveryHostWorkflow:
         lanes = [lane.carry() for lane in self._lanes.values()]
         later: list[str] = []
         # Asked at every continue-as-new, whatever it carries: its marker must not depend on a
-        # size a later release may set otherwise.
-        per_task = shard_contract.ADMIT_PER_TASK
+        # size a later release may set otherwise. The next run admits what this release says.
+        per_task = shard_contract.admit_per_task()
         if workflow.patched(_CARRY_IN_PARTS_PATCH) and _held_count(items, lanes) > per_task:
             items, lanes, later = _in_parts(items, lanes, per_task)
         workflow.continue_as_new(
@@ -1013,6 +1021,7 @@ class DeliveryHostWorkflow:
                 lanes=lanes,
                 lane_runs=self._lane_runs,
                 later=later,
+                admit_per_task=per_task,
             )
         )
 
@@ -1030,7 +1039,7 @@ class DeliveryHostWorkflow:
 
 
 def _held_count(items: list[OutboxItemInput], lanes: list[LaneState]) -> int:
-    """What admitting these costs a workflow task, in `ADMIT_PER_TASK`'s units."""
+    """What admitting these costs a workflow task, in `admit_per_task`'s units."""
     return len(items) + sum(1 + len(lane.entries) for lane in lanes)
 
 

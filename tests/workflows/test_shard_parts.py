@@ -2,8 +2,9 @@
 continue-as-new past that comes in parts (`ShardInput.later`), a burst of enqueues past it waits
 for later tasks, and its other handlers wait for them: docs/decisions/shard-carry-in-parts.md.
 
-These tests lower `ADMIT_PER_TASK`, which decides a shard's commands, so they record no history
-for the replay tests (replayed with the real value, their histories would not match)."""
+These tests lower `ADMIT_PER_TASK`, or name a lower `admit_per_task` in a run's input: each run
+admits what its input names, so their histories replay whatever `ADMIT_PER_TASK` is (checked
+here, with another value), and they record them for the replay tests."""
 
 from __future__ import annotations
 
@@ -27,12 +28,16 @@ from durable_outbox_temporal.contract.item import CancelRequest, ItemStatus, New
 from durable_outbox_temporal.destinations import DestinationRegistry
 from temporalio.api.enums.v1 import EventType
 from temporalio.api.history.v1 import HistoryEvent
+from temporalio.client import Client
+from temporalio.worker import Replayer
 
 from readmodel import store
-from tests.conftest import email_destination, unique_name, webhook_destination
+from tests.conftest import email_destination, record_history, unique_name, webhook_destination
 from tests.fakes import deliveries, submits
 from tests.workflows.test_bulk import enqueue_all, long_lived_shard, until_settled
 from tests.workflows.test_outbox_item import EMAIL
+from worker import SandboxCheckingOnce
+from workflows.bulk_shard import BulkShardWorkflow
 
 PER_TASK = 4
 
@@ -54,6 +59,22 @@ def _cut_parts(event: HistoryEvent) -> bool:
         for payloads in marker.details.values()
         for payload in payloads.payloads
     )
+
+
+async def replays_with_another_admit_per_task(
+    client: Client, workflow_id: str, run_id: str | None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The run replays, its commands the same, with `ADMIT_PER_TASK` unlike the value it ran
+    with: a release that changes it can finish the runs of the release before."""
+    history = await client.get_workflow_handle(workflow_id, run_id=run_id).fetch_history()
+    for now in (PER_TASK + 3, shard_contract.ADMIT_PER_TASK_UNNAMED):
+        monkeypatch.setattr(shard_contract, "ADMIT_PER_TASK", now)
+        replayer = Replayer(
+            workflows=[BulkShardWorkflow],
+            workflow_runner=SandboxCheckingOnce(),
+            data_converter=client.data_converter,
+        )
+        await replayer.replay_workflow(history)
 
 
 async def run_inputs(
@@ -102,8 +123,15 @@ async def test_a_shard_carries_what_it_holds_in_parts_admitted_one_per_task(
             )
             assert 0 < len(part.items) <= PER_TASK
         assert admit_timers(events) == len(start.later)
+        assert start.admit_per_task == PER_TASK
     # The run that cut what it carried asked the patch (its marker).
     assert any(any(map(_cut_parts, events)) for _, _, events in runs)
+    # A run of several parts, each admitted in a task of its own: another `ADMIT_PER_TASK`
+    # would admit them otherwise.
+    run_id, start, _ = max(carried_in_parts, key=lambda run: len(run[1].later))
+    assert len(start.later) > 1
+    await record_history(stack.client, workflow_id, "_parts", run_id=run_id)
+    await replays_with_another_admit_per_task(stack.client, workflow_id, run_id, monkeypatch)
 
 
 async def test_a_cancel_arriving_with_the_first_task_waits_for_the_carried_parts(
@@ -132,6 +160,8 @@ async def test_a_cancel_arriving_with_the_first_task_waits_for_the_carried_parts
     assert row is not None and row.view.status is ItemStatus.CANCELLED
     events = [event async for event in handle.fetch_history_events()]
     assert admit_timers(events) == 1
+    # Its input names no `admit_per_task`: it admits as every run did before it was carried.
+    await stack.record_history(handle.id)
 
 
 async def test_a_burst_of_enqueues_is_admitted_over_several_tasks_in_order(
@@ -139,8 +169,8 @@ async def test_a_burst_of_enqueues_is_admitted_over_several_tasks_in_order(
 ) -> None:
     # Every signal reaches the shard in its first workflow task (no worker polls its queue until
     # they are all sent): those past PER_TASK items wait for later tasks, in order, and a cancel
-    # of one of them waits for it (else it would find nothing and the item would go).
-    monkeypatch.setattr(shard_contract, "ADMIT_PER_TASK", PER_TASK)
+    # of one of them waits for it (else it would find nothing and the item would go). The run's
+    # input names PER_TASK; `ADMIT_PER_TASK` stays as it is.
     destination = webhook_destination(fake_provider, mode="bulk", shards=1)
     task_queue = unique_name("burst")
     client = time_skipping_env.client
@@ -157,7 +187,7 @@ async def test_a_burst_of_enqueues_is_admitted_over_several_tasks_in_order(
     ]
     handle = await client.start_workflow(
         SHARD_WORKFLOW_TYPE,
-        ShardInput(destination=destination.name, shard=0, linger_s=1),
+        ShardInput(destination=destination.name, shard=0, linger_s=1, admit_per_task=PER_TASK),
         id=shard_workflow_id(destination.name, 0),
         task_queue=task_queue,
         start_signal=ENQUEUE_SIGNAL,
@@ -188,3 +218,5 @@ async def test_a_burst_of_enqueues_is_admitted_over_several_tasks_in_order(
             assert await deliveries(fake_provider, item_id) == 1
     in_lane = [e["payload"]["n"] for e in await fake_provider.admin.deliveries(destination.name)]
     assert [n for n in in_lane if n >= 6] == [6, 8]
+    await stack.record_history(handle.id)
+    await replays_with_another_admit_per_task(client, handle.id, handle.result_run_id, monkeypatch)

@@ -31,7 +31,7 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from durable_outbox_temporal import lanes
 from durable_outbox_temporal.contract import search_attributes
-from durable_outbox_temporal.contract.bulk import ShardInput
+from durable_outbox_temporal.contract.bulk import ShardInput, admit_per_task
 from durable_outbox_temporal.contract.ids import lane_workflow_id
 from durable_outbox_temporal.contract.item import ItemStatus, OutboxItemInput, OutboxItemView
 from durable_outbox_temporal.contract.lane import (
@@ -231,6 +231,7 @@ class LaneAppender:
             lanes=[lane],
             linger_s=settings.lane_idle_s,
             continue_after_events=settings.lane_history_events,
+            admit_per_task=admit_per_task(),
         )
         options: dict[str, Any] = {
             "id": lane_workflow_id(item.outbox, item.ordering_key),

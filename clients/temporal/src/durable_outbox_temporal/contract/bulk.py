@@ -37,9 +37,20 @@ MAX_BATCH = 100
 # holds; an enqueue signal is admitted whole while any room is left): what a continue-as-new
 # carries beyond it goes in parts of as many (`ShardInput.later`), and enqueues beyond it that
 # arrive together wait, unread, for later tasks. About 0.1 ms of a worker's CPU each. It decides
-# a running shard's commands: change it only behind a patch.
+# a run's commands, so each run admits what its input names (`ShardInput.admit_per_task`, this
+# value when it starts or continues as new): a release may change it, and the runs already
+# going, replayed by that release, keep theirs.
 # Why: docs/decisions/shard-carry-in-parts.md
 ADMIT_PER_TASK = 1000
+# What a run whose input names no value admits: every run started before the value was carried
+# admitted this. Never to change (those runs' histories replay by it).
+ADMIT_PER_TASK_UNNAMED = 1000
+
+
+def admit_per_task() -> int:
+    """What a run started now admits a task (`ShardInput.admit_per_task`): `ADMIT_PER_TASK`,
+    read when asked (the tests lower it)."""
+    return ADMIT_PER_TASK
 
 
 def shard_workflow_id(destination: str, shard: int) -> str:
@@ -88,6 +99,9 @@ class ShardInput:
     # reads them all (the SDK fails a task that does not yield within 2 s). Text, so that the
     # run's input is read without building them. Why: docs/decisions/shard-carry-in-parts.md
     later: list[str] = field(default_factory=list)
+    # Items this run admits in one workflow task (`ADMIT_PER_TASK` as its starter or the run
+    # before knew it); None: `ADMIT_PER_TASK_UNNAMED`, as every run did before it was carried.
+    admit_per_task: int | None = None
 
 
 @dataclass
