@@ -8,6 +8,9 @@ here, with another value), and they record them for the replay tests."""
 
 from __future__ import annotations
 
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
@@ -28,12 +31,18 @@ from durable_outbox_temporal.contract.item import CancelRequest, ItemStatus, New
 from durable_outbox_temporal.destinations import DestinationRegistry
 from temporalio.api.enums.v1 import EventType
 from temporalio.api.history.v1 import HistoryEvent
-from temporalio.client import Client
+from temporalio.client import Client, WorkflowHandle
 from temporalio.worker import Replayer
 
 from readmodel import store
-from tests.conftest import email_destination, record_history, unique_name, webhook_destination
-from tests.fakes import deliveries, submits
+from tests.conftest import (
+    email_destination,
+    record_history,
+    separate_process_client,
+    unique_name,
+    webhook_destination,
+)
+from tests.fakes import deliveries, script, submits
 from tests.workflows.test_bulk import enqueue_all, long_lived_shard, until_settled
 from tests.workflows.test_outbox_item import EMAIL
 from worker import SandboxCheckingOnce
@@ -75,6 +84,22 @@ async def replays_with_another_admit_per_task(
             data_converter=client.data_converter,
         )
         await replayer.replay_workflow(history)
+
+
+async def eventually(
+    probe: Callable[[], Awaitable[int]], at_least: int = 1, timeout_s: float = 20
+) -> None:
+    """Wait until `probe()` counts `at_least`."""
+    deadline = time.monotonic() + timeout_s
+    while await probe() < at_least:
+        assert time.monotonic() < deadline, f"still below {at_least} after {timeout_s} s"
+        await asyncio.sleep(0.05)
+
+
+async def events_of(handle: WorkflowHandle[Any, Any], *types: EventType.ValueType) -> int:
+    """Events of these types in the run's history so far."""
+    events = [event async for event in handle.fetch_history_events()]
+    return sum(1 for event in events if event.event_type in types)
 
 
 async def run_inputs(
@@ -220,3 +245,71 @@ async def test_a_burst_of_enqueues_is_admitted_over_several_tasks_in_order(
     assert [n for n in in_lane if n >= 6] == [6, 8]
     await stack.record_history(handle.id)
     await replays_with_another_admit_per_task(client, handle.id, handle.result_run_id, monkeypatch)
+
+
+async def test_enqueues_deferred_while_a_continue_as_new_drains_go_into_the_next_run(
+    dev_env, stack_factory, fake_provider
+) -> None:
+    # A continue-as-new waits for the submits out to finish. When the last one's result comes in
+    # the same workflow task as two enqueues, the second past what the task admits, the run must
+    # admit it before it continues as new: it carried only what it held, and dropped it.
+    destination = webhook_destination(fake_provider, mode="bulk", shards=1)
+    stack = await stack_factory(destination, env=dev_env)
+    keys = [unique_name("drain") for _ in range(5)]
+    head, first, deferred, *admitted = (
+        stack.outbox.new_item("tests", NewItem(destination.name, {"n": n}, key), projected=True)
+        for n, key in enumerate(keys)
+    )
+    item_ids = [item_workflow_id("tests", key) for key in keys]
+    # The head's submit is out for a while: long enough to stop the workflows' worker meanwhile.
+    await script(fake_provider, item_ids[0], [{"hang_s": 4}])
+    handle = await stack.client.start_workflow(
+        SHARD_WORKFLOW_TYPE,
+        # Two items a task; past six events (its second task on) it continues as new.
+        ShardInput(
+            destination=destination.name,
+            shard=0,
+            linger_s=1,
+            admit_per_task=2,
+            continue_after_events=6,
+        ),
+        id=shard_workflow_id(destination.name, 0),
+        task_queue=stack.task_queue,
+        start_signal=ENQUEUE_SIGNAL,
+        start_signal_args=[ShardEnqueue(items=[head])],
+    )
+    await eventually(lambda: submits(fake_provider, item_ids[0]))
+    # Its second task begins the drain, with the head's submit out.
+    await handle.signal(ENQUEUE_SIGNAL, ShardEnqueue(items=[first]))
+    await eventually(
+        lambda: events_of(handle, EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED), at_least=2
+    )
+    await stack.running[0].shutdown()  # the workflows' worker; the activities' go on
+    await handle.signal(ENQUEUE_SIGNAL, ShardEnqueue(items=admitted))
+    await handle.signal(ENQUEUE_SIGNAL, ShardEnqueue(items=[deferred]))
+    # The first's submit and the head's have answered (the head's hung past its timeout).
+    answered = (
+        EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED,
+        EventType.EVENT_TYPE_ACTIVITY_TASK_FAILED,
+        EventType.EVENT_TYPE_ACTIVITY_TASK_TIMED_OUT,
+    )
+    await eventually(lambda: events_of(handle, *answered), at_least=2)
+    # One task now holds the head's result and both enqueues.
+    await stack_factory(
+        destination,
+        env=dev_env,
+        task_queue=stack.task_queue,
+        client=await separate_process_client(dev_env),
+    )
+    await until_settled(stack, item_ids, timeout_s=30)
+
+    for item_id in item_ids:
+        assert await deliveries(fake_provider, item_id) == 1, item_id
+    runs = await run_inputs(stack, handle.id)
+    assert len(runs) > 1, "the shard should have continued as new"
+    # The first run left the second enqueue for a later task.
+    first_run = next(
+        events for run_id, _, events in runs if run_id == handle.first_execution_run_id
+    )
+    assert admit_timers(first_run) == 1
+    await record_history(stack.client, handle.id, run_id=handle.first_execution_run_id)
