@@ -35,17 +35,34 @@ from temporalio.converter import (
 
 class ShallowDataclassEncoder(AdvancedJSONEncoder):
     """A dataclass as the mapping of its fields; the encoder walks what they hold (so nested
-    dataclasses come back here) instead of deep-copying it first."""
+    dataclasses come back here) instead of deep-copying it first.
+
+    An instance whose `__dict__` holds exactly its fields, in their order (a dataclass without
+    slots, built by its `__init__`: nearly all), is given as that dict itself, which the encoder
+    only reads: building a new dict took over half of encoding a shard's carried items
+    (docs/decisions/payload-json.md)."""
 
     def default(self, o: Any) -> Any:
-        if dataclasses.is_dataclass(o) and not isinstance(o, type):
-            return {field.name: getattr(o, field.name) for field in _fields(type(o))}
+        names = _field_names(type(o))
+        if names is not None:
+            held = getattr(o, "__dict__", None)
+            if held is not None and len(held) == len(names) and tuple(held) == names:
+                return held
+            return {name: getattr(o, name) for name in names}
         return super().default(o)
 
 
 @functools.cache
 def _fields(cls: type) -> tuple[dataclasses.Field[Any], ...]:
     return dataclasses.fields(cls)
+
+
+@functools.cache
+def _field_names(cls: type) -> tuple[str, ...] | None:
+    """A dataclass's field names in order; None for any other type."""
+    if not dataclasses.is_dataclass(cls):
+        return None
+    return tuple(field.name for field in _fields(cls))
 
 
 @functools.cache
