@@ -57,12 +57,19 @@ def _fields(cls: type) -> tuple[dataclasses.Field[Any], ...]:
     return dataclasses.fields(cls)
 
 
-@functools.cache
+_FIELD_NAMES: dict[type, tuple[str, ...] | None] = {}
+
+
 def _field_names(cls: type) -> tuple[str, ...] | None:
-    """A dataclass's field names in order; None for any other type."""
-    if not dataclasses.is_dataclass(cls):
-        return None
-    return tuple(field.name for field in _fields(cls))
+    """A dataclass's field names in order; None for any other type (looked up once each)."""
+    try:
+        return _FIELD_NAMES[cls]
+    except KeyError:
+        names = (
+            tuple(field.name for field in _fields(cls)) if dataclasses.is_dataclass(cls) else None
+        )
+        _FIELD_NAMES[cls] = names
+        return names
 
 
 @functools.cache
