@@ -420,11 +420,13 @@ class DeliveryHostWorkflow:
         # them (`_all_admitted`). Items admitted in the current task, and which task that is.
         self._later: list[str | RawValue] = list(start.later)
         # What this run admits a task is what its input names: a release that changes
-        # `ADMIT_PER_TASK` replays the runs before it by theirs.
-        self._per_task = (
+        # `ADMIT_PER_TASK` replays the runs before it by theirs. At least one, or nothing
+        # waiting would ever be admitted.
+        self._per_task = max(
+            1,
             shard_contract.ADMIT_PER_TASK_UNNAMED
             if start.admit_per_task is None
-            else start.admit_per_task
+            else start.admit_per_task,
         )
         self._admitted_now = _held_count(start.items, start.lanes)
         self._admitted_at = workflow.info().get_current_history_length()
@@ -504,6 +506,16 @@ class DeliveryHostWorkflow:
         the handler runs as it did before."""
         if self._later:
             await workflow.wait_condition(lambda: not self._later)
+
+    async def _admitted(self, item_id: str) -> None:
+        """A cancel or a report for an item not held waits until it is, or until nothing waits
+        to be admitted (then it is not here): not for everything waiting, or the item's submit
+        could go meanwhile and the cancel lose."""
+        if self._later:
+            await workflow.wait_condition(lambda: self._holds(item_id) or not self._later)
+
+    def _holds(self, item_id: str) -> bool:
+        return self._delivery(item_id) is not None or item_id in self._lane_of_item
 
     async def _serve(self) -> None:
         linger = timedelta(seconds=self._start.linger_s)
@@ -586,9 +598,9 @@ class DeliveryHostWorkflow:
 
     @workflow.signal(name=CANCEL_ITEM_SIGNAL)
     async def cancel_item(self, cancel: ItemCancel) -> None:
-        if self._delivery(cancel.item_id) is None and cancel.item_id not in self._lane_of_item:
+        if not self._holds(cancel.item_id):
             # Not held (yet): perhaps in what waits to be admitted.
-            await self._all_admitted()
+            await self._admitted(cancel.item_id)
         delivery = self._delivery(cancel.item_id)
         if delivery is not None:
             delivery.request_cancel(cancel.request)
@@ -602,7 +614,7 @@ class DeliveryHostWorkflow:
     @workflow.signal(name=ITEM_REPORT_SIGNAL)
     async def item_delivery_report(self, routed: ItemReport) -> None:
         if self._delivery(routed.item_id) is None:
-            await self._all_admitted()
+            await self._admitted(routed.item_id)
         delivery = self._delivery(routed.item_id)
         if delivery is not None:
             await delivery.delivery_report(routed.report)

@@ -189,8 +189,10 @@ async def test_a_cancel_arriving_with_the_first_task_waits_for_the_carried_parts
     await stack.record_history(handle.id)
 
 
+# 0: a run admits at least one item a task, whatever its input names.
+@pytest.mark.parametrize("per_task", [PER_TASK, 0])
 async def test_a_burst_of_enqueues_is_admitted_over_several_tasks_in_order(
-    time_skipping_env, stack_factory, fake_provider, monkeypatch: pytest.MonkeyPatch
+    time_skipping_env, stack_factory, fake_provider, monkeypatch: pytest.MonkeyPatch, per_task: int
 ) -> None:
     # Every signal reaches the shard in its first workflow task (no worker polls its queue until
     # they are all sent): those past PER_TASK items wait for later tasks, in order, and a cancel
@@ -212,7 +214,7 @@ async def test_a_burst_of_enqueues_is_admitted_over_several_tasks_in_order(
     ]
     handle = await client.start_workflow(
         SHARD_WORKFLOW_TYPE,
-        ShardInput(destination=destination.name, shard=0, linger_s=1, admit_per_task=PER_TASK),
+        ShardInput(destination=destination.name, shard=0, linger_s=1, admit_per_task=per_task),
         id=shard_workflow_id(destination.name, 0),
         task_queue=task_queue,
         start_signal=ENQUEUE_SIGNAL,
