@@ -11,7 +11,8 @@ Submits and polls heartbeat while they run, when their workflow gave them a hear
 (`_to_the_end`): a task the server recorded as started that reached no worker is then tried
 again after that timeout rather than after its start-to-close timeout. Once a request may have
 gone, the activity runs to its end whatever cancel a heartbeat brings back, so a cancel never
-leaves a request's fate unknown.
+leaves a request's fate unknown. A batch of submits heartbeats its outcomes so far, and its next
+attempt sends only what those did not record (`BatchProgress`).
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ import contextlib
 import time
 from collections.abc import AsyncIterator, Awaitable, Coroutine, Mapping
 from contextvars import ContextVar
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
 
@@ -184,14 +185,22 @@ class DeliveryActivities:
 
     async def _submit_all(self, requests: list[SubmitRequest]) -> list[SubmitOutcome]:
         outcomes: list[SubmitOutcome] = [SubmitOutcome(not_attempted=True)] * len(requests)
+        recorded = BatchProgress.of_last_attempt(len(requests))
+        sending = _SENDING.get()
+        progress = BatchProgress({str(index): outcome for index, outcome in recorded.items()})
+        if sending is not None:
+            sending.progress = progress
         sequences: dict[str, list[int]] = {}
         for index, request in enumerate(requests):
             if request.sequence is not None:
                 sequences.setdefault(request.sequence, []).append(index)
 
         async def alone(index: int) -> None:
+            if index in recorded:
+                outcomes[index] = recorded[index]
+                return
             result, failure = await _outcome(self._submit(requests[index]))
-            outcomes[index] = SubmitOutcome(result, *failure)
+            outcomes[index] = progress.outcomes[str(index)] = SubmitOutcome(result, *failure)
 
         async def in_sequence(indexes: list[int]) -> None:
             for index in indexes:
@@ -233,9 +242,44 @@ class DeliveryActivities:
 
 @dataclass
 class _Sending:
-    """Whether one of the activity's provider requests may have gone."""
+    """Whether one of the activity's provider requests may have gone, and, for a batch of
+    submits, the outcomes it has so far (its heartbeats carry them: `BatchProgress`)."""
 
     requested: bool = False
+    progress: BatchProgress | None = None
+
+    def details(self) -> tuple[Any, ...]:
+        if self.progress is None or not self.progress.outcomes:
+            return ()
+        # A copy: the SDK converts details after the call, while more outcomes come in.
+        return (BatchProgress(dict(self.progress.outcomes)),)
+
+
+@dataclass
+class BatchProgress:
+    """The outcomes a batch of submits had when it last heartbeated, by request index: its next
+    attempt (a worker killed mid-batch, a heartbeat timeout) returns them as they were rather
+    than send those requests again. What went after that heartbeat goes again, under the same
+    idempotency keys, as any retried submit."""
+
+    outcomes: dict[str, SubmitOutcome] = field(default_factory=dict)
+
+    @staticmethod
+    def of_last_attempt(count: int) -> dict[int, SubmitOutcome]:
+        """This attempt's start: the outcomes the last one's heartbeats recorded (none on a
+        first attempt, or from details of another shape: a request is then sent again)."""
+        info = activity.info()
+        if info.attempt <= 1 or not info.heartbeat_details:
+            return {}
+        converter = activity.payload_converter()
+        try:
+            progress = converter.from_payload(
+                converter.to_payload(info.heartbeat_details[0]), BatchProgress
+            )
+            recorded = {int(index): outcome for index, outcome in progress.outcomes.items()}
+        except (TypeError, ValueError, KeyError):
+            return {}
+        return {index: outcome for index, outcome in recorded.items() if 0 <= index < count}
 
 
 _SENDING: ContextVar[_Sending | None] = ContextVar("delivery_sending", default=None)
@@ -272,7 +316,7 @@ async def _to_the_end(body: Coroutine[Any, Any, Returned]) -> Returned:
         task = asyncio.ensure_future(body)  # a copy of this context: it sees `sending`
     finally:
         _SENDING.reset(token)
-    heartbeats = _Heartbeats(timeout.total_seconds() / BEATS_PER_TIMEOUT)
+    heartbeats = _Heartbeats(timeout.total_seconds() / BEATS_PER_TIMEOUT, sending)
     try:
         while True:
             try:
@@ -296,17 +340,18 @@ async def _to_the_end(body: Coroutine[Any, Any, Returned]) -> Returned:
 
 
 class _Heartbeats:
-    """`activity.heartbeat()` every `every_s` (the first after `every_s`) until stopped: a timer
-    on the loop, no task of its own."""
+    """`activity.heartbeat()` every `every_s` (the first after `every_s`) until stopped, with
+    the batch's progress so far: a timer on the loop, no task of its own."""
 
-    def __init__(self, every_s: float) -> None:
+    def __init__(self, every_s: float, sending: _Sending) -> None:
         self._every_s = every_s
+        self._sending = sending
         self._loop = asyncio.get_running_loop()
         # The callback runs in a copy of this (the activity's) context, as `heartbeat` needs.
         self._next = self._loop.call_later(every_s, self._beat)
 
     def _beat(self) -> None:
-        activity.heartbeat()
+        activity.heartbeat(*self._sending.details())
         self._next = self._loop.call_later(self._every_s, self._beat)
 
     def stop(self) -> None:

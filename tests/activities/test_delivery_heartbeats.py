@@ -16,10 +16,14 @@ from typing import Any
 import httpx
 import pytest
 from durable_outbox_temporal.contract.ids import provider_idempotency_key
-from durable_outbox_temporal.contract.item import SubmitRequest, SubmitResult
+from durable_outbox_temporal.contract.item import SubmitOutcome, SubmitRequest, SubmitResult
+from temporalio import activity, workflow
+from temporalio.common import RetryPolicy
+from temporalio.converter import DataConverter
 from temporalio.testing import ActivityEnvironment
+from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 
-from activities.delivery import DeliveryActivities, _request_goes, _to_the_end
+from activities.delivery import BatchProgress, DeliveryActivities, _request_goes, _to_the_end
 from activities.delivery_projection import LeftToWorkflow
 from activities.providers import build_provider
 from tests.conftest import unique_name, webhook_destination
@@ -164,3 +168,99 @@ async def test_a_cancel_landing_as_the_request_ends_returns_its_outcome() -> Non
         return await _to_the_end(body())
 
     assert await environment().run(run) == "sent"
+
+
+async def test_a_retried_batch_returns_what_went_before_its_last_heartbeat_without_sending_it(
+    fake_provider,
+) -> None:
+    # A lane's run of three submits, each answered after 0.5 s, heartbeating every 0.2 s. A
+    # worker killed mid-run leaves its last heartbeat: the next attempt must not send again what
+    # that heartbeat recorded (a webhook's receiver would get it twice), only the rest.
+    env = environment()
+    beats: list[tuple[Any, ...]] = []
+    env.on_heartbeat = lambda *details: beats.append(details)
+    async with submitting(fake_provider) as (activities, first):
+        run = [
+            dataclasses.replace(
+                first,
+                item_id=(item_id := f"tests/{unique_name('run')}"),
+                idempotency_key=provider_idempotency_key(item_id),
+                sequence="lane",
+            )
+            for _ in range(3)
+        ]
+        for request in run:
+            await slow_answer(fake_provider, request, 0.5)
+        outcomes: list[SubmitOutcome] = await env.run(activities.submit_items, run)
+        assert [outcome.result and outcome.result.delivered for outcome in outcomes] == [True] * 3
+        # The heartbeat the server last heard from before the third submit had its answer.
+        [progress] = next(details for details in reversed(beats) if len(details[0].outcomes) == 2)
+        converter = DataConverter.default.payload_converter
+        retry = environment()
+        retry.info = dataclasses.replace(
+            retry.info,
+            attempt=2,
+            # As the SDK hands them to the next attempt: decoded, without their type.
+            heartbeat_details=converter.from_payloads(converter.to_payloads([progress])),
+        )
+        again: list[SubmitOutcome] = await retry.run(activities.submit_items, run)
+
+    assert again[:2] == outcomes[:2]
+    assert again[2].result is not None and again[2].result.delivered
+    assert [await submits(fake_provider, request.item_id) for request in run] == [1, 1, 2]
+
+
+async def test_a_first_attempt_ignores_heartbeat_details(fake_provider) -> None:
+    # Only a retry reads them; and details of another shape send every request again.
+    async with submitting(fake_provider) as (activities, request):
+        for attempt, details in ((1, [{"outcomes": {"0": {}}}]), (2, ["not progress"])):
+            env = environment()
+            env.info = dataclasses.replace(env.info, attempt=attempt, heartbeat_details=details)
+            [outcome] = await env.run(activities.submit_items, [request])
+            assert outcome.result is not None and outcome.result.delivered
+
+    assert await submits(fake_provider, request.item_id) == 2
+
+
+@activity.defn(name="heartbeat_then_fail_once")
+async def heartbeat_then_fail_once(count: int) -> list[int]:
+    """Attempt 1 records an outcome for request 1 and fails; attempt 2 answers what it reads."""
+    if activity.info().attempt == 1:
+        outcome = SubmitOutcome(SubmitResult(delivered=True, provider_message_id="m-1"))
+        activity.heartbeat(BatchProgress({"1": outcome}))
+        await asyncio.sleep(0.5)  # the heartbeat reaches the server
+        raise RuntimeError("killed mid-batch")
+    recorded = BatchProgress.of_last_attempt(count)
+    assert recorded[1].result is not None and recorded[1].result.provider_message_id == "m-1"
+    return sorted(recorded)
+
+
+@workflow.defn(name="HeartbeatThenFailOnce")
+class HeartbeatThenFailOnce:
+    @workflow.run
+    async def run(self) -> list[int]:
+        return await workflow.execute_activity(
+            heartbeat_then_fail_once,
+            3,
+            start_to_close_timeout=timedelta(seconds=10),
+            retry_policy=RetryPolicy(initial_interval=timedelta(milliseconds=100)),
+        )
+
+
+async def test_the_next_attempt_reads_the_progress_the_server_kept(dev_env) -> None:
+    # Through a real server and the SDK's own decoding: the details come back without their
+    # type, and `BatchProgress.of_last_attempt` reads them.
+    client = dev_env.client
+    queue = unique_name("progress")
+    async with Worker(
+        client,
+        task_queue=queue,
+        workflows=[HeartbeatThenFailOnce],
+        activities=[heartbeat_then_fail_once],
+        workflow_runner=UnsandboxedWorkflowRunner(),
+    ):
+        answer = await client.execute_workflow(
+            HeartbeatThenFailOnce.run, id=unique_name("progress"), task_queue=queue
+        )
+
+    assert answer == [1]
