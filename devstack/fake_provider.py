@@ -54,9 +54,11 @@ from urllib.parse import parse_qsl, urlencode, urlsplit
 import httpx
 import uvicorn
 from starlette.applications import Starlette
-from starlette.requests import Request
+from starlette.middleware import Middleware
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from configuration.redaction import install_log_redaction
 from configuration.settings import (
@@ -731,6 +733,7 @@ def create_app(state: FakeProviderState) -> Starlette:
 
     return Starlette(
         lifespan=lifespan,
+        middleware=[Middleware(_HungUpCallers)],
         routes=[
             Route("/emails:send", acs_send, methods=["POST"]),
             Route("/emails/operations/{operation_id}", acs_operation, methods=["GET"]),
@@ -751,6 +754,19 @@ def create_app(state: FakeProviderState) -> Starlette:
             Route("/_admin/deliveries", admin_deliveries),
         ],
     )
+
+
+class _HungUpCallers:
+    """A caller that hangs up before its request's body arrived (a worker killed while it
+    sent) is gone: the request never reached the service, so nothing records it, nothing
+    answers, and nothing is logged as an error, as with a real service."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        with contextlib.suppress(ClientDisconnect):
+            await self.app(scope, receive, send)
 
 
 def _json_object(body: bytes) -> dict[str, Any]:

@@ -7,6 +7,7 @@ import base64
 import contextlib
 import dataclasses
 import json
+import logging
 import os
 import sys
 import time
@@ -697,3 +698,32 @@ async def test_a_hidden_limit_admits_its_rate_and_answers_429_above_it(fake, htt
     assert (await post_webhook(http, fake.url, "h7")).status_code == 204
     bad = await http.put(f"{fake.url}/_admin/limits/test", json={"limit": -1})
     assert bad.status_code == 422
+
+
+async def test_a_caller_hanging_up_mid_body_is_not_recorded_or_logged_as_an_error(http) -> None:
+    # A worker SIGKILLed while it sent a webhook: the body never fully arrived.
+    state = FakeProviderState(ACS_ACCESS_KEY, WEBHOOK_SECRET, FaultConfig())
+    errors: list[logging.LogRecord] = []
+    handler = logging.Handler(logging.ERROR)
+    handler.emit = errors.append  # type: ignore[method-assign]
+    server_log = logging.getLogger("uvicorn.error")  # uvicorn's own: it does not propagate
+    async with serve_in_background(create_app(state)) as url:
+        server_log.addHandler(handler)
+        try:
+            host, port = url.removeprefix("http://").split(":")
+            _, writer = await asyncio.open_connection(host, int(port))
+            writer.write(
+                b"POST /webhook/hung-up HTTP/1.1\r\nHost: fake\r\nwebhook-id: msg_1\r\n"
+                b'Content-Type: application/json\r\nContent-Length: 1000\r\n\r\n{"partial":'
+            )
+            await writer.drain()
+            await asyncio.sleep(0.2)
+            writer.close()
+            await writer.wait_closed()
+            await asyncio.sleep(0.2)
+            stats = await FakeProviderAdmin(url).stats()
+        finally:
+            server_log.removeHandler(handler)
+
+    assert stats["totals"].get("submits", 0) == 0
+    assert errors == [], [record.getMessage() for record in errors]
