@@ -310,7 +310,9 @@ async def _to_the_end(body: Coroutine[Any, Any, Returned]) -> Returned:
     timeout = activity.info().heartbeat_timeout
     if not timeout:
         return await body
-    sending = _Sending()
+    # A retry's earlier attempt may have sent its requests (a worker killed after the provider
+    # took them): a cancel must not pass that off as withdrawn, so it is never acted on.
+    sending = _Sending(requested=activity.info().attempt > 1)
     token = _SENDING.set(sending)
     try:
         task = asyncio.ensure_future(body)  # a copy of this context: it sees `sending`

@@ -264,3 +264,18 @@ async def test_the_next_attempt_reads_the_progress_the_server_kept(dev_env) -> N
         )
 
     assert answer == [1]
+
+
+async def test_a_cancel_of_a_retried_submit_leaves_it_to_its_end(fake_provider) -> None:
+    # Its first attempt may have reached the provider before its worker died: withdrawn now, the
+    # item would be recorded cancelled while the provider has it.
+    env = environment()
+    env.info = dataclasses.replace(env.info, attempt=2)
+    async with submitting(fake_provider, held_s=1.0) as (activities, request):
+        running = asyncio.create_task(env.run(activities.submit_item, request))
+        await asyncio.sleep(0.3)  # held in the guard, nothing sent by this attempt yet
+        env.cancel()
+        result: SubmitResult = await running
+
+    assert result.delivered
+    assert await submits(fake_provider, request.item_id) == 1
