@@ -10,6 +10,9 @@ delivery, every run of the shard is read back from Temporal:
 
 - `shard_first_task_ms`: the slowest first workflow task of a run (reading the carried items);
 - `shard_task_max_ms` / `shard_task_p50_ms`: over every workflow task of every run;
+- `shard_continue_task_ms`: the slowest last workflow task of a run that continued as new (it
+  writes every item the shard holds: not bounded by `ADMIT_PER_TASK`; its time from started to
+  completed also holds the claim check's upload);
 - `shard_failed_tasks`: workflow tasks that failed (the SDK's 2 s deadlock check, a payload
   over Temporal's limit): any fails the run, as a failing task held often enough stops a shard.
 
@@ -57,6 +60,8 @@ class RunTasks:
 
     durations_ms: list[float] = field(default_factory=list)
     failures: list[str] = field(default_factory=list)
+    # The run ended continuing as new: its last task wrote the next run's input.
+    continued: bool = False
 
 
 def run_tasks(events: list[HistoryEvent]) -> RunTasks:
@@ -73,6 +78,8 @@ def run_tasks(events: list[HistoryEvent]) -> RunTasks:
                 found.durations_ms.append(round(seconds * 1000, 1))
         elif event.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_FAILED:
             found.failures.append(event.workflow_task_failed_event_attributes.failure.message)
+        elif event.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CONTINUED_AS_NEW:
+            found.continued = True
     return found
 
 
@@ -80,9 +87,11 @@ def figures_of(runs: list[RunTasks]) -> dict[str, Any]:
     """The scenario's figures over every run of the shard."""
     every = [ms for run in runs for ms in run.durations_ms]
     firsts = [run.durations_ms[0] for run in runs if run.durations_ms]
+    lasts = [run.durations_ms[-1] for run in runs if run.continued and run.durations_ms]
     return {
         "shard_runs": len(runs),
         "shard_first_task_ms": max(firsts, default=0.0),
+        "shard_continue_task_ms": max(lasts, default=0.0),
         "shard_task_max_ms": max(every, default=0.0),
         "shard_task_p50_ms": round(statistics.median(every), 1) if every else 0.0,
         "shard_failed_tasks": [message for run in runs for message in run.failures],

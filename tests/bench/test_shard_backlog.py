@@ -35,17 +35,20 @@ def test_each_task_is_timed_from_started_to_completed_and_failures_kept() -> Non
         event(7, completed, 3100, started=6),
         event(9, started, 4000),
         event(10, completed, 4020, started=9),
+        event(11, EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CONTINUED_AS_NEW, 4020),
     ]
 
     tasks = run_tasks(events)
 
     assert tasks.durations_ms == [900.0, 20.0]
     assert tasks.failures == ["deadlock"]
+    assert tasks.continued
+    assert not run_tasks(events[:-1]).continued
 
 
-def test_the_figures_take_each_runs_first_task_and_every_failure() -> None:
+def test_the_figures_take_each_runs_first_and_continuing_tasks_and_every_failure() -> None:
     runs = [
-        RunTasks([1500.0, 20.0, 30.0]),
+        RunTasks([1500.0, 20.0, 30.0], continued=True),
         RunTasks([800.0, 2500.0], ["payload too large"]),
         RunTasks(),
     ]
@@ -54,6 +57,8 @@ def test_the_figures_take_each_runs_first_task_and_every_failure() -> None:
 
     assert figures["shard_runs"] == 3
     assert figures["shard_first_task_ms"] == 1500.0
+    # Only a run that continued as new: the other's last task ended it.
+    assert figures["shard_continue_task_ms"] == 30.0
     assert figures["shard_task_max_ms"] == 2500.0
     assert figures["shard_task_p50_ms"] == 800.0
     assert figures["shard_failed_tasks"] == ["payload too large"]
