@@ -58,6 +58,7 @@ from activities.worker_startup import (
     connect_worker,
     open_provider_client,
     open_read_model,
+    refuse_a_changed_shard_count,
     refuse_an_open_production,
     refuse_bulk_without_claim_checks,
     served_destinations,
@@ -394,6 +395,8 @@ async def run_worker(
     tracing = configure_tracing("durable-outbox-worker")
     databases = WorkerDatabases.open(settings, read_model, migrations, codec)
     client = await connect_worker(settings, runtime, codec, databases.storage)
+    if run_workflows:
+        await refuse_a_changed_shard_count(client, registry)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):

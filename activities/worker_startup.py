@@ -22,6 +22,7 @@ from durable_outbox_temporal.connection import (
 )
 from durable_outbox_temporal.contract.sealed_columns import seal_with
 from durable_outbox_temporal.destinations import Destination, DestinationRegistry
+from durable_outbox_temporal.shards import shard_count_conflicts
 from opentelemetry.instrumentation.httpx import HTTPXClientInstrumentor
 from sqlalchemy import Engine
 from sqlalchemy.exc import DBAPIError
@@ -76,6 +77,15 @@ def refuse_an_open_production(
         raise SystemExit(str(err)) from None
     for reason in reasons:
         log.warning("INSECURE: %s", reason)
+
+
+async def refuse_a_changed_shard_count(client: Client, registry: DestinationRegistry) -> None:
+    """A bulk destination's `shards` changed while its shards still run is refused: every
+    process routes items, cancels and reports by the configured count, so the shards already
+    holding items would no longer get theirs (`shards.shard_count_conflicts`)."""
+    conflicts = await shard_count_conflicts(client, registry)
+    if conflicts:
+        raise SystemExit("shards changed while shards run, refused: " + "; ".join(conflicts))
 
 
 def refuse_bulk_without_claim_checks(settings: Settings, registry: DestinationRegistry) -> None:

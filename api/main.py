@@ -30,6 +30,7 @@ from durable_outbox_temporal.connection import (
 )
 from durable_outbox_temporal.contract.sealed_columns import seal_with
 from durable_outbox_temporal.destinations import DestinationRegistry
+from durable_outbox_temporal.shards import shard_count_conflicts
 from durable_outbox_temporal.tracing import configure_tracing
 from fastapi import APIRouter, Depends, FastAPI
 from opentelemetry.instrumentation.fastapi import FastAPIInstrumentor
@@ -185,7 +186,7 @@ def lifespan(
         app.state.metrics.backlog.attach(db)
         app.state.metrics.destinations.attach(app.state.resources.controls)
         # In the background: the API starts (and /readyz answers) while Temporal is down.
-        search_attributes = asyncio.create_task(_log_missing_search_attributes(app, outbox))
+        search_attributes = asyncio.create_task(_log_namespace_problems(app, outbox))
         freeze_startup_heap()
         try:
             yield
@@ -218,9 +219,10 @@ def _create_schema(db: Engine, aggregate_types: AggregateTypes) -> None:
         raise StartupRefused(f"durable-outbox {VERSION} refuses to start: {err}") from None
 
 
-async def _log_missing_search_attributes(app: FastAPI, outbox: OutboxClient) -> None:
+async def _log_namespace_problems(app: FastAPI, outbox: OutboxClient) -> None:
     """Say at start, as the worker does and as `/readyz` answers, that the namespace lacks the
-    search attributes every item's start needs."""
+    search attributes every item's start needs; and, as the worker refuses, that a bulk
+    destination's `shards` differs from the count its running shards were started under."""
     try:
         missing = await missing_search_attributes(await outbox.temporal())
     except Exception as err:  # Temporal down: /readyz says so
@@ -230,6 +232,15 @@ async def _log_missing_search_attributes(app: FastAPI, outbox: OutboxClient) -> 
         log.error("%s", missing_search_attributes_message(missing))
     else:
         app.state.search_attributes_registered = True
+    # As the worker refuses to start (it is the one restarted with a changed destinations file,
+    # and the one that keeps shards going): the API routes by the configured count as well.
+    try:
+        conflicts = await shard_count_conflicts(await outbox.temporal(), outbox.destinations)
+    except Exception as err:  # Temporal down: /readyz says so
+        log.warning("shard counts not checked at start-up: %s: %s", type(err).__name__, err)
+        return
+    for conflict in conflicts:
+        log.error("%s", conflict)
 
 
 def _connect(

@@ -9,16 +9,19 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
+
+from temporalio.client import Client
 
 from durable_outbox_temporal import lanes
 from durable_outbox_temporal.contract.bulk import (
     ENQUEUE_SIGNAL,
     MAX_BATCH,
     SHARD_WORKFLOW_TYPE,
+    SHARDS_MEMO,
     ShardEnqueue,
     ShardInput,
     admit_per_task,
@@ -116,6 +119,7 @@ class Shards(HostedItems):
                 admit_per_task=admit_per_task(),
             ),
             id=workflow_id,
+            memo={SHARDS_MEMO: target.shards},
             task_queue=self._task_queue,
             start_signal=ENQUEUE_SIGNAL,
             start_signal_args=[
@@ -146,3 +150,37 @@ class Shards(HostedItems):
             status = item.known.status.value if item.known is not None else "unknown"
             raise CannotCancel(f"item is {status}; its shard has ended")
         return requested
+
+
+async def shard_count_conflicts(client: Client, destinations: Iterable[Destination]) -> list[str]:
+    """Why each bulk destination's configured `shards` cannot serve the shards running now, if
+    it cannot: items, cancels, reports, redrives and skips are routed by the configured count,
+    so a count other than the one a running shard was started under sends a key's new items to
+    another shard than its waiting ones and a cancel or a report to a shard that does not hold
+    its item. A shard started before its count was recorded is caught only when its number is
+    past the configured count."""
+    found = []
+    for destination in destinations:
+        if not destination.is_bulk:
+            continue
+        running: dict[int, int | None] = {}
+        query = (
+            f"WorkflowType = '{SHARD_WORKFLOW_TYPE}' AND ExecutionStatus = 'Running'"
+            f" AND WorkflowId STARTS_WITH '{shard_workflow_id(destination.name, 0)[:-1]}'"
+        )
+        async for execution in client.list_workflows(query):
+            shard = execution.id.rsplit("/", 1)[-1]
+            if shard.isdigit():
+                running[int(shard)] = await execution.memo_value(SHARDS_MEMO, default=None)
+        started_under = {count for count in running.values() if count is not None}
+        beyond = sorted(shard for shard in running if shard >= destination.shards)
+        if started_under - {destination.shards} or beyond:
+            counts = ", ".join(str(count) for count in sorted(started_under)) or "another count"
+            found.append(
+                f"destination {destination.name!r}: shards = {destination.shards} configured,"
+                f" but its shards running now were started under shards = {counts}"
+                f" (running: {', '.join(str(shard) for shard in sorted(running))}); set it back"
+                " until they have drained and ended (nothing queued or sending, and the report"
+                " window past), or its items would be routed to shards that do not hold them"
+            )
+    return found

@@ -53,6 +53,11 @@ def admit_per_task() -> int:
     return ADMIT_PER_TASK
 
 
+# The memo naming the `shards` a shard was started under (a continue-as-new keeps its memo): a
+# worker refuses to start with a destination's count changed while its shards hold items.
+SHARDS_MEMO = "shards"
+
+
 def shard_workflow_id(destination: str, shard: int) -> str:
     """`bulk/{destination}/{shard}`."""
     return f"bulk/{destination}/{shard}"

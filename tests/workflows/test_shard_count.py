@@ -1,0 +1,86 @@
+"""A bulk destination's `shards` changed while its shards run is refused: every process routes a
+destination's items, cancels and reports by its configured count, so the shards already holding
+items would no longer get theirs (docs/how-to/bulk-mode.md, "A shard's life")."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable
+
+import pytest
+from durable_outbox_temporal.contract.bulk import (
+    SHARD_WORKFLOW_TYPE,
+    ShardInput,
+    shard_workflow_id,
+)
+from durable_outbox_temporal.destinations import DestinationRegistry
+from durable_outbox_temporal.shards import shard_count_conflicts
+
+from activities.worker_startup import refuse_a_changed_shard_count
+from api.main import create_app
+from tests.api.conftest import api_settings
+from tests.conftest import email_destination, unique_name
+from tests.workflows.test_bulk import enqueue_all, long_lived_shard, until_settled
+
+
+async def soon(found: Callable[[], Awaitable[list[str]]], timeout_s: float = 20) -> list[str]:
+    """What `found()` finds once it finds something (visibility shows a run a moment later)."""
+    deadline = time.monotonic() + timeout_s
+    while not (result := await found()):
+        assert time.monotonic() < deadline, "nothing found"
+        await asyncio.sleep(0.2)
+    return result
+
+
+async def test_a_changed_shard_count_is_refused_while_a_shard_runs(
+    dev_env, stack_factory, fake_provider
+) -> None:
+    # One shard (`shards = 1`) holding items, continuing as new on the way: its memo goes along.
+    destination, stack, keys = await long_lived_shard(dev_env, stack_factory, fake_provider)
+    item_ids = await enqueue_all(stack, destination, keys)
+    handle = stack.client.get_workflow_handle(shard_workflow_id(destination.name, 0))
+    first_run = (await handle.describe()).run_id
+    deadline = time.monotonic() + 30
+    while (await handle.describe()).run_id == first_run:
+        assert time.monotonic() < deadline, "the shard should have continued as new"
+        await asyncio.sleep(0.1)
+    wider = email_destination(fake_provider, name=destination.name, mode="bulk", shards=2)
+
+    [message] = await soon(lambda: shard_count_conflicts(stack.client, [wider]))
+    assert "shards = 2 configured" in message and "started under shards = 1" in message
+    assert await shard_count_conflicts(stack.client, [destination]) == []
+    with pytest.raises(SystemExit, match="shards changed while shards run"):
+        await refuse_a_changed_shard_count(stack.client, DestinationRegistry({wider.name: wider}))
+    await until_settled(stack, item_ids, timeout_s=90)
+
+
+async def test_a_shard_from_before_its_count_was_recorded_is_caught_past_the_count(
+    dev_env, fake_provider, engine, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Started without the memo (by a release before it), numbered past the configured count.
+    destination = email_destination(fake_provider, mode="bulk", shards=2)
+    handle = await dev_env.client.start_workflow(
+        SHARD_WORKFLOW_TYPE,
+        ShardInput(destination=destination.name, shard=3),
+        id=shard_workflow_id(destination.name, 3),
+        task_queue=unique_name("no-worker"),
+    )
+    try:
+        [message] = await soon(lambda: shard_count_conflicts(dev_env.client, [destination]))
+        assert "shards = 2 configured" in message and "running: 3" in message
+        # The API says so at start, as the worker refuses.
+        registry = DestinationRegistry({destination.name: destination})
+        app = create_app(
+            api_settings(), temporal_client=dev_env.client, destinations=registry, engine=engine
+        )
+        with caplog.at_level(logging.ERROR, logger="outbox.api"):
+            async with app.router.lifespan_context(app):
+                await soon(lambda: logged(caplog, message))
+    finally:
+        await handle.terminate("test over")
+
+
+async def logged(caplog: pytest.LogCaptureFixture, message: str) -> list[str]:
+    return [record.getMessage() for record in caplog.records if record.getMessage() == message]
