@@ -28,6 +28,7 @@ from sqlalchemy import Engine
 from sqlalchemy.exc import DBAPIError
 from temporalio.client import Client
 from temporalio.runtime import PrometheusConfig, Runtime, TelemetryConfig
+from temporalio.service import RPCError
 
 from activities.providers.network import provider_transport
 from configuration.production import (
@@ -82,8 +83,14 @@ def refuse_an_open_production(
 async def refuse_a_changed_shard_count(client: Client, registry: DestinationRegistry) -> None:
     """A bulk destination's `shards` changed while its shards still run is refused: every
     process routes items, cancels and reports by the configured count, so the shards already
-    holding items would no longer get theirs (`shards.shard_count_conflicts`)."""
-    conflicts = await shard_count_conflicts(client, registry)
+    holding items would no longer get theirs (`shards.shard_count_conflicts`). Visibility
+    unavailable (it can be down while the rest of Temporal works) does not keep the worker from
+    starting: it says the counts went unchecked."""
+    try:
+        conflicts = await shard_count_conflicts(client, registry)
+    except RPCError as err:
+        log.warning("shard counts not checked at start-up: %s", err)
+        return
     if conflicts:
         raise SystemExit("shards changed while shards run, refused: " + "; ".join(conflicts))
 

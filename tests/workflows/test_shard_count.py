@@ -17,7 +17,9 @@ from durable_outbox_temporal.contract.bulk import (
 )
 from durable_outbox_temporal.destinations import DestinationRegistry
 from durable_outbox_temporal.shards import shard_count_conflicts
+from temporalio.service import RPCError, RPCStatusCode
 
+from activities import worker_startup
 from activities.worker_startup import refuse_a_changed_shard_count
 from api.main import create_app
 from tests.api.conftest import api_settings
@@ -84,3 +86,18 @@ async def test_a_shard_from_before_its_count_was_recorded_is_caught_past_the_cou
 
 async def logged(caplog: pytest.LogCaptureFixture, message: str) -> list[str]:
     return [record.getMessage() for record in caplog.records if record.getMessage() == message]
+
+
+async def test_a_worker_starts_when_visibility_cannot_answer(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Visibility can be down while the rest of Temporal works: the check says so and lets the
+    # worker start, rather than keep every worker down with it.
+    async def unavailable(*args: object) -> list[str]:
+        raise RPCError("visibility unavailable", RPCStatusCode.UNAVAILABLE, b"")
+
+    monkeypatch.setattr(worker_startup, "shard_count_conflicts", unavailable)
+    with caplog.at_level(logging.WARNING, logger=worker_startup.log.name):
+        await worker_startup.refuse_a_changed_shard_count(None, DestinationRegistry({}))  # type: ignore[arg-type]
+
+    assert any("shard counts not checked" in record.getMessage() for record in caplog.records)
