@@ -416,8 +416,9 @@ class DeliveryHostWorkflow:
         for lane_state in start.lanes:
             self._add_lane(lane_state)
         # What waits to be admitted, in order: carried parts (their JSON text) and enqueues
-        # past what one workflow task admits (as they came); every other handler waits for
-        # them (`_all_admitted`). Items admitted in the current task, and which task that is.
+        # past what one workflow task admits (as they came); appends, redrives, skips and
+        # removals wait for them (`_all_admitted`), a cancel or a report for an item not held
+        # for that item (`_admitted`). Items admitted in the current task, and which task.
         self._later: list[str | RawValue] = list(start.later)
         # What this run admits a task is what its input names: a release that changes
         # `ADMIT_PER_TASK` replays the runs before it by theirs. At least one, or nothing
@@ -499,11 +500,11 @@ class DeliveryHostWorkflow:
         return self._per_task - self._admitted_now
 
     async def _all_admitted(self) -> None:
-        """Every other handler first waits here for what waits to be admitted: a cancel, a
-        report or an append must find the items carried or enqueued before it, as they were,
-        not miss them or start them afresh. With nothing waiting (always, for a run carried in
-        one piece and never sent more than a task admits) it returns at once, without yielding:
-        the handler runs as it did before."""
+        """An append, a redrive, a skip or a removal first waits here for what waits to be
+        admitted: it must find the lanes and items carried or enqueued before it, as they
+        were, not miss them or start them afresh. With nothing waiting (always, for a run
+        carried in one piece and never sent more than a task admits) it returns at once,
+        without yielding: the handler runs as it did before."""
         if self._later:
             await workflow.wait_condition(lambda: not self._later)
 
