@@ -19,7 +19,9 @@ with a fast webhook destination (rate 1,000/s, so the destination is never the l
   lane through the Temporal client (`OutboxClient.enqueue`), each enqueue awaited before the next
   (the way to keep order from one process), from the first enqueue to the last delivery;
   `ordered_producer_runs_items_per_s`: the same into a lane with runs (`lane_run` and the quota
-  it needs), where the items that wait while the head is sent go together in one submit.
+  it needs), where the items that wait while the head is sent go together in one submit;
+  `bulk_ordered_producer_items_per_s`: the same in bulk mode, where each enqueue is answered once
+  the server has recorded its signal to the key's shard (no worker in the answer's path).
 
 Every run also checks at the fake provider that each key's items arrived once each and in
 order; `problems` lists any that did not.
@@ -232,7 +234,9 @@ async def lanes_figures() -> dict[str, Any]:
             else:
                 rate, found = await one_lane(stack, "one-lane-bulk", batched=True)
                 figures["bulk_lane_items_per_s"] = round(rate, 1)
-                problems += found
+                producer_rate, in_order = await ordered_producer(stack, "producer-bulk")
+                figures["bulk_ordered_producer_items_per_s"] = round(producer_rate, 1)
+                problems += found + in_order
                 # Alternating rounds on the same stack: one of each gives a ratio that moves
                 # with whichever ran when the machine was busier (docs/decisions/
                 # bench-alternating-rounds.md).
