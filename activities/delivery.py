@@ -22,7 +22,7 @@ import contextlib
 import time
 from collections.abc import AsyncIterator, Awaitable, Coroutine, Mapping
 from contextvars import ContextVar
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
 
@@ -33,6 +33,7 @@ from durable_outbox_temporal.contract.item import (
     POLL_BATCH_ACTIVITY,
     SUBMIT_ACTIVITY,
     SUBMIT_BATCH_ACTIVITY,
+    BatchProgress,
     DeliveryErrorDetails,
     ItemErrorType,
     PollOutcome,
@@ -185,7 +186,7 @@ class DeliveryActivities:
 
     async def _submit_all(self, requests: list[SubmitRequest]) -> list[SubmitOutcome]:
         outcomes: list[SubmitOutcome] = [SubmitOutcome(not_attempted=True)] * len(requests)
-        recorded = BatchProgress.of_last_attempt(len(requests))
+        recorded = recorded_by_the_last_attempt(len(requests))
         sending = _SENDING.get()
         progress = BatchProgress({str(index): outcome for index, outcome in recorded.items()})
         if sending is not None:
@@ -255,31 +256,13 @@ class _Sending:
         return (BatchProgress(dict(self.progress.outcomes)),)
 
 
-@dataclass
-class BatchProgress:
-    """The outcomes a batch of submits had when it last heartbeated, by request index: its next
-    attempt (a worker killed mid-batch, a heartbeat timeout) returns them as they were rather
-    than send those requests again. What went after that heartbeat goes again, under the same
-    idempotency keys, as any retried submit."""
-
-    outcomes: dict[str, SubmitOutcome] = field(default_factory=dict)
-
-    @staticmethod
-    def of_last_attempt(count: int) -> dict[int, SubmitOutcome]:
-        """This attempt's start: the outcomes the last one's heartbeats recorded (none on a
-        first attempt, or from details of another shape: a request is then sent again)."""
-        info = activity.info()
-        if info.attempt <= 1 or not info.heartbeat_details:
-            return {}
-        converter = activity.payload_converter()
-        try:
-            progress = converter.from_payload(
-                converter.to_payload(info.heartbeat_details[0]), BatchProgress
-            )
-            recorded = {int(index): outcome for index, outcome in progress.outcomes.items()}
-        except (TypeError, ValueError, KeyError):
-            return {}
-        return {index: outcome for index, outcome in recorded.items() if 0 <= index < count}
+def recorded_by_the_last_attempt(count: int) -> dict[int, SubmitOutcome]:
+    """A batch's attempt's start: the outcomes the last attempt's heartbeats recorded (none on a
+    first attempt)."""
+    info = activity.info()
+    if info.attempt <= 1:
+        return {}
+    return BatchProgress.read(info.heartbeat_details, count, activity.payload_converter())
 
 
 _SENDING: ContextVar[_Sending | None] = ContextVar("delivery_sending", default=None)

@@ -31,7 +31,7 @@ from typing import Any, Protocol, TypeVar
 
 from temporalio import workflow
 from temporalio.common import Priority, RetryPolicy
-from temporalio.exceptions import ActivityError, ApplicationError, CancelledError
+from temporalio.exceptions import ActivityError, ApplicationError, CancelledError, RetryState
 from temporalio.exceptions import TimeoutError as ActivityTimeoutError
 from temporalio.workflow import ActivityCancellationType
 
@@ -74,6 +74,24 @@ _INFRASTRUCTURE_RETRIES = RetryPolicy(
 # A shared submit or poll activity is retried like one item's; its items' own outcomes are
 # inside it.
 BATCH_RETRIES = _INFRASTRUCTURE_RETRIES
+# A submit a cancel may withdraw gets one attempt from the server; should that fail unclassified,
+# the workflow starts the rest as an activity no cancel withdraws (`retried_by_the_workflow`). A
+# cancel reaching the server's own retry while it waits out its backoff is done at once and looks
+# to the workflow exactly like a submit no worker ever took, though the attempt before may have
+# reached the provider (docs/decisions/delivery-heartbeats.md).
+WITHDRAWABLE_ATTEMPT = RetryPolicy(
+    initial_interval=_INFRASTRUCTURE_RETRIES.initial_interval,
+    maximum_attempts=1,
+    non_retryable_error_types=_INFRASTRUCTURE_RETRIES.non_retryable_error_types,
+)
+AFTER_A_WITHDRAWABLE_ATTEMPT = RetryPolicy(
+    initial_interval=_INFRASTRUCTURE_RETRIES.initial_interval,
+    maximum_attempts=_INFRASTRUCTURE_RETRIES.maximum_attempts - 1,
+    non_retryable_error_types=_INFRASTRUCTURE_RETRIES.non_retryable_error_types,
+)
+# The patch that has the workflow retry a withdrawable submit's failed attempt; asked only when
+# one failed, so a delivery that never fails records no marker.
+_SUBMIT_RETRIED_BY_THE_WORKFLOW = "submit-retried-by-the-workflow"
 Request = TypeVar("Request", SubmitRequest, PollRequest)
 Result = TypeVar("Result", SubmitResult, PollResult)
 Outcome = TypeVar("Outcome", SubmitOutcome, PollOutcome)
@@ -84,6 +102,17 @@ _MAX_EARLY_REPORTS = 100
 _CANCEL_WAITING_SUBMIT = "cancel-waiting-submit"
 # The same for a submit waiting in, or for, an activity shared with other items' submits.
 _CANCEL_SHARED_SUBMIT = "cancel-shared-submit"
+
+
+def retried_by_the_workflow(err: ActivityError) -> bool:
+    """Whether a withdrawable submit's failure goes on in a new activity (`WITHDRAWABLE_ATTEMPT`):
+    its one attempt failed unclassified (a worker killed mid-request, a bug). Runs from before
+    the patch had the server retry it, and end as they did."""
+    return (
+        err.retry_state is RetryState.MAXIMUM_ATTEMPTS_REACHED
+        and not isinstance(err.cause, CancelledError)
+        and workflow.patched(_SUBMIT_RETRIED_BY_THE_WORKFLOW)
+    )
 
 
 class DeliveryHost(Protocol):
@@ -508,34 +537,40 @@ class Delivery:
         self._projecting_activity_out = request.projection is not None
         self.activity_out = True
         try:
-            handle = workflow.start_activity_method(
-                activity,
-                request,
-                task_queue=task_queue,
-                start_to_close_timeout=timedelta(seconds=timeout_s),
-                # A start that reached no worker is tried again after this, not after the
-                # start-to-close timeout (`activities.delivery._to_the_end`).
-                heartbeat_timeout=HEARTBEAT_TIMEOUT,
-                retry_policy=_INFRASTRUCTURE_RETRIES,
-                summary=summary,
-                priority=self._priority(),
-                cancellation_type=(
-                    ActivityCancellationType.WAIT_CANCELLATION_COMPLETED
-                    if cancellable
-                    else ActivityCancellationType.TRY_CANCEL
-                ),
-            )
+
+            def start(retries: RetryPolicy, summary: str) -> workflow.ActivityHandle[Result]:
+                return workflow.start_activity_method(
+                    activity,
+                    request,
+                    task_queue=task_queue,
+                    start_to_close_timeout=timedelta(seconds=timeout_s),
+                    # A start that reached no worker is tried again after this, not after the
+                    # start-to-close timeout (`activities.delivery._to_the_end`).
+                    heartbeat_timeout=HEARTBEAT_TIMEOUT,
+                    retry_policy=retries,
+                    summary=summary,
+                    priority=self._priority(),
+                    cancellation_type=(
+                        ActivityCancellationType.WAIT_CANCELLATION_COMPLETED
+                        if cancellable
+                        else ActivityCancellationType.TRY_CANCEL
+                    ),
+                )
+
             if not cancellable:
-                return await handle
-            self._submit_out = handle
+                return await start(_INFRASTRUCTURE_RETRIES, summary)
+            handle = self._submit_out = start(WITHDRAWABLE_ATTEMPT, summary)
             try:
                 return await handle
             except ActivityError as err:
                 if isinstance(err.cause, CancelledError) and self.state.cancel_requested:
                     raise _SubmitWithdrawn from None
-                raise
+                if not retried_by_the_workflow(err):
+                    raise
             finally:
                 self._submit_out = None
+            # Its attempt may have reached the provider: the rest is never withdrawn.
+            return await start(AFTER_A_WITHDRAWABLE_ATTEMPT, f"{summary}, tried again")
         finally:
             self._projecting_activity_out = False
             self.activity_out = False

@@ -35,12 +35,13 @@ import math
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 from temporalio import workflow
 from temporalio.api.common.v1 import Payload
 from temporalio.common import Priority, RawValue, RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError, CancelledError
+from temporalio.exceptions import TimeoutError as ActivityTimeoutError
 from temporalio.workflow import ActivityCancellationType
 
 with workflow.unsafe.imports_passed_through():
@@ -64,6 +65,7 @@ with workflow.unsafe.imports_passed_through():
         parse_item_workflow_id,
     )
     from durable_outbox_temporal.contract.item import (
+        BatchProgress,
         DeliveryPolicy,
         ItemErrorType,
         ItemProjection,
@@ -97,7 +99,14 @@ with workflow.unsafe.imports_passed_through():
 
     from activities.delivery import HEARTBEAT_TIMEOUT, DeliveryActivities, went_through
     from activities.projection import ProjectionActivities
-    from workflows.delivery import BATCH_RETRIES, Delivery, DeliveryFailed
+    from workflows.delivery import (
+        AFTER_A_WITHDRAWABLE_ATTEMPT,
+        BATCH_RETRIES,
+        WITHDRAWABLE_ATTEMPT,
+        Delivery,
+        DeliveryFailed,
+        retried_by_the_workflow,
+    )
     from workflows.ordering import PROJECT_EVERY, Ended, Lane
 
 # Waits are rounded up to this, so the items waiting in one tick share one timer.
@@ -164,6 +173,11 @@ class _Batcher(Generic[Request, Outcome]):
     sequence_of: Callable[[Request], str | None] = lambda _: None
     went_through: Callable[[Request, Outcome], bool] = lambda _, __: True
     untried: Callable[[], Outcome] | None = None
+    # Whether its requests can be withdrawn (`withdraw`): submits, whose batches the server then
+    # tries once (`WITHDRAWABLE_ATTEMPT`), and the workflow again should that attempt fail.
+    withdrawable: bool = False
+    # The outcomes a withdrawable batch's heartbeat details recorded, by request index.
+    recorded: Callable[[list[Any], int], dict[int, Outcome]] = lambda _, __: {}
     _asked: list[tuple[Request, DeliveryPolicy, asyncio.Future[Outcome]]] = field(
         default_factory=list
     )
@@ -276,22 +290,43 @@ class _Batcher(Generic[Request, Outcome]):
         sequences = [self.sequence_of(request) for request, _, _ in batch]
         out = _OutBatch(batch, {id(o): self._priorities.get(id(o)) for _, _, o in batch})
         priority = self._batch_priority(batch)
-        try:
-            out.handle = workflow.start_activity_method(
+
+        def start(
+            requests: list[Request], retries: RetryPolicy, summary: str
+        ) -> workflow.ActivityHandle[list[Outcome]]:
+            return workflow.start_activity_method(
                 self.activity,
-                [request for request, _, _ in batch],
+                requests,
                 task_queue=self.task_queue(policy),
                 start_to_close_timeout=timedelta(seconds=self.timeout_s(policy)),
                 heartbeat_timeout=HEARTBEAT_TIMEOUT,
-                retry_policy=BATCH_RETRIES,
-                summary=f"{self.noun} {len(batch)} items",
+                retry_policy=retries,
+                summary=summary,
                 priority=priority,
                 # Only a withdrawal cancels it (`withdraw`): one a worker runs then finishes,
                 # and its outcomes stand, so a cancel never leaves a submit's fate unknown.
                 cancellation_type=ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
             )
+
+        requests = [request for request, _, _ in batch]
+        summary = f"{self.noun} {len(batch)} items"
+        try:
+            out.handle = start(
+                requests, WITHDRAWABLE_ATTEMPT if self.withdrawable else BATCH_RETRIES, summary
+            )
             self._out_batches.append(out)
-            outcomes = await out.handle
+            try:
+                outcomes = await out.handle
+            except ActivityError as err:
+                if not (self.withdrawable and retried_by_the_workflow(err)):
+                    raise
+                # Its attempt may have sent some of it: from here it is never withdrawn.
+                self._out_batches.remove(out)
+                outcomes = await self._try_again(
+                    requests,
+                    _last_heartbeat_details(err),
+                    lambda rest: start(rest, AFTER_A_WITHDRAWABLE_ATTEMPT, f"{summary}, again"),
+                )
         except ActivityError as err:
             # Withdrawn before any worker took it (`withdraw`): no request of it went.
             withdrawn = isinstance(err.cause, CancelledError) and not err.started_event_id
@@ -326,6 +361,37 @@ class _Batcher(Generic[Request, Outcome]):
             outcome.set_result(answered)
         if self._asked or self._sequences:
             self._send_soon()
+
+    async def _try_again(
+        self,
+        requests: list[Request],
+        details: list[Any],
+        start: Callable[[list[Request]], Awaitable[list[Outcome]]],
+    ) -> list[Outcome]:
+        """A withdrawable batch whose one attempt failed unclassified: the outcomes its last
+        heartbeat recorded stand (`BatchProgress`), and the rest goes in a new activity, a run's
+        requests after one that did not go through answered `untried` as the activity would."""
+        recorded = self.recorded(details, len(requests))
+        answered: list[Outcome | None] = [recorded.get(i) for i in range(len(requests))]
+        stopped: set[str] = set()
+        rest: list[int] = []
+        for index, request in enumerate(requests):
+            sequence = self.sequence_of(request)
+            outcome = answered[index]
+            if outcome is not None:
+                if sequence is not None and not self.went_through(request, outcome):
+                    stopped.add(sequence)
+            elif sequence is not None and sequence in stopped:
+                answered[index] = self._untried()
+            else:
+                rest.append(index)
+        if rest:
+            sent = await start([requests[index] for index in rest])
+            for index, outcome in zip(rest, sent, strict=True):
+                answered[index] = outcome
+        outcomes = [outcome for outcome in answered if outcome is not None]
+        assert len(outcomes) == len(requests), "each request answered"
+        return outcomes
 
     def _untried(self) -> Outcome:
         assert self.untried is not None
@@ -401,6 +467,10 @@ class DeliveryHostWorkflow:
             sequence_of=lambda request: request.sequence,
             went_through=went_through,
             untried=lambda: SubmitOutcome(not_attempted=True),
+            withdrawable=True,
+            recorded=lambda details, count: BatchProgress.read(
+                details, count, workflow.payload_converter()
+            ),
         )
         self._polls: _Batcher[PollRequest, PollOutcome] = _Batcher(
             DeliveryActivities.poll_operations,
@@ -1080,6 +1150,14 @@ def _in_parts(
     first, *rest = parts
     converter = workflow.payload_converter()
     return first.items, first.lanes, [converter.to_payload(part).data.decode() for part in rest]
+
+
+def _last_heartbeat_details(err: ActivityError) -> list[Any]:
+    """What a timed-out attempt's last heartbeat carried (none for another failure)."""
+    cause = err.cause
+    if isinstance(cause, ActivityTimeoutError) and cause.last_heartbeat_details:
+        return list(cause.last_heartbeat_details)
+    return []
 
 
 def _read_enqueue(raw: RawValue) -> ShardEnqueue:

@@ -16,14 +16,24 @@ from typing import Any
 import httpx
 import pytest
 from durable_outbox_temporal.contract.ids import provider_idempotency_key
-from durable_outbox_temporal.contract.item import SubmitOutcome, SubmitRequest, SubmitResult
+from durable_outbox_temporal.contract.item import (
+    BatchProgress,
+    SubmitOutcome,
+    SubmitRequest,
+    SubmitResult,
+)
 from temporalio import activity, workflow
 from temporalio.common import RetryPolicy
 from temporalio.converter import DataConverter
 from temporalio.testing import ActivityEnvironment
 from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 
-from activities.delivery import BatchProgress, DeliveryActivities, _request_goes, _to_the_end
+from activities.delivery import (
+    DeliveryActivities,
+    _request_goes,
+    _to_the_end,
+    recorded_by_the_last_attempt,
+)
 from activities.delivery_projection import LeftToWorkflow
 from activities.providers import build_provider
 from tests.conftest import unique_name, webhook_destination
@@ -230,7 +240,7 @@ async def heartbeat_then_fail_once(count: int) -> list[int]:
         activity.heartbeat(BatchProgress({"1": outcome}))
         await asyncio.sleep(0.5)  # the heartbeat reaches the server
         raise RuntimeError("killed mid-batch")
-    recorded = BatchProgress.of_last_attempt(count)
+    recorded = recorded_by_the_last_attempt(count)
     assert recorded[1].result is not None and recorded[1].result.provider_message_id == "m-1"
     return sorted(recorded)
 
@@ -249,7 +259,7 @@ class HeartbeatThenFailOnce:
 
 async def test_the_next_attempt_reads_the_progress_the_server_kept(dev_env) -> None:
     # Through a real server and the SDK's own decoding: the details come back without their
-    # type, and `BatchProgress.of_last_attempt` reads them.
+    # type, and `recorded_by_the_last_attempt` reads them.
     client = dev_env.client
     queue = unique_name("progress")
     async with Worker(

@@ -32,26 +32,29 @@ from tests.workflows.test_outbox_item import EMAIL
 
 
 class FirstAttemptNeverRuns(Interceptor):
-    """The first attempt of each activity of `activity_type` is taken by the worker and never
+    """Each workflow's first activity of `activity_type` is taken by the worker and never
     reaches the activity's code, nor heartbeats, nor answers (as a start no worker received):
-    only a worker's shutdown ends it."""
+    only a worker's shutdown ends it. What runs next (the server's retry, or a workflow's own
+    retry in a new activity) runs."""
 
     def __init__(self, activity_type: str) -> None:
         self.activity_type = activity_type
+        self.lost: set[str] = set()
 
     def intercept_activity(self, next: ActivityInboundInterceptor) -> ActivityInboundInterceptor:
-        return _NeverRuns(next, self.activity_type)
+        return _NeverRuns(next, self)
 
 
 class _NeverRuns(ActivityInboundInterceptor):
-    def __init__(self, next: ActivityInboundInterceptor, activity_type: str) -> None:
+    def __init__(self, next: ActivityInboundInterceptor, outer: FirstAttemptNeverRuns) -> None:
         super().__init__(next)
-        self.activity_type = activity_type
+        self.outer = outer
 
     async def execute_activity(self, input: ExecuteActivityInput) -> Any:
         info = activity.info()
-        if info.activity_type != self.activity_type or info.attempt > 1:
+        if info.activity_type != self.outer.activity_type or info.workflow_id in self.outer.lost:
             return await super().execute_activity(input)
+        self.outer.lost.add(info.workflow_id or "")
         while True:
             try:
                 await asyncio.sleep(3600)
@@ -61,10 +64,11 @@ class _NeverRuns(ActivityInboundInterceptor):
 
 
 async def retried_within(client: Client, workflow_id: str, activity_type: str) -> list[bool]:
-    """For each activity of `activity_type` tried more than once: whether its last attempt
-    started after the heartbeat timeout (and the retry's back-off) and before the start-to-close
-    timeout, which is what a first attempt that never answered would have waited for without
-    heartbeats. (The time-skipping server records no `last_failure` to tell the timeout by.)"""
+    """For each activity of `activity_type` tried again (by the server, or by the workflow in a
+    new activity once one timed out): whether the retry started after the heartbeat timeout
+    (and any back-off) and before the start-to-close timeout, which is what a first attempt that
+    never answered would have waited for without heartbeats. (The time-skipping server records
+    no `last_failure` to tell the timeout by.)"""
     handle = client.get_workflow_handle(workflow_id)
     events = [event async for event in handle.fetch_history_events()]
     scheduled = {
@@ -74,15 +78,26 @@ async def retried_within(client: Client, workflow_id: str, activity_type: str) -
         and event.activity_task_scheduled_event_attributes.activity_type.name == activity_type
     }
     found = []
+    timed_out: Any = None  # the schedule of the last activity of the type that timed out
     for event in events:
+        if (
+            event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_TIMED_OUT
+            and event.activity_task_timed_out_event_attributes.scheduled_event_id in scheduled
+        ):
+            timed_out = scheduled[event.activity_task_timed_out_event_attributes.scheduled_event_id]
+            continue
         started = event.activity_task_started_event_attributes
         if (
             event.event_type != EventType.EVENT_TYPE_ACTIVITY_TASK_STARTED
             or started.scheduled_event_id not in scheduled
-            or started.attempt == 1
         ):
             continue
-        schedule = scheduled[started.scheduled_event_id]
+        if started.attempt > 1:
+            schedule = scheduled[started.scheduled_event_id]
+        elif timed_out is not None:
+            schedule, timed_out = timed_out, None
+        else:
+            continue
         waited = event.event_time.ToDatetime() - schedule.event_time.ToDatetime()
         attributes = schedule.activity_task_scheduled_event_attributes
         assert attributes.heartbeat_timeout.ToTimedelta() == HEARTBEAT_TIMEOUT

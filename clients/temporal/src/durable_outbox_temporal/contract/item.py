@@ -16,6 +16,7 @@ from enum import StrEnum
 from typing import Annotated, Any, ClassVar, Literal
 
 from annotated_types import Ge, Gt, Le, MaxLen
+from temporalio.converter import PayloadConverter
 
 from durable_outbox_temporal.contract.limits import (
     MAX_DESTINATION_LENGTH,
@@ -710,6 +711,32 @@ class SubmitOutcome:
     details: DeliveryErrorDetails | None = None
     # Not sent: an earlier item of its sequence was not delivered (the provider never saw it).
     not_attempted: bool = False
+
+
+@dataclass
+class BatchProgress:
+    """The outcomes a batch of submits had when it last heartbeated, by request index: what
+    runs it again (the server's next attempt, a worker killed mid-batch, or its workflow's new
+    activity once the batch timed out) returns them as they were rather than send those
+    requests again. What went after that heartbeat goes again, under the same idempotency keys,
+    as any retried submit."""
+
+    outcomes: dict[str, SubmitOutcome] = field(default_factory=dict)
+
+    @staticmethod
+    def read(
+        details: Sequence[Any], count: int, converter: PayloadConverter
+    ) -> dict[int, SubmitOutcome]:
+        """The outcomes heartbeat details recorded for a batch of `count` requests, by index;
+        none from details of another shape (a request is then sent again)."""
+        if not details:
+            return {}
+        try:
+            progress = converter.from_payload(converter.to_payload(details[0]), BatchProgress)
+            recorded = {int(index): outcome for index, outcome in progress.outcomes.items()}
+        except (TypeError, ValueError, KeyError):
+            return {}
+        return {index: outcome for index, outcome in recorded.items() if 0 <= index < count}
 
 
 @dataclass
