@@ -15,6 +15,7 @@ from typing import Any
 
 import httpx
 import pytest
+from durable_outbox_temporal.codec import data_converter
 from durable_outbox_temporal.contract.ids import provider_idempotency_key
 from durable_outbox_temporal.contract.item import (
     BatchProgress,
@@ -289,3 +290,15 @@ async def test_a_cancel_of_a_retried_submit_leaves_it_to_its_end(fake_provider) 
 
     assert result.delivered
     assert await submits(fake_provider, request.item_id) == 1
+
+
+@pytest.mark.parametrize(
+    "details",
+    [[None], ["text"], [7], [[1, 2]], [{"outcomes": None}], [{"outcomes": {"0": "bad"}}], []],
+)
+def test_details_of_another_shape_record_nothing(details: list[Any]) -> None:
+    # Read by a shard's workflow too (a batch it tries again): raising there would fail its
+    # task again and again.
+    converter = data_converter(None).payload_converter
+
+    assert BatchProgress.read(details, 3, converter) == {}

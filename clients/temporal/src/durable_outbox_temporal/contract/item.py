@@ -733,8 +733,10 @@ class BatchProgress:
             return {}
         try:
             progress = converter.from_payload(converter.to_payload(details[0]), BatchProgress)
+            if not isinstance(progress, BatchProgress):
+                return {}
             recorded = {int(index): outcome for index, outcome in progress.outcomes.items()}
-        except (TypeError, ValueError, KeyError):
+        except (TypeError, ValueError, KeyError, AttributeError):
             return {}
         return {index: outcome for index, outcome in recorded.items() if 0 <= index < count}
 
