@@ -330,16 +330,7 @@ class _Batcher(Generic[Request, Outcome]):
         except ActivityError as err:
             # Withdrawn before any worker took it (`withdraw`): no request of it went.
             withdrawn = isinstance(err.cause, CancelledError) and not err.started_event_id
-            # The whole activity failed (after its retries): each item counts a failed request;
-            # in a run, only its first (the rest are sent again, under their own idempotency
-            # keys, when their turn comes again).
-            failed = self.failed(str(err.cause or err))
-            outcomes = [
-                failed
-                if sequence is None or sequences.index(sequence) == index
-                else self._untried()
-                for index, sequence in enumerate(sequences)
-            ]
+            outcomes = self._all_failed(requests, err)
         else:
             withdrawn = False
         finally:
@@ -386,12 +377,28 @@ class _Batcher(Generic[Request, Outcome]):
             else:
                 rest.append(index)
         if rest:
-            sent = await start([requests[index] for index in rest])
+            again = [requests[index] for index in rest]
+            try:
+                sent = await start(again)
+            except ActivityError as err:
+                # What the first attempt recorded still stands.
+                sent = self._all_failed(again, err)
             for index, outcome in zip(rest, sent, strict=True):
                 answered[index] = outcome
         outcomes = [outcome for outcome in answered if outcome is not None]
         assert len(outcomes) == len(requests), "each request answered"
         return outcomes
+
+    def _all_failed(self, requests: list[Request], err: ActivityError) -> list[Outcome]:
+        """The outcomes of an activity that failed as a whole (after its retries): each item
+        counts a failed request; in a run, only its first (the rest are sent again, under their
+        own idempotency keys, when their turn comes again)."""
+        failed = self.failed(str(err.cause or err))
+        sequences = [self.sequence_of(request) for request in requests]
+        return [
+            failed if sequence is None or sequences.index(sequence) == index else self._untried()
+            for index, sequence in enumerate(sequences)
+        ]
 
     def _untried(self) -> Outcome:
         assert self.untried is not None

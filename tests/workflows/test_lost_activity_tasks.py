@@ -7,6 +7,7 @@ that way (docs/benchmarks.md)."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from durable_outbox_temporal.contract.aggregate import aggregate_workflow_id
@@ -30,31 +31,47 @@ from tests.workflows.test_bulk import enqueue_all, until_settled
 from tests.workflows.test_effects import SEATS, PingingFlight, eventually, pinging_flight, settled
 from tests.workflows.test_outbox_item import EMAIL
 
+Execute = Callable[[ExecuteActivityInput], Awaitable[Any]]
 
-class FirstAttemptNeverRuns(Interceptor):
-    """Each workflow's first activity of `activity_type` is taken by the worker and never
-    reaches the activity's code, nor heartbeats, nor answers (as a start no worker received):
-    only a worker's shutdown ends it. What runs next (the server's retry, or a workflow's own
-    retry in a new activity) runs."""
 
-    def __init__(self, activity_type: str) -> None:
+class FirstRunOf(Interceptor):
+    """Each workflow's first run of an activity of `activity_type` on this worker is
+    `instead(input, execute)` (`execute` runs the activity itself); every other run is the
+    activity's own (the server's retry, or a workflow's own retry in a new activity)."""
+
+    def __init__(
+        self, activity_type: str, instead: Callable[[ExecuteActivityInput, Execute], Awaitable[Any]]
+    ) -> None:
         self.activity_type = activity_type
-        self.lost: set[str] = set()
+        self.instead = instead
+        self.taken: set[str] = set()
 
     def intercept_activity(self, next: ActivityInboundInterceptor) -> ActivityInboundInterceptor:
-        return _NeverRuns(next, self)
+        return _FirstRunOf(next, self)
 
 
-class _NeverRuns(ActivityInboundInterceptor):
-    def __init__(self, next: ActivityInboundInterceptor, outer: FirstAttemptNeverRuns) -> None:
+class _FirstRunOf(ActivityInboundInterceptor):
+    def __init__(self, next: ActivityInboundInterceptor, outer: FirstRunOf) -> None:
         super().__init__(next)
         self.outer = outer
 
     async def execute_activity(self, input: ExecuteActivityInput) -> Any:
-        info = activity.info()
-        if info.activity_type != self.outer.activity_type or info.workflow_id in self.outer.lost:
+        outer, info = self.outer, activity.info()
+        if info.activity_type != outer.activity_type or info.workflow_id in outer.taken:
             return await super().execute_activity(input)
-        self.outer.lost.add(info.workflow_id or "")
+        outer.taken.add(info.workflow_id or "")
+        return await outer.instead(input, super().execute_activity)
+
+
+class FirstAttemptNeverRuns(FirstRunOf):
+    """Each workflow's first activity of `activity_type` is taken by the worker and never
+    reaches the activity's code, nor heartbeats, nor answers (as a start no worker received):
+    only a worker's shutdown ends it."""
+
+    def __init__(self, activity_type: str) -> None:
+        super().__init__(activity_type, self._never_runs)
+
+    async def _never_runs(self, input: ExecuteActivityInput, execute: Execute) -> Any:
         while True:
             try:
                 await asyncio.sleep(3600)

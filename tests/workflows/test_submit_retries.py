@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Awaitable, Callable
 from typing import Any
 
 from durable_outbox_temporal.contract.bulk import shard_workflow_id
@@ -26,50 +25,21 @@ from durable_outbox_temporal.contract.item import (
 from durable_outbox_temporal.errors import CannotCancel
 from temporalio import activity
 from temporalio.api.enums.v1 import EventType
-from temporalio.worker import ActivityInboundInterceptor, ExecuteActivityInput, Interceptor
+from temporalio.exceptions import ActivityError, RetryState
+from temporalio.worker import ExecuteActivityInput
 
 from activities.delivery import DeliveryActivities, went_through
 from readmodel import store
 from tests.conftest import email_destination, unique_name
 from tests.fakes import deliveries, submits
 from tests.workflows.test_bulk import enqueue_all, until_settled
+from tests.workflows.test_lost_activity_tasks import Execute, FirstRunOf
 from tests.workflows.test_outbox_item import EMAIL
 from workflows.host import _Batcher
 
 # Well within the server's one-second backoff before its own retry, which the code before this
 # waited out with the submit still withdrawable.
 INTO_THE_BACKOFF_S = 0.2
-
-
-Execute = Callable[[ExecuteActivityInput], Awaitable[Any]]
-
-
-class FirstRunOf(Interceptor):
-    """The worker's first run of an activity of `activity_type` is `instead(input, execute)`
-    (`execute` runs the activity itself); every other run is the activity's own."""
-
-    def __init__(
-        self, activity_type: str, instead: Callable[[ExecuteActivityInput, Execute], Awaitable[Any]]
-    ) -> None:
-        self.activity_type = activity_type
-        self.instead = instead
-        self.taken = False
-
-    def intercept_activity(self, next: ActivityInboundInterceptor) -> ActivityInboundInterceptor:
-        return _FirstRunOf(next, self)
-
-
-class _FirstRunOf(ActivityInboundInterceptor):
-    def __init__(self, next: ActivityInboundInterceptor, outer: FirstRunOf) -> None:
-        super().__init__(next)
-        self.outer = outer
-
-    async def execute_activity(self, input: ExecuteActivityInput) -> Any:
-        outer = self.outer
-        if activity.info().activity_type != outer.activity_type or outer.taken:
-            return await super().execute_activity(input)
-        outer.taken = True
-        return await outer.instead(input, super().execute_activity)
 
 
 class FailsOnceItSent(FirstRunOf):
@@ -197,23 +167,24 @@ def submit_request(item_id: str, sequence: str | None = None) -> SubmitRequest:
     )
 
 
-async def test_a_batch_tried_again_sends_neither_what_was_recorded_nor_a_stopped_runs_rest() -> (
-    None
-):
-    refused = SubmitOutcome(error_type=ItemErrorType.TRANSIENT, message="503")
-    delivered = SubmitOutcome(SubmitResult(delivered=True))
-    # A lane's run whose first request was recorded not going through, another whose first was
-    # recorded delivered, and a request of no run recorded delivered.
-    requests = [
-        submit_request("stopped-1", "stopped"),
-        submit_request("stopped-2", "stopped"),
-        submit_request("goes-1", "goes"),
-        submit_request("goes-2", "goes"),
-        submit_request("alone-recorded"),
-        submit_request("alone"),
-    ]
-    recorded = {0: refused, 2: delivered, 4: delivered}
-    batcher: _Batcher[SubmitRequest, SubmitOutcome] = _Batcher(
+REFUSED = SubmitOutcome(error_type=ItemErrorType.TRANSIENT, message="503")
+DELIVERED = SubmitOutcome(SubmitResult(delivered=True))
+UNTRIED = SubmitOutcome(not_attempted=True)
+# A lane's run whose first request was recorded not going through, another whose first was
+# recorded delivered, a request of no run recorded delivered and one not recorded.
+RUNS = [
+    submit_request("stopped-1", "stopped"),
+    submit_request("stopped-2", "stopped"),
+    submit_request("goes-1", "goes"),
+    submit_request("goes-2", "goes"),
+    submit_request("alone-recorded"),
+    submit_request("alone"),
+]
+RECORDED = {0: REFUSED, 2: DELIVERED, 4: DELIVERED}
+
+
+def submits_batcher() -> _Batcher[SubmitRequest, SubmitOutcome]:
+    return _Batcher(
         DeliveryActivities.submit_items,
         lambda policy: "submits",
         lambda policy: 30.0,
@@ -222,17 +193,41 @@ async def test_a_batch_tried_again_sends_neither_what_was_recorded_nor_a_stopped
         5,
         sequence_of=lambda request: request.sequence,
         went_through=went_through,
-        untried=lambda: SubmitOutcome(not_attempted=True),
+        untried=lambda: UNTRIED,
         withdrawable=True,
-        recorded=lambda details, count: recorded if details == ["progress"] else {},
+        recorded=lambda details, count: RECORDED if details == ["progress"] else {},
     )
+
+
+async def test_a_batch_tried_again_sends_neither_what_was_recorded_nor_a_stopped_runs_rest() -> (
+    None
+):
     sent: list[str] = []
 
     async def start(rest: list[SubmitRequest]) -> list[SubmitOutcome]:
         sent.extend(request.item_id for request in rest)
-        return [delivered] * len(rest)
+        return [DELIVERED] * len(rest)
 
-    answered = await batcher._try_again(requests, ["progress"], start)
+    answered = await submits_batcher()._try_again(RUNS, ["progress"], start)
 
     assert sent == ["goes-2", "alone"]
-    assert answered == [refused, SubmitOutcome(not_attempted=True), *[delivered] * 4]
+    assert answered == [REFUSED, UNTRIED, *[DELIVERED] * 4]
+
+
+async def test_a_batch_whose_retry_fails_too_keeps_what_its_first_attempt_recorded() -> None:
+    async def start(rest: list[SubmitRequest]) -> list[SubmitOutcome]:
+        raise ActivityError(
+            "worker lost",
+            scheduled_event_id=9,
+            started_event_id=10,
+            identity="w",
+            activity_type=SUBMIT_BATCH_ACTIVITY,
+            activity_id="3",
+            retry_state=RetryState.MAXIMUM_ATTEMPTS_REACHED,
+        )
+
+    answered = await submits_batcher()._try_again(RUNS, ["progress"], start)
+
+    failed = SubmitOutcome(error_type=ItemErrorType.TRANSIENT, message="worker lost")
+    # The recorded outcomes stand; what went again counts one failed request each.
+    assert answered == [REFUSED, UNTRIED, DELIVERED, failed, DELIVERED, failed]
