@@ -19,11 +19,13 @@ from pydantic import ValidationError
 from configuration.destinations import load_destinations
 
 HOOK = {"name": "hook", "provider": "webhook", "settings": {"url": "http://127.0.0.1:9/"}}
+# A destination that takes delivery reports: it listens for them 72 h unless told otherwise.
+REPORTING = {**HOOK, "events_secret": "a-secret-of-16-characters"}
 DAY = 86400.0
 
 
 def test_the_longest_delivery_counts_attempts_waits_retry_after_polls_and_reports() -> None:
-    policy = Destination.model_validate(HOOK).delivery
+    policy = Destination.model_validate(REPORTING).delivery
     waits = sum(policy.backoff_s(n) * 1.2 for n in range(1, 8))
     expected = 8 * 30 + waits + 3600 + 30 + 72 * 3600
     assert policy.longest_delivery_s() == pytest.approx(expected)
@@ -45,12 +47,12 @@ def test_defaults_keep_a_month_of_payloads_and_a_year_of_rows_or_longer() -> Non
 
 def test_a_retention_shorter_than_the_longest_delivery_is_refused_naming_why() -> None:
     with pytest.raises(ValidationError, match="longest possible delivery") as short:
-        Destination.model_validate({**HOOK, "payload_retention_s": DAY})
+        Destination.model_validate({**REPORTING, "payload_retention_s": DAY})
     assert "report_window_s 259200" in str(short.value)
     with pytest.raises(ValidationError, match="max_retry_after_s"):
         Destination.model_validate(
             {
-                **HOOK,
+                **REPORTING,
                 "payload_retention_s": 4 * DAY,
                 "settings": {**HOOK["settings"], "max_retry_after_s": 30 * DAY},  # type: ignore[dict-item]
             }

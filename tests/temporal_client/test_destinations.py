@@ -42,13 +42,27 @@ def test_out_of_bounds_table_covers_every_policy_setting() -> None:
 
 
 def test_defaults_are_delivery_policys_own() -> None:
-    policy = Destination(name="mail", provider="webhook").policy()
+    secret = "a-secret-of-16-characters"
+    policy = Destination(name="mail", provider="webhook", events_secret=secret).policy()
 
     assert policy == DeliveryPolicy(
         destination="mail",
         submit_task_queue="outbox-submit-mail",
         poll_task_queue="outbox-poll-mail",
     )
+
+
+def test_a_destination_that_takes_no_reports_does_not_listen_for_them_unless_told() -> None:
+    # No `events_secret`: no report reaches it through the API, so its sent items end at once
+    # rather than wait out the 72 h default (held by a shard, in bulk mode).
+    assert Destination(name="mail", provider="acs-email").delivery.report_window_s == 0
+    assert load({"mail": {"provider": "acs-email"}}).get("mail").delivery.report_window_s == 0  # type: ignore[union-attr]
+    # Told, it listens (reports may come through `OutboxClient.report_delivery`).
+    told = Destination(name="mail", provider="acs-email", report_window_s=3600)
+    assert told.delivery.report_window_s == 3600
+    secret = "a-secret-of-16-characters"
+    taking = Destination(name="mail", provider="acs-email", events_secret=secret)
+    assert taking.delivery.report_window_s == 72 * 3600
 
 
 def test_every_flat_file_field_reaches_the_policy() -> None:

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 from durable_outbox_temporal.contract import transitions
-from durable_outbox_temporal.contract.bulk import shard_workflow_id
+from durable_outbox_temporal.contract.bulk import SHARD_QUERY, ShardView, shard_workflow_id
 from durable_outbox_temporal.contract.ids import item_workflow_id, provider_idempotency_key
 from durable_outbox_temporal.contract.item import (
     DeliveryOutcome,
@@ -33,6 +33,7 @@ from readmodel.writer import ProjectionWriter
 from service.reports import DeliveryReportService
 from tests.conftest import email_destination, unique_name
 from tests.fakes import deliveries, script
+from tests.workflows.test_delivery_reports import without_reports
 from tests.workflows.test_outbox_item import EMAIL
 
 
@@ -389,3 +390,22 @@ async def test_polls_falling_due_together_share_an_activity(stack_factory, fake_
     # 20 items polled three times each: 60 polls, in far fewer activities, none alone.
     assert "poll_operation" not in scheduled
     assert 0 < polls <= 30, polls
+
+
+async def test_a_shard_holds_no_sent_item_for_a_destination_that_takes_no_reports(
+    stack_factory, fake_provider
+) -> None:
+    # No `events_secret`, no window set: its sent items would each stay held for 72 h, for
+    # reports that cannot come, in a shard whose continue-as-new writes every item it holds.
+    destination = without_reports(fake_provider, mode="bulk", shards=1)
+    stack = await stack_factory(destination)
+    [item_id] = await enqueue_all(stack, destination, [unique_name("unreported")])
+    await until_settled(stack, [item_id], skip_time=False)
+    shard = stack.client.get_workflow_handle(shard_workflow_id(destination.name, 0))
+
+    deadline = time.monotonic() + 10
+    while (view := await shard.query(SHARD_QUERY, result_type=ShardView)).held:
+        assert time.monotonic() < deadline, f"the shard still holds {view.by_status}"
+        await asyncio.sleep(0.2)
+    row = store.get_item(stack.engine, item_id)
+    assert row is not None and row.view.recipients == []

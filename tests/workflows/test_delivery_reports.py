@@ -5,6 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import pytest
 from durable_outbox_temporal.contract.ids import provider_idempotency_key
 from durable_outbox_temporal.contract.item import (
     DeliveryOutcome,
@@ -12,9 +13,10 @@ from durable_outbox_temporal.contract.item import (
     ItemStatus,
     RecipientStatus,
 )
+from durable_outbox_temporal.destinations import Destination
 
 from readmodel import store
-from tests.conftest import email_destination
+from tests.conftest import ACS_ACCESS_KEY, email_destination, unique_name
 from tests.workflows.test_outbox_item import wait_for_status
 
 TWO_RECIPIENTS = {
@@ -197,10 +199,16 @@ async def test_a_report_for_another_message_changes_nothing(stack_factory, fake_
     assert report_events(stack, item.item_id) == []
 
 
-async def test_no_window_tracks_no_recipients(stack_factory, fake_provider) -> None:
-    destination = email_destination(fake_provider, report_window_s=0)
+@pytest.mark.parametrize("window", ["zero", "unset-without-events-secret"])
+async def test_no_window_tracks_no_recipients(stack_factory, fake_provider, window) -> None:
+    # Unset on a destination no report can reach (no `events_secret`): nothing listens either.
+    destination = (
+        email_destination(fake_provider, report_window_s=0)
+        if window == "zero"
+        else without_reports(fake_provider)
+    )
     stack = await stack_factory(destination)
-    item = await stack.enqueue(destination, TWO_RECIPIENTS, key="reports-off")
+    item = await stack.enqueue(destination, TWO_RECIPIENTS, key=unique_name("reports-off"))
 
     view = await stack.result(item.item_id)
 
@@ -229,3 +237,18 @@ async def test_delivery_report_signal_sent_as_raw_json_by_any_client(
     view = await stack.result(item.item_id)
 
     assert view.delivery is DeliveryOutcome.DELIVERED
+
+
+def without_reports(fake_provider: Any, **fields: Any) -> Destination:
+    """An email destination with no `events_secret` and no `report_window_s` set (the
+    tests' `email_destination` sets the window to 0 itself)."""
+    settings = {"endpoint": fake_provider.url, "access_key": ACS_ACCESS_KEY}
+    return Destination(
+        name=unique_name("no-reports"),
+        provider="acs-email",
+        settings=settings,
+        submit_rate=100.0,
+        poll_rate=100.0,
+        poll_interval_s=1.0,
+        **fields,
+    )

@@ -360,6 +360,12 @@ class Destination(BaseModel):
         fields = dict(data)
         name = str(fields.get("name", ""))
         policy = {key: fields.pop(key) for key in POLICY_SETTINGS if key in fields}
+        if "report_window_s" not in policy and fields.get("events_secret") is None:
+            # No report can reach a destination without a secret through the API: its sent
+            # items would each stay open (in bulk mode, held by a shard) for the default
+            # window, waiting for nothing. Set explicitly, a window is kept (reports may come
+            # through `OutboxClient.report_delivery`).
+            policy["report_window_s"] = 0.0
         fields["delivery"] = {
             "destination": name,
             "submit_task_queue": submit_task_queue(name),

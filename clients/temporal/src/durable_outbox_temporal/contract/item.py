@@ -300,7 +300,8 @@ class DeliveryPolicy:
         default=72 * 3600.0,
         metadata={
             DESCRIPTION: "How long a sent item keeps listening for its recipients' delivery"
-            " reports, in seconds (0: not at all)."
+            " reports, in seconds (0: not at all). Unset on a destination without"
+            " `events_secret` (it takes no reports): 0."
         },
     )
     # What `halt` means with `submit`: docs/explanation/ordering-lanes.md.
