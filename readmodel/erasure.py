@@ -9,6 +9,10 @@ attempts' headers and bodies (numbers, statuses and times stay); its claim-check
 whole payload under `latest`, its entry under `collect`). The item is then marked
 erased, so a redrive is refused and a late projection never brings the payload back
 (`readmodel.store`). Temporal's copy is encrypted (payload codec) and goes with its retention.
+
+An item whose row retention pruned left its key's memory (`outbox_keys`), with the digest of its
+request, and its subject link: `erase_remembered_key` erases those, so an erasure a year on
+reaches what is left of it.
 """
 
 from __future__ import annotations
@@ -19,18 +23,20 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, cast
 
 from durable_outbox_temporal.contract.debounce import COLLECTED_KEY
+from durable_outbox_temporal.contract.ids import item_workflow_id, parse_item_workflow_id
 from durable_outbox_temporal.contract.item import (
     DeliveryOutcome,
     ItemStatus,
     OutboxItemView,
     Recipient,
 )
-from sqlalchemy import Connection, Engine, delete, insert, select, update
+from sqlalchemy import Connection, Engine, delete, func, insert, literal, select, union, update
 
 from readmodel.models import (
     EVENTS,
     ITEM_ATTEMPTS,
     ITEM_ERASURES,
+    ITEM_KEYS,
     ITEM_SUBJECTS,
     ITEMS,
     OUTBOX_PENDING,
@@ -73,17 +79,48 @@ def refusal(view: OutboxItemView, report_window_s: float, now: datetime) -> str 
 def keys_with_prefix(
     engine: Engine, outbox: str, prefix: str, *, after: str | None, limit: int
 ) -> list[str]:
-    """The keys of the outbox's items starting with `prefix`, in key order after `after`."""
-    query = (
-        select(ITEMS.c.key)
-        .where(ITEMS.c.outbox == outbox, ITEMS.c.key.startswith(prefix, autoescape=True))
-        .order_by(ITEMS.c.key)
-        .limit(limit)
+    """The keys of the outbox's items starting with `prefix`, in key order after `after`: those
+    with a row, and those whose row retention pruned (their key memory)."""
+    id_prefix = item_workflow_id(outbox, "")
+    rows = select(ITEMS.c.key.label("key")).where(
+        ITEMS.c.outbox == outbox, ITEMS.c.key.startswith(prefix, autoescape=True)
+    )
+    # The key memory knows an item by its id only: the key is what follows `outbox/{outbox}/`.
+    remembered = select(func.substr(ITEM_KEYS.c.item_id, len(id_prefix) + 1).label("key")).where(
+        ITEM_KEYS.c.item_id.startswith(id_prefix + prefix, autoescape=True)
     )
     if after is not None:
-        query = query.where(ITEMS.c.key > after)
+        rows = rows.where(ITEMS.c.key > after)
+        remembered = remembered.where(ITEM_KEYS.c.item_id > literal(id_prefix + after))
+    keys = union(rows, remembered).subquery()
+    query = select(keys.c.key).order_by(keys.c.key).limit(limit)
     with engine.connect() as connection:
         return list(connection.execute(query).scalars())
+
+
+def erase_remembered_key(
+    engine: Engine, item_id: str, now: datetime | None = None
+) -> datetime | None:
+    """Erase what is left of an item whose row retention pruned: the digest of its request in
+    its key's memory (a repeat of the key is then answered by its status alone, as for an
+    erased item), its subject link and the relay's rows of its key, and mark it erased. Returns
+    when (the first time, on a repeat), or None when the key has no memory (no such item, or
+    its row is still there: `erase_item`)."""
+    now = now or datetime.now(UTC)
+    outbox, key = parse_item_workflow_id(item_id)
+    with engine.begin() as connection:
+        found = connection.execute(
+            update(ITEM_KEYS).where(ITEM_KEYS.c.item_id == item_id).values(payload_hash=ERASED)
+        )
+        if found.rowcount != 1:
+            return None
+        connection.execute(delete(ITEM_SUBJECTS).where(ITEM_SUBJECTS.c.item_id == item_id))
+        connection.execute(
+            delete(OUTBOX_PENDING).where(
+                OUTBOX_PENDING.c.outbox == outbox, OUTBOX_PENDING.c.key == key
+            )
+        )
+        return _mark_erased(connection, item_id, now)
 
 
 def erase_item(

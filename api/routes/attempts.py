@@ -7,6 +7,7 @@ import asyncio
 from datetime import UTC, datetime
 from typing import Any
 
+from durable_outbox_temporal.contract.ids import item_workflow_id
 from durable_outbox_temporal.errors import NotErasable
 from fastapi import APIRouter
 from pydantic import BaseModel, Field
@@ -86,7 +87,14 @@ async def erase_payload(outbox: str, key: str, items: ItemServiceDep) -> ErasedR
     digest, its recipients' addresses and the event details that name them, its attempts'
     headers and bodies, its claim-check blob, the relay's copy and its debounce carrier's copy.
     Its statuses, times and attempt numbers stay. Only once it has ended and no longer takes
-    delivery reports."""
+    delivery reports. An item whose row retention pruned: the digest of its request that its
+    key's memory kept, and its subject link."""
+    # Asked first: Temporal may still hold a workflow whose row retention pruned.
+    pruned = await asyncio.to_thread(
+        erasure.erase_remembered_key, items.engine, item_workflow_id(outbox, key)
+    )
+    if pruned is not None:
+        return ErasedResponse(erased_at=pruned)
     view = (await items.get(outbox, key)).view
     destination = items.client.destinations.get(view.destination)
     window_s = destination.delivery.report_window_s if destination is not None else 0

@@ -4,7 +4,7 @@ in its delivery reports' window) is skipped with why; other outboxes and prefixe
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -16,14 +16,19 @@ from durable_outbox_temporal.contract.item import (
     ItemProjection,
     ItemStatus,
 )
+from durable_outbox_temporal.contract.retention import RetentionRule
 from durable_outbox_temporal.destinations import DestinationRegistry
 from sqlalchemy import Engine
 
 from activities.erasure import EraseActivities
 from readmodel import attempts, store, subjects
 from readmodel.db import create_schema, make_engine
+from readmodel.erasure import ERASED
+from readmodel.retention import prune_rows
 from tests.conftest import webhook_destination
-from tests.readmodel.test_store import event, view
+from tests.readmodel.test_store import T0, event, view
+
+DAY = timedelta(days=1)
 
 
 @pytest.fixture
@@ -107,3 +112,41 @@ def test_a_subject_selects_its_items_and_a_report_window_holds_one_back(
     assert attempts.erased_at(engine, "outbox/o/k1") is not None
     assert attempts.erased_at(engine, "outbox/o/k2") is None
     assert attempts.erased_at(engine, "outbox/o/k3") is None
+
+
+def test_what_retention_left_of_a_pruned_item_is_erased_by_prefix_and_by_subject(
+    engine: Engine,
+) -> None:
+    # Pruned a year on, each item left its key's memory (with its request's digest) and its
+    # subject link; the erasure must reach them, not skip the item as "not ended".
+    for key in ("ada-1", "ada-2", "bob-1"):
+        item(engine, key, ItemStatus.SENT, finished_at=T0, payload_hash=f"digest-{key}")
+    item(engine, "ada-3", ItemStatus.SENT, finished_at=T0 + 300 * DAY)
+    [ada] = subjects.digests(engine, ["ada"])
+    subjects.record(engine, [("outbox/o/ada-2", "o", "ada-2", ada)])
+    rule = RetentionRule("d", None, payload_retention_s=0, item_retention_s=DAY.total_seconds())
+    assert prune_rows(engine, rule, T0 + DAY, limit=10).pruned == 3
+    activities = EraseActivities(engine, DestinationRegistry({}))
+
+    assert page(activities, outbox="o", key_prefix="ada-", limit=1) == [(1, []), (1, []), (1, [])]
+    assert page(activities, outbox="o", subject_digest=ada) == [(0, [])]  # its link went
+
+    assert memory(engine, "ada-1") == memory(engine, "ada-2") == ERASED
+    assert memory(engine, "bob-1") == "digest-bob-1"
+    assert attempts.erased_at(engine, "outbox/o/ada-1") is not None
+    # A key without memory or row: not ended yet, as before.
+    [(erased, [(key, _)])] = page(activities, outbox="o", subject_digest=other(engine))
+    assert (erased, key) == (0, "zed")
+
+
+def memory(engine: Engine, key: str) -> str | None:
+    remembered = store.item_or_remembered_key(engine, f"outbox/o/{key}")
+    assert isinstance(remembered, store.RememberedKey), remembered
+    return remembered.payload_hash
+
+
+def other(engine: Engine) -> str:
+    """A subject whose one item has neither a row nor a key memory yet."""
+    [zed] = subjects.digests(engine, ["zed"])
+    subjects.record(engine, [("outbox/o/zed", "o", "zed", zed)])
+    return zed

@@ -85,3 +85,28 @@ async def test_a_key_whose_row_was_pruned_is_still_a_200_and_never_sent_again(
         409,
     )
     assert conflict["code"] == "idempotency-conflict"
+
+
+async def test_a_pruned_keys_digest_is_erased_and_a_repeat_is_then_told_its_status(
+    api_factory: Any,
+) -> None:
+    api: Api = await api_factory()
+    outbox = f"kept-{uuid.uuid4().hex[:8]}"
+    status, body = await enqueue(api, outbox, "once", {"hello": "long ago"})
+    assert status == 202, body
+    await api.stack.result(str(body["id"]))
+    assert prune_rows(api.stack.engine, everything(api), LATER, limit=10).pruned == 1
+
+    # Temporal still holds the workflow here; the read model holds only the key's memory.
+    erased = await api.http.delete(f"/v1/outboxes/{outbox}/items/once/payload")
+
+    assert erased.status_code == 200, erased.text
+    assert erased.json()["erased_at"]
+    again = await api.http.delete(f"/v1/outboxes/{outbox}/items/once/payload")
+    assert again.json() == erased.json()
+    # With the digest gone, a repeat of the key is told its status, whatever its request.
+    other_status, other = await enqueue(api, outbox, "once", {"hello": "another"})
+    assert (other_status, other["created"], other["status"]) == (200, False, "sent")
+    assert await deliveries(api.stack.fake, str(body["id"])) == 1
+    unknown = await api.http.delete(f"/v1/outboxes/{outbox}/items/never/payload")
+    assert_problem(unknown, 404)

@@ -5,6 +5,8 @@ carrier still under way refuses the erase. On SQLite and PostgreSQL, sealed and 
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 import pytest
 from durable_outbox_temporal.codec import EncryptionCodec, new_key_setting
 from durable_outbox_temporal.contract.debounce import COLLECTED_KEY
@@ -15,15 +17,18 @@ from durable_outbox_temporal.contract.item import (
     ItemStatus,
     RecipientStatus,
 )
+from durable_outbox_temporal.contract.retention import RetentionRule
 from durable_outbox_temporal.contract.sealed_columns import seal_with
 from sqlalchemy import Engine, insert, select
 
-from readmodel import attempts, erasure, store
+from readmodel import attempts, erasure, store, subjects
 from readmodel.models import OUTBOX_PENDING, PAYLOAD_BLOBS
+from readmodel.retention import prune_rows
 from tests.readmodel.test_sealing import raw_text, write_everything
 from tests.readmodel.test_store import T0, view
 
 ERASABLE = ["sent", "failed", "cancelled", "superseded"]
+DAY = timedelta(days=1)
 
 
 @pytest.mark.parametrize("sealed", [False, True], ids=["plain", "sealed"])
@@ -126,3 +131,43 @@ def test_a_carrier_still_under_way_refuses_the_erase(engine: Engine) -> None:
     kept = store.get_item(engine, "outbox/o/ada")
     assert kept is not None and kept.payload == ada
     assert attempts.erased_at(engine, "outbox/o/ada") is None
+
+
+def test_a_pruned_items_key_memory_is_found_by_prefix_and_its_digest_erased(
+    engine: Engine,
+) -> None:
+    # Rows pruned by retention leave each key's memory and subject link; a prefix still finds
+    # the key (in key order with the rows left, a page at a time), and the erase takes the
+    # digest of its request, which would confirm a guess of the payload.
+    for key, finished in (("a-1", T0), ("a-2", T0 + 9 * DAY), ("a-3", T0), ("b-1", T0)):
+        store.apply_projection(
+            engine,
+            ItemProjection(
+                view(key, 1, ItemStatus.SENT, finished_at=finished, payload_hash=f"sha256:{key}"),
+                [],
+                T0,
+                payload={"to": f"{key}@example.com"},
+            ),
+        )
+    [ada] = subjects.digests(engine, ["ada"])
+    subjects.record(engine, [("outbox/o/a-3", "o", "a-3", ada)])
+    rule = RetentionRule("d", None, payload_retention_s=0, item_retention_s=DAY.total_seconds())
+    assert prune_rows(engine, rule, T0 + DAY, limit=10).pruned == 3
+
+    found = erasure.keys_with_prefix(engine, "o", "a-", after=None, limit=2)
+    assert found == ["a-1", "a-2"]
+    assert erasure.keys_with_prefix(engine, "o", "a-", after="a-2", limit=2) == ["a-3"]
+    assert erasure.keys_with_prefix(engine, "p", "a-", after=None, limit=2) == []
+
+    erased_at = erasure.erase_remembered_key(engine, "outbox/o/a-3")
+
+    assert erased_at is not None
+    assert "sha256:a-3" not in raw_text(engine) and "sha256:a-1" in raw_text(engine)
+    remembered = store.item_or_remembered_key(engine, "outbox/o/a-3")
+    assert remembered == store.RememberedKey(ItemStatus.SENT, erasure.ERASED)
+    assert subjects.keys_of(engine, "o", ada, after=None, limit=5) == []
+    assert attempts.erased_at(engine, "outbox/o/a-3") == erased_at
+    assert erasure.erase_remembered_key(engine, "outbox/o/a-3") == erased_at  # a repeat
+    # A key with a row, or none at all, has no memory to erase.
+    assert erasure.erase_remembered_key(engine, "outbox/o/a-2") is None
+    assert erasure.erase_remembered_key(engine, "outbox/o/nothing") is None
