@@ -323,7 +323,7 @@ def operations_worker(
 
 def _retention_activities(engine: Engine, registry: DestinationRegistry) -> list[Any]:
     retention = RetentionActivities(engine, registry)
-    return [retention.retention_plan, retention.prune_page]
+    return [retention.retention_plan, retention.prune_page, retention.prune_lanes_page]
 
 
 def delivery_workers(

@@ -1,7 +1,8 @@
 """Retention, the worker's side of it: the schedule that starts a `Retention` run
 (`workflows/retention.py`) every interval, created (or brought up to date) by each worker that
 runs workflows, and the operations worker's activities a run calls: the rules from the worker's
-destinations, and one page of pruning at a time (`readmodel.retention`).
+destinations, and one page of pruning at a time (`readmodel.retention`): items' payloads,
+their rows, and idle lanes' rows.
 
 A Schedule rather than a timer loop in the worker: its runs are visible in the Web UI (paused,
 triggered, their history), one run at a time whatever the number of workers (overlap: skip),
@@ -15,9 +16,11 @@ from datetime import timedelta
 
 from durable_outbox_temporal.client import RPC_TIMEOUT
 from durable_outbox_temporal.contract.retention import (
+    PRUNE_LANES_PAGE_ACTIVITY,
     PRUNE_PAGE_ACTIVITY,
     RETENTION_PLAN_ACTIVITY,
     RETENTION_WORKFLOW_TYPE,
+    PruneLanesRequest,
     PrunePageRequest,
     PrunePageResult,
     RetentionInput,
@@ -27,7 +30,7 @@ from durable_outbox_temporal.contract.retention import (
     retention_schedule_id,
     retention_workflow_id,
 )
-from durable_outbox_temporal.destinations import DestinationRegistry
+from durable_outbox_temporal.destinations import DEFAULT_ITEM_RETENTION_S, DestinationRegistry
 from sqlalchemy import Engine
 from temporalio import activity
 from temporalio.client import (
@@ -43,7 +46,7 @@ from temporalio.client import (
     ScheduleUpdateInput,
 )
 
-from readmodel.retention import prune_payloads, prune_rows
+from readmodel.retention import prune_idle_lanes, prune_payloads, prune_rows
 
 
 def retention_schedule(
@@ -107,7 +110,9 @@ class RetentionActivities:
                         excluded=overridden if outbox is None else [],
                     )
                 )
-        return RetentionPlan(rules)
+        # A lane may carry items of any destination: its row outlives the longest item row.
+        lanes_s = max((rule.item_retention_s for rule in rules), default=DEFAULT_ITEM_RETENTION_S)
+        return RetentionPlan(rules, lane_retention_s=lanes_s)
 
     @activity.defn(name=PRUNE_PAGE_ACTIVITY)
     async def prune_page(self, request: PrunePageRequest) -> PrunePageResult:
@@ -120,4 +125,11 @@ class RetentionActivities:
             request.ended_before,
             request.limit,
             after=request.after,
+        )
+
+    @activity.defn(name=PRUNE_LANES_PAGE_ACTIVITY)
+    async def prune_lanes_page(self, request: PruneLanesRequest) -> PrunePageResult:
+        """One page of idle lanes' rows."""
+        return await asyncio.to_thread(
+            prune_idle_lanes, self.engine, request.idle_before, request.limit, request.after
         )

@@ -275,6 +275,14 @@ LANES = Table(
     ),
     Index("ix_outbox_lanes_outbox_key", "outbox", "ordering_key"),
     Index("ix_outbox_lanes_outbox_status", "outbox", "status"),
+    # Retention's pages of idle lanes, oldest first (`readmodel.retention.prune_idle_lanes`).
+    Index(
+        "ix_outbox_lanes_idle",
+        "updated_at",
+        "id",
+        postgresql_where=text("status = 'idle'"),
+        sqlite_where=text("status = 'idle'"),
+    ),
 )
 
 # Dead letters an operator discarded: given up on, kept for audit. A discard holds for the

@@ -9,6 +9,9 @@ first, each after the last item of the one before (`PruneCursor`: an index range
 `(destination, finished_at, id)`, never a scan past what earlier pages pruned), and find their
 items by what is not pruned yet, so a page retried, or a run stopped and started again, goes on
 where it was (docs/decisions/retention-pages.md).
+
+Ordering lanes' rows (`outbox_lanes`) go too, once a lane has been idle longer than the longest
+item retention (`prune_idle_lanes`): every ordering key ever used left one, for good.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from durable_outbox_temporal.contract.item import ItemStatus
+from durable_outbox_temporal.contract.lane import LaneStatus
 from durable_outbox_temporal.contract.outbox_pending import UTCDateTime
 from durable_outbox_temporal.contract.retention import PruneCursor, PrunePageResult, RetentionRule
 from sqlalchemy import (
@@ -40,7 +44,9 @@ from readmodel.models import (
     ITEM_ATTEMPTS,
     ITEM_ERASURES,
     ITEM_KEYS,
+    ITEM_REPLAYS,
     ITEMS,
+    LANES,
     PAYLOAD_BLOBS,
 )
 
@@ -110,10 +116,37 @@ def prune_rows(
             (ITEM_ERASURES, ITEM_ERASURES.c.item_id),
             (DISCARDS, DISCARDS.c.item_id),
             (PAYLOAD_BLOBS, PAYLOAD_BLOBS.c.workflow_id),
+            # A replay's link to its original goes with the replay's row (the later of the two).
+            (ITEM_REPLAYS, ITEM_REPLAYS.c.replay_item_id),
         ):
             connection.execute(delete(table).where(column.in_(gone)))
         connection.execute(delete(ITEMS).where(ITEMS.c.id.in_(gone)))
     return _page(page, limit, pruned=len(gone))
+
+
+def prune_idle_lanes(
+    engine: Engine, idle_before: datetime, limit: int, after: PruneCursor | None = None
+) -> PrunePageResult:
+    """Delete up to `limit` rows of lanes idle since before `idle_before` (nothing waiting:
+    their workflows have ended, or soon will), oldest first after `after` (`PruneCursor`: the
+    row's `updated_at` and id). A lane that started again meanwhile has moved its row on (not
+    idle, or a newer time) and is left alone; its next start writes a new row."""
+    idle = [LANES.c.status == LaneStatus.IDLE.value, LANES.c.updated_at < idle_before]
+    conditions = list(idle)
+    if after is not None:
+        conditions.append(_past(LANES.c.updated_at, LANES.c.id, after))
+    query = (
+        select(LANES.c.id, LANES.c.updated_at.label("finished_at"))
+        .where(and_(*conditions))
+        .order_by(LANES.c.updated_at, LANES.c.id)
+        .limit(limit)
+    )
+    with engine.begin() as connection:
+        page = _locked(connection, query)
+        if not page:
+            return PrunePageResult(pruned=0, more=False, last=after)
+        gone = connection.execute(delete(LANES).where(LANES.c.id.in_([r.id for r in page]), *idle))
+    return _page(page, limit, pruned=gone.rowcount)
 
 
 def _selected(
@@ -131,15 +164,7 @@ def _selected(
         ITEMS.c.status.in_(ENDED),
     ]
     if after is not None:
-        # A row comparison: both databases start the index range at it, ties on `finished_at`
-        # included; each value bound as its column's type (SQLite compares stored text).
-        conditions.append(
-            tuple_(ITEMS.c.finished_at, ITEMS.c.id)
-            > tuple_(
-                literal(after.finished_at, ITEMS.c.finished_at.type),
-                literal(after.item_id, ITEMS.c.id.type),
-            )
-        )
+        conditions.append(_past(ITEMS.c.finished_at, ITEMS.c.id, after))
     if condition is not None:
         conditions.append(condition)
     if rule.outbox is not None:
@@ -151,6 +176,17 @@ def _selected(
         .where(and_(*conditions))
         .order_by(ITEMS.c.finished_at, ITEMS.c.id)
         .limit(limit)
+    )
+
+
+def _past(
+    at: ColumnElement[datetime], row_id: ColumnElement[str], after: PruneCursor
+) -> ColumnElement[bool]:
+    """Rows after the cursor in `(at, row_id)` order. A row comparison: both databases start
+    the index range at it, ties on `at` included; each value bound as its column's type (SQLite
+    compares stored text)."""
+    return tuple_(at, row_id) > tuple_(
+        literal(after.finished_at, at.type), literal(after.item_id, row_id.type)
     )
 
 

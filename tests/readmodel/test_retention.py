@@ -17,14 +17,17 @@ from durable_outbox_temporal.contract.item import (
     ItemProjection,
     ItemStatus,
 )
+from durable_outbox_temporal.contract.lane import LanePolicy, LaneProjection, LaneStatus, LaneView
 from durable_outbox_temporal.contract.retention import RetentionRule
 from durable_outbox_temporal.contract.sealed_columns import seal_with
 from durable_outbox_temporal.contract.sealing import PREFIX
 from sqlalchemy import Engine, func, select, text
 
 from readmodel import attempts, store
+from readmodel.lanes import apply_lane_projections, get_lane, list_lanes
 from readmodel.models import EVENTS, ITEM_ATTEMPTS, ITEMS
-from readmodel.retention import prune_payloads, prune_rows
+from readmodel.replays import ReplayLink, record_replays, replay_links
+from readmodel.retention import prune_idle_lanes, prune_payloads, prune_rows
 from tests.readmodel.test_store import T0, view
 
 DAY = timedelta(days=1)
@@ -142,6 +145,14 @@ def test_pruned_rows_go_with_their_events_and_attempts_and_leave_the_key_memory(
     item(engine, "failed", ItemStatus.FAILED, ended_days_ago=4)
     item(engine, "kept", ItemStatus.SENT, ended_days_ago=1)
     rule = RetentionRule("d", None, payload_retention_s=0, item_retention_s=2 * DAY.total_seconds())
+    # "gone" was a replay of "kept", "failed" the original of a replay not pruned yet.
+    record_replays(
+        engine,
+        [
+            ReplayLink("outbox/o/gone", "outbox/o/kept", "o", "r1", "kept", "gone", "d", T0),
+            ReplayLink("outbox/o/kept", "outbox/o/failed", "o", "r2", "failed", "kept", "d", T0),
+        ],
+    )
 
     assert prune_rows(engine, rule, NOW - 2 * DAY, limit=500, now=NOW).pruned == 2
 
@@ -157,6 +168,11 @@ def test_pruned_rows_go_with_their_events_and_attempts_and_leave_the_key_memory(
         events = connection.execute(select(EVENTS.c.item_id).distinct()).scalars().all()
         logged = connection.execute(select(func.count()).select_from(ITEM_ATTEMPTS)).scalar()
     assert events == ["outbox/o/kept"] and logged == 1
+    # The replay's link went with its row; the link of one still there stays.
+    assert replay_links(engine, "outbox/o/kept") == (
+        ReplayLink("outbox/o/kept", "outbox/o/failed", "o", "r2", "failed", "kept", "d", T0),
+        [],
+    )
     assert prune_rows(engine, rule, NOW - 2 * DAY, limit=500, now=NOW).pruned == 0
 
 
@@ -227,3 +243,49 @@ def test_pages_go_on_after_the_last_item_of_the_page_before_ties_included(
     assert phase(engine, RULE, NOW - DAY, limit=2, now=NOW).pruned == 0  # from the start: none
     kept = store.get_item(engine, "outbox/o/kept")
     assert kept is not None and kept.payload is not None
+
+
+def lane(engine: Engine, key: str, status: LaneStatus, idle_days: float) -> None:
+    """A lane's row, last changed that many days before NOW."""
+    at = NOW - idle_days * DAY
+    apply_lane_projections(
+        engine,
+        [
+            LaneProjection(
+                LaneView(
+                    id=f"lane/o/{key}",
+                    outbox="o",
+                    ordering_key=key,
+                    status=status,
+                    policy=LanePolicy.HALT,
+                    sent=3,
+                    updated_at=at,
+                    version=int(at.timestamp() * 1_000_000),
+                )
+            )
+        ],
+    )
+
+
+def test_lanes_idle_past_the_cutoff_go_a_page_at_a_time_and_busy_ones_stay(
+    engine: Engine,
+) -> None:
+    # Every ordering key ever used left a lane's row; an idle one (its workflow ended) goes
+    # once it is older than the cutoff, a running or halted one never.
+    for n in range(3):
+        lane(engine, f"old-{n}", LaneStatus.IDLE, idle_days=5)
+    lane(engine, "recent", LaneStatus.IDLE, idle_days=1)
+    lane(engine, "halted", LaneStatus.HALTED, idle_days=9)
+    lane(engine, "running", LaneStatus.RUNNING, idle_days=9)
+
+    first = prune_idle_lanes(engine, NOW - 2 * DAY, limit=2)
+    second = prune_idle_lanes(engine, NOW - 2 * DAY, limit=2, after=first.last)
+
+    assert (first.pruned, first.more, second.pruned, second.more) == (2, True, 1, False)
+    left = {view.ordering_key for view in list_lanes(engine, "o")[0]}
+    assert left == {"recent", "halted", "running"}
+    assert prune_idle_lanes(engine, NOW - 2 * DAY, limit=2).pruned == 0
+    # A lane that started again has a row of its new start: the next pages leave it.
+    lane(engine, "old-0", LaneStatus.RUNNING, idle_days=0)
+    assert prune_idle_lanes(engine, NOW, limit=10).pruned == 1  # "recent" only
+    assert get_lane(engine, "o", "old-0") is not None

@@ -1,5 +1,6 @@
 """The retention run and its schedule: a run plans the rules from the worker's destinations and
-prunes payloads past the payload retention and rows past the item retention, leaving the rest
+prunes payloads past the payload retention, rows past the item retention, and idle lanes past
+the longest item retention, leaving the rest
 (time-skipping server); the worker's schedule is created once, runs on a trigger, and a worker
 starting again brings its interval up to date without undoing an operator's pause (dev server:
 the time-skipping server has no schedules)."""
@@ -10,12 +11,14 @@ import uuid
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from durable_outbox_temporal.contract.ids import lane_workflow_id
 from durable_outbox_temporal.contract.item import (
     ItemEvent,
     ItemEventType,
     ItemProjection,
     ItemStatus,
 )
+from durable_outbox_temporal.contract.lane import LanePolicy, LaneProjection, LaneStatus, LaneView
 from durable_outbox_temporal.contract.retention import (
     RETENTION_WORKFLOW_TYPE,
     RetentionInput,
@@ -27,6 +30,7 @@ from temporalio.client import ScheduleActionExecutionStartWorkflow, ScheduleActi
 
 from activities.retention import ensure_retention_schedule
 from readmodel import store
+from readmodel.lanes import apply_lane_projections, get_lane
 from tests.conftest import Stack, webhook_destination
 from tests.readmodel.test_store import view
 from tests.workflows.test_lane import wait_for
@@ -78,6 +82,11 @@ async def test_a_run_prunes_payloads_then_rows_past_their_retention(
     old = ended(engine, name, "old", days_ago=5, now=now)
     ancient = ended(engine, name, "ancient", days_ago=20, now=now)
     waiting = ended(engine, name, "waiting", days_ago=None, now=now)
+    # Lanes idle past the longest item retention (10 days) go; a recent or halted one stays.
+    lanes = {key: uuid.uuid4().hex[:8] for key in ("idle", "recent", "halted")}
+    idle_lane(engine, lanes["idle"], now - 20 * DAY)
+    idle_lane(engine, lanes["recent"], now - DAY)
+    idle_lane(engine, lanes["halted"], now - 20 * DAY, LaneStatus.HALTED)
 
     run_id = f"retention-test/{uuid.uuid4().hex}"
     handle = await stack.client.start_workflow(
@@ -100,7 +109,27 @@ async def test_a_run_prunes_payloads_then_rows_past_their_retention(
     assert pruned is not None and pruned.payload is None and pruned.payload_pruned_at
     assert store.get_item(engine, ancient) is None
     assert isinstance(store.item_or_remembered_key(engine, ancient), store.RememberedKey)
+    assert progress.lane_retention_s == KEPT["item_retention_s"] and progress.lanes_pruned >= 1
+    assert get_lane(engine, "ret", lanes["idle"]) is None
+    assert get_lane(engine, "ret", lanes["recent"]) is not None
+    assert get_lane(engine, "ret", lanes["halted"]) is not None
     await stack.record_history(run_id)
+
+
+def idle_lane(
+    engine: Engine, ordering_key: str, at: datetime, status: LaneStatus = LaneStatus.IDLE
+) -> None:
+    """A lane's row, last changed at `at`."""
+    view = LaneView(
+        id=lane_workflow_id("ret", ordering_key),
+        outbox="ret",
+        ordering_key=ordering_key,
+        status=status,
+        policy=LanePolicy.HALT,
+        updated_at=at,
+        version=int(at.timestamp() * 1_000_000),
+    )
+    apply_lane_projections(engine, [LaneProjection(view)])
 
 
 async def test_the_worker_keeps_one_schedule_up_to_date_and_it_runs(

@@ -1,5 +1,6 @@
 """Retention's contract: the `Retention` workflow a Temporal Schedule starts, which prunes
-ended items' payloads and then their rows, rule by rule, a page at a time.
+ended items' payloads and then their rows, rule by rule, a page at a time, then the rows of
+ordering lanes idle past the longest item retention.
 
 A rule is one destination's retention for every outbox without an override of its own, or one
 outbox's override at one destination (`DestinationRegistry.retention`). The schedule
@@ -16,6 +17,7 @@ from typing import Literal
 RETENTION_WORKFLOW_TYPE = "Retention"
 RETENTION_PLAN_ACTIVITY = "retention_plan"
 PRUNE_PAGE_ACTIVITY = "prune_page"
+PRUNE_LANES_PAGE_ACTIVITY = "prune_lanes_page"
 # Items pruned per activity, in one transaction (docs/decisions/retention-pages.md).
 PRUNE_PAGE_SIZE = 1000
 
@@ -52,6 +54,9 @@ class RetentionPlanRequest:
 @dataclass
 class RetentionPlan:
     rules: list[RetentionRule]
+    # How long an idle lane's row is kept: the longest item retention of the rules (a lane's
+    # row outlives the rows of the items it carried). None in plans from before it.
+    lane_retention_s: float | None = None
 
 
 @dataclass
@@ -76,6 +81,12 @@ class RetentionProgress:
     after: PruneCursor | None = None
     payloads_pruned: int = 0
     rows_pruned: int = 0
+    # The lanes' phase, after the rules: how long idle lanes are kept (None: a run planned
+    # before lanes were pruned, which prunes none), where its pages stand, how many went.
+    lane_retention_s: float | None = None
+    lanes_after: PruneCursor | None = None
+    lanes_pruned: int = 0
+    lanes_done: bool = False
     pages: int = 0
     done: bool = False
     finished_at: datetime | None = None
@@ -98,6 +109,15 @@ class PrunePageRequest:
     ended_before: datetime
     limit: int = PRUNE_PAGE_SIZE
     # The page starts after this item (None: from the oldest).
+    after: PruneCursor | None = None
+
+
+@dataclass
+class PruneLanesRequest:
+    # Lanes idle since before this go (the run's start minus `lane_retention_s`).
+    idle_before: datetime
+    limit: int = PRUNE_PAGE_SIZE
+    # The page starts after this lane (`finished_at`: its row's `updated_at`; None: the oldest).
     after: PruneCursor | None = None
 
 
