@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import signal
 from pathlib import Path
+from typing import Any
 
 from durable_outbox_temporal.aggregates import AggregateClient
 from durable_outbox_temporal.contract.aggregate import CommandResult
@@ -34,27 +35,28 @@ async def test_worker_killed_mid_burst_loses_and_doubles_no_command(
     a_fifth_answered = asyncio.Event()
     errors: list[str] = []
 
-    async def caller(n: int) -> CommandResult:
-        nonlocal answered
-        payload = {"seat": seats[n], "passenger_id": f"p{n}"}
+    async def command(name: str, payload: dict[str, Any], command_id: str) -> CommandResult:
+        """Its answer, asked again under its id after an error: Temporal's deadline while no
+        worker runs (killed, or a new one still starting on a busy machine)."""
         for _ in range(60):
             try:
-                result = await client.command(
-                    "flight", flight, "assign_seat", payload, command_id=f"c{n}"
-                )
-            except Exception as err:  # Temporal's deadline while no worker runs: try again
+                return await client.command("flight", flight, name, payload, command_id=command_id)
+            except Exception as err:
                 errors.append(type(err).__name__)
                 await asyncio.sleep(0.5)
-                continue
-            answered += 1
-            if answered >= CALLERS // 5:
-                a_fifth_answered.set()
-            return result
-        raise AssertionError(f"caller {n} never got an answer")
+        raise AssertionError(f"command {command_id} never got an answer")
+
+    async def caller(n: int) -> CommandResult:
+        nonlocal answered
+        result = await command("assign_seat", {"seat": seats[n], "passenger_id": f"p{n}"}, f"c{n}")
+        answered += 1
+        if answered >= CALLERS // 5:
+            a_fifth_answered.set()
+        return result
 
     worker = start_worker(env, log)
     try:
-        await client.command("flight", flight, "open", {"seats": seats})
+        await command("open", {"seats": seats}, "open")
         callers = [asyncio.create_task(caller(n)) for n in range(CALLERS)]
         await a_fifth_answered.wait()
         worker.send_signal(signal.SIGKILL)
