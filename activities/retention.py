@@ -12,7 +12,7 @@ and a worker down at a fire time misses nothing the next run does not catch up.
 from __future__ import annotations
 
 import asyncio
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 
 from durable_outbox_temporal.client import RPC_TIMEOUT
 from durable_outbox_temporal.contract.retention import (
@@ -46,7 +46,11 @@ from temporalio.client import (
     ScheduleUpdateInput,
 )
 
+from readmodel.permits import sweep_stale_counts
 from readmodel.retention import prune_idle_lanes, prune_payloads, prune_rows
+
+# Flow-control counts one retention run sweeps at most (in one transaction; hourly runs).
+FLOW_SWEEP_LIMIT = 10_000
 
 
 def retention_schedule(
@@ -95,7 +99,11 @@ class RetentionActivities:
     @activity.defn(name=RETENTION_PLAN_ACTIVITY)
     async def retention_plan(self, _: RetentionPlanRequest) -> RetentionPlan:
         """One rule per destination for the outboxes without overrides, then one per outbox
-        with an override and destination."""
+        with an override and destination. It also sweeps flow control's counts past the longest
+        quota window (up to `FLOW_SWEEP_LIMIT` a run): a scope never used again keeps its own."""
+        swept = await asyncio.to_thread(
+            sweep_stale_counts, self.engine, datetime.now(UTC), FLOW_SWEEP_LIMIT
+        )
         overridden = self.registry.overridden_outboxes()
         rules = []
         for outbox in [None, *overridden]:
@@ -112,7 +120,7 @@ class RetentionActivities:
                 )
         # A lane may carry items of any destination: its row outlives the longest item row.
         lanes_s = max((rule.item_retention_s for rule in rules), default=DEFAULT_ITEM_RETENTION_S)
-        return RetentionPlan(rules, lane_retention_s=lanes_s)
+        return RetentionPlan(rules, lane_retention_s=lanes_s, flow_counts_swept=swept)
 
     @activity.defn(name=PRUNE_PAGE_ACTIVITY)
     async def prune_page(self, request: PrunePageRequest) -> PrunePageResult:

@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import datetime, timedelta
 
+from durable_outbox_temporal.contract.flow_policy import MAX_WINDOW
 from sqlalchemy import Engine, delete, func, insert, select, update
 
 from readmodel.db import lock_scopes
@@ -202,3 +203,28 @@ def windows_full(
                 full.update(row.scope for row in rows)
             found.extend(sorted(full))
     return found
+
+
+# What a sweep leaves beyond the longest window: a clock a little behind another's still counts.
+SWEEP_MARGIN = timedelta(hours=1)
+
+
+def sweep_stale_counts(engine: Engine, now: datetime, limit: int) -> int:
+    """Delete counts no window can count any more: requests older than the longest quota
+    window (`MAX_WINDOW`), at most `limit`, oldest first, and permits whose lease ended. A
+    scope's own calls delete its old rows as they go; this reaches the scopes never used again
+    (a tenant gone, a concurrency key per order), and the permits of holders that died. Returns
+    how many rows went."""
+    with engine.begin() as connection:
+        oldest = (
+            select(FLOW_REQUESTS.c.id)
+            .where(FLOW_REQUESTS.c.at < now - MAX_WINDOW - SWEEP_MARGIN)
+            .order_by(FLOW_REQUESTS.c.at)
+            .limit(limit)
+            .scalar_subquery()
+        )
+        requests = connection.execute(delete(FLOW_REQUESTS).where(FLOW_REQUESTS.c.id.in_(oldest)))
+        permits = connection.execute(
+            delete(FLOW_PERMITS).where(FLOW_PERMITS.c.expires_at < now - SWEEP_MARGIN)
+        )
+    return requests.rowcount + permits.rowcount

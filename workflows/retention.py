@@ -57,6 +57,7 @@ class RetentionWorkflow:
             )
             progress.rules = plan.rules
             progress.lane_retention_s = plan.lane_retention_s
+            progress.flow_counts_swept = plan.flow_counts_swept
         assert progress.started_at is not None
         for _ in range(PAGES_PER_RUN):
             if progress.rule < len(progress.rules):

@@ -15,6 +15,7 @@ from readmodel.permits import (
     permits_held,
     return_permits,
     settle_requests,
+    sweep_stale_counts,
     take_permits,
     take_requests,
 )
@@ -127,3 +128,22 @@ def test_a_request_out_counts_at_its_latest_until_it_is_answered(engine: Engine)
     at_one = T0 + timedelta(seconds=1)
     assert take_request(engine, "d", windows, at_one) == timedelta(seconds=0.2)
     assert take_request(engine, "d", windows, T0 + timedelta(seconds=1.2)) == timedelta(0)
+
+
+def test_a_sweep_takes_counts_no_window_can_count_and_leaves_the_rest(engine: Engine) -> None:
+    # A scope used once and never again (a tenant gone) keeps its rows, as does a holder that
+    # died with its permit: nothing else would ever delete them.
+    day = [(timedelta(days=1), 1000)]
+    for n in range(3):
+        take_request(engine, f"gone-{n}", day, T0)
+    take_request(engine, "busy", day, T0 + timedelta(days=1, hours=2))
+    assert take(engine, "dead-holder", "w1", 5)
+    assert take(engine, "live-holder", "w2", 5, now=T0 + timedelta(days=1, hours=2))
+    now = T0 + timedelta(days=1, hours=2)
+
+    assert sweep_stale_counts(engine, now, limit=2) == 2 + 1  # two requests, the dead permit
+    assert sweep_stale_counts(engine, now, limit=2) == 1
+    assert sweep_stale_counts(engine, now, limit=2) == 0
+    assert permits_held(engine, "live-holder", now) == 1
+    # The busy scope's window still counts its request.
+    assert take_request(engine, "busy", [(timedelta(days=1), 1)], now) > timedelta(0)

@@ -31,6 +31,7 @@ from temporalio.client import ScheduleActionExecutionStartWorkflow, ScheduleActi
 from activities.retention import ensure_retention_schedule
 from readmodel import store
 from readmodel.lanes import apply_lane_projections, get_lane
+from readmodel.permits import take_requests
 from tests.conftest import Stack, webhook_destination
 from tests.readmodel.test_store import view
 from tests.workflows.test_lane import wait_for
@@ -87,6 +88,10 @@ async def test_a_run_prunes_payloads_then_rows_past_their_retention(
     idle_lane(engine, lanes["idle"], now - 20 * DAY)
     idle_lane(engine, lanes["recent"], now - DAY)
     idle_lane(engine, lanes["halted"], now - 20 * DAY, LaneStatus.HALTED)
+    # A quota's scope used once, long ago, and never again: the plan sweeps its count (counts
+    # are by the workers' clocks, not the server's).
+    stale = datetime.now(UTC) - 3 * DAY
+    take_requests(engine, [(f"gone-{uuid.uuid4().hex[:8]}", [(DAY, 10)])], stale)
 
     run_id = f"retention-test/{uuid.uuid4().hex}"
     handle = await stack.client.start_workflow(
@@ -113,6 +118,7 @@ async def test_a_run_prunes_payloads_then_rows_past_their_retention(
     assert get_lane(engine, "ret", lanes["idle"]) is None
     assert get_lane(engine, "ret", lanes["recent"]) is not None
     assert get_lane(engine, "ret", lanes["halted"]) is not None
+    assert progress.flow_counts_swept >= 1
     await stack.record_history(run_id)
 
 

@@ -57,6 +57,8 @@ class RetentionPlan:
     # How long an idle lane's row is kept: the longest item retention of the rules (a lane's
     # row outlives the rows of the items it carried). None in plans from before it.
     lane_retention_s: float | None = None
+    # Flow-control counts the plan swept, past the longest quota window (`readmodel.permits`).
+    flow_counts_swept: int = 0
 
 
 @dataclass
@@ -87,6 +89,7 @@ class RetentionProgress:
     lanes_after: PruneCursor | None = None
     lanes_pruned: int = 0
     lanes_done: bool = False
+    flow_counts_swept: int = 0
     pages: int = 0
     done: bool = False
     finished_at: datetime | None = None
