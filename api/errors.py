@@ -66,6 +66,7 @@ from api.problem_codes import FALLBACK_CODE, PROBLEM_CODES, STATUS_CODES, domain
 from readmodel.db import missing_schema_object
 from readmodel.store import InvalidCursor
 from service.dead_letters import NotADeadLetter, RedriveBatchNotFound
+from service.items import ItemPruned
 from service.replays import ReplayNeedsConfirmation, ReplayNotFound
 from service.schedules import InvalidSchedule, ScheduleExists, ScheduleNotFound
 
@@ -86,6 +87,7 @@ _OUTBOX_ERRORS: dict[type[OutboxError], tuple[int, str, str]] = {
     IdempotencyConflict: (409, "idempotency-conflict", "Idempotency-Key reused"),
     ItemFailedUseRedrive: (409, "item-failed", "Item failed; redrive it"),
     ItemNotFound: (404, "item-not-found", "Item not found"),
+    ItemPruned: (410, "item-pruned", "Item pruned by retention"),
     CannotCancel: (409, "cannot-cancel", "Item can no longer be cancelled"),
     NotRedrivable: (409, "not-redrivable", "Item is not failed"),
     ItemErased: (409, "item-erased", "Item's payload erased"),

@@ -246,6 +246,15 @@ _ITEMS = (
         "item-not-found", 404, "No item with that outbox and key.", "Check the outbox and key."
     ),
     ProblemCode(
+        "item-pruned",
+        410,
+        "The item ended longer ago than its `item_retention_s` and Temporal's retention: its row"
+        " and history are gone, and only its key's memory is left. The answer says how it ended"
+        " (`item_status`, `finished_at`) and when its row went (`pruned_at`).",
+        "Do not enqueue it again under a new key to learn its fate: it ended as `item_status`"
+        " says, and a repeat of its key is answered, never sent again.",
+    ),
+    ProblemCode(
         "idempotency-conflict",
         409,
         "The `Idempotency-Key` is already used by an item (or an aggregate command) with another"

@@ -184,6 +184,24 @@ def item_or_remembered_key(engine: Engine, item_id: str) -> ItemRecord | Remembe
     return None if kept is None else RememberedKey(ItemStatus(kept.status), kept.payload_hash)
 
 
+class PrunedItem(NamedTuple):
+    """What the key memory says of an item whose row retention deleted."""
+
+    status: ItemStatus
+    finished_at: datetime | None
+    pruned_at: datetime
+
+
+def pruned_item(engine: Engine, item_id: str) -> PrunedItem | None:
+    """The item's key memory, if retention deleted its row (None: no memory of it)."""
+    query = select(ITEM_KEYS.c.status, ITEM_KEYS.c.finished_at, ITEM_KEYS.c.pruned_at).where(
+        ITEM_KEYS.c.item_id == item_id
+    )
+    with engine.connect() as connection:
+        kept = connection.execute(query).first()
+    return None if kept is None else PrunedItem(ItemStatus(kept.status), *kept[1:])
+
+
 @functools.cache
 def _key_lookup_statements() -> tuple[Executable, Executable]:
     """`item_or_remembered_key`'s two queries, built once: building them took half of the

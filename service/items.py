@@ -110,6 +110,20 @@ class RedriveSweep:
     skipped: int
 
 
+class ItemPruned(OutboxError):
+    """Retention deleted the item's row (Temporal has forgotten its workflow too): only its key's
+    memory is left, which says how it ended."""
+
+    def __init__(self, key: str, pruned: store.PrunedItem) -> None:
+        ended = f" at {pruned.finished_at.isoformat()}" if pruned.finished_at else ""
+        super().__init__(
+            f"item {key!r} ended {pruned.status}{ended}; retention deleted its row at"
+            f" {pruned.pruned_at.isoformat()}: its key is still remembered, and a repeat of it is"
+            " never sent again"
+        )
+        self.pruned = pruned
+
+
 class ItemService:
     """The item use cases over one `OutboxClient` and one read-model engine."""
 
@@ -318,6 +332,11 @@ class ItemService:
             view = await self.client.status(outbox, key)
         except ItemNotFound:
             if record is None:
+                pruned = await asyncio.to_thread(
+                    store.pruned_item, self.engine, item_workflow_id(outbox, key)
+                )
+                if pruned is not None:
+                    raise ItemPruned(key, pruned) from None
                 raise
             return _projected(record)
         except Exception as err:

@@ -11,6 +11,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from durable_outbox_temporal.contract.ids import item_workflow_id
+from durable_outbox_temporal.contract.item import ItemProjection, ItemStatus
 from durable_outbox_temporal.contract.retention import RetentionRule
 
 from readmodel import store
@@ -19,6 +20,7 @@ from tests.api.conftest import Api
 from tests.api.test_dead_letters import refuse
 from tests.api.test_items import assert_problem
 from tests.fakes import deliveries
+from tests.readmodel import test_store
 
 # Every item of the destination, however recently it ended (the time-skipping server's clock,
 # which stamps their ends, runs ahead of the wall clock).
@@ -110,3 +112,28 @@ async def test_a_pruned_keys_digest_is_erased_and_a_repeat_is_then_told_its_stat
     assert await deliveries(api.stack.fake, str(body["id"])) == 1
     unknown = await api.http.delete(f"/v1/outboxes/{outbox}/items/never/payload")
     assert_problem(unknown, 404)
+
+
+async def test_an_item_whose_row_and_workflow_are_gone_is_a_410_saying_how_it_ended(
+    api_factory: Any,
+) -> None:
+    # Retention deleted its row, and Temporal's retention its workflow (this one never had
+    # one): a 404 here would read as "never sent", and a caller might send it again.
+    api: Api = await api_factory()
+    outbox = f"kept-{uuid.uuid4().hex[:8]}"
+    ended = datetime(2026, 1, 2, tzinfo=UTC)
+    view = test_store.view(
+        "long-ago", 2, ItemStatus.SENT, outbox, finished_at=ended, destination=api.webhook.name
+    )
+    store.apply_projection(api.stack.engine, ItemProjection(view, [], ended, payload={"k": 1}))
+    assert prune_rows(api.stack.engine, everything(api), LATER, limit=10).pruned == 1
+
+    gone = assert_problem(await api.http.get(f"/v1/outboxes/{outbox}/items/long-ago"), 410)
+
+    assert gone["code"] == "item-pruned" and gone["item_status"] == "sent"
+    assert gone["finished_at"] == ended.isoformat() and gone["pruned_at"]
+    assert "never sent again" in gone["detail"]
+    attempts = await api.http.get(f"/v1/outboxes/{outbox}/items/long-ago/attempts")
+    assert assert_problem(attempts, 410)["code"] == "item-pruned"
+    never = await api.http.get(f"/v1/outboxes/{outbox}/items/never-was")
+    assert assert_problem(never, 404)["code"] == "item-not-found"

@@ -7,7 +7,7 @@ import uuid
 
 import httpx
 import pytest
-from durable_outbox_rest import AsyncOutboxRest, Conflict, NotFound, Unprocessable
+from durable_outbox_rest import AsyncOutboxRest, Conflict, Gone, NotFound, Unprocessable
 from durable_outbox_rest.errors import problem_error
 
 from tests.rest_client.conftest import ServedStack
@@ -70,3 +70,18 @@ def test_a_problem_without_code_is_named_by_its_type() -> None:
     assert isinstance(coded, Conflict) and coded.code == "seat-taken"
     assert older.code == "item-failed"
     assert blank.code is None and not_a_problem.code is None
+
+
+def test_a_pruned_item_is_gone_with_how_it_ended() -> None:
+    body = {"type": "/problems/item-pruned", "code": "item-pruned", "item_status": "sent"}
+    response = httpx.Response(
+        410,
+        json={**body, "title": "Item pruned by retention", "status": 410, "detail": "d"},
+        headers={"content-type": "application/problem+json"},
+        request=httpx.Request("GET", "http://api/v1/outboxes/o/items/k"),
+    )
+
+    gone = problem_error(response)
+
+    assert isinstance(gone, Gone) and gone.code == "item-pruned"
+    assert gone.body["item_status"] == "sent"

@@ -64,6 +64,11 @@ class Conflict(ProblemError):
     """409: an Idempotency-Key reused with another payload, or the state forbids the action."""
 
 
+class Gone(ProblemError):
+    """410: retention deleted the item; `body` says how it ended (`item_status`,
+    `finished_at`) and when its row went (`pruned_at`)."""
+
+
 class PayloadTooLarge(ProblemError):
     """413: the body is above the API's `MAX_REQUEST_BYTES`."""
 
@@ -98,6 +103,7 @@ _BY_STATUS: dict[int, type[ProblemError]] = {
     403: Forbidden,
     404: NotFound,
     409: Conflict,
+    410: Gone,
     413: PayloadTooLarge,
     415: UnsupportedMediaType,
     422: Unprocessable,
