@@ -342,3 +342,30 @@ async def test_an_item_waiting_for_reports_refuses_an_erase_saying_until_when(
     body = assert_problem(refused, 409)
     assert body["code"] == "not-erasable" and "delivery reports until" in body["detail"]
     assert (await api.item("erase-early"))["payload"] == EMAIL
+
+
+async def test_while_rotating_the_replaced_events_secret_is_taken_until_its_window_ends(
+    api_factory: Any,
+) -> None:
+    # The provider's subscription and every API process cannot change over at one instant:
+    # reports still carrying the old secret are received until the grace window ends.
+    new, old, older = "the-new-events-secret", SECRET, "an-older-events-secret"
+    rotating = {
+        "events_secret": new,
+        "previous_events_secret": old,
+        "previous_events_secret_until": datetime.now(UTC) + timedelta(hours=1),
+    }
+    api = await api_factory(email_overrides=rotating)
+    url = f"/v1/destinations/{api.email.name}/events"
+
+    for secret in (new, old):
+        taken = await api.http.post(url, headers={"X-Events-Secret": secret}, json=[])
+        assert taken.status_code == 200, (secret, taken.text)
+    assert_problem(await api.http.post(url, params={"secret": older}, json=[]), 401)
+
+    # Once the window has ended, only the new one.
+    ended = {**rotating, "previous_events_secret_until": datetime.now(UTC) - timedelta(seconds=1)}
+    after = await api_factory(email_overrides=ended)
+    url = f"/v1/destinations/{after.email.name}/events"
+    assert (await after.http.post(url, params={"secret": new}, json=[])).status_code == 200
+    assert_problem(await after.http.post(url, params={"secret": old}, json=[]), 401)

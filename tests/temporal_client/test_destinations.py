@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +14,7 @@ from durable_outbox_temporal.destinations import (
     DestinationConfigError,
     DestinationRegistry,
 )
+from pydantic import ValidationError
 
 # Outside DeliveryPolicy's bounds (Ge/Gt/Le), one per policy setting.
 OUT_OF_BOUNDS: dict[str, Any] = {
@@ -354,3 +356,37 @@ def test_the_registry_says_which_destinations_shards_hold() -> None:
     assert registry.bulk("gone") is None and registry.bulk(None) is None
     # In the order the file lists them (a purge sweeps them in that order).
     assert [d.name for d in registry.bulk_destinations()] == ["zeta", "alpha"]
+
+
+def test_a_replaced_events_secret_is_taken_only_within_its_grace_window() -> None:
+    secret, previous = "the-new-events-secret", "the-old-events-secret"
+    until = datetime(2026, 12, 1, tzinfo=UTC)
+    rotating = Destination(
+        name="mail",
+        provider="acs-email",
+        events_secret=secret,
+        previous_events_secret=previous,
+        previous_events_secret_until=until,
+    )
+
+    assert rotating.events_secrets(until - timedelta(seconds=1)) == [secret, previous]
+    assert rotating.events_secrets(until) == [secret]
+    assert Destination(name="mail", provider="acs-email").events_secrets(until) == []
+    refused = {
+        "previous_events_secret and previous_events_secret_until go together": {
+            "events_secret": secret,
+            "previous_events_secret": previous,
+        },
+        "needs the events_secret": {
+            "previous_events_secret": previous,
+            "previous_events_secret_until": until,
+        },
+        "the same as events_secret": {
+            "events_secret": secret,
+            "previous_events_secret": secret,
+            "previous_events_secret_until": until,
+        },
+    }
+    for message, fields in refused.items():
+        with pytest.raises(ValidationError, match=message):
+            Destination(name="mail", provider="acs-email", **fields)

@@ -26,11 +26,13 @@ import os
 import re
 import tomllib
 from collections.abc import Iterator, Mapping
+from datetime import datetime
 from pathlib import Path
 from typing import Annotated, Any, Literal, TypeVar
 
 from pydantic import (
     AfterValidator,
+    AwareDatetime,
     BaseModel,
     ConfigDict,
     Field,
@@ -147,6 +149,21 @@ class Destination(BaseModel):
         description="The secret the provider's delivery reports carry to"
         " `POST /v1/destinations/{name}/events`; unset: the destination takes no reports.",
     )
+    # Rotating `events_secret`: the provider's subscription and every API process cannot change
+    # over at one instant, so the secret it replaces is still taken for a while.
+    previous_events_secret: SecretStr | None = Field(
+        default=None,
+        min_length=16,
+        description="While rotating `events_secret`: the secret it replaces, still taken until"
+        " `previous_events_secret_until`, so reports sent with either are received while the"
+        " provider's subscription changes over.",
+    )
+    previous_events_secret_until: AwareDatetime | None = Field(
+        default=None,
+        description="End of that grace window, an ISO 8601 time with its offset"
+        " (`2026-12-01T12:00:00Z`); from then on only `events_secret` is taken. Required with"
+        " `previous_events_secret`.",
+    )
     # `item`: a workflow per item (its own history in the Web UI). `bulk`: the items are held by
     # `shards` long-lived shard workflows (volume, cost; see docs/how-to/bulk-mode.md).
     mode: Literal["item", "bulk"] = Field(
@@ -239,6 +256,28 @@ class Destination(BaseModel):
         except (TypeError, ValueError):
             # Not a number: the provider's settings model refuses it, naming the field.
             return self.delivery.longest_delivery_s(DEFAULT_MAX_RETRY_AFTER_S)
+
+    @model_validator(mode="after")
+    def _events_secret_rotation_is_complete(self) -> Destination:
+        previous, until = self.previous_events_secret, self.previous_events_secret_until
+        if (previous is None) != (until is None):
+            raise ValueError("previous_events_secret and previous_events_secret_until go together")
+        if previous is not None and self.events_secret is None:
+            raise ValueError("previous_events_secret needs the events_secret that replaces it")
+        if previous is not None and previous == self.events_secret:
+            raise ValueError("previous_events_secret is the same as events_secret")
+        return self
+
+    def events_secrets(self, now: datetime) -> list[str]:
+        """The secrets a delivery report may carry at `now`: `events_secret`, and the one it
+        replaces until its grace window ends (none: the destination takes no reports)."""
+        if self.events_secret is None:
+            return []
+        secrets = [self.events_secret.get_secret_value()]
+        previous, until = self.previous_events_secret, self.previous_events_secret_until
+        if previous is not None and until is not None and now < until:
+            secrets.append(previous.get_secret_value())
+        return secrets
 
     @model_validator(mode="after")
     def _retention_outlives_delivery(self) -> Destination:
