@@ -61,13 +61,20 @@ SUBMIT_RATE = Family(
     "The submit rate the Temporal server holds the destination to now, in requests a second"
     " (0 while paused).",
 )
+SHARDS = Family(
+    "outbox_destination_shards",
+    "gauge",
+    PER_DESTINATION,
+    "A bulk-mode destination's shard workflows (its `shards`); no sample for an item-mode one."
+    " `outbox_items` over it is what each shard holds, about.",
+)
 SCRAPE_OK = Family(
     "outbox_destinations_scrape_ok",
     "gauge",
     (),
     "1 when the last reading of the destinations' state from Temporal succeeded in time.",
 )
-FAMILIES = (PAUSED, THROTTLED, CIRCUIT_OPEN, DISABLED, SUBMIT_RATE, SCRAPE_OK)
+FAMILIES = (PAUSED, THROTTLED, CIRCUIT_OPEN, DISABLED, SUBMIT_RATE, SHARDS, SCRAPE_OK)
 
 
 class DestinationMetrics:
@@ -126,12 +133,14 @@ class DestinationMetrics:
             return
         paused, throttled = PAUSED.family(), THROTTLED.family()
         circuit, rate = CIRCUIT_OPEN.family(), SUBMIT_RATE.family()
-        disabled = DISABLED.family()
+        disabled, shards = DISABLED.family(), SHARDS.family()
         for state in states:
             name = [state.destination.name]
+            if state.destination.mode == "bulk":
+                shards.add_metric(name, state.destination.shards)
             paused.add_metric(name, int(state.paused))
             throttled.add_metric(name, int(state.submit.paused_until is not None))
             circuit.add_metric(name, int(state.circuit == "open"))
             disabled.add_metric(name, int(state.disabled))
             rate.add_metric(name, state.submit.rate)
-        yield from (paused, throttled, circuit, disabled, rate)
+        yield from (paused, throttled, circuit, disabled, rate, shards)

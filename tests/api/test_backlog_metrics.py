@@ -385,3 +385,16 @@ async def test_an_open_metrics_route_is_a_choice_listed_as_insecure(api_factory)
     assert_problem(await api.http.get("/metrics", headers={"Authorization": "Bearer wrong"}), 403)
     ready = (await api.http.get("/readyz")).json()
     assert "METRICS_TOKEN_REQUIRED=false: /metrics answers without a token" in ready["insecure"]
+
+
+async def test_a_bulk_destination_exports_its_shard_count_and_an_item_mode_one_none(
+    api_factory, dev_env
+) -> None:
+    # What `OutboxBulkShardsHoldTooMuch` divides a destination's backlog by (the destinations'
+    # state is read from the task queues: the dev server).
+    api: Api = await api_factory(email_overrides={"mode": "bulk", "shards": 3}, env=dev_env)
+
+    found = await scrape_until(api.http, lambda s: s.get("outbox_destinations_scrape_ok") == 1.0)
+
+    assert found["outbox_destination_shards", {"destination": api.email.name}] == 3
+    assert found.get("outbox_destination_shards", destination=api.webhook.name) is None
