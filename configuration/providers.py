@@ -54,7 +54,7 @@ class HttpProviderSettings(BaseModel):
     """Settings every HTTP provider takes; a provider's own model adds its fields."""
 
     # A misspelt setting is an error at load time rather than silently ignored.
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     timeout_s: float = Field(
         default=10.0,

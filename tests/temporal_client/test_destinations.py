@@ -16,6 +16,8 @@ from durable_outbox_temporal.destinations import (
 )
 from pydantic import ValidationError
 
+from configuration.providers import WebhookSettings
+
 # Outside DeliveryPolicy's bounds (Ge/Gt/Le), one per policy setting.
 OUT_OF_BOUNDS: dict[str, Any] = {
     "max_attempts": 1001,
@@ -390,3 +392,24 @@ def test_a_replaced_events_secret_is_taken_only_within_its_grace_window() -> Non
     for message, fields in refused.items():
         with pytest.raises(ValidationError, match=message):
             Destination(name="mail", provider="acs-email", **fields)
+
+
+def test_an_infinite_or_nan_number_is_refused_naming_its_field() -> None:
+    # TOML writes `inf` and `nan`, an environment override "inf": a timeout of inf would fail
+    # every workflow task that schedules the activity (timedelta overflows), for good.
+    hook = {"url": "http://127.0.0.1:9/", "secret": "whsec_ZmFrZS13ZWJob29rLXNpZ25pbmctc2VjcmV0"}
+    cases = {
+        "submit_timeout_s": {"submit_timeout_s": float("inf")},
+        "poll_interval_s": {"poll_interval_s": "nan"},
+        "settings.timeout_s": {"settings": {**hook, "timeout_s": "inf"}},
+        "flow.quotas": {"flow": {"quotas": [{"per": float("inf"), "max": 5}]}},
+    }
+    for field, fields in cases.items():
+        with pytest.raises((ValidationError, DestinationConfigError)) as refused:
+            destination = Destination(
+                name="hook", provider="webhook", **{"settings": hook, **fields}
+            )
+            destination.settings_as(WebhookSettings)
+        text = str(refused.value)
+        assert field.split(".")[-1] in text, (field, text)
+        assert "finite" in text or "nan" in text.lower() or "inf" in text.lower(), text

@@ -112,7 +112,7 @@ def max_batch(rate: float) -> int:
 class Destination(BaseModel):
     """One destination: its provider and the provider's settings, rate limits, delivery policy."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     name: Annotated[
         str,
@@ -444,7 +444,7 @@ class Destination(BaseModel):
 class OutboxSettings(BaseModel):
     """Per-outbox settings (`[outboxes.<name>]`); an outbox not listed gets the defaults."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     # What an ordering lane does when one of its items fails permanently: stop until an
     # operator redrives or skips it (`halt`), or record it and go on (`skip`).

@@ -40,7 +40,7 @@ def window(value: str | float) -> timedelta:
 class Quota(BaseModel):
     """At most `max` submits in any sliding window of `per`, across every worker."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     per: str | float = Field(
         description="The window: seconds, or `1s`, `10m`, `1h`, `1d` (from 1 ms to a day)."
@@ -61,7 +61,7 @@ class Quota(BaseModel):
 class FlowPolicy(BaseModel):
     """The flow-control rules of one destination (each rule's module says how exact it is)."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     throttle_pause: bool = Field(
         default=True,
@@ -277,7 +277,7 @@ RUN_TIME_FIELDS = (
 class StrictQuota(Quota):
     """A quota as a run-time change gives it: JSON of the right types only (`"5"` is no `max`)."""
 
-    model_config = ConfigDict(strict=True)
+    model_config = ConfigDict(strict=True, allow_inf_nan=False)
 
 
 class FlowPolicyChanges(BaseModel):
@@ -285,7 +285,7 @@ class FlowPolicyChanges(BaseModel):
     `null` puts it back to the destinations file's value, one omitted stays as it is. Strict,
     unlike the file (whose environment overrides are text): `"3"` is no `max_in_flight`."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
 
     def changes(self) -> dict[str, Any]:
         """The fields given, as JSON values (None: back to the file's)."""
