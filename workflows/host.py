@@ -38,7 +38,6 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, Generic, TypeVar
 
 from temporalio import workflow
-from temporalio.api.common.v1 import Payload
 from temporalio.common import Priority, RawValue, RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError, CancelledError
 from temporalio.exceptions import TimeoutError as ActivityTimeoutError
@@ -99,6 +98,7 @@ with workflow.unsafe.imports_passed_through():
 
     from activities.delivery import HEARTBEAT_TIMEOUT, DeliveryActivities, went_through
     from activities.projection import ProjectionActivities
+    from workflows import carried_text
     from workflows.delivery import (
         AFTER_A_WITHDRAWABLE_ATTEMPT,
         BATCH_RETRIES,
@@ -131,7 +131,6 @@ _PROJECTION_RETRIES = RetryPolicy(
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _CARRY_IN_PARTS_PATCH = "shard-carry-in-parts"
 _ENQUEUES_LATER_PATCH = "shard-admits-enqueues-later"
-_JSON = {"encoding": b"json/plain"}
 
 Request = TypeVar("Request", SubmitRequest, PollRequest)
 Outcome = TypeVar("Outcome", SubmitOutcome, PollOutcome)
@@ -1155,8 +1154,7 @@ def _in_parts(
         parts[-1].items.append(item)
         room -= 1
     first, *rest = parts
-    converter = workflow.payload_converter()
-    return first.items, first.lanes, [converter.to_payload(part).data.decode() for part in rest]
+    return first.items, first.lanes, [carried_text.write(part) for part in rest]
 
 
 def _last_heartbeat_details(err: ActivityError) -> list[Any]:
@@ -1174,9 +1172,7 @@ def _read_enqueue(raw: RawValue) -> ShardEnqueue:
 
 
 def _read_part(text: str) -> CarriedPart:
-    part = workflow.payload_converter().from_payload(
-        Payload(metadata=_JSON, data=text.encode()), CarriedPart
-    )
+    part = carried_text.read(text, CarriedPart)
     assert isinstance(part, CarriedPart)
     return part
 
