@@ -332,11 +332,7 @@ class ItemService:
             view = await self.client.status(outbox, key)
         except ItemNotFound:
             if record is None:
-                pruned = await asyncio.to_thread(
-                    store.pruned_item, self.engine, item_workflow_id(outbox, key)
-                )
-                if pruned is not None:
-                    raise ItemPruned(key, pruned) from None
+                await self._raise_if_pruned(key, item_workflow_id(outbox, key))
                 raise
             return _projected(record)
         except Exception as err:
@@ -356,8 +352,19 @@ class ItemService:
         item_id = item_workflow_id(outbox, key)
         events = await asyncio.to_thread(store.item_events, self.engine, item_id)
         if not events and await asyncio.to_thread(store.get_item, self.engine, item_id) is None:
-            await self.client.status(outbox, key)  # raises ItemNotFound for an unknown item
+            try:
+                await self.client.status(outbox, key)
+            except ItemNotFound:
+                await self._raise_if_pruned(key, item_id)
+                raise
         return events
+
+    async def _raise_if_pruned(self, key: str, item_id: str) -> None:
+        """`ItemPruned` for an item whose row retention deleted (its key memory says how it
+        ended), rather than the "not found" that reads as "never sent"."""
+        pruned = await asyncio.to_thread(store.pruned_item, self.engine, item_id)
+        if pruned is not None:
+            raise ItemPruned(key, pruned) from None
 
     async def list(
         self,

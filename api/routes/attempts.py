@@ -65,7 +65,10 @@ class ErasedResponse(BaseModel):
 
 
 @router.get(
-    "/items/{key}/attempts", response_model=AttemptsResponse, summary="One item's attempt log"
+    "/items/{key}/attempts",
+    response_model=AttemptsResponse,
+    summary="One item's attempt log",
+    responses=problem_responses(410),
 )
 async def get_attempts(outbox: str, key: str, items: ItemServiceDep) -> dict[str, Any]:
     """Each request made to the provider for the item (submits and polls), newest last: the

@@ -357,7 +357,12 @@ async def get_item(
     return response
 
 
-@router.get("/items/{key}/events", response_model=list[EventResponse], summary="One item's history")
+@router.get(
+    "/items/{key}/events",
+    response_model=list[EventResponse],
+    summary="One item's history",
+    responses=problem_responses(410),
+)
 async def get_item_events(outbox: str, key: str, items: ItemServiceDep) -> list[EventResponse]:
     """Transitions oldest first, from the read model (empty until the first one is projected)."""
     return await items.events(outbox, key)

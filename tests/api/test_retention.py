@@ -133,7 +133,8 @@ async def test_an_item_whose_row_and_workflow_are_gone_is_a_410_saying_how_it_en
     assert gone["code"] == "item-pruned" and gone["item_status"] == "sent"
     assert gone["finished_at"] == ended.isoformat() and gone["pruned_at"]
     assert "never sent again" in gone["detail"]
-    attempts = await api.http.get(f"/v1/outboxes/{outbox}/items/long-ago/attempts")
-    assert assert_problem(attempts, 410)["code"] == "item-pruned"
+    for what in ("attempts", "events"):
+        answer = await api.http.get(f"/v1/outboxes/{outbox}/items/long-ago/{what}")
+        assert assert_problem(answer, 410)["code"] == "item-pruned", what
     never = await api.http.get(f"/v1/outboxes/{outbox}/items/never-was")
     assert assert_problem(never, 404)["code"] == "item-not-found"
