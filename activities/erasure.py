@@ -12,7 +12,7 @@ from durable_outbox_temporal.contract.erasure import (
     ErasePageResult,
     SkippedItem,
 )
-from durable_outbox_temporal.contract.ids import item_workflow_id
+from durable_outbox_temporal.contract.ids import item_workflow_id, parse_item_workflow_id
 from durable_outbox_temporal.destinations import DestinationRegistry
 from sqlalchemy import Engine
 from temporalio import activity
@@ -67,8 +67,12 @@ class EraseActivities:
         """Erase one item; why not, when it is under way."""
         record = store.get_item(self.engine, item_id)
         if record is None:
-            # Pruned by retention, what is left is its key's memory; else it has not ended.
+            # Pruned by retention, what is left is its key's memory; a relay row refused for
+            # good made no item; else it has not ended.
             if erasure.erase_remembered_key(self.engine, item_id) is not None:
+                return None
+            outbox, key = parse_item_workflow_id(item_id)
+            if erasure.erase_refused_relay_rows(self.engine, outbox, key):
                 return None
             return f"item {item_id!r} has no row in the read model yet: it has not ended"
         view = record.view

@@ -12,7 +12,8 @@ erased, so a redrive is refused and a late projection never brings the payload b
 
 An item whose row retention pruned left its key's memory (`outbox_keys`), with the digest of its
 request, and its subject link: `erase_remembered_key` erases those, so an erasure a year on
-reaches what is left of it.
+reaches what is left of it. A relay row the outbox refused for good made no item at all, and
+keeps its payload: `erase_refused_relay_rows` deletes those of a key.
 """
 
 from __future__ import annotations
@@ -50,6 +51,8 @@ ERASABLE = frozenset(
 
 # What stands where an address was.
 ERASED = "[erased]"
+# A relay row the outbox refused for good (`outbox_pending.status`).
+REFUSED = "refused"
 # An address in a payload's text: enough to find what a detail could quote.
 _ADDRESS = re.compile(r"[^\s@\"'<>(),;:]+@[^\s@\"'<>(),;:]+")
 
@@ -80,7 +83,8 @@ def keys_with_prefix(
     engine: Engine, outbox: str, prefix: str, *, after: str | None, limit: int
 ) -> list[str]:
     """The keys of the outbox's items starting with `prefix`, in key order after `after`: those
-    with a row, and those whose row retention pruned (their key memory)."""
+    with a row, those whose row retention pruned (their key memory), and those of relay rows
+    the outbox refused (no item)."""
     id_prefix = item_workflow_id(outbox, "")
     rows = select(ITEMS.c.key.label("key")).where(
         ITEMS.c.outbox == outbox, ITEMS.c.key.startswith(prefix, autoescape=True)
@@ -89,13 +93,35 @@ def keys_with_prefix(
     remembered = select(func.substr(ITEM_KEYS.c.item_id, len(id_prefix) + 1).label("key")).where(
         ITEM_KEYS.c.item_id.startswith(id_prefix + prefix, autoescape=True)
     )
+    refused = select(OUTBOX_PENDING.c.key.label("key")).where(
+        OUTBOX_PENDING.c.outbox == outbox,
+        OUTBOX_PENDING.c.status == REFUSED,
+        OUTBOX_PENDING.c.key.startswith(prefix, autoescape=True),
+    )
     if after is not None:
         rows = rows.where(ITEMS.c.key > after)
         remembered = remembered.where(ITEM_KEYS.c.item_id > literal(id_prefix + after))
-    keys = union(rows, remembered).subquery()
+        refused = refused.where(OUTBOX_PENDING.c.key > after)
+    keys = union(rows, remembered, refused).subquery()
     query = select(keys.c.key).order_by(keys.c.key).limit(limit)
     with engine.connect() as connection:
         return list(connection.execute(query).scalars())
+
+
+def erase_refused_relay_rows(engine: Engine, outbox: str, key: str) -> int:
+    """Delete the relay rows of the key that the outbox refused for good (they made no item, and
+    keep the payload the application wrote); how many went. Pending and relayed rows stay (the
+    relay deletes relayed ones after `RELAY_RETENTION_S`; `erase_item` deletes them with the
+    item)."""
+    with engine.begin() as connection:
+        gone = connection.execute(
+            delete(OUTBOX_PENDING).where(
+                OUTBOX_PENDING.c.outbox == outbox,
+                OUTBOX_PENDING.c.key == key,
+                OUTBOX_PENDING.c.status == REFUSED,
+            )
+        )
+    return gone.rowcount
 
 
 def erase_remembered_key(

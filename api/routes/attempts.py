@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from durable_outbox_temporal.contract.ids import item_workflow_id
-from durable_outbox_temporal.errors import NotErasable
+from durable_outbox_temporal.errors import ItemNotFound, NotErasable
 from fastapi import APIRouter
 from pydantic import BaseModel, Field
 
@@ -91,14 +91,21 @@ async def erase_payload(outbox: str, key: str, items: ItemServiceDep) -> ErasedR
     headers and bodies, its claim-check blob, the relay's copy and its debounce carrier's copy.
     Its statuses, times and attempt numbers stay. Only once it has ended and no longer takes
     delivery reports. An item whose row retention pruned: the digest of its request that its
-    key's memory kept, and its subject link."""
+    key's memory kept, and its subject link. A key with no item: the relay's rows of it that the
+    outbox refused for good."""
     # Asked first: Temporal may still hold a workflow whose row retention pruned.
     pruned = await asyncio.to_thread(
         erasure.erase_remembered_key, items.engine, item_workflow_id(outbox, key)
     )
     if pruned is not None:
         return ErasedResponse(erased_at=pruned)
-    view = (await items.get(outbox, key)).view
+    try:
+        view = (await items.get(outbox, key)).view
+    except ItemNotFound:
+        # No item: what the relay kept of rows the outbox refused for good, if any.
+        if await asyncio.to_thread(erasure.erase_refused_relay_rows, items.engine, outbox, key):
+            return ErasedResponse(erased_at=datetime.now(UTC))
+        raise
     destination = items.client.destinations.get(view.destination)
     window_s = destination.delivery.report_window_s if destination is not None else 0
     refused = erasure.refusal(view, window_s, datetime.now(UTC))

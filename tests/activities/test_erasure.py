@@ -18,12 +18,15 @@ from durable_outbox_temporal.contract.item import (
 )
 from durable_outbox_temporal.contract.retention import RetentionRule
 from durable_outbox_temporal.destinations import DestinationRegistry
-from sqlalchemy import Engine
+from durable_outbox_temporal.transactional import enqueue_in
+from sqlalchemy import Engine, update
+from sqlalchemy.orm import Session
 
 from activities.erasure import EraseActivities
-from readmodel import attempts, store, subjects
+from readmodel import attempts, erasure, store, subjects
 from readmodel.db import create_schema, make_engine
 from readmodel.erasure import ERASED
+from readmodel.models import OUTBOX_PENDING
 from readmodel.retention import prune_rows
 from tests.conftest import webhook_destination
 from tests.readmodel.test_store import T0, event, view
@@ -150,3 +153,13 @@ def other(engine: Engine) -> str:
     [zed] = subjects.digests(engine, ["zed"])
     subjects.record(engine, [("outbox/o/zed", "o", "zed", zed)])
     return zed
+
+
+def test_a_relay_row_the_outbox_refused_is_erased_by_a_prefix_batch(engine: Engine) -> None:
+    with Session(engine) as session, session.begin():
+        enqueue_in(session, outbox="o", destination="d", payload={"to": "x"}, key="ada-sms")
+        session.execute(update(OUTBOX_PENDING).values(status=erasure.REFUSED))
+    activities = EraseActivities(engine, DestinationRegistry({}))
+
+    assert page(activities, outbox="o", key_prefix="ada-") == [(1, [])]
+    assert page(activities, outbox="o", key_prefix="ada-") == [(0, [])]  # nothing left

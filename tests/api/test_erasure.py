@@ -12,8 +12,13 @@ from typing import Any
 
 from durable_outbox_temporal.contract.aggregate import SHREDDED
 from durable_outbox_temporal.contract.erasure import erase_batch_workflow_id
+from durable_outbox_temporal.transactional import enqueue_in
+from sqlalchemy import select, update
+from sqlalchemy.orm import Session
 
 from examples.labour.projectors import LABOUR_HISTORY_PROJECTOR
+from readmodel import erasure
+from readmodel.models import OUTBOX_PENDING
 from readmodel.projectors import base as projectors
 from tests.api.conftest import Api
 from tests.api.test_aggregates import flight_url
@@ -142,3 +147,32 @@ async def test_an_erased_labour_leaves_the_projection_in_the_same_request(api: A
     projectors.project_batch(api.stack.engine, LABOUR_HISTORY_PROJECTOR)
     assert (await api.http.get(rows_url, params={"mother": mother})).json()["items"] == []
     assert name not in raw_text(api.stack.engine)
+
+
+async def test_a_relay_row_the_outbox_refused_is_erased_by_its_key(api: Api) -> None:
+    # It made no item: the per-item erase reaches it by its key all the same.
+    outbox, key = f"relay-{uuid.uuid4().hex[:8]}", "customer-42-sms"
+    with Session(api.stack.engine) as session, session.begin():
+        enqueue_in(
+            session,
+            outbox=outbox,
+            destination=api.webhook.name,
+            payload={"to": "+4479460000"},
+            key=key,
+        )
+        session.execute(
+            update(OUTBOX_PENDING)
+            .where(OUTBOX_PENDING.c.outbox == outbox)
+            .values(status=erasure.REFUSED, last_error="refused: not E.164")
+        )
+
+    erased = await api.http.delete(f"/v1/outboxes/{outbox}/items/{key}/payload")
+
+    assert erased.status_code == 200, erased.text
+    with api.stack.engine.connect() as connection:
+        kept = connection.execute(
+            select(OUTBOX_PENDING.c.key).where(OUTBOX_PENDING.c.outbox == outbox)
+        ).all()
+    assert kept == []
+    again = await api.http.delete(f"/v1/outboxes/{outbox}/items/{key}/payload")
+    assert assert_problem(again, 404)["code"] == "item-not-found"

@@ -19,7 +19,9 @@ from durable_outbox_temporal.contract.item import (
 )
 from durable_outbox_temporal.contract.retention import RetentionRule
 from durable_outbox_temporal.contract.sealed_columns import seal_with
-from sqlalchemy import Engine, insert, select
+from durable_outbox_temporal.transactional import enqueue_in
+from sqlalchemy import Engine, insert, select, update
+from sqlalchemy.orm import Session
 
 from readmodel import attempts, erasure, store, subjects
 from readmodel.models import OUTBOX_PENDING, PAYLOAD_BLOBS
@@ -171,3 +173,28 @@ def test_a_pruned_items_key_memory_is_found_by_prefix_and_its_digest_erased(
     # A key with a row, or none at all, has no memory to erase.
     assert erasure.erase_remembered_key(engine, "outbox/o/a-2") is None
     assert erasure.erase_remembered_key(engine, "outbox/o/nothing") is None
+
+
+def test_a_relay_row_the_outbox_refused_is_found_by_prefix_and_erased(engine: Engine) -> None:
+    # Refused for good, it made no item: its payload stayed in `outbox_pending` for good, where
+    # no erasure found it. A pending row is the application's accepted work and stays.
+    with Session(engine) as session, session.begin():
+        for key in ("c7-refused", "c7-pending", "c8-refused"):
+            enqueue_in(
+                session, outbox="o", destination="d", payload={"to": f"{key}@example.com"}, key=key
+            )
+    with engine.begin() as connection:
+        connection.execute(
+            update(OUTBOX_PENDING)
+            .where(OUTBOX_PENDING.c.key.in_(["c7-refused", "c8-refused"]))
+            .values(status=erasure.REFUSED, last_error="refused: not E.164")
+        )
+
+    assert erasure.keys_with_prefix(engine, "o", "c7-", after=None, limit=5) == ["c7-refused"]
+    assert erasure.erase_refused_relay_rows(engine, "o", "c7-refused") == 1
+    assert erasure.erase_refused_relay_rows(engine, "o", "c7-pending") == 0
+    assert erasure.erase_refused_relay_rows(engine, "o", "c7-refused") == 0  # gone already
+
+    with engine.connect() as connection:
+        left = sorted(connection.execute(select(OUTBOX_PENDING.c.key)).scalars())
+    assert left == ["c7-pending", "c8-refused"]
