@@ -233,6 +233,15 @@ def known_problem(err: Exception) -> ApiProblem | None:
             for location, message in err.errors
         ]
         return ApiProblem(422, "invalid-request", "Invalid request", str(err), errors=errors)
+    if isinstance(err, ItemPruned):
+        # How it ended, from its key's memory, on every route that asks for the item.
+        pruned = err.pruned
+        return ApiProblem.from_outbox_error(
+            err,
+            item_status=str(pruned.status),
+            finished_at=pruned.finished_at.isoformat() if pruned.finished_at else None,
+            pruned_at=pruned.pruned_at.isoformat(),
+        )
     if isinstance(err, OutboxError):
         return ApiProblem.from_outbox_error(err)
     if isinstance(err, InvalidCursor):

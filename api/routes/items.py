@@ -69,7 +69,6 @@ from readmodel.attempts import erased_at
 from readmodel.replays import replay_links
 from service.items import (
     Enqueued,
-    ItemPruned,
     ItemService,
     ItemSnapshot,
     PurgeBatch,
@@ -338,15 +337,7 @@ async def get_item(
     """Live from the workflow while it runs; from the read model once it has ended. A queued
     item says why it has not gone yet (`waiting_on`). One retention deleted: 410, saying how it
     ended."""
-    try:
-        snapshot = await items.get(outbox, key)
-    except ItemPruned as err:
-        raise ApiProblem.from_outbox_error(
-            err,
-            item_status=str(err.pruned.status),
-            finished_at=_iso(err.pruned.finished_at),
-            pruned_at=_iso(err.pruned.pruned_at),
-        ) from None
+    snapshot = await items.get(outbox, key)
     response = _item_response(snapshot)
     response.waiting_on = await explain(snapshot.view, controls, client, items.engine)
     if snapshot.view.status.is_final:
@@ -467,7 +458,3 @@ def _header_text(value: str) -> str:
         return value.encode("latin-1").decode("utf-8")
     except UnicodeError:
         return value
-
-
-def _iso(at: datetime | None) -> str | None:
-    return None if at is None else at.isoformat()
