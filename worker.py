@@ -230,6 +230,7 @@ def workflow_worker(
     projection = ProjectionActivities(engine, writer=writer)
     # A debounce window hands its carrier to the item's placement, with every destination.
     debounce = DebounceActivities(outbox, writer)
+    aggregate_store = AggregateStoreActivities(engine)
     return Worker(
         client,
         interceptors=interceptors,
@@ -240,7 +241,9 @@ def workflow_worker(
             projection.project_item,
             projection.project_items,
             projection.project_lanes,
-            AggregateStoreActivities(engine).store_aggregate_events,
+            aggregate_store.store_aggregate_events,
+            aggregate_store.passivate_aggregate,
+            aggregate_store.resume_aggregate,
             apply_flow_rate,
             debounce.close_window,
             debounce.cancel_member,

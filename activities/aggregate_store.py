@@ -1,10 +1,18 @@
-"""The event-store activity: an aggregate workflow writes its new events to `aggregate_events`."""
+"""The event-store activities: an aggregate workflow writes its new events to `aggregate_events`,
+stores what it carries as it ends idle, and a new run loads what the last one stored."""
 
 from __future__ import annotations
 
 import asyncio
 
-from durable_outbox_temporal.contract.aggregate import STORE_ACTIVITY, StoreEvents
+from durable_outbox_temporal.contract.aggregate import (
+    PASSIVATE_ACTIVITY,
+    RESUME_ACTIVITY,
+    STORE_ACTIVITY,
+    PassivateAggregate,
+    ResumedAggregate,
+    StoreEvents,
+)
 from sqlalchemy import Engine
 from temporalio import activity
 
@@ -21,3 +29,17 @@ class AggregateStoreActivities:
     async def store_aggregate_events(self, batch: StoreEvents) -> None:
         """Idempotent: a retried or replayed write leaves the store unchanged."""
         await asyncio.to_thread(aggregates.store_events, self._engine, batch)
+
+    @activity.defn(name=PASSIVATE_ACTIVITY)
+    async def passivate_aggregate(self, request: PassivateAggregate) -> bool:
+        """Store an idle run's carry; False if the store is not at its version (the run goes on)."""
+        return await asyncio.to_thread(aggregates.passivate, self._engine, request)
+
+    @activity.defn(name=RESUME_ACTIVITY)
+    async def resume_aggregate(
+        self, aggregate_type: str, aggregate_id: str
+    ) -> ResumedAggregate | None:
+        """What a new run starts from; None for an aggregate the store has never held."""
+        return await asyncio.to_thread(
+            aggregates.resume, self._engine, aggregate_type, aggregate_id
+        )

@@ -18,10 +18,15 @@ from typing import Any
 
 from durable_outbox_temporal.contract.aggregate import (
     SHREDDED,
+    AggregateCarry,
+    PassivateAggregate,
     RecordedEvent,
+    ResumedAggregate,
     StoreEvents,
     aggregate_workflow_id,
+    is_shredded,
 )
+from pydantic import TypeAdapter
 from sqlalchemy import Connection, Engine, Executable, and_, or_, select, text, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import RowMapping
@@ -31,6 +36,7 @@ from readmodel.models import AGGREGATE_EVENTS, AGGREGATES, read_aggregate_event
 from readmodel.projectors.base import AsyncProjector, forget_aggregate
 
 MAX_PAGE = 500
+_CARRY = TypeAdapter(AggregateCarry)
 # Names the advisory lock event-store writers take on PostgreSQL ("aggevt").
 EVENT_STORE_LOCK_KEY = 0x616767657674
 
@@ -44,6 +50,8 @@ class AggregateRecord:
     version: int
     state: dict[str, Any]
     updated_at: datetime
+    # When a run of it last ended idle, its carry stored for the next run (None: never).
+    passivated_at: datetime | None = None
 
 
 def store_events(engine: Engine, batch: StoreEvents) -> None:
@@ -160,6 +168,62 @@ def events_after_each(
     ]
 
 
+def passivate(engine: Engine, request: PassivateAggregate) -> bool:
+    """Store what an idle run carries on its aggregate's row, sealed under its data key, for
+    the next run. False (nothing written) unless the row is at the carry's version: the carry
+    goes only with the state it leads to. Idempotent."""
+    scope = aggregate_workflow_id(request.type, request.id)
+    with engine.begin() as connection:
+        if connection.dialect.name == "postgresql":
+            # Ordered with an erasure: its shred comes before this write or after it.
+            connection.execute(
+                text("SELECT pg_advisory_xact_lock(:key)"), {"key": EVENT_STORE_LOCK_KEY}
+            )
+        key = data_keys.current_key(connection, scope)
+        written = connection.execute(
+            update(AGGREGATES)
+            .where(
+                AGGREGATES.c.type == request.type,
+                AGGREGATES.c.id == request.id,
+                AGGREGATES.c.version == request.carry.version,
+            )
+            .values(
+                carry=key.seal_json(_CARRY.dump_python(request.carry, mode="json")),
+                passivated_at=request.passivated_at,
+            )
+        )
+        return bool(written.rowcount)
+
+
+def resume(engine: Engine, aggregate_type: str, aggregate_id: str) -> ResumedAggregate | None:
+    """What a new run of the aggregate starts from: the carry its last run stored, if it is at
+    the stored version; else the stored state and version (a run that ended otherwise: one
+    terminated); `erased` if its data was erased meanwhile. None for an aggregate never
+    stored."""
+    query = select(AGGREGATES).where(
+        AGGREGATES.c.type == aggregate_type, AGGREGATES.c.id == aggregate_id
+    )
+    with engine.connect() as connection:
+        row = connection.execute(query).mappings().first()
+        if row is None:
+            return None
+        keys = data_keys.keys_by_id(connection, (row["state"], row["carry"]))
+    state = data_keys.open_value(row["state"], keys, SHREDDED)
+    carried = data_keys.open_value(row["carry"], keys, SHREDDED)
+    carry = None
+    if carried is not None and not is_shredded(carried):
+        carry = _CARRY.validate_python(carried)
+        if carry.version != row["version"]:
+            carry = None  # older than the store: the state row is what holds
+    return ResumedAggregate(
+        carry=carry,
+        version=row["version"],
+        state=state,
+        updated_at=row["updated_at"],
+        erased=carry is None and is_shredded(state),
+    )
+
+
 def get(engine: Engine, aggregate_type: str, aggregate_id: str) -> AggregateRecord | None:
     query = select(AGGREGATES).where(
         AGGREGATES.c.type == aggregate_type, AGGREGATES.c.id == aggregate_id
@@ -224,7 +288,7 @@ def erase(
         state = connection.execute(
             update(AGGREGATES)
             .where(AGGREGATES.c.type == aggregate_type, AGGREGATES.c.id == aggregate_id)
-            .values(state=SHREDDED)
+            .values(state=SHREDDED, carry=None)
         )
         if erased_at is None and (plain or state.rowcount):
             erased_at = now
@@ -237,6 +301,13 @@ def erase(
 def _records(connection: Connection, rows: list[RowMapping]) -> list[AggregateRecord]:
     keys = data_keys.keys_by_id(connection, (row["state"] for row in rows))
     return [
-        AggregateRecord(**{**row, "state": data_keys.open_value(row["state"], keys, SHREDDED)})
+        AggregateRecord(
+            type=row["type"],
+            id=row["id"],
+            version=row["version"],
+            state=data_keys.open_value(row["state"], keys, SHREDDED),
+            updated_at=row["updated_at"],
+            passivated_at=row["passivated_at"],
+        )
         for row in rows
     ]

@@ -21,7 +21,7 @@ from __future__ import annotations
 import re
 from collections.abc import Collection, Iterable
 from datetime import UTC, datetime, timedelta
-from typing import Any, cast
+from typing import Any, Literal, cast
 
 from durable_outbox_temporal.contract.debounce import COLLECTED_KEY
 from durable_outbox_temporal.contract.ids import item_workflow_id, parse_item_workflow_id
@@ -54,6 +54,8 @@ ERASED = "[erased]"
 # A relay row the outbox refused for good (`outbox_pending.status`).
 REFUSED = "refused"
 # An address in a payload's text: enough to find what a detail could quote.
+# `_erase_row`'s answer for a row retention pruned before (or while) it was erased.
+_PRUNED: Literal["pruned"] = "pruned"
 _ADDRESS = re.compile(r"[^\s@\"'<>(),;:]+@[^\s@\"'<>(),;:]+")
 
 
@@ -155,8 +157,21 @@ def erase_item(
     """Erase the item's personal data (see the module); returns when, or None when its row's
     status is not one of `erasable` at that moment (a redrive took it meanwhile:
     `readmodel.attempts.claim_redrive`), and nothing is erased. Raises `CarrierUnderWay` when
-    its window's carrier, holding a copy, is still under way."""
+    its window's carrier, holding a copy, is still under way. A row retention pruned before or
+    while it was erased is erased through its key's memory (`erase_remembered_key`), where it
+    answered "queued again"."""
     now = now or datetime.now(UTC)
+    erased = _erase_row(engine, item_id, erasable, now)
+    if erased == _PRUNED:
+        # Retention pruned the row meanwhile: what is left of it is its key's memory.
+        return erase_remembered_key(engine, item_id, now)
+    assert not isinstance(erased, str)
+    return erased
+
+
+def _erase_row(
+    engine: Engine, item_id: str, erasable: Collection[str], now: datetime
+) -> datetime | Literal["pruned"] | None:
     with engine.begin() as connection:
         row = (
             connection.execute(
@@ -173,7 +188,7 @@ def erase_item(
             .first()
         )
         if row is None:
-            return None
+            return _PRUNED
         recipients: list[Recipient] = row["recipients"] or []
         addresses = _addresses(row["payload"], recipients)
         # One statement decides: a concurrent redrive's claim and this erase never both win.
@@ -193,8 +208,9 @@ def erase_item(
             )
         )
         if erased.rowcount != 1:
+            kept = connection.execute(select(ITEMS.c.id).where(ITEMS.c.id == item_id)).first()
             connection.rollback()
-            return None
+            return None if kept is not None else _PRUNED
         _redact_events(connection, item_id, addresses)
         connection.execute(
             update(ITEM_ATTEMPTS)

@@ -260,6 +260,10 @@ AGGREGATES = Table(
     Column("version", Integer(), nullable=False),
     Column("state", SealedJSON(), nullable=False),
     Column("updated_at", UTCDateTime(), nullable=False),
+    # What its last run carried as it ended idle (passivation), sealed like the state; the
+    # next run starts from it (`readmodel.aggregates.resume`).
+    Column("carry", SealedJSON(none_as_null=True), nullable=True),
+    Column("passivated_at", UTCDateTime(), nullable=True),
 )
 
 LANES = Table(

@@ -1,4 +1,5 @@
-"""Aggregate reads: state (live, or stored while Temporal is down), history, the type's ids.
+"""Aggregate reads: state (live; or stored, while Temporal is down or once it forgot an aggregate
+whose run ended idle), history, the type's ids.
 
 Reads take a `reader`, the actor the caller reads as (already checked against the caller's
 token, or None): a definition's secret fields are redacted unless it lets that actor see them.
@@ -15,7 +16,14 @@ from typing import Any
 
 from durable_outbox_temporal.aggregate_definition import AggregateDefinition
 from durable_outbox_temporal.aggregates import AggregateClient
-from durable_outbox_temporal.contract.aggregate import AggregateView, RecordedEvent, is_shredded
+from durable_outbox_temporal.contract.aggregate import (
+    AggregateView,
+    EffectRecord,
+    RecordedEvent,
+    ResumedAggregate,
+    effect_counts,
+    is_shredded,
+)
 from durable_outbox_temporal.errors import UnknownAggregate, is_temporal_unavailable
 from sqlalchemy import Engine
 
@@ -52,21 +60,39 @@ class AggregateService:
         try:
             return await self.client.state(aggregate_type, aggregate_id)
         except Exception as err:
-            if not is_temporal_unavailable(err):
+            # An aggregate whose run ended idle, once Temporal forgot the run, or any while
+            # Temporal is down: what the store holds.
+            if not (isinstance(err, UnknownAggregate) or is_temporal_unavailable(err)):
                 raise
-            record = await asyncio.to_thread(
-                event_store.get, self.engine, aggregate_type, aggregate_id
-            )
-            if record is None:
+            stored = await self._stored(aggregate_type, aggregate_id)
+            if stored is None:
                 raise
+            carry = stored.carry
             return AggregateView(
-                type=record.type,
-                id=record.id,
-                version=record.version,
-                state=record.state,
-                views={},
-                updated_at=record.updated_at,
+                type=aggregate_type,
+                id=aggregate_id,
+                version=stored.version,
+                state=stored.state if carry is None else carry.state,
+                views={} if carry is None else carry.views,
+                updated_at=stored.updated_at,
+                rejected=0 if carry is None else len(carry.rejected),
+                effects=effect_counts([] if carry is None else carry.effects),
             )
+
+    async def effects(self, aggregate_type: str, aggregate_id: str) -> list[EffectRecord]:
+        """The effect ledger: live, or as the aggregate's last run stored it as it ended idle."""
+        try:
+            return await self.client.effects(aggregate_type, aggregate_id)
+        except UnknownAggregate:
+            stored = await self._stored(aggregate_type, aggregate_id)
+            if stored is None or stored.carry is None:
+                raise
+            return list(stored.carry.effects)
+
+    async def _stored(self, aggregate_type: str, aggregate_id: str) -> ResumedAggregate | None:
+        return await asyncio.to_thread(
+            event_store.resume, self.engine, aggregate_type, aggregate_id
+        )
 
     async def events(
         self,

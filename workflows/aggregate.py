@@ -6,6 +6,11 @@ Replaces a Durable Object per entity (docs/explanation/seeds.md). Commands arriv
 main loop only waits: to write new events to the event store (a local activity), for the next
 timer a definition asked for, or to continue-as-new when the history grows long.
 
+An aggregate with nothing pending (no timer, effect or unstored event) that no command reached for
+its `passivate_after` stores what it carries on its `aggregates` row and ends; the next command
+starts a new run, which loads it before any command is decided
+(docs/decisions/aggregate-passivation.md).
+
 It is also the process manager: each appended event's policy plans effects, which
 go into the effect ledger in the same step as the event, keyed by idempotency key (a key
 already in the ledger is ignored). The main loop runs pending effects as activities, with
@@ -52,6 +57,7 @@ with workflow.unsafe.imports_passed_through():
         REJECTED_LOG,
         REJECTED_QUERY,
         RETRY_EFFECT_UPDATE,
+        SHREDDED,
         STATE_QUERY,
         WORKFLOW_TYPE,
         AggregateCarry,
@@ -66,9 +72,12 @@ with workflow.unsafe.imports_passed_through():
         EffectExecution,
         EffectRecord,
         EffectStatus,
+        PassivateAggregate,
         RecordedEvent,
         RejectedCommand,
+        ResumedAggregate,
         StoreEvents,
+        effect_counts,
     )
     from durable_outbox_temporal.contract.ids import (
         OPERATIONS_TASK_QUEUE,
@@ -114,6 +123,11 @@ _DOMAIN_BASES = (DomainError, Conflict, DomainInvalidCommand)
 # leaving room for what arrives while the hand-over is tried again.
 UPDATES_PER_RUN = 1000
 SIGNALS_PER_RUN = 2000
+# Runs started before passivation existed replay without it: they neither load a stored carry
+# nor end idle; their next run (continue-as-new) does both.
+_PASSIVATION_PATCH = "aggregate-passivation"
+# The reason a command to an aggregate erased while it had no run is refused with.
+ERASED_REASON = "AggregateErased"
 
 
 class _Refused(Exception):
@@ -139,23 +153,28 @@ class AggregateWorkflow:
         self._type, self._id = start.type, start.id
         definition = HOSTED.get(start.type)
         self._definition: AggregateDefinition[Any] | None = definition
-        carry = start.carry
-        if definition is None:
-            self._state: Any = None
-            self._views: dict[str, Any] = {}
-        elif carry is None:
-            self._state = definition.initial_state()
-            self._views = {name: p.initial() for name, p in definition.projectors.items()}
-        else:
-            self._state = definition.load_state(carry.state)
-            self._views = dict(carry.views)
-        self._version = carry.version if carry else 0
-        self._seen: dict[str, int] = dict(carry.seen_commands) if carry else {}
-        self._seen_hashes: dict[str, str] = dict(carry.seen_command_hashes) if carry else {}
-        self._rejected: list[RejectedCommand] = list(carry.rejected) if carry else []
-        self._updated_at: datetime | None = carry.updated_at if carry else None
-        self._unstored: list[RecordedEvent] = list(carry.unstored) if carry else []
-        self._effects: dict[str, EffectRecord] = {e.key: e for e in carry.effects} if carry else {}
+        self._state: Any = None if definition is None else definition.initial_state()
+        self._views: dict[str, Any] = (
+            {} if definition is None else {n: p.initial() for n, p in definition.projectors.items()}
+        )
+        self._version = 0
+        self._seen: dict[str, int] = {}
+        self._seen_hashes: dict[str, str] = {}
+        self._rejected: list[RejectedCommand] = []
+        self._updated_at: datetime | None = None
+        self._unstored: list[RecordedEvent] = []
+        self._effects: dict[str, EffectRecord] = {}
+        if start.carry is not None and definition is not None:
+            self._take(start.carry)
+        # Decided before any handler runs (they run before `run` in a run's first task).
+        self._passivates = workflow.patched(_PASSIVATION_PATCH)
+        self._passivate_after = start.passivate_after_s
+        # A run with no carry may follow one that ended idle: `run` loads what it stored first,
+        # and commands wait for it.
+        self._loaded = start.carry is not None or not self._passivates
+        self._erased = False
+        self._last_active = workflow.now()
+        self._idle_check_due = False
         self._executing: set[str] = set()
         # Strong references to the running executions (the loop keeps only weak ones).
         self._executions: set[asyncio.Task[None]] = set()
@@ -176,6 +195,9 @@ class AggregateWorkflow:
                 type=AggregateErrorType.UNKNOWN_COMMAND,
                 non_retryable=True,
             )
+        if not self._loaded:
+            await self._resume()
+        self._arm_idle_check()
         self._show_details()
         while True:
             timer = self._next_timer()
@@ -190,6 +212,8 @@ class AggregateWorkflow:
             timer = self._next_timer()
             if timer is not None and timer.at <= workflow.now():
                 self._fire(timer)
+            if self._idle_check_due and await self._idle_end():
+                return self.view()
             self._start_effects()
             if self._continue_as_new_suggested():
                 await self._settle_for_hand_over()
@@ -199,15 +223,17 @@ class AggregateWorkflow:
                         id=self._id,
                         carry=self._carry(),
                         operations_task_queue=self._operations_queue,
+                        passivate_after_s=self._next_passivate_after(),
                     )
                 )
             if self._unstored:
                 await self._store()
 
     @workflow.update(name=COMMAND_UPDATE)
-    def command(self, request: CommandRequest) -> CommandResult:
+    async def command(self, request: CommandRequest) -> CommandResult:
         """Run one command: decide, append, evolve, with no await in between."""
         self._updates += 1
+        await self._wait_loaded()
         try:
             return self._apply(request)
         except _Refused as refused:
@@ -216,10 +242,11 @@ class AggregateWorkflow:
             self._show_details()
 
     @workflow.update(name=COMMANDS_UPDATE)
-    def commands(self, batch: CommandBatch) -> CommandBatchResult:
+    async def commands(self, batch: CommandBatch) -> CommandBatchResult:
         """Run a batch of commands in order, each exactly as `command` would, in one step:
         each sees the state the one before it left, and is answered or refused on its own."""
         self._updates += 1
+        await self._wait_loaded()
         outcomes = [self._outcome(request) for request in batch.commands]
         self._show_details()
         return CommandBatchResult(outcomes=outcomes)
@@ -238,7 +265,10 @@ class AggregateWorkflow:
     @command.validator
     def _validate_command(self, request: CommandRequest) -> None:
         # Refusing here keeps refused commands out of the history. The handler decides again:
-        # another command accepted in the same task may have changed the state since.
+        # another command accepted in the same task may have changed the state since. Before
+        # the run has loaded its state, only the handler can decide.
+        if not self._loaded:
+            return
         try:
             if self._repeated_version(request) is not None:
                 return  # a repeat: the handler answers the first outcome
@@ -247,16 +277,18 @@ class AggregateWorkflow:
             raise refused.to_application_error() from None
 
     @workflow.signal(name=COMMAND_SIGNAL)
-    def send_command(self, request: CommandRequest) -> None:
+    async def send_command(self, request: CommandRequest) -> None:
         """The same command without an answer; a refused one goes to the rejected log."""
         self._signals += 1
+        await self._wait_loaded()
         self._record(request)
         self._show_details()
 
     @workflow.signal(name=COMMANDS_SIGNAL)
-    def send_commands(self, batch: CommandBatch) -> None:
+    async def send_commands(self, batch: CommandBatch) -> None:
         """Signalled commands in a batch, in order, each as `send_command` would run it."""
         self._signals += 1
+        await self._wait_loaded()
         for request in batch.commands:
             self._record(request)
         self._show_details()
@@ -283,10 +315,12 @@ class AggregateWorkflow:
             )
 
     @workflow.update(name=RETRY_EFFECT_UPDATE)
-    def retry_effect(self, key: str) -> EffectRecord:
+    async def retry_effect(self, key: str) -> EffectRecord:
         """Run a failed effect again (an operator's call): pending now, executed anew."""
         self._updates += 1
-        self._validate_retry_effect(key)
+        await self._wait_loaded()
+        self._touch()
+        self._check_retry_effect(key)
         record = self._effects[key]
         record.status, record.error, record.finished_at = EffectStatus.PENDING, None, None
         self._show_details()
@@ -294,6 +328,10 @@ class AggregateWorkflow:
 
     @retry_effect.validator
     def _validate_retry_effect(self, key: str) -> None:
+        if self._loaded:
+            self._check_retry_effect(key)
+
+    def _check_retry_effect(self, key: str) -> None:
         record = self._effects.get(key)
         if record is None:
             raise ApplicationError(
@@ -339,6 +377,13 @@ class AggregateWorkflow:
         """The events the command would cause now; raises `_Refused` if it is refused."""
         definition = self._definition
         assert definition is not None
+        if self._erased:
+            raise _Refused(
+                f"{self._type} {self._id!r} was erased while idle: its state is gone, and it"
+                " takes no more commands",
+                AggregateErrorType.CONFLICT,
+                ERASED_REASON,
+            )
         if request.expected_version is not None and request.expected_version != self._version:
             raise _Refused(
                 f"expected version {request.expected_version}, the aggregate is at {self._version}",
@@ -382,6 +427,7 @@ class AggregateWorkflow:
     def _apply(self, request: CommandRequest) -> CommandResult:
         definition = self._definition
         assert definition is not None
+        self._touch()
         repeated = self._repeated_version(request)
         if repeated is not None:
             return CommandResult(events=[], version=repeated, duplicate=True)
@@ -528,7 +574,8 @@ class AggregateWorkflow:
 
     def _has_work(self) -> bool:
         return (
-            bool(self._unstored)
+            self._idle_check_due
+            or bool(self._unstored)
             or self._continue_as_new_suggested()
             or bool(self._startable_effects())
         )
@@ -580,6 +627,7 @@ class AggregateWorkflow:
             workflow.logger.warning("effect %s failed: %s", record.key, record.error)
         finally:
             record.finished_at = workflow.now()
+            self._touch()
             self._executing.discard(record.key)
             self._forget_old_done_effects()
             self._show_details()
@@ -639,10 +687,131 @@ class AggregateWorkflow:
             del self._effects[key]
 
     def _effect_counts(self) -> dict[str, int]:
-        counts = {status.value: 0 for status in EffectStatus}
-        for record in self._effects.values():
-            counts[record.status] += 1
-        return counts
+        return effect_counts(list(self._effects.values()))
+
+    # Passivation: an idle run stores its carry and ends; the next run loads it.
+
+    async def _wait_loaded(self) -> None:
+        if not self._loaded:
+            await workflow.wait_condition(lambda: self._loaded)
+
+    def _take(self, carry: AggregateCarry) -> None:
+        """Start from what a run carried (across continue-as-new, or stored as it ended)."""
+        definition = self._definition
+        assert definition is not None
+        self._state = definition.load_state(carry.state)
+        self._views = dict(carry.views)
+        self._version = carry.version
+        self._seen = dict(carry.seen_commands)
+        self._seen_hashes = dict(carry.seen_command_hashes)
+        self._rejected = list(carry.rejected)
+        self._updated_at = carry.updated_at
+        self._unstored = list(carry.unstored)
+        self._effects = {e.key: e for e in carry.effects}
+
+    async def _resume(self) -> None:
+        """Load what the aggregate's last run stored (nothing for a new aggregate)."""
+        definition = self._definition
+        assert definition is not None
+        resumed: ResumedAggregate | None = await workflow.execute_local_activity_method(
+            AggregateStoreActivities.resume_aggregate,
+            args=[self._type, self._id],
+            start_to_close_timeout=timedelta(seconds=10),
+            retry_policy=_STORE_RETRIES,
+            summary="load the stored aggregate",
+        )
+        if resumed is not None and resumed.carry is not None:
+            self._take(resumed.carry)
+        elif resumed is not None:
+            # A run that ended without storing its carry (terminated): the stored state and
+            # version hold; the dedupe window, rejected log and effect ledger are gone.
+            self._version, self._updated_at = resumed.version, resumed.updated_at
+            self._erased = resumed.erased
+            if not resumed.erased:
+                self._state = definition.load_state(resumed.state)
+                workflow.logger.warning(
+                    "%s %s resumed from its stored state at version %d, without a carry",
+                    self._type,
+                    self._id,
+                    self._version,
+                )
+        self._loaded = True
+
+    def _touch(self) -> None:
+        self._last_active = workflow.now()
+
+    def _arm_idle_check(self) -> None:
+        """A timer that rings when the run may have been idle long enough: one per idle period
+        at most, however many commands come (a timer per wait would add two events each)."""
+        after = self._passivate_after
+        if not self._passivates or not after or after <= 0:
+            return
+        due = max(self._last_active + timedelta(seconds=after) - workflow.now(), timedelta(0))
+        self._idle_check_due = False
+
+        async def ring() -> None:
+            await workflow.sleep(due, summary="end if idle")
+            self._idle_check_due = True
+
+        task = asyncio.create_task(ring())
+        self._executions.add(task)
+        task.add_done_callback(self._executions.discard)
+
+    def _idle(self) -> bool:
+        """Nothing pending that the run must be open for: no unstored event, timer, effect
+        (failed ones wait for an operator's retry), handler, or hand-over."""
+        return (
+            not self._unstored
+            and self._next_timer() is None
+            and not self._executing
+            and all(r.status == EffectStatus.DONE for r in self._effects.values())
+            and workflow.all_handlers_finished()
+            and not self._continue_as_new_suggested()
+        )
+
+    async def _idle_end(self) -> bool:
+        """Whether the run ends now: idle since long enough, its carry stored. Otherwise the
+        check is armed again."""
+        after = timedelta(seconds=self._passivate_after or 0)
+        if workflow.now() - self._last_active < after or not self._idle():
+            self._arm_idle_check()
+            return False
+        before = self._activity_mark()
+        if not self._erased and self._version > 0:
+            stored = await workflow.execute_local_activity_method(
+                AggregateStoreActivities.passivate_aggregate,
+                PassivateAggregate(
+                    type=self._type,
+                    id=self._id,
+                    carry=self._carry(),
+                    passivated_at=workflow.now(),
+                ),
+                start_to_close_timeout=timedelta(seconds=10),
+                retry_policy=_STORE_RETRIES,
+                summary="store the idle aggregate",
+            )
+            if not stored:
+                workflow.logger.warning(
+                    "%s %s not ended: the store is not at its version", self._type, self._id
+                )
+        else:
+            stored = True
+        # A command that came while the carry was stored keeps the run going; its own idle
+        # end stores again. Nothing is awaited from here to the end of the run.
+        if stored and self._activity_mark() == before and self._idle():
+            return True
+        self._arm_idle_check()
+        return False
+
+    def _activity_mark(self) -> tuple[int, int, int, datetime]:
+        return (self._version, self._updates, self._signals, self._last_active)
+
+    def _next_passivate_after(self) -> float | None:
+        if self._passivate_after is not None:
+            return self._passivate_after
+        definition = self._definition
+        assert definition is not None
+        return definition.passivate_after_s()
 
     def _carry(self) -> AggregateCarry:
         return AggregateCarry(
@@ -658,6 +827,8 @@ class AggregateWorkflow:
         )
 
     def _state_json(self) -> dict[str, Any]:
+        if self._erased:
+            return dict(SHREDDED)
         if self._state is None:
             return {}
         state: dict[str, Any] = self._state.model_dump(mode="json")

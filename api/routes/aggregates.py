@@ -27,7 +27,7 @@ from durable_outbox_temporal.contract.aggregate import (
     RecordedEvent,
 )
 from fastapi import APIRouter, Body, Header, Query
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, Field, ValidationError
 
 from api.deps import AggregateServiceDep, Caller, CallerDep
 from api.errors import ApiProblem, validation_problem
@@ -50,6 +50,11 @@ class AggregateSummary(BaseModel):
     id: str
     version: int
     updated_at: datetime
+    passivated_at: datetime | None = Field(
+        default=None,
+        description="When a run of it last ended idle, its carry stored for the next "
+        "(docs/explanation/aggregates.md); null if none has",
+    )
 
 
 class AggregatePage(BaseModel):
@@ -167,9 +172,10 @@ async def aggregate_effects(
         Query(description="Only effects in this status"),
     ] = None,
 ) -> list[EffectRecord]:
-    """Live from the aggregate's workflow, oldest first: each effect with its key, action,
-    status, executions, error and result (done effects: the newest 200)."""
-    effects = await aggregates.client.effects(aggregate_type, aggregate_id)
+    """Live from the aggregate's workflow (or as its run stored it as it ended idle), oldest
+    first: each effect with its key, action, status, executions, error and result (done
+    effects: the newest 200)."""
+    effects = await aggregates.effects(aggregate_type, aggregate_id)
     return [effect for effect in effects if status is None or effect.status == status]
 
 
@@ -259,7 +265,10 @@ async def list_aggregates(
     records, next_after = await aggregates.list(aggregate_type, after=after, limit=limit)
     return AggregatePage(
         items=[
-            AggregateSummary(id=r.id, version=r.version, updated_at=r.updated_at) for r in records
+            AggregateSummary(
+                id=r.id, version=r.version, updated_at=r.updated_at, passivated_at=r.passivated_at
+            )
+            for r in records
         ],
         next_after=next_after,
     )

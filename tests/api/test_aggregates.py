@@ -5,8 +5,12 @@ from __future__ import annotations
 import asyncio
 import uuid
 
+from durable_outbox_temporal.contract.aggregate import AggregateCarry, PassivateAggregate
+
+from readmodel import aggregates as event_store
 from tests.api.conftest import Api
 from tests.api.test_items import assert_problem
+from tests.workflows.test_aggregate_passivation import SEATED, T0, opened
 
 
 def flight_url(flight: str, command: str = "") -> str:
@@ -45,6 +49,32 @@ async def test_flight_through_the_api(api: Api) -> None:
     assert {"id": flight, "version": 4} in [
         {"id": i["id"], "version": i["version"]} for i in listed["items"]
     ]
+
+
+async def test_an_aggregate_whose_run_ended_idle_is_listed_and_read_from_the_store(
+    api: Api,
+) -> None:
+    """Once Temporal forgot a run that ended idle (past the namespace's retention), what it
+    stored answers: here a stored aggregate Temporal never ran."""
+    flight = f"BA{uuid.uuid4().hex[:6]}"
+    event_store.store_events(api.stack.engine, opened(flight))
+    carry = AggregateCarry(state=SEATED, version=1, views={"assignments": 0}, updated_at=T0)
+    event_store.passivate(
+        api.stack.engine, PassivateAggregate("flight", flight, carry, passivated_at=T0)
+    )
+
+    state = await api.http.get(flight_url(flight))
+    effects = await api.http.get(f"{flight_url(flight)}/effects")
+    listed = (await api.http.get("/v1/aggregates/flight", params={"limit": 500})).json()
+
+    assert state.status_code == 200, state.text
+    assert (state.json()["version"], state.json()["state"]) == (1, SEATED)
+    assert state.json()["views"] == {"assignments": 0}
+    assert effects.status_code == 200 and effects.json() == []
+    [summary] = [item for item in listed["items"] if item["id"] == flight]
+    assert summary["passivated_at"] == "2026-11-30T09:00:00Z"
+    unknown = await api.http.get(flight_url(f"BA{uuid.uuid4().hex[:6]}"))
+    assert unknown.status_code == 404
 
 
 async def test_commands_are_refused_with_the_right_problem(api: Api) -> None:

@@ -175,6 +175,30 @@ def test_a_pruned_items_key_memory_is_found_by_prefix_and_its_digest_erased(
     assert erasure.erase_remembered_key(engine, "outbox/o/nothing") is None
 
 
+def test_an_item_erase_that_meets_a_pruned_row_erases_its_key_memory(engine: Engine) -> None:
+    # The erase read the row, then retention pruned it before the erase's update: the update
+    # found no row, which read as "queued again (redriven)", and the digest stayed.
+    store.apply_projection(
+        engine,
+        ItemProjection(
+            view("a-1", 1, ItemStatus.SENT, finished_at=T0, payload_hash="sha256:a-1"),
+            [],
+            T0,
+            payload={"to": "a-1@example.com"},
+        ),
+    )
+    rule = RetentionRule("d", None, payload_retention_s=0, item_retention_s=DAY.total_seconds())
+    assert prune_rows(engine, rule, T0 + DAY, limit=10).pruned == 1
+
+    erased_at = erasure.erase_item(engine, "outbox/o/a-1", ERASABLE, T0 + 2 * DAY)
+
+    assert erased_at == T0 + 2 * DAY
+    assert "sha256:a-1" not in raw_text(engine)
+    remembered = store.item_or_remembered_key(engine, "outbox/o/a-1")
+    assert remembered == store.RememberedKey(ItemStatus.SENT, erasure.ERASED)
+    assert erasure.erase_item(engine, "outbox/o/nothing", ERASABLE) is None
+
+
 def test_a_relay_row_the_outbox_refused_is_found_by_prefix_and_erased(engine: Engine) -> None:
     # Refused for good, it made no item: its payload stayed in `outbox_pending` for good, where
     # no erasure found it. A pending row is the application's accepted work and stays.

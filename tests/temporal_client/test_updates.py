@@ -21,9 +21,11 @@ from temporalio.common import WorkflowIDConflictPolicy
 from temporalio.service import RPCError, RPCStatusCode
 
 
-def refusal(status: RPCStatusCode, *details: object, wrapped: bool = False) -> RPCError:
+def refusal(
+    status: RPCStatusCode, *details: object, wrapped: bool = False, message: str = "refused"
+) -> RPCError:
     """An RPC error as the server sends it, its details packed; `wrapped`: inside the
-    multi-operation failure an update-with-start answers with."""
+    multi-operation failure an update-with-start answers with (the message too)."""
     packed = []
     for detail in details:
         holder = AnyProto()
@@ -31,13 +33,18 @@ def refusal(status: RPCStatusCode, *details: object, wrapped: bool = False) -> R
         packed.append(holder)
     if wrapped:
         failure = MultiOperationExecutionFailure(
-            statuses=[MultiOperationExecutionFailure.OperationStatus(details=packed)]
+            statuses=[
+                MultiOperationExecutionFailure.OperationStatus(
+                    code=int(status), message=message, details=packed
+                )
+            ]
         )
         outer = AnyProto()
         outer.Pack(failure)
         packed = [outer]
-    grpc_status = Status(code=int(status), message="refused", details=packed)
-    return RPCError("refused", status, grpc_status.SerializeToString())
+        message = "MultiOperation could not be executed"
+    grpc_status = Status(code=int(status), message=message, details=packed)
+    return RPCError(message, status, grpc_status.SerializeToString())
 
 
 def test_an_aborted_or_closing_workflow_is_not_ready() -> None:
@@ -48,6 +55,9 @@ def test_an_aborted_or_closing_workflow_is_not_ready() -> None:
         not_yet = WorkflowNotReadyFailure()
         assert not_ready(refusal(RPCStatusCode.FAILED_PRECONDITION, not_yet, wrapped=wrapped))
         assert not_ready(refusal(RPCStatusCode.RESOURCE_EXHAUSTED, closing, wrapped=wrapped))
+        # The run ended (an idle aggregate's) while the update waited to be taken.
+        ended = "workflow execution already completed"
+        assert not_ready(refusal(RPCStatusCode.NOT_FOUND, wrapped=wrapped, message=ended))
 
 
 def test_other_refusals_are_not_sent_again() -> None:
@@ -59,6 +69,7 @@ def test_other_refusals_are_not_sent_again() -> None:
     assert not not_ready(refusal(RPCStatusCode.RESOURCE_EXHAUSTED))
     assert not not_ready(refusal(RPCStatusCode.FAILED_PRECONDITION))
     assert not not_ready(refusal(RPCStatusCode.INVALID_ARGUMENT, WorkflowNotReadyFailure()))
+    assert not not_ready(refusal(RPCStatusCode.NOT_FOUND, message="workflow not found"))
 
 
 async def test_a_failed_call_leaves_no_unread_error_for_asyncio_to_log() -> None:

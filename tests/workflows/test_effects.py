@@ -240,7 +240,9 @@ async def test_a_provider_call_effect_honours_retry_after_and_delivers_once(
     # stays locked: an idle aggregate would skip to the test server's run timeout.)
     assert stats["early_requests"] == 0, stats
     workflow_id = aggregate_workflow_id(PingingFlight.type_name, flight)
-    assert await timer_durations(stack, workflow_id) == [3.0]
+    # (The run's other timer is its idle check, an hour after its last command.)
+    durations = await timer_durations(stack, workflow_id)
+    assert [d for d in durations if d < 3000] == [3.0], durations
 
 
 async def test_the_ledger_survives_continue_as_new(stack_factory, dev_env, monkeypatch) -> None:

@@ -30,7 +30,7 @@ import hashlib
 import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, ClassVar, Generic, TypeVar
 
 from pydantic import BaseModel, ConfigDict, ValidationError
@@ -214,9 +214,19 @@ class AggregateDefinition(Generic[StateT]):
     # The payload field naming whom a command acts for (a user id), or None if commands name
     # nobody. The API checks it against the caller's token (docs/explanation/aggregates.md).
     actor_field: ClassVar[str | None] = None
+    # How long an aggregate with nothing pending (no timer, effect or unstored event) stays a
+    # running workflow after its last command; then its run stores what it carries and ends,
+    # and the next command starts a new run that loads it (docs/explanation/aggregates.md).
+    # None: never (an aggregate that must answer queries from Temporal at any time).
+    passivate_after: ClassVar[timedelta | None] = timedelta(hours=1)
 
     def initial_state(self) -> StateT:
         raise NotImplementedError
+
+    def passivate_after_s(self) -> float:
+        """`passivate_after` in seconds, as a run's start input carries it; 0 for never."""
+        after = self.passivate_after
+        return 0.0 if after is None else after.total_seconds()
 
     def decide(self, state: StateT, command: Command, now: datetime) -> list[Event]:
         raise NotImplementedError
@@ -314,13 +324,23 @@ def by_type_name(
         for name, definition in definitions.items():
             if name != definition.type_name:
                 raise ValueError(f"{definition.type_name!r} registered as {name!r}")
+            _check_passivate_after(definition)
         return dict(definitions)
     found: dict[str, AggregateDefinition[Any]] = {}
     for definition in definitions:
+        _check_passivate_after(definition)
         if definition.type_name in found:
             raise ValueError(f"two aggregate types named {definition.type_name!r}")
         found[definition.type_name] = definition
     return found
+
+
+def _check_passivate_after(definition: AggregateDefinition[Any]) -> None:
+    after = definition.passivate_after
+    if after is not None and after <= timedelta(0):
+        raise ValueError(
+            f"{definition.type_name}.passivate_after must be positive, not {after} (None: never)"
+        )
 
 
 def describe_invalid(err: ValidationError) -> str:

@@ -37,6 +37,7 @@ from pydantic import ValidationError
 from temporalio.client import (
     Client,
     WithStartWorkflowOperation,
+    WorkflowExecutionStatus,
     WorkflowHandle,
     WorkflowUpdateFailedError,
 )
@@ -309,6 +310,12 @@ class AggregateClient:
                 raise _EFFECT_REFUSALS[cause.type](cause.message) from err
             raise
         except RPCError as err:
+            if err.status == RPCStatusCode.NOT_FOUND and await _ended(handle):
+                # A run ends idle only with no failed effect in its ledger.
+                raise UnknownEffect(
+                    f"no failed effect {key!r}: {aggregate_type} {aggregate_id!r} ended idle,"
+                    " with none"
+                ) from err
             if err.status == RPCStatusCode.NOT_FOUND:
                 raise UnknownAggregate(f"no {aggregate_type} {aggregate_id!r}") from err
             raise
@@ -330,6 +337,7 @@ class AggregateClient:
             type=aggregate_type,
             id=aggregate_id,
             operations_task_queue=self.operations_task_queue,
+            passivate_after_s=self.definitions[aggregate_type].passivate_after_s(),
         )
 
     async def _handle(self, aggregate_type: str, aggregate_id: str) -> WorkflowHandle[Any, Any]:
@@ -347,6 +355,17 @@ class AggregateClient:
             ),
             "static_summary": f"{aggregate_type} {aggregate_id}",
         }
+
+
+async def _ended(handle: WorkflowHandle[Any, Any]) -> bool:
+    """Whether the aggregate's latest run has ended (idle: the next command starts another)."""
+    try:
+        description = await handle.describe(rpc_timeout=RPC_TIMEOUT)
+    except RPCError as err:
+        if err.status == RPCStatusCode.NOT_FOUND:
+            return False
+        raise
+    return description.status != WorkflowExecutionStatus.RUNNING
 
 
 def validate_aggregate_id(aggregate_id: str) -> None:

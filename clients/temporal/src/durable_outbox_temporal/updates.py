@@ -4,8 +4,10 @@ An aggregate's command batch and a lane's append batch are both updates that sta
 workflow if it is not running. At a hand-over to the next run (continue-as-new), or when the
 workflow task the update went out with failed, the server answers FAILED_PRECONDITION with
 `WorkflowNotReadyFailure`; while the run is closing (its last task completed, the next run not
-yet started), RESOURCE_EXHAUSTED with the cause `BUSY_WORKFLOW`. Either way nothing was applied,
-and the same update may go again.
+yet started), RESOURCE_EXHAUSTED with the cause `BUSY_WORKFLOW`; when the run ended while the
+update waited to be taken (an idle aggregate's run ends: passivation), NOT_FOUND "workflow
+execution already completed". Each time nothing was applied, and the same update may go again
+(after an end, it starts the next run).
 """
 
 from __future__ import annotations
@@ -77,17 +79,26 @@ def not_ready(err: RPCError) -> bool:
     """The server aborted the update before the workflow took it: the workflow task it went
     out with failed or ended the run (a hand-over to the next run), or the run is closing."""
     details = list(err.grpc_status.details)
+    messages = [err.message]
     for detail in err.grpc_status.details:
         # Update-with-start answers for its two operations, each with its own details.
         if detail.Is(MultiOperationExecutionFailure.DESCRIPTOR):
             failure = MultiOperationExecutionFailure()
             detail.Unpack(failure)
             details += [inner for status in failure.statuses for inner in status.details]
+            messages += [status.message for status in failure.statuses]
+    if err.status == RPCStatusCode.NOT_FOUND:
+        return any(ended(message) for message in messages)
     if err.status == RPCStatusCode.FAILED_PRECONDITION:
         return any(detail.Is(WorkflowNotReadyFailure.DESCRIPTOR) for detail in details)
     if err.status == RPCStatusCode.RESOURCE_EXHAUSTED:
         return any(_busy_workflow(detail) for detail in details)
     return False
+
+
+def ended(message: str) -> bool:
+    """Whether NOT_FOUND says the run ended (rather than that no workflow has the id)."""
+    return "already completed" in message.lower()
 
 
 def _busy_workflow(detail: Any) -> bool:

@@ -24,6 +24,10 @@ COMMANDS_SIGNAL = "send_commands"
 STATE_QUERY = "state"
 REJECTED_QUERY = "rejected_commands"
 STORE_ACTIVITY = "store_aggregate_events"
+# An idle aggregate's run stores what it carries and ends (passivation); the next command's new
+# run loads it first (docs/decisions/aggregate-passivation.md).
+PASSIVATE_ACTIVITY = "passivate_aggregate"
+RESUME_ACTIVITY = "resume_aggregate"
 # The effect ledger (the process manager): query it, retry a failed effect, run one effect.
 EFFECTS_QUERY = "effects"
 RETRY_EFFECT_UPDATE = "retry_effect"
@@ -220,6 +224,9 @@ class AggregateInput:
     carry: AggregateCarry | None = None
     # Where the effect activity runs (the operations worker's queue); the default queue if None.
     operations_task_queue: str | None = None
+    # Seconds idle (no command, nothing pending) after which the run stores its carry and ends;
+    # 0 or None: it never does. Set by whoever starts the run (from the definition), carried.
+    passivate_after_s: float | None = None
 
 
 @dataclass
@@ -232,6 +239,38 @@ class StoreEvents:
     version: int
     state: dict[str, Any]
     updated_at: datetime
+
+
+@dataclass
+class PassivateAggregate:
+    """Input of the passivation activity: what an idle run carries, stored for its next run."""
+
+    type: str
+    id: str
+    carry: AggregateCarry
+    passivated_at: datetime
+
+
+@dataclass
+class ResumedAggregate:
+    """What a new run of an aggregate the store holds starts from (the resume activity)."""
+
+    # The carry its last run stored as it ended; None if none (or one older than the store).
+    carry: AggregateCarry | None
+    # The stored version and state, for a store without a current carry.
+    version: int
+    state: dict[str, Any]
+    updated_at: datetime | None = None
+    # The aggregate's data was erased while it had no running workflow: its state is gone.
+    erased: bool = False
+
+
+def effect_counts(effects: list[EffectRecord]) -> dict[str, int]:
+    """An effect ledger's counts by status, every status named."""
+    counts = {status.value: 0 for status in EffectStatus}
+    for record in effects:
+        counts[record.status] += 1
+    return counts
 
 
 # What an event's data (and the stored state) reads as once its aggregate's data was erased

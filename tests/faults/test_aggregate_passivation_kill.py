@@ -1,0 +1,111 @@
+"""Aggregates that end idle between bursts, on two workers, one SIGKILLed and started again
+mid-way: every command lands exactly once, across the runs that end and the ones that load
+what they stored (docs/decisions/aggregate-passivation.md)."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import signal
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+from durable_outbox_temporal.aggregates import AggregateClient
+from durable_outbox_temporal.contract.aggregate import CommandResult, aggregate_workflow_id
+
+from readmodel import aggregates as event_store
+from readmodel.db import make_engine
+from tests.conftest import unique_name, webhook_destination
+from tests.faults.test_faults import start_worker, worker_env, write_config
+from tests.ports import free_port
+from tests.workflows.test_aggregate_passivation import idle_after
+
+ROUNDS = 16
+CALLERS = 6
+
+
+async def test_aggregates_ending_idle_on_two_workers_one_killed_lose_and_double_nothing(
+    dev_env, fake_provider, tmp_path: Path
+) -> None:
+    config = tmp_path / "destinations.toml"
+    write_config(config, webhook_destination(fake_provider))
+    task_queue = unique_name("workflows")
+    env = worker_env(dev_env, tmp_path, config, task_queue)
+    # Runs end half a second after their last command: most pauses between rounds end one.
+    client = AggregateClient(
+        dev_env.client, task_queue, definitions=[idle_after("flight", timedelta(seconds=0.5))]
+    )
+    flights = [unique_name("BA") for _ in range(2)]
+    seats = [f"{row}{letter}" for row in range(1, ROUNDS + 1) for letter in "ABCDEF"][
+        : ROUNDS * CALLERS
+    ]
+    errors: list[str] = []
+    jitter = random.Random(11)
+
+    async def command(flight: str, name: str, payload: dict[str, Any], command_id: str) -> Any:
+        """Its answer, asked again under its id after an error (no worker while one restarts)."""
+        for _ in range(60):
+            try:
+                return await client.command("flight", flight, name, payload, command_id=command_id)
+            except Exception as err:
+                errors.append(type(err).__name__)
+                await asyncio.sleep(0.5)
+        raise AssertionError(f"command {command_id} never got an answer")
+
+    def worker(name: str) -> Any:
+        # Each worker its own metrics port.
+        own = {**env, "WORKER_METRICS_ADDRESS": f"127.0.0.1:{free_port()}"}
+        return start_worker(own, tmp_path / f"worker-{name}.log")
+
+    workers = [worker("a"), worker("b")]
+    try:
+        for flight in flights:
+            await command(flight, "open", {"seats": seats}, "open")
+        for round_ in range(ROUNDS):
+            if round_ == ROUNDS // 3:
+                workers[0].send_signal(signal.SIGKILL)
+                assert await asyncio.to_thread(workers[0].wait, 10) == -signal.SIGKILL
+            if round_ == 2 * ROUNDS // 3:
+                workers[0] = worker("a-again")
+            burst = [
+                command(
+                    flight,
+                    "assign_seat",
+                    {"seat": seats[n], "passenger_id": f"p{n}"},
+                    f"c{n}",
+                )
+                for flight in flights
+                for n in range(round_ * CALLERS, (round_ + 1) * CALLERS)
+            ]
+            answers: list[CommandResult] = await asyncio.wait_for(
+                asyncio.gather(*burst), timeout=120
+            )
+            assert all(answer.version > 1 for answer in answers)
+            await asyncio.sleep(jitter.uniform(0.6, 1.2))
+        views = [await client.state("flight", flight) for flight in flights]
+        runs = [
+            len([run async for run in dev_env.client.list_workflows(f"WorkflowId = '{wid}'")])
+            for wid in (aggregate_workflow_id("flight", flight) for flight in flights)
+        ]
+    finally:
+        for worker in workers:
+            worker.kill()
+            worker.wait()
+    engine = make_engine(env["DATABASE_URL"])
+    try:
+        stored = [event_store.events(engine, "flight", flight, limit=500) for flight in flights]
+        records = [event_store.get(engine, "flight", flight) for flight in flights]
+    finally:
+        engine.dispose()
+
+    expected = {seat: f"p{n}" for n, seat in enumerate(seats)}
+    for view, events, record in zip(views, stored, records, strict=True):
+        assert view.state["seats"] == expected, errors[:20]
+        assert view.version == len(seats) + 1
+        assert [event.seq for event in events] == list(range(1, len(seats) + 2))
+        assert sorted(event.command_id or "" for event in events[1:]) == sorted(
+            f"c{n}" for n in range(len(seats))
+        )
+        assert record is not None and record.passivated_at is not None
+    assert min(runs) >= 4, runs  # runs ended idle and were loaded again, many times
