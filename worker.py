@@ -244,6 +244,7 @@ def workflow_worker(
             aggregate_store.store_aggregate_events,
             aggregate_store.passivate_aggregate,
             aggregate_store.resume_aggregate,
+            aggregate_store.read_aggregate_events,
             apply_flow_rate,
             debounce.close_window,
             debounce.cancel_member,

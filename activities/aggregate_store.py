@@ -6,10 +6,12 @@ from __future__ import annotations
 import asyncio
 
 from durable_outbox_temporal.contract.aggregate import (
+    EVENTS_PAGE_ACTIVITY,
     PASSIVATE_ACTIVITY,
     RESUME_ACTIVITY,
     STORE_ACTIVITY,
     PassivateAggregate,
+    RecordedEvent,
     ResumedAggregate,
     StoreEvents,
 )
@@ -17,6 +19,10 @@ from sqlalchemy import Engine
 from temporalio import activity
 
 from readmodel import aggregates
+
+# Events a page of `read_aggregate_events` holds: a local activity's result is recorded in the
+# history, so a page stays well under Temporal's payload limits.
+EVENTS_PAGE = 100
 
 
 class AggregateStoreActivities:
@@ -42,4 +48,18 @@ class AggregateStoreActivities:
         """What a new run starts from; None for an aggregate the store has never held."""
         return await asyncio.to_thread(
             aggregates.resume, self._engine, aggregate_type, aggregate_id
+        )
+
+    @activity.defn(name=EVENTS_PAGE_ACTIVITY)
+    async def read_aggregate_events(
+        self, aggregate_type: str, aggregate_id: str, after: int
+    ) -> list[RecordedEvent]:
+        """The stored events after seq `after`, a page of at most `EVENTS_PAGE`, oldest first."""
+        return await asyncio.to_thread(
+            aggregates.events,
+            self._engine,
+            aggregate_type,
+            aggregate_id,
+            after=after,
+            limit=EVENTS_PAGE,
         )

@@ -78,6 +78,7 @@ with workflow.unsafe.imports_passed_through():
         ResumedAggregate,
         StoreEvents,
         effect_counts,
+        is_shredded,
     )
     from durable_outbox_temporal.contract.ids import (
         OPERATIONS_TASK_QUEUE,
@@ -724,11 +725,13 @@ class AggregateWorkflow:
             self._take(resumed.carry)
         elif resumed is not None:
             # A run that ended without storing its carry (terminated): the stored state and
-            # version hold; the dedupe window, rejected log and effect ledger are gone.
+            # version hold, the views are folded again from the stored events; the dedupe
+            # window, rejected log and effect ledger are gone.
             self._version, self._updated_at = resumed.version, resumed.updated_at
             self._erased = resumed.erased
             if not resumed.erased:
                 self._state = definition.load_state(resumed.state)
+                await self._refold_views()
                 workflow.logger.warning(
                     "%s %s resumed from its stored state at version %d, without a carry",
                     self._type,
@@ -737,16 +740,45 @@ class AggregateWorkflow:
                 )
         self._loaded = True
 
+    async def _refold_views(self) -> None:
+        """The definition's views folded from the stored events, a page at a time (erased
+        events are passed over, as the async projectors do)."""
+        definition = self._definition
+        assert definition is not None
+        if not definition.projectors:
+            return
+        after = 0
+        while after < self._version:
+            page: list[RecordedEvent] = await workflow.execute_local_activity_method(
+                AggregateStoreActivities.read_aggregate_events,
+                args=[self._type, self._id, after],
+                start_to_close_timeout=timedelta(seconds=10),
+                retry_policy=_STORE_RETRIES,
+                summary=f"fold the views from event {after + 1}",
+            )
+            for recorded in page:
+                if is_shredded(recorded.data):
+                    continue
+                event = definition.parse_event(recorded.type, recorded.data)
+                for name, projector in definition.projectors.items():
+                    self._views[name] = projector.apply(self._views[name], event)
+            if not page:
+                break
+            after = page[-1].seq
+
     def _touch(self) -> None:
         self._last_active = workflow.now()
 
-    def _arm_idle_check(self) -> None:
-        """A timer that rings when the run may have been idle long enough: one per idle period
-        at most, however many commands come (a timer per wait would add two events each)."""
+    def _arm_idle_check(self, at: datetime | None = None) -> None:
+        """A timer that rings at `at` (by default when the run will have been idle long enough)
+        to see whether it may end: one per idle period at most, however many commands come (a
+        timer per wait would add two events to each command's task)."""
         after = self._passivate_after
         if not self._passivates or not after or after <= 0:
             return
-        due = max(self._last_active + timedelta(seconds=after) - workflow.now(), timedelta(0))
+        at = at or self._last_active + timedelta(seconds=after)
+        # Never a timer that rings at once: a check that keeps failing would spin.
+        due = max(at - workflow.now(), timedelta(seconds=1))
         self._idle_check_due = False
 
         async def ring() -> None:
@@ -773,8 +805,13 @@ class AggregateWorkflow:
         """Whether the run ends now: idle since long enough, its carry stored. Otherwise the
         check is armed again."""
         after = timedelta(seconds=self._passivate_after or 0)
-        if workflow.now() - self._last_active < after or not self._idle():
+        if workflow.now() - self._last_active < after:
             self._arm_idle_check()
+            return False
+        if not self._idle():
+            # Something pending (a timer, an effect, a failed effect waiting for an operator):
+            # look again a whole period later.
+            self._arm_idle_check(workflow.now() + after)
             return False
         before = self._activity_mark()
         if not self._erased and self._version > 0:
@@ -800,7 +837,7 @@ class AggregateWorkflow:
         # end stores again. Nothing is awaited from here to the end of the run.
         if stored and self._activity_mark() == before and self._idle():
             return True
-        self._arm_idle_check()
+        self._arm_idle_check(max(self._last_active, workflow.now()) + after)
         return False
 
     def _activity_mark(self) -> tuple[int, int, int, datetime]:

@@ -118,6 +118,12 @@ async def test_an_aggregate_with_a_timer_pending_stays_running_until_it_fired(
     assert await status_of(stack, workflow_id) == WorkflowExecutionStatus.COMPLETED
     view = await client.state("lock", lock)
     assert view.version == 2 and view.state.get("holder") is None
+    # While the lease was pending, the run looked again once per idle period: one run, a
+    # handful of events (a check that failed at once each time would spin until the history
+    # forced a continue-as-new).
+    events = [e async for e in stack.client.get_workflow_handle(workflow_id).fetch_history_events()]
+    assert not events[0].workflow_execution_started_event_attributes.continued_execution_run_id
+    assert len(events) < 100, len(events)
     await stack.record_history(workflow_id)
 
 
@@ -171,6 +177,8 @@ async def test_a_terminated_aggregate_resumes_from_its_stored_state(stack_factor
     assert seated.version == 3
     view = await client.state("flight", flight)
     assert view.state["seats"] == {"1A": "p1", "1B": "p2", "2A": None}
+    assert view.views == {"assignments": 2}  # folded again from the stored events
+    await stack.record_history(workflow_id)
 
 
 async def _stored_at(stack: Any, flight: str, version: int) -> bool:

@@ -28,6 +28,8 @@ STORE_ACTIVITY = "store_aggregate_events"
 # run loads it first (docs/decisions/aggregate-passivation.md).
 PASSIVATE_ACTIVITY = "passivate_aggregate"
 RESUME_ACTIVITY = "resume_aggregate"
+# A page of an aggregate's stored events: a run that resumes without a carry refolds its views.
+EVENTS_PAGE_ACTIVITY = "read_aggregate_events"
 # The effect ledger (the process manager): query it, retry a failed effect, run one effect.
 EFFECTS_QUERY = "effects"
 RETRY_EFFECT_UPDATE = "retry_effect"
