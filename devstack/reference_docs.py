@@ -23,6 +23,7 @@ from typing import Any
 
 import annotated_types
 from durable_outbox_temporal.connection import RETIRED_VARIABLES
+from durable_outbox_temporal.contract.aggregate import RUNS_ENDED_METRIC, RUNS_RESUMED_METRIC
 from durable_outbox_temporal.contract.flow_policy import FlowPolicy
 from durable_outbox_temporal.contract.item import DESCRIPTION, POLICY_SETTINGS, DeliveryPolicy
 from durable_outbox_temporal.destinations import _ENV_REFERENCE, Destination, OutboxSettings
@@ -789,7 +790,23 @@ def metrics_page() -> str:
         f"The worker serves the Temporal SDK's own metrics at `WORKER_METRICS_ADDRESS`"
         f" (`{address}`, path `/metrics`; empty turns them off): task and poll latencies, slots,"
         " sticky cache, activity and workflow outcomes, all prefixed `temporal_`. See"
-        " [Temporal's SDK metrics reference](https://docs.temporal.io/references/sdk-metrics).",
+        " [Temporal's SDK metrics reference](https://docs.temporal.io/references/sdk-metrics)."
+        " Beside them, the aggregate workflow's own counters, through the SDK's metric meter (a"
+        " replayed task counts nothing again), each with the SDK's `namespace`, `task_queue` and"
+        " `workflow_type` labels:",
+        "",
+        *_table(
+            ("Metric", "Type", "Labels", "Meaning"),
+            [
+                (f"`{RUNS_ENDED_METRIC[0]}`", "counter", "`aggregate_type`", RUNS_ENDED_METRIC[1]),
+                (
+                    f"`{RUNS_RESUMED_METRIC[0]}`",
+                    "counter",
+                    "`aggregate_type`, `source`",
+                    RUNS_RESUMED_METRIC[1],
+                ),
+            ],
+        ),
         "",
     ]
     return "\n".join(lines)

@@ -57,6 +57,8 @@ with workflow.unsafe.imports_passed_through():
         REJECTED_LOG,
         REJECTED_QUERY,
         RETRY_EFFECT_UPDATE,
+        RUNS_ENDED_METRIC,
+        RUNS_RESUMED_METRIC,
         SHREDDED,
         STATE_QUERY,
         WORKFLOW_TYPE,
@@ -721,6 +723,9 @@ class AggregateWorkflow:
             retry_policy=_STORE_RETRIES,
             summary="load the stored aggregate",
         )
+        if resumed is not None:
+            source = "carry" if resumed.carry else "erased" if resumed.erased else "state"
+            self._count(RUNS_RESUMED_METRIC, source=source)
         if resumed is not None and resumed.carry is not None:
             self._take(resumed.carry)
         elif resumed is not None:
@@ -765,6 +770,11 @@ class AggregateWorkflow:
             if not page:
                 break
             after = page[-1].seq
+
+    def _count(self, metric: tuple[str, str], **attributes: str) -> None:
+        name, description = metric
+        counter = workflow.metric_meter().create_counter(name, description)
+        counter.add(1, {"aggregate_type": self._type, **attributes})
 
     def _touch(self) -> None:
         self._last_active = workflow.now()
@@ -836,6 +846,7 @@ class AggregateWorkflow:
         # A command that came while the carry was stored keeps the run going; its own idle
         # end stores again. Nothing is awaited from here to the end of the run.
         if stored and self._activity_mark() == before and self._idle():
+            self._count(RUNS_ENDED_METRIC)
             return True
         self._arm_idle_check(max(self._last_active, workflow.now()) + after)
         return False

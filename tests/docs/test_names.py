@@ -18,6 +18,7 @@ import tomllib
 from pathlib import Path
 
 import pytest
+from durable_outbox_temporal.contract.aggregate import RUNS_ENDED_METRIC, RUNS_RESUMED_METRIC
 from durable_outbox_temporal.contract.flow_policy import FlowPolicy, Quota
 from durable_outbox_temporal.contract.item import POLICY_SETTINGS
 from durable_outbox_temporal.destinations import Destination, OutboxSettings
@@ -207,6 +208,10 @@ def metric_names() -> set[str]:
         for described in value.describe()
     ]
     families += [(f.sample_name, f.kind) for f in (*FAMILIES, *DESTINATION_FAMILIES)]
+    # The worker's own counters, exported as named (the SDK's exporter adds no suffix).
+    families += [
+        (metric[0], "worker counter") for metric in (RUNS_ENDED_METRIC, RUNS_RESUMED_METRIC)
+    ]
     names = set()
     for name, kind in families:
         names.add(name)

@@ -17,7 +17,7 @@ from durable_outbox_temporal.contract.aggregate import CommandResult, aggregate_
 from readmodel import aggregates as event_store
 from readmodel.db import make_engine
 from tests.conftest import unique_name, webhook_destination
-from tests.faults.test_faults import start_worker, worker_env, write_config
+from tests.faults.test_faults import scrape, start_worker, worker_env, write_config
 from tests.ports import free_port
 from tests.workflows.test_aggregate_passivation import idle_after
 
@@ -53,12 +53,14 @@ async def test_aggregates_ending_idle_on_two_workers_one_killed_lose_and_double_
                 await asyncio.sleep(0.5)
         raise AssertionError(f"command {command_id} never got an answer")
 
-    def worker(name: str) -> Any:
+    def worker(name: str, metrics_address: str | None = None) -> Any:
         # Each worker its own metrics port.
-        own = {**env, "WORKER_METRICS_ADDRESS": f"127.0.0.1:{free_port()}"}
+        address = metrics_address or f"127.0.0.1:{free_port()}"
+        own = {**env, "WORKER_METRICS_ADDRESS": address}
         return start_worker(own, tmp_path / f"worker-{name}.log")
 
-    workers = [worker("a"), worker("b")]
+    worker_b_metrics = f"127.0.0.1:{free_port()}"
+    workers = [worker("a"), worker("b", worker_b_metrics)]
     try:
         for flight in flights:
             await command(flight, "open", {"seats": seats}, "open")
@@ -84,6 +86,7 @@ async def test_aggregates_ending_idle_on_two_workers_one_killed_lose_and_double_
             assert all(answer.version > 1 for answer in answers)
             await asyncio.sleep(jitter.uniform(0.6, 1.2))
         views = [await client.state("flight", flight) for flight in flights]
+        metrics = await scrape(f"http://{worker_b_metrics}/metrics")
         runs = [
             len([run async for run in dev_env.client.list_workflows(f"WorkflowId = '{wid}'")])
             for wid in (aggregate_workflow_id("flight", flight) for flight in flights)
@@ -109,3 +112,16 @@ async def test_aggregates_ending_idle_on_two_workers_one_killed_lose_and_double_
         )
         assert record is not None and record.passivated_at is not None
     assert min(runs) >= 4, runs  # runs ended idle and were loaded again, many times
+    # The worker that ran throughout counted its share of both (the other was killed).
+    ended = sample(metrics, "outbox_aggregate_runs_ended", 'aggregate_type="flight"')
+    resumed = sample(metrics, "outbox_aggregate_runs_resumed", 'source="carry"')
+    assert ended >= 1 and resumed >= 1, metrics
+
+
+def sample(metrics: str, name: str, label: str) -> float:
+    """The sum of a counter's samples carrying `label`."""
+    return sum(
+        float(line.rsplit(" ", 1)[1])
+        for line in metrics.splitlines()
+        if line.split("{")[0] == name and label in line
+    )

@@ -28,6 +28,18 @@ STORE_ACTIVITY = "store_aggregate_events"
 # run loads it first (docs/decisions/aggregate-passivation.md).
 PASSIVATE_ACTIVITY = "passivate_aggregate"
 RESUME_ACTIVITY = "resume_aggregate"
+# The worker's counters of passivation (through the SDK's metric meter: not counted on replay),
+# each with the attribute `aggregate_type`; the resumes also with `source`.
+RUNS_ENDED_METRIC = (
+    "outbox_aggregate_runs_ended",
+    "Aggregate runs that ended idle, their carry stored for the next run (passivation).",
+)
+RUNS_RESUMED_METRIC = (
+    "outbox_aggregate_runs_resumed",
+    "New aggregate runs that loaded a stored aggregate, by `source`: carry (what its last run"
+    " stored as it ended idle), state (the stored state alone: a run that ended otherwise),"
+    " erased (its data was erased while it had no run).",
+)
 # A page of an aggregate's stored events: a run that resumes without a carry refolds its views.
 EVENTS_PAGE_ACTIVITY = "read_aggregate_events"
 # The effect ledger (the process manager): query it, retry a failed effect, run one effect.
