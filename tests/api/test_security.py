@@ -141,7 +141,15 @@ def test_access_log_lines_show_no_token_or_secret() -> None:
     handler = logging.StreamHandler(stream)
     handler.setFormatter(AccessFormatter('%(client_addr)s - "%(request_line)s" %(status_code)s'))
     access.addHandler(handler)
-    level, access.level = access.level, logging.INFO
+    # Through `setLevel`, which clears the logger's cache of what it lets through: set as an
+    # attribute, a level another test left cached (INFO off) silenced this one now and then.
+    # Nor may a logging configuration made before (a disabled logger, `logging.disable`) hide
+    # what the filter does to a record.
+    level = access.level
+    access.setLevel(logging.INFO)
+    disabled, access.disabled = access.disabled, False
+    muted = logging.root.manager.disable
+    logging.disable(logging.NOTSET)
     try:
         # The record exactly as uvicorn's access logger makes it.
         access.info(
@@ -162,7 +170,9 @@ def test_access_log_lines_show_no_token_or_secret() -> None:
         )
     finally:
         access.removeHandler(handler)
-        access.level = level
+        access.disabled = disabled
+        logging.disable(muted)
+        access.setLevel(level)
 
     lines = stream.getvalue()
     assert "abc123" not in lines and "s3cr3t" not in lines

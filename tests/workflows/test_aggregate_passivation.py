@@ -224,8 +224,13 @@ async def test_commands_racing_the_end_of_runs_are_neither_lost_nor_doubled(
     view = await eventually(all_seated)
     assert view.state["seats"] == {seat: f"p{seat}" for seat in seats}
     assert view.rejected == 0
-    stored = [e.seq for e in event_store.events(stack.engine, "flight", flight, limit=100)]
-    assert stored == list(range(1, 2 + len(seats)))
+
+    # The event store trails the run by a moment (its write follows the answer).
+    async def all_stored() -> list[int] | None:
+        stored = [e.seq for e in event_store.events(stack.engine, "flight", flight, limit=100)]
+        return stored if len(stored) >= 1 + len(seats) else None
+
+    assert await eventually(all_stored) == list(range(1, 2 + len(seats)))
 
     async def runs() -> int:
         listed = stack.client.list_workflows(f"WorkflowId = '{workflow_id}'")
