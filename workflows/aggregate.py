@@ -220,6 +220,10 @@ class AggregateWorkflow:
             self._start_effects()
             if self._continue_as_new_suggested():
                 await self._settle_for_hand_over()
+                if self._erased:
+                    # It holds nothing to carry (its state was erased): it ends, and the next
+                    # command's run finds it erased again.
+                    return self.view()
                 workflow.continue_as_new(
                     AggregateInput(
                         type=self._type,

@@ -160,6 +160,36 @@ async def test_an_aggregate_erased_while_idle_refuses_commands(stack_factory) ->
     await stack.record_history(workflow_id_of("flight", flight))
 
 
+async def test_an_erased_aggregates_run_ends_where_it_would_continue_as_new(
+    stack_factory, dev_env
+) -> None:
+    """An erased aggregate's run holds nothing to carry: where its history grows long (here the
+    dev server suggests continue-as-new at 40 events) it ends, and the next command's run finds
+    it erased again. Carried, its erased state would fail the next run at its start."""
+    stack = await stack_factory(env=dev_env)
+    client = client_on(stack, idle_after("flight", timedelta(seconds=0.5)))
+    flight = unique_name("BA")
+    workflow_id = workflow_id_of("flight", flight)
+    await client.command("flight", flight, "open", SEATS)
+
+    async def ended() -> bool:
+        return await status_of(stack, workflow_id) == WorkflowExecutionStatus.COMPLETED
+
+    await eventually(ended)
+    event_store.erase(stack.engine, "flight", flight, datetime.now(UTC))
+
+    for n in range(30):  # refused one by one, into the rejected log
+        payload = {"seat": "1A", "passenger_id": f"p{n}"}
+        await client.send("flight", flight, "assign_seat", payload, command_id=f"s{n}")
+
+    with pytest.raises(CommandConflict, match="erased while idle"):
+        await client.command("flight", flight, "assign_seat", {"seat": "1A", "passenger_id": "p"})
+    view = await client.state("flight", flight)
+    assert view.version == 1 and is_shredded(view.state)
+    history = stack.client.get_workflow_handle(workflow_id).fetch_history_events()
+    assert not [e async for e in history if e.workflow_task_failed_event_attributes.cause]
+
+
 async def test_a_terminated_aggregate_resumes_from_its_stored_state(stack_factory) -> None:
     stack = await stack_factory()
     client = client_on(stack, idle_after("flight", timedelta(minutes=10)))
