@@ -8,6 +8,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import pytest
+
 from bench.dbos_baseline import CONFIGURATIONS as ALL_CONFIGURATIONS
 from bench.dbos_baseline import DbosBaselines
 from devstack.fake_provider import FaultConfig, run_fake_provider
@@ -18,6 +20,10 @@ ITEMS = 10
 CONFIGURATIONS = tuple(c for c in ALL_CONFIGURATIONS if c.database == "sqlite")
 
 
+# Two DBOS processes launch (tens of seconds each on a loaded machine: 42 s for both, one after
+# the other, on 2026-11-30) and a dropped connection's retries back off from 1 s, doubling, as
+# Temporal's default policy does: a full run's load once took this test past the suite's 180 s.
+@pytest.mark.timeout(360)
 async def test_both_kinds_of_workflow_send_each_item_once_through_dropped_connections(
     tmp_path: Path,
 ) -> None:
