@@ -241,6 +241,7 @@ def workflow_worker(
             projection.project_item,
             projection.project_items,
             projection.project_lanes,
+            projection.record_late_reports,
             aggregate_store.store_aggregate_events,
             aggregate_store.passivate_aggregate,
             aggregate_store.resume_aggregate,

@@ -5,13 +5,19 @@ from __future__ import annotations
 
 import asyncio
 import functools
+from datetime import UTC, datetime
 
-from durable_outbox_temporal.contract.bulk import PROJECT_ITEMS_ACTIVITY
+from durable_outbox_temporal.contract.bulk import (
+    PROJECT_ITEMS_ACTIVITY,
+    RECORD_LATE_REPORTS_ACTIVITY,
+    ItemReport,
+)
 from durable_outbox_temporal.contract.item import PROJECT_ACTIVITY, ItemProjection
 from durable_outbox_temporal.contract.lane import PROJECT_LANES_ACTIVITY, LaneProjection
 from sqlalchemy import Engine
 from temporalio import activity
 
+from readmodel.delivery_reports import record_late_report
 from readmodel.lanes import apply_lane_projections
 from readmodel.writer import MAX_BATCH, ProjectionWriter
 
@@ -52,3 +58,18 @@ class ProjectionActivities:
 
         On the writer's thread, so it never runs beside an item's write of the same rows."""
         await self.writer.run(functools.partial(apply_lane_projections, projections=projections))
+
+    @activity.defn(name=RECORD_LATE_REPORTS_ACTIVITY)
+    async def record_late_reports(self, reports: list[ItemReport]) -> int:
+        """Delivery reports a shard or a lane got for items it no longer holds (their report
+        window is over), each recorded in its item's read-model row
+        (`readmodel/delivery_reports.py`); how many changed a recipient. Idempotent: a repeat
+        changes nothing."""
+        now = datetime.now(UTC)
+
+        def record(engine: Engine) -> int:
+            return sum(
+                record_late_report(engine, None, late.item_id, late.report, now) for late in reports
+            )
+
+        return await self.writer.run(record)

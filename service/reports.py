@@ -21,6 +21,7 @@ from durable_outbox_temporal.fan_out import fan_out
 from sqlalchemy import Engine
 
 from readmodel import store
+from readmodel.delivery_reports import record_late_report
 
 log = logging.getLogger("outbox.reports")
 
@@ -43,7 +44,8 @@ class ReportTally:
     # No item holds the message id (not ours, or sent before the item's accept was recorded), or
     # its item holds it but expects no report on that recipient.
     unknown: int = 0
-    # The item's workflow has ended: its report window is over.
+    # The item's workflow has ended (its report window is over): recorded in its read-model row
+    # instead (`readmodel/delivery_reports.py`); a repeat changes nothing there either.
     late: int = 0
     # No item holds the message id yet, and the attempt is within `EARLY_REPORT_WINDOW`: the
     # provider is asked to deliver the reports again (503), when the item may hold it.
@@ -96,13 +98,25 @@ class DeliveryReportService:
                 for item_id, ordering_key, report in routed
             ]
         )
-        for outcome in outcomes:
+        late: list[tuple[str, DeliveryReport]] = []
+        for (item_id, _, report), outcome in zip(routed, outcomes, strict=True):
             if isinstance(outcome, Exception):
                 raise outcome
             if outcome:
                 tally.applied += 1
             else:
-                tally.late += 1
+                late.append((item_id, report))
+        for item_id, report in late:
+            # No workflow holds the item any more: its row takes the report.
+            await asyncio.to_thread(
+                record_late_report,
+                self.engine,
+                destination,
+                item_id,
+                report,
+                datetime.now(UTC),
+            )
+            tally.late += 1
         return tally
 
     def _log_unknown(self, destination: str, report: DeliveryReport) -> None:

@@ -59,6 +59,7 @@ with workflow.unsafe.imports_passed_through():
         SubmitRequest,
         SubmitResult,
         apply_delivery_report,
+        report_event_detail,
     )
 
     from activities.delivery import HEARTBEAT_TIMEOUT, DeliveryActivities
@@ -379,9 +380,7 @@ class Delivery:
         changed = apply_delivery_report(state.recipients, report)
         if changed is None:
             return
-        detail = f"{changed.address}: {changed.status.value}"
-        if changed.detail:
-            detail += f" ({changed.detail})"
+        detail = report_event_detail(changed)
         self._record(ItemEventType.DELIVERY_REPORT, state.status, detail)
         self._show_details(f"Delivery report: {detail}.")
         await self._project()

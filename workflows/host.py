@@ -131,6 +131,25 @@ _PROJECTION_RETRIES = RetryPolicy(
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _CARRY_IN_PARTS_PATCH = "shard-carry-in-parts"
 _ENQUEUES_LATER_PATCH = "shard-admits-enqueues-later"
+# A delivery report for an item the host no longer holds is recorded in the item's row (runs
+# from before dropped it).
+_LATE_REPORTS_PATCH = "late-reports-recorded"
+
+Written = TypeVar("Written")
+
+
+async def _write_read_model(
+    write: Callable[[ProjectionActivities, Written], Awaitable[Any]], rows: Written, summary: str
+) -> None:
+    """A write to the read model in a local activity, tried again until it goes through."""
+    await workflow.execute_local_activity_method(
+        write,
+        rows,
+        start_to_close_timeout=timedelta(seconds=30),
+        retry_policy=_PROJECTION_RETRIES,
+        summary=summary,
+    )
+
 
 Request = TypeVar("Request", SubmitRequest, PollRequest)
 Outcome = TypeVar("Outcome", SubmitOutcome, PollOutcome)
@@ -449,6 +468,9 @@ class DeliveryHostWorkflow:
         # Batched projections, each with the future its delivery waits on.
         self._to_project: list[tuple[ItemProjection, asyncio.Future[None]]] = []
         self._flushing = False
+        # Delivery reports for items no longer held, waiting to be recorded in their rows.
+        self._late_reports: list[ItemReport] = []
+        self._late_recording = False
         # Lanes whose view changed since it was last projected.
         self._lanes_changed: dict[str, Lane] = {}
         self._lanes_flushing = False
@@ -695,6 +717,29 @@ class DeliveryHostWorkflow:
         delivery = self._delivery(routed.item_id)
         if delivery is not None:
             await delivery.delivery_report(routed.report)
+        elif workflow.patched(_LATE_REPORTS_PATCH):
+            # Its report window is over (or it was never here): the signal reached a running
+            # host all the same, so no caller learns it is late. Its read-model row takes it.
+            await self._record_late(routed)
+
+    async def _record_late(self, routed: ItemReport) -> None:
+        """Record reports on items no longer held, a batch per local activity; the handler that
+        started the batches waits until none are left (a continue-as-new waits for it)."""
+        self._late_reports.append(routed)
+        if self._late_recording:
+            return
+        self._late_recording = True
+        try:
+            while self._late_reports:
+                batch = self._late_reports[:PROJECTION_BATCH]
+                del self._late_reports[:PROJECTION_BATCH]
+                await _write_read_model(
+                    ProjectionActivities.record_late_reports,
+                    batch,
+                    f"record {len(batch)} late delivery reports in the read model",
+                )
+        finally:
+            self._late_recording = False
 
     @workflow.signal(name=REDRIVE_HEAD_SIGNAL)
     async def redrive_head(self, request: RedriveHead) -> None:
@@ -926,12 +971,10 @@ class DeliveryHostWorkflow:
                 for lane in batch:
                     del self._lanes_changed[lane.id]
                 taken = [lane.take_projection(PROJECTION_BATCH) for lane in batch]
-                await workflow.execute_local_activity_method(
+                await _write_read_model(
                     ProjectionActivities.project_lanes,
                     taken,
-                    start_to_close_timeout=timedelta(seconds=30),
-                    retry_policy=_PROJECTION_RETRIES,
-                    summary=f"project {len(batch)} lanes to read model",
+                    f"project {len(batch)} lanes to read model",
                 )
                 for lane, projection in zip(batch, taken, strict=True):
                     lane.projected(projection.lane.version, projection.lane.status)
@@ -969,12 +1012,10 @@ class DeliveryHostWorkflow:
             while self._to_project:
                 batch = self._to_project[:PROJECTION_BATCH]
                 del self._to_project[:PROJECTION_BATCH]
-                await workflow.execute_local_activity_method(
+                await _write_read_model(
                     ProjectionActivities.project_items,
                     [projection for projection, _ in batch],
-                    start_to_close_timeout=timedelta(seconds=30),
-                    retry_policy=_PROJECTION_RETRIES,
-                    summary=f"project {len(batch)} items to read model",
+                    f"project {len(batch)} items to read model",
                 )
                 for _, done in batch:
                     done.set_result(None)

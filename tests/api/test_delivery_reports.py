@@ -239,12 +239,24 @@ async def test_cloudevents_single_and_batch(reports_api: ReportsApi) -> None:
         "ada@example.com": "delivered",
         "bob@example.com": "delivered",
     }
-    late = await api.http.post(
-        api.events,
-        params={"secret": SECRET},
-        json=[grid_event(data(message_id, "ada@example.com", "Bounced", "2026-11-24T00:00:00Z"))],
-    )
-    assert late.json()["late"] == 1
+    events = (await api.http.get("/v1/outboxes/tests/items/ce-1/events")).json()
+    # A bounce after the item ended: its workflow is gone, its read-model row takes it (a
+    # repeat changes nothing).
+    bounce = [grid_event(data(message_id, "ada@example.com", "Bounced", "2026-11-24T00:00:00Z"))]
+    for _ in range(2):
+        late = await api.http.post(api.events, params={"secret": SECRET}, json=bounce)
+        assert late.json()["late"] == 1 and late.json()["applied"] == 0
+    item = await api.item("ce-1")
+    assert item["delivery"] == "bounced" and item["status"] == "sent"
+    assert [(r["address"], r["status"]) for r in item["recipients"]] == [
+        ("ada@example.com", "bounced"),
+        ("bob@example.com", "delivered"),
+    ]
+    after = (await api.http.get("/v1/outboxes/tests/items/ce-1/events")).json()
+    assert after[:-1] == events
+    assert after[-1]["type"] == "delivery-report"
+    assert after[-1]["detail"] == "ada@example.com: bounced (Bounced by test)"
+    assert after[-1]["seq"] == events[-1]["seq"] + 1
     # A recipient the item never sent to is not the item's: unknown, not late.
     stray = await api.http.post(
         api.events,

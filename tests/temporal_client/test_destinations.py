@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 from durable_outbox_temporal.contract.item import POLICY_SETTINGS, DeliveryPolicy
 from durable_outbox_temporal.destinations import (
+    BULK_REPORT_WINDOW_S,
     MIN_RATE,
     Destination,
     DestinationConfigError,
@@ -67,6 +68,14 @@ def test_a_destination_that_takes_no_reports_does_not_listen_for_them_unless_tol
     secret = "a-secret-of-16-characters"
     taking = Destination(name="mail", provider="acs-email", events_secret=secret)
     assert taking.delivery.report_window_s == 72 * 3600
+    # In bulk mode a shard holds each sent item for the window: a minute, unless set (a later
+    # report goes to the item's read-model row).
+    bulk = Destination(name="mail", provider="acs-email", events_secret=secret, mode="bulk")
+    assert bulk.delivery.report_window_s == BULK_REPORT_WINDOW_S == 60
+    told_bulk = Destination(
+        name="mail", provider="acs-email", events_secret=secret, mode="bulk", report_window_s=7200
+    )
+    assert told_bulk.delivery.report_window_s == 7200
 
 
 def test_every_flat_file_field_reaches_the_policy() -> None:

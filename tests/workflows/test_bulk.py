@@ -299,6 +299,41 @@ async def test_delivery_reports_reach_a_bulk_item_through_its_shard(
     assert types == ["enqueued", "accepted", "sent", "delivery-report", "delivery-report"]
 
 
+async def test_a_report_after_a_bulk_items_window_is_recorded_in_its_row(
+    stack_factory, fake_provider
+) -> None:
+    """The shard lets a sent item go once its report window is over; a report on it then still
+    reaches the shard (it runs on), which records it in the item's read-model row (it dropped it
+    before)."""
+    destination = email_destination(fake_provider, mode="bulk", shards=1, report_window_s=1)
+    stack = await stack_factory(destination)
+    [item_id] = await enqueue_all(stack, destination, [unique_name("late")])
+    await until_settled(
+        stack, [item_id], settled=lambda view: view.status is ItemStatus.SENT, skip_time=False
+    )
+    shard = stack.client.get_workflow_handle(shard_workflow_id(destination.name, 0))
+    deadline = time.monotonic() + 10
+    while (view := await shard.query(SHARD_QUERY, result_type=ShardView)).held:
+        assert time.monotonic() < deadline, f"the shard still holds {view.by_status}"
+        await asyncio.sleep(0.1)
+
+    reports = DeliveryReportService(stack.outbox, stack.engine)
+    at = datetime(2026, 11, 23, tzinfo=UTC)
+    bounce = DeliveryReport(
+        provider_idempotency_key(item_id), "ada@example.com", RecipientStatus.BOUNCED, at
+    )
+    for _ in range(2):  # a repeat changes nothing
+        assert (await reports.receive(destination.name, [bounce])).applied == 1
+
+    def bounced(view: OutboxItemView) -> bool:
+        return view.delivery is DeliveryOutcome.BOUNCED
+
+    await until_settled(stack, [item_id], settled=bounced, skip_time=False)
+    types = [event.type for event in store.item_events(stack.engine, item_id)]
+    assert types == ["enqueued", "accepted", "sent", "delivery-report"]
+    await stack.record_history(shard_workflow_id(destination.name, 0), "_shard")
+
+
 @pytest.mark.parametrize("batch", [1, 5], ids=["own-activities", "batched"])
 async def test_a_shard_runs_the_items_lifecycle_paths(stack_factory, fake_provider, batch) -> None:
     """The paths the item workflow's tests cover, each one item of one shard: the same

@@ -70,6 +70,10 @@ ProviderSettingsModels = Mapping[str, type[BaseModel]]
 DEFAULT_PAYLOAD_RETENTION_S = 30 * 24 * 3600.0
 DEFAULT_ITEM_RETENTION_S = 365 * 24 * 3600.0
 
+# A bulk destination's `report_window_s` unless set: a minute covers the reports that follow a
+# send at once (ACS's come within seconds), and the shard lets its sent items go after it.
+BULK_REPORT_WINDOW_S = 60.0
+
 
 class DestinationConfigError(ValueError):
     """The destinations file or an override is invalid; the message says where and why."""
@@ -405,6 +409,11 @@ class Destination(BaseModel):
             # window, waiting for nothing. Set explicitly, a window is kept (reports may come
             # through `OutboxClient.report_delivery`).
             policy["report_window_s"] = 0.0
+        elif "report_window_s" not in policy and fields.get("mode") == "bulk":
+            # A shard holds each sent item for its window, carrying it across every
+            # continue-as-new; a report after the window goes to the item's read-model row
+            # (`readmodel/delivery_reports.py`), so a short one loses nothing.
+            policy["report_window_s"] = BULK_REPORT_WINDOW_S
         fields["delivery"] = {
             "destination": name,
             "submit_task_queue": submit_task_queue(name),

@@ -24,6 +24,8 @@ ITEM_REPORT_SIGNAL = "item_delivery_report"
 SHARD_QUERY = "shard"
 # The shard's batched projections: one local activity writes a batch of items' transitions.
 PROJECT_ITEMS_ACTIVITY = "project_items"
+# A host's delivery reports for items it no longer holds, recorded in their read-model rows.
+RECORD_LATE_REPORTS_ACTIVITY = "record_late_reports"
 
 # Ids of the items a shard finished most recently, carried across continue-as-new so a repeated
 # enqueue signal (a client's retry) does not deliver an item twice. Older repeats are answered

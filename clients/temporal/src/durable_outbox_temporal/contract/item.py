@@ -204,6 +204,14 @@ def apply_delivery_report(recipients: list[Recipient], report: DeliveryReport) -
     return recipient
 
 
+def report_event_detail(recipient: Recipient) -> str:
+    """The detail of the `delivery-report` event a report that changed `recipient` records."""
+    detail = f"{recipient.address}: {recipient.status.value}"
+    if recipient.detail:
+        detail += f" ({recipient.detail})"
+    return detail
+
+
 _STATUS_ORDER = {status: rank for rank, status in enumerate(RecipientStatus)}
 
 
@@ -300,8 +308,9 @@ class DeliveryPolicy:
         default=72 * 3600.0,
         metadata={
             DESCRIPTION: "How long a sent item keeps listening for its recipients' delivery"
-            " reports, in seconds (0: not at all). Unset on a destination without"
-            " `events_secret` (it takes no reports): 0."
+            " reports, in seconds (0: not at all); a report after it is recorded in the item's"
+            " read-model row. Unset on a destination without `events_secret` (it takes no"
+            " reports): 0; on one in bulk mode: 60."
         },
     )
     # What `halt` means with `submit`: docs/explanation/ordering-lanes.md.
