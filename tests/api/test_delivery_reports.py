@@ -11,11 +11,13 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import httpx
+import pytest
 import pytest_asyncio
 from durable_outbox_temporal.contract.ids import provider_idempotency_key
 
+from devstack.fake_provider import run_fake_provider
 from service.reports import EARLY_REPORT_WINDOW
-from tests.api.conftest import api_settings, open_api
+from tests.api.conftest import api_settings, open_api, serve_stack
 from tests.api.test_items import assert_problem
 from tests.conftest import Stack, email_destination, webhook_destination
 
@@ -381,3 +383,46 @@ async def test_while_rotating_the_replaced_events_secret_is_taken_until_its_wind
     url = f"/v1/destinations/{after.email.name}/events"
     assert (await after.http.post(url, params={"secret": new}, json=[])).status_code == 200
     assert_problem(await after.http.post(url, params={"secret": old}, json=[]), 401)
+
+
+@pytest.mark.parametrize("mode", ["item", "bulk"])
+async def test_the_fakes_reports_after_the_window_reach_the_item(stack_factory, mode: str) -> None:
+    """The whole loop, late: the fake's Event Grid posts the reports two seconds after the send,
+    past the destination's half-second window, and the item's row still shows them (its
+    workflow ended; in bulk mode its shard let it go)."""
+    async with run_fake_provider(events_secret=SECRET) as fake:
+        destination = email_destination(fake, events_secret=SECRET, report_window_s=0.5, mode=mode)
+        stack = await stack_factory(destination)
+        async with serve_stack(stack) as url:
+            await fake.admin.change_faults(
+                report_url=f"{url}/v1/destinations/{destination.name}/events?secret={SECRET}",
+                report_delay_s=2.0,
+            )
+            async with httpx.AsyncClient(base_url=url) as http:
+                key = f"late-{uuid.uuid4().hex[:8]}"
+                body = {
+                    **EMAIL,
+                    "recipients": {
+                        "to": [{"address": "ada@example.com"}, {"address": "bounce@example.com"}]
+                    },
+                }
+                response = await http.post(
+                    "/v1/outboxes/tests/items",
+                    json={"destination": destination.name, "payload": body},
+                    headers={"Idempotency-Key": key},
+                )
+                assert response.status_code == 202, response.text
+                for _ in range(300):
+                    item = (await http.get(f"/v1/outboxes/tests/items/{key}")).json()
+                    if item["delivery"] not in (None, "pending"):
+                        break
+                    await asyncio.sleep(0.05)
+                events = (await http.get(f"/v1/outboxes/tests/items/{key}/events")).json()
+
+        assert (await fake.admin.stats())["totals"]["reports_sent"] == 2
+    assert item["status"] == "sent" and item["delivery"] == "bounced", item
+    assert {r["address"]: r["status"] for r in item["recipients"]} == {
+        "ada@example.com": "delivered",
+        "bounce@example.com": "bounced",
+    }
+    assert [e["type"] for e in events][-2:] == ["delivery-report", "delivery-report"]
