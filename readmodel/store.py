@@ -349,6 +349,8 @@ class ReportTarget(NamedTuple):
     ordering_key: str | None
     # Casefolded; empty when the item tracks no recipients.
     recipients: frozenset[str]
+    # When a sent item was sent (its report window runs from then); None otherwise.
+    sent_at: datetime | None = None
 
 
 def items_by_message_id(
@@ -358,7 +360,12 @@ def items_by_message_id(
     if not message_ids:
         return {}
     query = select(
-        ITEMS.c.provider_message_id, ITEMS.c.id, ITEMS.c.ordering_key, ITEMS.c.recipients
+        ITEMS.c.provider_message_id,
+        ITEMS.c.id,
+        ITEMS.c.ordering_key,
+        ITEMS.c.recipients,
+        ITEMS.c.status,
+        ITEMS.c.finished_at,
     ).where(
         ITEMS.c.provider_message_id.in_(sorted(set(message_ids))),
         ITEMS.c.destination == destination,
@@ -369,8 +376,11 @@ def items_by_message_id(
                 item_id,
                 ordering_key,
                 frozenset(recipient.address.casefold() for recipient in recipients or ()),
+                finished_at if status == ItemStatus.SENT.value else None,
             )
-            for message_id, item_id, ordering_key, recipients in connection.execute(query)
+            for message_id, item_id, ordering_key, recipients, status, finished_at in (
+                connection.execute(query)
+            )
         }
 
 

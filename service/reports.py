@@ -44,8 +44,9 @@ class ReportTally:
     # No item holds the message id (not ours, or sent before the item's accept was recorded), or
     # its item holds it but expects no report on that recipient.
     unknown: int = 0
-    # The item's workflow has ended (its report window is over): recorded in its read-model row
-    # instead (`readmodel/delivery_reports.py`); a repeat changes nothing there either.
+    # After the item's report window (by the destination's `report_window_s` now): recorded in
+    # its read-model row (`readmodel/delivery_reports.py`), by the API when the item's workflow
+    # has ended, else by the shard or lane that let it go; a repeat changes nothing there either.
     late: int = 0
     # No item holds the message id yet, and the attempt is within `EARLY_REPORT_WINDOW`: the
     # provider is asked to deliver the reports again (503), when the item may hold it.
@@ -99,13 +100,21 @@ class DeliveryReportService:
             ]
         )
         late: list[tuple[str, DeliveryReport]] = []
+        target = self.client.destinations.get(destination)
+        window = timedelta(seconds=target.delivery.report_window_s if target is not None else 0)
+        now = datetime.now(UTC)
         for (item_id, _, report), outcome in zip(routed, outcomes, strict=True):
             if isinstance(outcome, Exception):
                 raise outcome
-            if outcome:
-                tally.applied += 1
-            else:
+            sent_at = item_ids[report.message_id].sent_at
+            if not outcome:
                 late.append((item_id, report))
+            elif sent_at is not None and sent_at + window < now:
+                # Past the window: a bulk or lane item's shard or lane, which runs on, took it
+                # and records it in the item's row (`workflows/host.py`).
+                tally.late += 1
+            else:
+                tally.applied += 1
         for item_id, report in late:
             # No workflow holds the item any more: its row takes the report.
             await asyncio.to_thread(
