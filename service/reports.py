@@ -22,6 +22,7 @@ from sqlalchemy import Engine
 
 from readmodel import store
 from readmodel.delivery_reports import record_late_report
+from readmodel.erasure import ERASED
 
 log = logging.getLogger("outbox.reports")
 
@@ -80,6 +81,10 @@ class DeliveryReportService:
             found = item_ids.get(report.message_id)
             if found is None and report.at >= recent:
                 tally.early += 1
+            elif found is not None and ERASED in found.recipients:
+                # An erased item (after its window, or it could not have been erased): there is
+                # no address left to apply it to, and none must reach a log line.
+                tally.late += 1
             elif found is None or (
                 found.recipients and report.recipient.casefold() not in found.recipients
             ):
