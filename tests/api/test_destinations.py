@@ -59,7 +59,7 @@ async def enqueue(api: DevApi, key: str) -> str:
 async def test_a_run_time_rate_is_enforced_and_read_back(dev_api: DevApi) -> None:
     url = f"/v1/destinations/{dev_api.webhook}"
 
-    patched = await dev_api.http.patch(url, json={"submit_rate": 2})
+    patched = await patch(dev_api, url, {"submit_rate": 2})
     item_ids = [await enqueue(dev_api, f"rate-{n}") for n in range(10)]
     for item_id in item_ids:
         assert (await dev_api.stack.result(item_id)).status == "sent"
@@ -80,9 +80,9 @@ async def test_a_run_time_rate_is_enforced_and_read_back(dev_api: DevApi) -> Non
 
 async def test_pause_holds_every_submit_and_resume_delivers(dev_api: DevApi) -> None:
     url = f"/v1/destinations/{dev_api.webhook}"
-    await dev_api.http.patch(url, json={"submit_rate": 20})
+    await patch(dev_api, url, {"submit_rate": 20})
 
-    paused = await dev_api.http.patch(url, json={"paused": True, "reason": "provider maintenance"})
+    paused = await patch(dev_api, url, {"paused": True, "reason": "provider maintenance"})
     item_id = await enqueue(dev_api, "while-paused")
     await asyncio.sleep(3)
     held = (await dev_api.http.get("/v1/outboxes/tests/items/while-paused")).json()
@@ -90,7 +90,7 @@ async def test_pause_holds_every_submit_and_resume_delivers(dev_api: DevApi) -> 
         provider_idempotency_key(item_id)
     )
     stats = (await dev_api.http.get("/v1/outboxes/tests/stats")).json()
-    resumed = await dev_api.http.patch(url, json={"paused": False})
+    resumed = await patch(dev_api, url, {"paused": False})
     view = await dev_api.stack.result(item_id)
 
     assert paused.json()["paused"] is True
@@ -108,7 +108,7 @@ async def test_a_disabled_destination_holds_its_items_until_an_operator_re_enabl
     dev_api: DevApi,
 ) -> None:
     url = f"/v1/destinations/{dev_api.webhook}"
-    await dev_api.http.patch(url, json={"submit_rate": 20})
+    await patch(dev_api, url, {"submit_rate": 20})
     client = dev_api.stack.client
     queue = submit_task_queue(dev_api.webhook)
     # What the destination's flow does once it has failed for `disable_after_s`
@@ -129,8 +129,8 @@ async def test_a_disabled_destination_holds_its_items_until_an_operator_re_enabl
     held = (await dev_api.http.get("/v1/outboxes/tests/items/while-disabled")).json()
     scraped = (await dev_api.http.get("/metrics")).text
     # `paused: false` and `enabled: true` together are fine; opposites are refused.
-    contradiction = await dev_api.http.patch(url, json={"enabled": True, "paused": True})
-    enabled = await dev_api.http.patch(url, json={"enabled": True, "reason": "endpoint fixed"})
+    contradiction = await patch(dev_api, url, {"enabled": True, "paused": True})
+    enabled = await patch(dev_api, url, {"enabled": True, "reason": "endpoint fixed"})
     view = await dev_api.stack.result(item_id)
 
     assert shown["disabled"] is True and shown["paused"] is True
@@ -148,9 +148,9 @@ async def test_a_disabled_destination_holds_its_items_until_an_operator_re_enabl
 
 async def test_enabled_false_disables_by_hand_and_leaves_the_poll_queue(dev_api: DevApi) -> None:
     url = f"/v1/destinations/{dev_api.webhook}"
-    disabled = await dev_api.http.patch(url, json={"enabled": False, "reason": "retired"})
-    again = await dev_api.http.patch(url, json={"enabled": False})
-    resumed = await dev_api.http.patch(url, json={"paused": False})
+    disabled = await patch(dev_api, url, {"enabled": False, "reason": "retired"})
+    again = await patch(dev_api, url, {"enabled": False})
+    resumed = await patch(dev_api, url, {"paused": False})
 
     assert disabled.status_code == 200, disabled.text
     body = disabled.json()
@@ -168,7 +168,7 @@ async def test_a_queued_item_on_a_paused_destination_cancels_at_once(dev_api: De
     """Its submit waits on the paused queue, taken by no worker: a cancel withdraws it, and
     the resume sends nothing (issue 31)."""
     url = f"/v1/destinations/{dev_api.webhook}"
-    await dev_api.http.patch(url, json={"paused": True, "reason": "cancel while paused"})
+    await patch(dev_api, url, {"paused": True, "reason": "cancel while paused"})
     try:
         item_id = await enqueue(dev_api, "cancel-while-paused")
         await asyncio.sleep(2)  # the submit is scheduled on the paused queue by now
@@ -177,7 +177,7 @@ async def test_a_queued_item_on_a_paused_destination_cancels_at_once(dev_api: De
         )
         view = await dev_api.stack.result(item_id)
     finally:
-        await dev_api.http.patch(url, json={"paused": False})
+        await patch(dev_api, url, {"paused": False})
     await asyncio.sleep(1)
     stats = await dev_api.stack.fake.admin.key_stats(provider_idempotency_key(item_id))
 
@@ -192,7 +192,7 @@ async def test_a_purge_of_a_paused_destinations_items_cancels_every_one(dev_api:
     item, issue 31), and the resume sends nothing."""
     url = f"/v1/destinations/{dev_api.webhook}"
     outbox = "purge-paused"
-    await dev_api.http.patch(url, json={"paused": True, "reason": "purge while paused"})
+    await patch(dev_api, url, {"paused": True, "reason": "purge while paused"})
     try:
         batch = await dev_api.http.post(
             f"/v1/outboxes/{outbox}/items:batch",
@@ -215,7 +215,7 @@ async def test_a_purge_of_a_paused_destinations_items_cancels_every_one(dev_api:
                 break
             await asyncio.sleep(0.1)
     finally:
-        await dev_api.http.patch(url, json={"paused": False})
+        await patch(dev_api, url, {"paused": False})
     await asyncio.sleep(1)  # time for a wrong submit after the resume
     # Each item records its cancel on its own: under a full run's load some took over a second.
     deadline = time.monotonic() + 30
@@ -238,19 +238,19 @@ async def test_a_purge_of_a_paused_destinations_items_cancels_every_one(dev_api:
 async def test_bad_changes_are_problems(dev_api: DevApi) -> None:
     url = f"/v1/destinations/{dev_api.webhook}"
     assert_problem(await dev_api.http.patch("/v1/destinations/nope", json={"paused": True}), 404)
-    assert_problem(await dev_api.http.patch(url, json={"submit_rate": 0}), 422)
+    assert_problem(await patch(dev_api, url, {"submit_rate": 0}), 422)
     # A rate that would never deliver (issue 31): refused as in the destinations file.
-    assert_problem(await dev_api.http.patch(url, json={"submit_rate": 9.7e-39}), 422)
-    assert_problem(await dev_api.http.patch(url, json={"poll_rate": 0.0005}), 422)
+    assert_problem(await patch(dev_api, url, {"submit_rate": 9.7e-39}), 422)
+    assert_problem(await patch(dev_api, url, {"poll_rate": 0.0005}), 422)
     for not_a_bool in ("yes", 1, "true"):
-        assert_problem(await dev_api.http.patch(url, json={"paused": not_a_bool}), 422)
-    assert_problem(await dev_api.http.patch(url, json={"submit_rate": 1, "extra": 1}), 422)
+        assert_problem(await patch(dev_api, url, {"paused": not_a_bool}), 422)
+    assert_problem(await patch(dev_api, url, {"submit_rate": 1, "extra": 1}), 422)
     # `enabled` is true or false only; a reason needs `paused` or `enabled`.
     for not_enabled in ("yes", 1, None):
         body: dict[str, Any] = {"enabled": not_enabled, "reason": "x"}
         assert_problem(await dev_api.http.patch(url, json=body), 422)
-    assert_problem(await dev_api.http.patch(url, json={"enabled": False, "paused": False}), 422)
-    assert_problem(await dev_api.http.patch(url, json={"flow": {"disable_after_s": 0}}), 422)
+    assert_problem(await patch(dev_api, url, {"enabled": False, "paused": False}), 422)
+    assert_problem(await patch(dev_api, url, {"flow": {"disable_after_s": 0}}), 422)
     assert_problem(await dev_api.http.get("/v1/destinations/nope"), 404)
 
 
@@ -300,6 +300,18 @@ async def polling_api(stack_factory, fake_provider, dev_env) -> AsyncIterator[De
         yield DevApi(http=http, stack=stack, webhook=email.name)
 
 
+async def patch(api: DevApi, url: str, body: dict[str, Any]) -> httpx.Response:
+    """A PATCH as a client sends it: again after a 503 (the dev server cut a queue's update
+    short under a full run's load, and the API put every queue back: nothing changed), a few
+    times."""
+    for _ in range(5):
+        response = await api.http.patch(url, json=body)
+        if response.status_code != 503:
+            break
+        await asyncio.sleep(1)
+    return response
+
+
 async def poll_queue_rate(api: DevApi) -> QueueRate:
     [destination] = api.stack.destinations
     return await read_queue_rate(api.stack.client, destination.poll_task_queue)
@@ -318,13 +330,13 @@ async def test_poll_in_submit_shows_and_keeps_the_poll_rate_across_both_queues(
     shown = (await polling_api.http.get(url)).json()
     queue_as_configured = await poll_queue_rate(polling_api)
 
-    faster_submits = await polling_api.http.patch(url, json={"submit_rate": 5})
+    faster_submits = await patch(polling_api, url, {"submit_rate": 5})
     queue_after_submit_change = await poll_queue_rate(polling_api)
-    faster_polls = await polling_api.http.patch(url, json={"poll_rate": 20})
+    faster_polls = await patch(polling_api, url, {"poll_rate": 20})
     queue_after_poll_change = await poll_queue_rate(polling_api)
-    too_fast = await polling_api.http.patch(url, json={"submit_rate": 20})
-    paused = await polling_api.http.patch(url, json={"paused": True})
-    resumed = await polling_api.http.patch(url, json={"paused": False})
+    too_fast = await patch(polling_api, url, {"submit_rate": 20})
+    paused = await patch(polling_api, url, {"paused": True})
+    resumed = await patch(polling_api, url, {"paused": False})
 
     assert view.status == "sent" and view.poll_count == 1
     assert shown["poll_in_submit"] is True and shown["configured_poll_rate"] == 10.0
