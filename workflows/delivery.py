@@ -99,6 +99,10 @@ Outcome = TypeVar("Outcome", SubmitOutcome, PollOutcome)
 # Reports for a message the item has not yet recorded as accepted (the provider can be faster
 # than the submit activity's answer), kept until it has; bounded against a flood of strays.
 _MAX_EARLY_REPORTS = 100
+# A report that comes once the window has ended, while the delivery still waits for its
+# workflow's handlers to finish before it is let go, is applied as one within it: dropped, and
+# the delivery then let go, nothing would record it (docs/decisions/late-delivery-reports.md).
+_REPORTS_WHILE_CLOSING = "reports-while-closing"
 # The patch that lets a cancel withdraw a submit no worker has taken.
 _CANCEL_WAITING_SUBMIT = "cancel-waiting-submit"
 # The same for a submit waiting in, or for, an activity shared with other items' submits.
@@ -367,7 +371,11 @@ class Delivery:
         """Record the provider's report on one recipient; a repeat or an older report changes
         nothing. Applied while sending too: the report may beat the poll that sees success."""
         state = self.state
-        if self._reports_closed or self.item.policy.report_window_s <= 0:
+        if self.item.policy.report_window_s <= 0:
+            return
+        if self._reports_closed and not workflow.patched(_REPORTS_WHILE_CLOSING):
+            # Runs from before dropped a report that came after the window's end and before
+            # the delivery was let go (while a handler of its workflow ran on).
             return
         if self.item.activities_project and self._projecting_activity_out:
             await workflow.wait_condition(lambda: not self._projecting_activity_out)

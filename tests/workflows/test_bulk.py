@@ -10,6 +10,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pytest
+from durable_outbox_temporal import EnqueueResult
 from durable_outbox_temporal.contract import transitions
 from durable_outbox_temporal.contract.bulk import SHARD_QUERY, ShardView, shard_workflow_id
 from durable_outbox_temporal.contract.ids import item_workflow_id, provider_idempotency_key
@@ -33,7 +34,12 @@ from readmodel.writer import ProjectionWriter
 from service.reports import DeliveryReportService
 from tests.conftest import email_destination, unique_name
 from tests.fakes import deliveries, script
-from tests.workflows.test_delivery_reports import without_reports
+from tests.workflows.test_delivery_reports import (
+    TWO_RECIPIENTS,
+    report_events,
+    reported,
+    without_reports,
+)
 from tests.workflows.test_outbox_item import EMAIL
 
 
@@ -253,6 +259,25 @@ async def test_a_shard_continues_as_new_carrying_its_items_where_they_were(
     assert not stuck, stuck[:1]
 
 
+async def sent_bulk_item(
+    stack: Any, destination: str, payload: dict[str, Any], key: str
+) -> EnqueueResult:
+    """An item enqueued as the API does (its `queued` row written), once its row says `sent`
+    (in real time: skipped time would run out the shard's report window, and end the shard)."""
+    writer = ProjectionWriter(stack.engine)
+
+    async def record_queued(item_id: str, item: OutboxItemInput) -> None:
+        await writer.write(transitions.enqueued(item_id, item))
+
+    item = await stack.outbox.enqueue(
+        "tests", destination, payload, key=key, record_queued=record_queued
+    )
+    await until_settled(
+        stack, [item.item_id], settled=lambda view: view.status is ItemStatus.SENT, skip_time=False
+    )
+    return item
+
+
 async def test_delivery_reports_reach_a_bulk_item_through_its_shard(
     stack_factory, fake_provider
 ) -> None:
@@ -262,19 +287,7 @@ async def test_delivery_reports_reach_a_bulk_item_through_its_shard(
         **EMAIL,
         "recipients": {"to": [{"address": "ada@example.com"}], "cc": [{"address": "bob@x.org"}]},
     }
-    key = unique_name("reported")
-    writer = ProjectionWriter(stack.engine)
-
-    async def record_queued(item_id: str, item: OutboxItemInput) -> None:
-        await writer.write(transitions.enqueued(item_id, item))
-
-    item = await stack.outbox.enqueue(
-        "tests", destination.name, two, key=key, record_queued=record_queued
-    )
-    # Real time: skipped time would run out the shard's report window (and end the shard).
-    await until_settled(
-        stack, [item.item_id], settled=lambda view: view.status is ItemStatus.SENT, skip_time=False
-    )
+    item = await sent_bulk_item(stack, destination.name, two, unique_name("reported"))
     reports = DeliveryReportService(stack.outbox, stack.engine)
     at = datetime(2026, 11, 23, tzinfo=UTC)
     tally = await reports.receive(
@@ -447,3 +460,104 @@ async def test_a_shard_holds_no_sent_item_for_a_destination_that_takes_no_report
         await asyncio.sleep(0.2)
     row = store.get_item(stack.engine, item_id)
     assert row is not None and row.view.recipients == []
+
+
+async def test_a_report_as_the_window_closes_while_another_is_projected_is_applied(
+    dev_env, stack_factory, fake_provider
+) -> None:
+    """In a shard, the window's end comes while ada's report is being projected (the read model
+    held by this test): the delivery closes its window and waits for that handler (any of the
+    shard's) before it is let go. Bob's report, arriving then, is applied as one within the
+    window; it was dropped, and bob stayed pending for good. On the dev server: real time, real
+    workflow-task heartbeats. (An item workflow of its own does not drop it: its completion,
+    refused for the new signal, replays the timer and the signal in one activation, the signal
+    first.)"""
+    destination = email_destination(fake_provider, mode="bulk", shards=1, report_window_s=2)
+    stack = await stack_factory(destination, env=dev_env)
+    item = await sent_bulk_item(stack, destination.name, TWO_RECIPIENTS, unique_name("closing"))
+    shard = stack.client.get_workflow_handle(shard_workflow_id(destination.name, 0))
+    ada = reported(item.item_id, "ada@example.com", RecipientStatus.DELIVERED)
+    bob = reported(item.item_id, "bob@example.com", RecipientStatus.BOUNCED)
+
+    held = stack.engine.connect()
+    held.exec_driver_sql("BEGIN IMMEDIATE")  # ada's projection waits for it
+    try:
+        assert await stack.outbox.report_delivery(item.item_id, ada, destination.name)
+        # The task that closed the window is completed (the worker's heartbeat of a task whose
+        # local activity runs on): bob's report comes in a task of its own.
+        await task_after(shard, EventType.EVENT_TYPE_TIMER_FIRED, last_timer=True)
+        signals = sum(
+            e.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED
+            for e in (await shard.fetch_history()).events
+        )
+        assert await stack.outbox.report_delivery(item.item_id, bob, destination.name)
+        # Buffered while the task runs on, it comes with the next one (ada's projection still
+        # held): the delivery is closed and still held then.
+        await task_after(
+            shard,
+            EventType.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED,
+            count=signals + 1,
+            completed=False,
+        )
+    finally:
+        held.rollback()
+        held.close()
+
+    def both_reported(view: OutboxItemView) -> bool:
+        return all(r.status is not RecipientStatus.PENDING for r in view.recipients)
+
+    await until_settled(stack, [item.item_id], settled=both_reported, skip_time=False)
+    row = store.get_item(stack.engine, item.item_id)
+    assert row is not None
+    assert {r.address: r.status for r in row.view.recipients} == {
+        "ada@example.com": RecipientStatus.DELIVERED,
+        "bob@example.com": RecipientStatus.BOUNCED,
+    }
+    assert len(report_events(stack, item.item_id)) == 2
+    await stack.record_history(shard_workflow_id(destination.name, 0), "_shard")
+
+
+async def task_after(
+    handle: Any,
+    event_type: int,
+    *,
+    last_timer: bool = False,
+    count: int = 1,
+    completed: bool = True,
+) -> None:
+    """Once a workflow task that holds the `count`th event of `event_type` (with `last_timer`:
+    the firing of the last timer started) was started, or `completed`; then a moment more for
+    the worker to apply it."""
+    done = (
+        EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED
+        if completed
+        else EventType.EVENT_TYPE_WORKFLOW_TASK_STARTED
+    )
+    for _ in range(600):
+        events = (await handle.fetch_history()).events
+        timers = [e for e in events if e.event_type == EventType.EVENT_TYPE_TIMER_STARTED]
+        found = [
+            i
+            for i, e in enumerate(events)
+            if e.event_type == event_type
+            and not (
+                last_timer
+                and timers
+                and e.timer_fired_event_attributes.started_event_id != timers[-1].event_id
+            )
+        ]
+        if len(found) >= count:
+            later = events[found[count - 1] :]
+            started = next(
+                (
+                    i
+                    for i, e in enumerate(later)
+                    if e.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_STARTED
+                ),
+                None,
+            )
+            if started is not None and any(e.event_type == done for e in later[started:]):
+                await asyncio.sleep(0.5)
+                return
+        await asyncio.sleep(0.1)
+    raise AssertionError(f"no workflow task took {EventType.Name(event_type)}")
