@@ -8,7 +8,8 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest_asyncio
-from playwright.async_api import Browser, Locator, Page, async_playwright, expect
+from playwright.async_api import Browser, Dialog, Locator, Page, async_playwright, expect
+from playwright.async_api import Error as PlaywrightError
 
 from tests.api.conftest import served_api_factory  # noqa: F401  (the app on a real port)
 
@@ -52,6 +53,18 @@ async def browser(chromium: Browser) -> AsyncIterator[Browser]:
     yield chromium
     for context in chromium.contexts:
         await context.close()
+
+
+def accept_dialogs(page: Page) -> None:
+    """Accept the page's `confirm()` dialogs. One still open when the test's pages are closed is
+    left: its accept failed then, and the failure surfaced in the next test's first call on the
+    browser (a full run, 2026-11-30)."""
+
+    async def accept(dialog: Dialog) -> None:
+        with contextlib.suppress(PlaywrightError):
+            await dialog.accept()
+
+    page.on("dialog", accept)
 
 
 async def reload_until(page: Page, locator: Locator, text: str, reloads: int = 20) -> None:

@@ -19,7 +19,7 @@ from devstack.fake_provider import run_fake_provider
 from devstack.serving import serve_in_background
 from tests.api.conftest import api_settings, serve_stack
 from tests.api.test_read_model_encryption import database_bytes
-from tests.browser.conftest import ARTIFACTS, reload_until
+from tests.browser.conftest import ARTIFACTS, accept_dialogs, reload_until
 from tests.conftest import email_destination, webhook_destination
 
 
@@ -225,7 +225,7 @@ async def test_purge_button_cancels_the_outboxs_waiting_items(
                 break
             await asyncio.sleep(0.1)
         page = await browser.new_page()
-        page.on("dialog", lambda dialog: asyncio.ensure_future(dialog.accept()))
+        accept_dialogs(page)
         await page.goto(url + "/")
         # The delayed item has no read-model row until it runs, so no outbox is listed yet:
         # point the page at it as a click on the outbox would.

@@ -8,6 +8,8 @@ from durable_outbox_temporal.contract.ids import item_workflow_id, provider_idem
 from durable_outbox_temporal.contract.item import ItemStatus
 from playwright.async_api import Browser, expect
 
+from tests.browser.conftest import accept_dialogs
+
 
 async def test_dead_letters_are_discarded_and_redriven_from_the_dashboard(
     served_api_factory, browser: Browser
@@ -27,7 +29,7 @@ async def test_dead_letters_are_discarded_and_redriven_from_the_dashboard(
             assert response.status_code == 202, response.text
             await api.stack.failure(item_workflow_id("dead", key))
     page = await browser.new_page()
-    page.on("dialog", lambda dialog: dialog.accept())
+    accept_dialogs(page)
     await page.goto(api.url + "/")
     await expect(page.locator("#live")).to_have_text("live: dead", timeout=10_000)
 
