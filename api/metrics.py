@@ -84,8 +84,8 @@ class ApiMetrics:
             "outbox_delivery_reports_total",
             "Provider delivery reports by destination and result (applied, unknown: no item"
             " has the message id, early: no item has it yet and the report is recent, sent"
-            " back to be delivered again, late: the item stopped listening, ignored: another"
-            " event type, invalid: unreadable).",
+            " back to be delivered again, late: after the item's report window, recorded in its"
+            " read-model row, ignored: another event type, invalid: unreadable).",
             ["destination", "result"],
             registry=self.registry,
         )
