@@ -78,9 +78,11 @@ def worker_env(dev_env: Any, tmp_path: Path, config: Path, task_queue: str) -> d
 
 def write_config(path: Path, destination: Any) -> None:
     settings = "\n".join(f'{key} = "{value}"' for key, value in destination.settings.items())
+    bulk = f'mode = "bulk"\nshards = {destination.shards}\n' if destination.is_bulk else ""
     path.write_text(
         f"""[destinations.{destination.name}]
 provider = "{destination.provider}"
+{bulk}report_window_s = {destination.delivery.report_window_s}
 submit_rate = {destination.submit_rate}
 poll_rate = {destination.poll_rate}
 poll_interval_s = {destination.delivery.poll_interval_s}

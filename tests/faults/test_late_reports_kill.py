@@ -22,7 +22,7 @@ from readmodel import store
 from readmodel.db import create_schema, make_engine
 from service.reports import DeliveryReportService
 from tests.conftest import email_destination, unique_name
-from tests.faults.test_faults import EMAIL, start_worker, worker_env
+from tests.faults.test_faults import EMAIL, start_worker, worker_env, write_config
 
 ITEMS = 30
 SETTLE_S = 60.0
@@ -42,18 +42,7 @@ async def test_late_reports_recorded_by_a_shard_whose_worker_is_killed_are_each_
         fake_provider, mode="bulk", shards=1, report_window_s=1, submit_rate=100
     )
     config = tmp_path / "destinations.toml"
-    settings = "\n".join(f'{key} = "{value}"' for key, value in destination.settings.items())
-    config.write_text(
-        f"""[destinations.{destination.name}]
-provider = "{destination.provider}"
-mode = "bulk"
-shards = 1
-submit_rate = 100
-report_window_s = 1
-[destinations.{destination.name}.settings]
-{settings}
-"""
-    )
+    write_config(config, destination)
     task_queue = unique_name("workflows")
     env = worker_env(dev_env, tmp_path, config, task_queue)
     engine = make_engine(env["DATABASE_URL"])

@@ -7,6 +7,7 @@ PostgreSQL."""
 from __future__ import annotations
 
 import threading
+import time
 from datetime import timedelta
 
 import pytest
@@ -17,10 +18,11 @@ from durable_outbox_temporal.contract.item import (
     ItemStatus,
     Recipient,
     RecipientStatus,
+    apply_delivery_report,
 )
 from sqlalchemy import Engine
 
-from readmodel import erasure, store
+from readmodel import delivery_reports, erasure, store
 from readmodel.delivery_reports import record_late_report
 from tests.readmodel.conftest import EngineFactory
 from tests.readmodel.test_store import ACCEPTED, ENQUEUED, SENT, T0, view
@@ -143,11 +145,19 @@ def test_an_erased_item_takes_none_and_gets_no_address_back(engine: Engine) -> N
 
 
 def test_late_reports_on_one_item_at_once_are_each_recorded(
-    engine_factory: EngineFactory, engine: Engine
+    engine_factory: EngineFactory, engine: Engine, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Reports on two recipients racing from several API processes: both recorded, each with
-    its own event, the seq dense."""
+    its own event, the seq dense. Each write takes a while between its read of the row and its
+    write (as on a loaded machine), so writers that did not wait for each other would read the
+    same seq and all but one would find it taken."""
     sent_item(engine)
+
+    def slowly(recipients: list[Recipient], report: DeliveryReport) -> Recipient | None:
+        time.sleep(0.2)
+        return apply_delivery_report(recipients, report)
+
+    monkeypatch.setattr(delivery_reports, "apply_delivery_report", slowly)
     engines = [engine_factory("readmodel") for _ in range(4)]
     barrier = threading.Barrier(len(engines))
     results: list[bool] = []
