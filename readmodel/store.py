@@ -351,6 +351,8 @@ class ReportTarget(NamedTuple):
     recipients: frozenset[str]
     # When a sent item was sent (its report window runs from then); None otherwise.
     sent_at: datetime | None = None
+    # Bulk mode: the shard count the item was routed by (its report goes to that shard).
+    shards: int | None = None
 
 
 def items_by_message_id(
@@ -366,6 +368,7 @@ def items_by_message_id(
         ITEMS.c.recipients,
         ITEMS.c.status,
         ITEMS.c.finished_at,
+        ITEMS.c.shards,
     ).where(
         ITEMS.c.provider_message_id.in_(sorted(set(message_ids))),
         ITEMS.c.destination == destination,
@@ -377,8 +380,9 @@ def items_by_message_id(
                 ordering_key,
                 frozenset(recipient.address.casefold() for recipient in recipients or ()),
                 finished_at if status == ItemStatus.SENT.value else None,
+                shards,
             )
-            for message_id, item_id, ordering_key, recipients, status, finished_at in (
+            for message_id, item_id, ordering_key, recipients, status, finished_at, shards in (
                 connection.execute(query)
             )
         }

@@ -75,7 +75,7 @@ class DeliveryReportService:
             destination,
             [report.message_id for report in reports],
         )
-        routed: list[tuple[str, str | None, DeliveryReport]] = []
+        routed: list[tuple[store.ReportTarget, DeliveryReport]] = []
         recent = datetime.now(UTC) - EARLY_REPORT_WINDOW
         for report in reports:
             found = item_ids.get(report.message_id)
@@ -91,29 +91,30 @@ class DeliveryReportService:
                 tally.unknown += 1
                 self._log_unknown(destination, report)
             else:
-                routed.append((found.item_id, found.ordering_key, report))
+                routed.append((found, report))
         outcomes = await fan_out(
             [
                 functools.partial(
                     self.client.report_delivery,
-                    item_id,
+                    found.item_id,
                     report,
                     destination,
-                    ordering_key=ordering_key,
+                    ordering_key=found.ordering_key,
+                    shards=found.shards,
                 )
-                for item_id, ordering_key, report in routed
+                for found, report in routed
             ]
         )
         late: list[tuple[str, DeliveryReport]] = []
         target = self.client.destinations.get(destination)
         window = timedelta(seconds=target.delivery.report_window_s if target is not None else 0)
         now = datetime.now(UTC)
-        for (item_id, _, report), outcome in zip(routed, outcomes, strict=True):
+        for (found, report), outcome in zip(routed, outcomes, strict=True):
             if isinstance(outcome, Exception):
                 raise outcome
-            sent_at = item_ids[report.message_id].sent_at
+            sent_at = found.sent_at
             if not outcome:
-                late.append((item_id, report))
+                late.append((found.item_id, report))
             elif sent_at is not None and sent_at + window < now:
                 # Past the window: a bulk or lane item's shard or lane, which runs on, took it
                 # and records it in the item's row (`workflows/host.py`).

@@ -153,6 +153,8 @@ class Item(ApiModel):
     last_event_seq: int = 0
     debounce_key: str | None = None
     superseded_by: str | None = None
+    # Bulk mode: the destination's shard count the item was routed by.
+    shards: int | None = None
     payload: dict[str, Any] | None = None
     waiting_on: list[WaitingOn] | None = None
     # When its payload was erased (`DELETE .../payload`), if it was.

@@ -306,6 +306,9 @@ class OutboxClient:
             priority=item.priority,
             concurrency_key=item.concurrency_key,
             debounce=debounced,
+            # An unordered bulk item is routed by this count from now on (a laned one goes by
+            # its lane's shard).
+            shards=target.shards if target.is_bulk and item.ordering_key is None else None,
         )
 
     def _destination(self, name: str) -> Destination:
@@ -418,14 +421,16 @@ class OutboxClient:
         destination: str | None = None,
         *,
         ordering_key: str | None = None,
+        shards: int | None = None,
     ) -> bool:
         """Signal the provider's report on one recipient to the workflow holding the item.
 
         False when that workflow has ended (the item's report window is over) or does not
         exist; the signal needs no worker, so a report is never lost to a worker outage.
+        `shards`: in bulk mode, the count the item was routed by, where known (its row's).
         """
         outbox, key = parse_item_workflow_id(item_id)
-        item = ItemRef(outbox, key, destination, ordering_key)
+        item = ItemRef(outbox, key, destination, ordering_key, shards=shards)
         return await self.placement(destination, ordering_key).report(item, report)
 
     async def redrive(

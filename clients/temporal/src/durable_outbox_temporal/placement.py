@@ -79,10 +79,13 @@ class ItemRef:
     destination: str | None = None
     ordering_key: str | None = None
     known: OutboxItemView | None = None
+    # Bulk mode: the shard count the item was routed by, where the caller knows it (its read
+    # model's row); None: the count configured now.
+    shards: int | None = None
 
     @classmethod
     def of(cls, view: OutboxItemView) -> ItemRef:
-        return cls(view.outbox, view.key, view.destination, view.ordering_key, view)
+        return cls(view.outbox, view.key, view.destination, view.ordering_key, view, view.shards)
 
     @property
     def id(self) -> str:

@@ -8,6 +8,7 @@ shard, in order.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -79,8 +80,10 @@ class Shards(HostedItems):
         return target
 
     def _shard(self, item: OutboxItemInput | ItemRef) -> int:
+        """The shard that holds the item: by the count it was routed by, where known."""
         owner = owner_id(item.outbox, item.key, item.ordering_key)
-        return shard_of(owner, self._bulk(item.destination).shards)
+        configured = self._bulk(item.destination).shards
+        return shard_of(owner, item.shards or configured)
 
     def holder(self, item: ItemRef) -> str:
         assert item.destination is not None
@@ -96,6 +99,10 @@ class Shards(HostedItems):
         repeats of older items are the caller's read model's to answer before this."""
         calls = []
         for item in items:
+            if item.shards is None and item.ordering_key is None:
+                # Recorded with the item, so its cancels and reports find this shard under any
+                # later count (a laned item goes by its lane's shard).
+                item = dataclasses.replace(item, shards=self._bulk(item.destination).shards)
             shard = self._shard(item)
             calls.append(
                 self._signals.call(shard_workflow_id(item.destination, shard), _Handed(shard, item))

@@ -500,6 +500,11 @@ class OutboxItemInput:
     # (`durable_outbox_temporal/contract/debounce_rules.py`): the item waits in its key's window
     # instead of going at once.
     debounce: DebounceSpec | None = None
+    # Bulk mode: the destination's shard count the item was routed by (`shards.Shards`, set at
+    # its hand-over). Cancels and reports go by it, so they reach the shard that holds the item
+    # whatever count is configured when they come; None: item mode, or an item handed over
+    # before it was recorded (routed by the count configured then).
+    shards: int | None = None
 
     def summary(self) -> str:
         """The workflow's static summary in the Web UI: where it goes, to whom, its key."""
@@ -555,6 +560,8 @@ class OutboxItemView:
     debounce_key: str | None = field(default=None, metadata={MAX_LENGTH: MAX_KEY_LENGTH})
     # The item that carried this one (status `superseded`): its debounce window's delivery.
     superseded_by: str | None = field(default=None, metadata={MAX_LENGTH: MAX_ITEM_ID_LENGTH})
+    # Bulk mode: the shard count the item was routed by (`OutboxItemInput.shards`).
+    shards: int | None = None
 
     @classmethod
     def of(cls, item_id: str, item: OutboxItemInput, state: OutboxItemState) -> "OutboxItemView":
@@ -572,6 +579,7 @@ class OutboxItemView:
             payload_hash=item.payload_hash,
             delivery=delivery_outcome(state.recipients),
             debounce_key=item.debounce.key if item.debounce is not None else None,
+            shards=item.shards,
             **progress,
         )
 

@@ -1,0 +1,129 @@
+"""A bulk item goes by the shard count it was routed by: a cancel or a delivery report from a
+process configured with another count (an API restarted with a new `shards` before the
+destination's shards have drained) still reaches the shard that holds the item."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+from durable_outbox_temporal import OutboxClient
+from durable_outbox_temporal.contract import transitions
+from durable_outbox_temporal.contract.bulk import owner_id, shard_of
+from durable_outbox_temporal.contract.ids import item_workflow_id, provider_idempotency_key
+from durable_outbox_temporal.contract.item import (
+    DeliveryOutcome,
+    DeliveryReport,
+    ItemStatus,
+    NewItem,
+    OutboxItemInput,
+    OutboxItemView,
+    RecipientStatus,
+)
+from durable_outbox_temporal.destinations import Destination, DestinationRegistry
+
+from readmodel import store
+from readmodel.writer import ProjectionWriter
+from service.reports import DeliveryReportService
+from tests.conftest import email_destination, unique_name
+from tests.workflows.test_bulk import enqueue_all, sent_bulk_item, until_settled
+from tests.workflows.test_outbox_item import EMAIL
+
+ROUTED_BY = 2
+CONFIGURED_NOW = 4
+
+
+def key_whose_shard_moves(prefix: str) -> str:
+    """A key held by another shard under the new count than under the one it was routed by."""
+    while True:
+        key = unique_name(prefix)
+        owner = owner_id("tests", key, None)
+        if shard_of(owner, ROUTED_BY) != shard_of(owner, CONFIGURED_NOW):
+            return key
+
+
+def rescaled(stack, destination: Destination) -> OutboxClient:
+    """A client of the same destinations with the destination's `shards` changed."""
+    changed = destination.model_copy(update={"shards": CONFIGURED_NOW})
+    return OutboxClient(
+        stack.client, DestinationRegistry({destination.name: changed}), stack.task_queue
+    )
+
+
+async def test_a_report_reaches_the_shard_an_item_was_routed_to_under_another_count(
+    stack_factory, fake_provider
+) -> None:
+    destination = email_destination(
+        fake_provider, mode="bulk", shards=ROUTED_BY, report_window_s=3600
+    )
+    stack = await stack_factory(destination)
+    item = await sent_bulk_item(stack, destination.name, EMAIL, key_whose_shard_moves("rep"))
+    row = store.get_item(stack.engine, item.item_id)
+    assert row is not None and row.view.shards == ROUTED_BY
+
+    reports = DeliveryReportService(rescaled(stack, destination), stack.engine)
+    address = EMAIL["recipients"]["to"][0]["address"]
+    bounce = DeliveryReport(
+        provider_idempotency_key(item.item_id),
+        address,
+        RecipientStatus.BOUNCED,
+        datetime(2026, 11, 30, tzinfo=UTC),
+    )
+    tally = await reports.receive(destination.name, [bounce])
+    # Applied by the shard that holds the item (sent to a shard of the new count, it found no
+    # running workflow and was counted late).
+    assert (tally.applied, tally.late, tally.unknown) == (1, 0, 0)
+
+    def bounced(view: OutboxItemView) -> bool:
+        return view.delivery is DeliveryOutcome.BOUNCED
+
+    await until_settled(stack, [item.item_id], settled=bounced, skip_time=False)
+
+
+async def test_a_cancel_reaches_the_shard_an_item_was_routed_to_under_another_count(
+    dev_env, stack_factory, fake_provider
+) -> None:
+    """On the dev server: the time-skipping server would skip the item's hour of waiting."""
+    destination = email_destination(fake_provider, mode="bulk", shards=ROUTED_BY)
+    stack = await stack_factory(destination, env=dev_env)
+    key = key_whose_shard_moves("cancel")
+    writer = ProjectionWriter(stack.engine)
+
+    async def record_queued(item_id: str, item: OutboxItemInput) -> None:
+        await writer.write(transitions.enqueued(item_id, item))
+
+    await stack.outbox.enqueue(
+        "tests",
+        destination.name,
+        EMAIL,
+        key=key,
+        not_before=datetime.now(UTC) + timedelta(hours=1),
+        record_queued=record_queued,
+    )
+    item_id = item_workflow_id("tests", key)
+    # Its `queued` row, as the API writes it.
+    row = store.get_item(stack.engine, item_id)
+    assert row is not None and row.view.shards == ROUTED_BY
+
+    await rescaled(stack, destination).cancel("tests", key, "not wanted", known=row.view)
+
+    await until_settled(
+        stack,
+        [item_id],
+        settled=lambda view: view.status is ItemStatus.CANCELLED,
+        skip_time=False,
+        timeout_s=30,
+    )
+
+
+async def test_an_item_records_the_count_it_is_routed_by(stack_factory, fake_provider) -> None:
+    """Every unordered bulk item's row and view carry the count; an item-mode item's none."""
+    bulk = email_destination(fake_provider, mode="bulk", shards=3)
+    stack = await stack_factory(bulk)
+    [item_id] = await enqueue_all(stack, bulk, [unique_name("count")])
+    await until_settled(stack, [item_id])
+    row = store.get_item(stack.engine, item_id)
+    assert row is not None and row.view.shards == 3
+    built = stack.outbox.new_item(
+        "tests", NewItem(bulk.name, EMAIL, unique_name("laned"), ordering_key="k")
+    )
+    assert built.shards is None  # a laned item goes by its lane's shard
