@@ -161,11 +161,12 @@ class Shards(HostedItems):
 
 async def shard_count_conflicts(client: Client, destinations: Iterable[Destination]) -> list[str]:
     """Why each bulk destination's configured `shards` cannot serve the shards running now, if
-    it cannot: items, cancels, reports, redrives and skips are routed by the configured count,
-    so a count other than the one a running shard was started under sends a key's new items to
-    another shard than its waiting ones and a cancel or a report to a shard that does not hold
-    its item. A shard started before its count was recorded is caught only when its number is
-    past the configured count."""
+    it cannot: new items, a lane's items and its redrives and skips are routed by the configured
+    count (an unordered item's cancels and reports go by the count it recorded), so a count
+    other than the one a running shard was started under sends a key's new items to another
+    shard than its waiting ones, and a repeat of an unordered item's hand-over to a shard that
+    cannot see it is one. A shard started before its count was recorded is caught only when its
+    number is past the configured count."""
     found = []
     for destination in destinations:
         if not destination.is_bulk:
