@@ -4,6 +4,7 @@ destination's shards have drained) still reaches the shard that holds the item."
 
 from __future__ import annotations
 
+import dataclasses
 from datetime import UTC, datetime, timedelta
 
 from durable_outbox_temporal import OutboxClient
@@ -120,9 +121,19 @@ async def test_an_item_records_the_count_it_is_routed_by(stack_factory, fake_pro
     bulk = email_destination(fake_provider, mode="bulk", shards=3)
     stack = await stack_factory(bulk)
     [item_id] = await enqueue_all(stack, bulk, [unique_name("count")])
-    await until_settled(stack, [item_id])
-    row = store.get_item(stack.engine, item_id)
-    assert row is not None and row.view.shards == 3
+    # An input built without it (a redrive's, or one carried from before it was recorded): the
+    # hand-over records the count it routes by.
+    unrecorded = dataclasses.replace(
+        stack.outbox.new_item("tests", NewItem(bulk.name, EMAIL, unique_name("count"))),
+        shards=None,
+    )
+    await stack.outbox.hand_over([unrecorded], strict=True)
+    later_id = item_workflow_id("tests", unrecorded.key)
+    await ProjectionWriter(stack.engine).write(transitions.enqueued(later_id, unrecorded))
+    await until_settled(stack, [item_id, later_id])
+    for settled_id in (item_id, later_id):
+        row = store.get_item(stack.engine, settled_id)
+        assert row is not None and row.view.shards == 3
     built = stack.outbox.new_item(
         "tests", NewItem(bulk.name, EMAIL, unique_name("laned"), ordering_key="k")
     )

@@ -164,9 +164,9 @@ async def shard_count_conflicts(client: Client, destinations: Iterable[Destinati
     it cannot: new items, a lane's items and its redrives and skips are routed by the configured
     count (an unordered item's cancels and reports go by the count it recorded), so a count
     other than the one a running shard was started under sends a key's new items to another
-    shard than its waiting ones, and a repeat of an unordered item's hand-over to a shard that
-    cannot see it is one. A shard started before its count was recorded is caught only when its
-    number is past the configured count."""
+    shard than its waiting ones, and an unordered item's hand-over repeated under the new count
+    reaches a shard that cannot tell it is a repeat. A shard started before its count was
+    recorded is caught only when its number is past the configured count."""
     found = []
     for destination in destinations:
         if not destination.is_bulk:
