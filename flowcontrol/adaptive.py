@@ -7,9 +7,12 @@ flow moves the rate (`next_change`):
 
 - any congestion (a 429 or 503, a timeout or connection error) or an answer slower than
   `adaptive_latency_target_s`: the rate falls to `DECREASE` of what the provider took over the
-  interval (the submits answered, a second) when the submits kept it busy, else to
-  `MAX_DECREASE` of itself (little traffic says nothing of the limit); never below the floor.
-  The rate it was at is remembered as where congestion begins;
+  interval (the submits answered, a second) when the submits kept it busy and it took some,
+  else to `MAX_DECREASE` of itself (little traffic, or a provider that took nothing, says
+  nothing of the limit); never below the floor. What it took is remembered as where congestion
+  begins. A fall to what it took is one per episode: congestion reported within `HOLD_OFF`
+  intervals after it is the fall's lag (the submits already on their way, the server's burst
+  at the old rate), not a new episode, and moves nothing;
 - otherwise, with submits answered: it rises by `1/STEPS` of the span from floor to ceiling, and
   by `1/NEAR_STEP` of that near where congestion began last (`NEAR`), so the rate lingers around
   the provider's limit instead of overrunning it every few seconds; well past that point, the
@@ -61,6 +64,9 @@ MAX_DECREASE = 0.7
 STEPS = 50
 NEAR = (0.85, 1.25)
 NEAR_STEP = 5
+# Intervals after a fall to what the provider took in which congestion moves nothing: the
+# fall takes that long to show at the provider (measured: docs/decisions/adaptive-rate.md).
+HOLD_OFF = 2
 # The statuses that say the provider is overloaded; a failure with no status (a timeout, a
 # connection error) says so too.
 CONGESTED_STATUSES = (429, 503)
@@ -98,9 +104,10 @@ def due(state: FlowState) -> datetime | None:
     return adaptive.adjusted_at + timedelta(seconds=adaptive.interval_s)
 
 
-def next_change(state: FlowState, now: datetime) -> RateChange | None:
+def next_change(state: FlowState, now: datetime, *, episodes: bool = True) -> RateChange | None:
     """The move due at `now`, if one is; the outcomes it weighs are taken (reports arriving
-    while it is applied count towards the next one)."""
+    while it is applied count towards the next one). `episodes=False`: the moves of a flow run
+    from before congestion was taken as episodes (`HOLD_OFF`), as its history recorded them."""
     adaptive = state.adaptive
     at = due(state)
     if adaptive is None or at is None or now < at:
@@ -115,15 +122,29 @@ def next_change(state: FlowState, now: datetime) -> RateChange | None:
     if not adaptive.adopted:
         return change  # read the rate in force first
     congested = adaptive.congested + adaptive.slow > 0
+    if congested and episodes and _lag_of_the_last_fall(adaptive, now):
+        adaptive.ok = adaptive.slow = adaptive.congested = 0
+        adaptive.adjusted_at = now
+        return None
     if congested:
         elapsed = (now - adaptive.adjusted_at).total_seconds() if adaptive.adjusted_at else 0
-        taken = (adaptive.ok + adaptive.slow) / max(elapsed, adaptive.interval_s)
-        if taken >= adaptive.rate * BUSY:
-            target = min(adaptive.rate, taken) * DECREASE
+        span = max(elapsed, adaptive.interval_s)
+        taken = (adaptive.ok + adaptive.slow) / span
+        if episodes:
+            # Busy by what was sent, refused submits included: a limit that fell far below the
+            # rate refuses most of them, and what was taken is then the limit, not little
+            # traffic. A provider that took nothing says nothing of its limit.
+            sent = (adaptive.ok + adaptive.slow + adaptive.congested) / span
+            measured = sent >= adaptive.rate * BUSY and taken >= adaptive.floor
         else:
-            target = adaptive.rate * MAX_DECREASE
+            measured = taken >= adaptive.rate * BUSY
+        target = min(adaptive.rate, taken) * DECREASE if measured else adaptive.rate * MAX_DECREASE
         rate = max(adaptive.floor, round(target, 2))
-        adaptive.congested_at = adaptive.rate
+        if episodes:
+            adaptive.congested_at = min(adaptive.rate, taken) if measured else adaptive.rate
+            adaptive.decreased_at = now if measured else None
+        else:
+            adaptive.congested_at = adaptive.rate
         change.detail = (
             f"{adaptive.congested} congested and {adaptive.slow} slow of"
             f" {adaptive.ok + adaptive.slow + adaptive.congested} submits"
@@ -143,6 +164,12 @@ def next_change(state: FlowState, now: datetime) -> RateChange | None:
         return None  # at its bound already: no call
     change.rate = rate
     return change
+
+
+def _lag_of_the_last_fall(adaptive: AdaptiveRate, now: datetime) -> bool:
+    """Whether congestion reported now is the lag of the last fall to what the provider took."""
+    fell = adaptive.decreased_at
+    return fell is not None and now - fell < timedelta(seconds=HOLD_OFF * adaptive.interval_s)
 
 
 def applied(state: FlowState, change: RateChange, result: RateApplied, now: datetime) -> None:

@@ -67,6 +67,10 @@ _DISABLE_PATCH = "endpoint-disable"
 # so a storm coming back within the storm window started a fresh flow that did not see it come
 # back and resumed at the whole rate. Runs from before keep ending on replay.
 _LINGER_PATCH = "flow-lingers-across-runs"
+# An adaptive rate falls once per congestion episode, to what the provider took (busy by what
+# was sent), and remembers that as where congestion begins (`flowcontrol.adaptive.HOLD_OFF`).
+# Runs from before move as they did on replay.
+_EPISODES_PATCH = "adaptive-congestion-episodes"
 
 
 @workflow.defn(name=FLOW_WORKFLOW_TYPE)
@@ -171,7 +175,9 @@ class DestinationFlowWorkflow:
                 continue
             adapt_at = adaptive.due(self._state)
             if adapt_at is not None and adapt_at <= workflow.now():
-                move = adaptive.next_change(self._state, workflow.now())
+                move = adaptive.next_change(
+                    self._state, workflow.now(), episodes=workflow.patched(_EPISODES_PATCH)
+                )
                 if move is not None:
                     adaptive.applied(self._state, move, await self._apply(move), workflow.now())
                 continue

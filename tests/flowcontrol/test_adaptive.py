@@ -94,16 +94,24 @@ def test_good_intervals_add_a_fiftieth_of_the_span_up_to_the_ceiling() -> None:
     assert flow.adaptive is not None and flow.adaptive.rate == 55.0
 
 
-def test_congestion_brings_the_rate_under_what_the_provider_took_at_most_30_percent_a_move() -> (
-    None
-):
+def first_fall(ok: int, congested: int) -> tuple[FlowState, datetime, float | None]:
+    """A flow adopted at 50/s whose first interval (2 s, with the adopting interval's 3 submits
+    taken) met congestion: the flow, the time, and the rate it fell to."""
     flow = adopted(50.0)
     now = T0 + timedelta(seconds=2)
-    # The provider took 90 submits in 2 s (with the 3 of the adopting interval), one refused:
-    # 0.9 of 46.5 a second.
-    adaptive.on_outcomes(flow, outcomes(ok=90, congested=1), now)
-    assert move(flow, now).rate == pytest.approx(41.85)
-    # Taking few (little traffic, or a provider down): 30 % off, no more, per move.
+    adaptive.on_outcomes(flow, outcomes(ok=ok, congested=congested), now)
+    return flow, now, move(flow, now).rate
+
+
+def test_congestion_brings_the_rate_under_what_the_provider_took_once_an_episode() -> None:
+    # The provider took 93 submits in 2 s, one refused: 0.9 of 46.5 a second.
+    flow, now, fell_to = first_fall(ok=90, congested=1)
+    assert fell_to == pytest.approx(41.85)
+    # Congestion within two intervals of that fall is its lag: nothing moves.
+    now += timedelta(seconds=2)
+    adaptive.on_outcomes(flow, outcomes(ok=70, congested=12), now)
+    assert adaptive.next_change(flow, now) is None
+    # Taking few after it (little traffic, or a provider down): 30 % off, no more, per move.
     now += timedelta(seconds=2)
     adaptive.on_outcomes(flow, outcomes(ok=2, slow=1), now)
     assert move(flow, now).rate == pytest.approx(29.29)
@@ -114,26 +122,64 @@ def test_congestion_brings_the_rate_under_what_the_provider_took_at_most_30_perc
         if change is None:
             break
         adaptive.applied(flow, change, RateApplied(rate=change.rate), now)
+    # A provider that took nothing: each interval 30 % off, none held back, down to the floor.
     assert flow.adaptive is not None and flow.adaptive.rate == 5.0
-    assert [p.rate for p in flow.adaptive.history][:2] == [
+    assert [p.rate for p in flow.adaptive.history][:3] == [
         pytest.approx(41.85),
         pytest.approx(29.29),
+        pytest.approx(20.5),
     ]
 
 
-def test_steps_up_are_small_near_where_congestion_began_and_big_again_past_it() -> None:
+def test_a_limit_far_below_the_rate_is_reached_in_one_move() -> None:
+    # 96 sent in 2 s, 20 taken: the limit is 10 a second, and the rate goes under it at once.
+    flow, _, fell_to = first_fall(ok=17, congested=76)
+    assert fell_to == pytest.approx(9.0)
+    assert flow.adaptive is not None and flow.adaptive.congested_at == pytest.approx(10.0)
+
+
+def test_congestion_after_the_lag_of_a_fall_is_a_new_episode() -> None:
+    flow, now, fell_to = first_fall(ok=78, congested=1)
+    assert fell_to == pytest.approx(36.45)
+    # A good interval in the lag steps up as any does.
+    now += timedelta(seconds=2)
+    adaptive.on_outcomes(flow, outcomes(ok=70), now)
+    assert move(flow, now).rate == pytest.approx(36.65)
+    # Two intervals after the fall: the provider's limit came down again.
+    now += timedelta(seconds=2)
+    adaptive.on_outcomes(flow, outcomes(ok=50, congested=20), now)
+    assert move(flow, now).rate == pytest.approx(22.5)
+
+
+def test_a_run_from_before_episodes_moves_as_it_did() -> None:
     flow = adopted(50.0)
     now = T0 + timedelta(seconds=2)
-    adaptive.on_outcomes(flow, outcomes(ok=78, congested=1), now)
-    assert move(flow, now).rate == pytest.approx(36.45)  # 0.9 of 40.5 a second
+    adaptive.on_outcomes(flow, outcomes(ok=90, congested=1), now)
+    change = adaptive.next_change(flow, now, episodes=False)
+    assert change is not None and change.rate == pytest.approx(41.85)
+    adaptive.applied(flow, change, RateApplied(rate=change.rate), now)
     assert flow.adaptive is not None and flow.adaptive.congested_at == 50.0
+    assert flow.adaptive.decreased_at is None
+    # No lag taken: the next congested interval moves again, busy by what was taken.
+    now += timedelta(seconds=2)
+    adaptive.on_outcomes(flow, outcomes(ok=17, congested=76), now)
+    change = adaptive.next_change(flow, now, episodes=False)
+    assert change is not None and change.rate == pytest.approx(29.29)
+
+
+def test_steps_up_are_small_near_where_congestion_began_and_big_again_past_it() -> None:
+    flow, now, fell_to = first_fall(ok=78, congested=1)
+    assert fell_to == pytest.approx(36.45)  # 0.9 of 40.5 a second
+    # Where congestion began: what the provider took.
+    assert flow.adaptive is not None and flow.adaptive.congested_at == pytest.approx(40.5)
+    flow.adaptive.rate = 30.0
     rates = []
     for _ in range(8):
         now += timedelta(seconds=2)
         adaptive.on_outcomes(flow, outcomes(ok=10), now)
         rates.append(move(flow, now).rate)
-    # A fiftieth of the span (1/s) up to 85 % of 50, then a fifth of that.
-    assert rates == pytest.approx([37.45, 38.45, 39.45, 40.45, 41.45, 42.45, 43.45, 43.65])
+    # A fiftieth of the span (1/s) up to 85 % of 40.5, then a fifth of that.
+    assert rates == pytest.approx([31.0, 32.0, 33.0, 34.0, 35.0, 35.2, 35.4, 35.6])
     # Past 125 % of where congestion began, with none since: the limit moved.
     flow.adaptive.congested_at, flow.adaptive.rate = 40.0, 50.2
     now += timedelta(seconds=2)

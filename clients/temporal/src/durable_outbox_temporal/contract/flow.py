@@ -221,6 +221,9 @@ class AdaptiveRate:
     adopted: bool = False
     # The rate the last congestion came at: the steps up are small near it.
     congested_at: float | None = None
+    # When the rate last fell to what the provider took: congestion reported within
+    # `flowcontrol.adaptive.HOLD_OFF` intervals of it is that fall's lag, not a new one.
+    decreased_at: datetime | None = None
     # The rate the last "adapted" event told of.
     told: float | None = None
     # An operator set the rate by hand: the flow leaves it until the hand rate is lifted.

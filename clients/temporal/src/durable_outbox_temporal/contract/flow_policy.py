@@ -154,7 +154,8 @@ class FlowPolicy(BaseModel):
         description="The submit rate learns the provider's limit (`flowcontrol/adaptive.py`):"
         " every `adaptive_interval_s` it rises by a fiftieth of the span between floor and"
         " ceiling while submits are answered within `adaptive_latency_target_s`, and falls to"
-        " 0.9 of what the provider took on a 429, a 503, a timeout or a slower answer; held on"
+        " 0.9 of what the provider took on a 429, a 503, a timeout or a slower answer (once a"
+        " congestion episode: the next two intervals' congestion is the fall's lag); held on"
         " the server for every worker. A `Retry-After` up to the interval is left to it; longer"
         " ones still pause the destination, and the breaker works beside it.",
     )
