@@ -34,6 +34,7 @@ from durable_outbox_temporal.contract.flow import (
     SubmitOutcomes,
 )
 from temporalio import activity
+from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowQueryFailedError
 from temporalio.service import RPCError, RPCStatusCode
 from temporalio.testing import WorkflowEnvironment
@@ -273,6 +274,17 @@ async def test_congested_submits_lower_an_adaptive_rate_on_the_server(flow: Flow
     assert point.rate == pytest.approx(2.8) and "5 congested" in point.reason
     now = await read_queue_rate(client, flow.submit_queue)
     assert not now.paused and now.rate == pytest.approx(2.8) and now.source == "api"
+    # A new run moves by congestion episodes (`flowcontrol.adaptive.HOLD_OFF`): its history
+    # holds that patch's marker, which a run from before does not.
+    history = await client.get_workflow_handle(f"flow/{flow.destination}").fetch_history()
+    patches = [
+        # The patch id is in the marker's details (their layout is the SDK's).
+        event.marker_recorded_event_attributes.SerializeToString()
+        for event in history.events
+        if event.event_type == EventType.EVENT_TYPE_MARKER_RECORDED
+        and event.marker_recorded_event_attributes.marker_name == "core_patch"
+    ]
+    assert any(b"adaptive-congestion-episodes" in data for data in patches), patches
     await flow.record()
 
 
