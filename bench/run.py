@@ -88,6 +88,14 @@ ACTION_SAMPLE = 50
 BULK_BATCH = 100
 # The delivery-latency scenario's pace: well under the destination's rate.
 DELIVER_RATE = 20
+# The enqueue-latency figures as the same scenario names them for a bulk destination.
+BULK_ENQUEUE_FIGURES = {
+    "enqueue_p50_ms": "bulk_enqueue_p50_ms",
+    "enqueue_p99_ms": "bulk_enqueue_p99_ms",
+    "enqueue_cpu_ms_per_request": "bulk_enqueue_cpu_ms_per_request",
+    "max_enqueue_per_s": "bulk_max_enqueue_per_s",
+    "enqueue_backlog_settle_s": "bulk_enqueue_backlog_settle_s",
+}
 
 
 def cpu_seconds(pid: int) -> float:
@@ -107,7 +115,9 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else float("nan")
 
 
-async def open_loop(http: httpx.AsyncClient, rate: float, duration_s: float) -> dict[str, float]:
+async def open_loop(
+    http: httpx.AsyncClient, rate: float, duration_s: float, destination: str = "bench-email"
+) -> dict[str, float]:
     """Send at a fixed rate whatever the answers do; latency is measured per request."""
     latencies: list[float] = []
     errors = 0
@@ -119,7 +129,7 @@ async def open_loop(http: httpx.AsyncClient, rate: float, duration_s: float) -> 
         try:
             response = await http.post(
                 "/v1/outboxes/bench/items",
-                json={"destination": "bench-email", "payload": EMAIL, "not_before": hold_until},
+                json={"destination": destination, "payload": EMAIL, "not_before": hold_until},
                 headers={"Idempotency-Key": f"latency-{uuid.uuid4().hex}"},
             )
         except httpx.TransportError:
@@ -410,6 +420,14 @@ async def scenarios(env: dict[str, str], pids: dict[str, int], figures: dict[str
     api = f"http://127.0.0.1:{env['DEV_API_PORT']}"
     if wanted("enqueue latency"):
         await step("enqueue latency", figures, lambda: enqueue_latency(api, pids))
+    if wanted("bulk enqueue latency"):
+        # The same requests to a bulk destination: each one signal to a shard that exists,
+        # where an item-mode enqueue starts a workflow (docs/decisions/workflow-start-floor.md).
+        async def in_bulk_mode() -> dict[str, Any]:
+            found = await enqueue_latency(api, pids, "bench-bulk-wait")
+            return {BULK_ENQUEUE_FIGURES[name]: value for name, value in found.items()}
+
+        await step("bulk enqueue latency", figures, in_bulk_mode)
     if wanted("end to end"):
         await step("end to end", figures, lambda: end_to_end(client, pids))
     if wanted("delivery latency"):
@@ -474,18 +492,23 @@ def wanted(scenario: str) -> bool:
     return not only or scenario in [name.strip() for name in only.split(",")]
 
 
-async def enqueue_latency(api: str, pids: dict[str, int]) -> dict[str, Any]:
+async def enqueue_latency(
+    api: str, pids: dict[str, int], destination: str = "bench-email"
+) -> dict[str, Any]:
+    """`enqueue_p50_ms`, `enqueue_p99_ms`, `enqueue_cpu_ms_per_request` at 50 requests a second
+    and `max_enqueue_per_s`, each enqueue one item to `destination` through the API."""
     figures: dict[str, Any] = {}
     processes = {"api": pids["api"], "server": pids["temporal"], "worker": pids["worker"]}
     limits = httpx.Limits(max_connections=500, max_keepalive_connections=100)
     async with httpx.AsyncClient(base_url=api, limits=limits, timeout=30) as http:
         # Warm-up at the measured rate: connections, the API's gRPC channel, cold DB pages.
-        await open_loop(http, 50, 5)
-        print("enqueue latency, open loop at 50/s:", flush=True)
+        await open_loop(http, 50, 5, destination)
+        print(f"enqueue latency to {destination}, open loop at 50/s:", flush=True)
         cpu_before = {name: cpu_seconds(pid) for name, pid in processes.items()}
-        steady = await open_loop(http, 50, 8 if QUICK else 20)
+        steady = await open_loop(http, 50, 8 if QUICK else 20, destination)
         # Where an enqueue's time goes: each process's CPU per request (the items wait on a
-        # `not_before` hours away, so the worker's share is the start's workflow task only).
+        # `not_before` hours away, so the worker's share is the start's workflow task only, or
+        # the shard's admitting them in bulk mode).
         requests = int(50 * (8 if QUICK else 20))
         figures["enqueue_cpu_ms_per_request"] = {
             name: round((cpu_seconds(pid) - cpu_before[name]) * 1000 / requests, 2)
@@ -499,7 +522,7 @@ async def enqueue_latency(api: str, pids: dict[str, int]) -> dict[str, Any]:
             # A 2-core machine has hiccups: a rate counts as held if one of two tries holds.
             held = False
             for _ in range(2):
-                step = await open_loop(http, rate, 3 if QUICK else 6)
+                step = await open_loop(http, rate, 3 if QUICK else 6, destination)
                 print(f"  {step}", flush=True)
                 if step["p99_ms"] <= 100 and not step["errors"]:
                     held = True

@@ -61,6 +61,7 @@ SHIPPED_CONFIGS = {
         "bench-two-activities": "acs-email",
         "bench-wait": "acs-email",
         "bench-bulk": "acs-email",
+        "bench-bulk-wait": "acs-email",
     },
     "bench/chaos_destinations.toml": {"chaos-email": "acs-email", "chaos-webhook": "webhook"},
 }
