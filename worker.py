@@ -72,6 +72,7 @@ from configuration.settings import Settings, get_settings
 from flowcontrol.guard import FlowGuard
 from readmodel import attempts
 from readmodel.payload_store import prune_forever
+from readmodel.routes import ReadModelRoutes
 from readmodel.writer import ProjectionWriter
 from service.aggregate_types import AggregateTypeError, AggregateTypes, load_aggregate_types
 from service.items import ItemService
@@ -161,6 +162,8 @@ def build_workers(
         client,
         registry or DestinationRegistry({d.name: d for d in destinations}),
         workflow_task_queue,
+        # Bulk owners' routes where this process has the read model (decisions/shard-routes.md).
+        routes=None if engine is None else ReadModelRoutes(engine),
     )
     # Only a process that runs workflows has the read model: an activities-only worker's
     # submits and polls leave their transitions to the workflow's local activity.
@@ -401,7 +404,8 @@ async def run_worker(
     databases = WorkerDatabases.open(settings, read_model, migrations, codec)
     client = await connect_worker(settings, runtime, codec, databases.storage)
     if run_workflows:
-        await refuse_a_changed_shard_count(client, registry)
+        assert read_model is not None
+        await refuse_a_changed_shard_count(client, registry, read_model)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -463,7 +467,9 @@ async def start_beside_workflows(
     if settings.relay_enabled:
         # Several processes' relays share the rows safely on PostgreSQL.
         relay = Relay(
-            OutboxClient(client, registry, settings.workflow_task_queue),
+            OutboxClient(
+                client, registry, settings.workflow_task_queue, routes=ReadModelRoutes(read_model)
+            ),
             read_model,
             poll_interval_s=settings.relay_poll_interval_s,
             retention=timedelta(seconds=settings.relay_retention_s),

@@ -7,6 +7,8 @@ A refusal exits with its reason in one line, no traceback (as the API's, `api/st
 
 from __future__ import annotations
 
+import asyncio
+import functools
 import logging
 from collections.abc import Sequence
 from contextlib import AsyncExitStack
@@ -22,7 +24,7 @@ from durable_outbox_temporal.connection import (
 )
 from durable_outbox_temporal.contract.sealed_columns import seal_with
 from durable_outbox_temporal.destinations import Destination, DestinationRegistry
-from durable_outbox_temporal.shards import shard_count_conflicts
+from durable_outbox_temporal.shards import count_changed, running_shards, shard_count_conflicts
 from opentelemetry.instrumentation.httpx import HTTPXClientInstrumentor
 from sqlalchemy import Engine
 from sqlalchemy.exc import DBAPIError
@@ -39,6 +41,7 @@ from configuration.production import (
 )
 from configuration.settings import Settings
 from configuration.version import VERSION
+from readmodel import routes
 from readmodel.db import (
     SchemaNewerThanCode,
     create_schema,
@@ -80,19 +83,48 @@ def refuse_an_open_production(
         log.warning("INSECURE: %s", reason)
 
 
-async def refuse_a_changed_shard_count(client: Client, registry: DestinationRegistry) -> None:
-    """A bulk destination's `shards` changed while its shards still run is refused: every
-    process routes items, cancels and reports by the configured count, so the shards already
-    holding items would no longer get theirs (`shards.shard_count_conflicts`). Visibility
-    unavailable (it can be down while the rest of Temporal works) does not keep the worker from
-    starting: it says the counts went unchecked."""
+async def refuse_a_changed_shard_count(
+    client: Client, registry: DestinationRegistry, read_model: Engine
+) -> None:
+    """A bulk destination's `shards` changed while its shards still hold owners with no count
+    recorded is refused: a lane with no route would have its new items routed by the new count,
+    to another shard than its waiting ones, and an item from before items recorded their count
+    its cancels and reports (`shards.shard_count_conflicts`). Every other owner keeps the count
+    its route or its row names, so a change is otherwise taken. Where the running shards agree
+    with the configured count, the lanes they hold without a route (handed over by a release
+    before routes) are given it now, so that a later change is taken. Visibility unavailable
+    (it can be down while the rest of Temporal works) does not keep the worker from starting:
+    it says the counts went unchecked."""
+
     try:
-        conflicts = await shard_count_conflicts(client, registry)
+        conflicts = await shard_count_conflicts(
+            client, registry, functools.partial(routes.unrouted_owners, read_model)
+        )
+        if conflicts:
+            raise SystemExit("shards changed while shards run, refused: " + "; ".join(conflicts))
+        for destination in registry:
+            if not destination.is_bulk:
+                continue
+            if count_changed(destination, await running_shards(client, destination.name)):
+                log.info(
+                    "destination %r: shards = %s now; owners keep the count their route names,"
+                    " new ones take this one",
+                    destination.name,
+                    destination.shards,
+                )
+                continue
+            given = await asyncio.to_thread(
+                routes.route_held_lanes, read_model, destination.name, destination.shards
+            )
+            if given:
+                log.info(
+                    "destination %r: %s lanes holding items were given their route (shards = %s)",
+                    destination.name,
+                    given,
+                    destination.shards,
+                )
     except RPCError as err:
         log.warning("shard counts not checked at start-up: %s", err)
-        return
-    if conflicts:
-        raise SystemExit("shards changed while shards run, refused: " + "; ".join(conflicts))
 
 
 def refuse_bulk_without_claim_checks(settings: Settings, registry: DestinationRegistry) -> None:

@@ -79,6 +79,7 @@ from configuration.settings import Settings, get_settings
 from configuration.version import VERSION
 from readmodel.db import SchemaNewerThanCode, create_schema, make_engine, schema_not_at_head
 from readmodel.payload_store import claim_checks
+from readmodel.routes import ReadModelRoutes, unrouted_owners
 from service.aggregate_types import AggregateTypes, load_aggregate_types
 from service.aggregates import AggregateService
 from service.destinations import DestinationControls
@@ -186,7 +187,7 @@ def lifespan(
         app.state.metrics.backlog.attach(db)
         app.state.metrics.destinations.attach(app.state.resources.controls)
         # In the background: the API starts (and /readyz answers) while Temporal is down.
-        search_attributes = asyncio.create_task(_log_namespace_problems(app, outbox))
+        search_attributes = asyncio.create_task(_log_namespace_problems(app, outbox, db))
         freeze_startup_heap()
         try:
             yield
@@ -219,7 +220,7 @@ def _create_schema(db: Engine, aggregate_types: AggregateTypes) -> None:
         raise StartupRefused(f"durable-outbox {VERSION} refuses to start: {err}") from None
 
 
-async def _log_namespace_problems(app: FastAPI, outbox: OutboxClient) -> None:
+async def _log_namespace_problems(app: FastAPI, outbox: OutboxClient, db: Engine) -> None:
     """Say at start, as the worker does and as `/readyz` answers, that the namespace lacks the
     search attributes every item's start needs; and, as the worker refuses, that a bulk
     destination's `shards` differs from the count its running shards were started under."""
@@ -232,10 +233,14 @@ async def _log_namespace_problems(app: FastAPI, outbox: OutboxClient) -> None:
         log.error("%s", missing_search_attributes_message(missing))
     else:
         app.state.search_attributes_registered = True
+
     # As the worker refuses to start (it is the one restarted with a changed destinations file,
-    # and the one that keeps shards going): the API routes by the configured count as well.
+    # and the one that keeps shards going): an owner without a route goes by the configured
+    # count here as well.
     try:
-        conflicts = await shard_count_conflicts(await outbox.temporal(), outbox.destinations)
+        conflicts = await shard_count_conflicts(
+            await outbox.temporal(), outbox.destinations, functools.partial(unrouted_owners, db)
+        )
     except Exception as err:  # Temporal down: /readyz says so
         log.warning("shard counts not checked at start-up: %s: %s", type(err).__name__, err)
         return
@@ -256,7 +261,7 @@ def _connect(
         codec_from_environment(), claim_checks(db, settings.claim_check_bytes)
     )
     client = temporal_client or TemporalConnection(data_converter=converter)
-    return OutboxClient(client, registry, settings.workflow_task_queue)
+    return OutboxClient(client, registry, settings.workflow_task_queue, routes=ReadModelRoutes(db))
 
 
 def _services(

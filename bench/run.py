@@ -55,6 +55,7 @@ from devstack.dev import Child, build_children, http_ok, start, stop
 from devstack.fake_provider import FakeProviderAdmin
 from devstack.temporal_server import temporal_cli_path
 from readmodel.db import make_engine
+from readmodel.routes import ReadModelRoutes
 from readmodel.store import counts_by_status
 from readmodel.writer import ProjectionWriter
 
@@ -294,10 +295,16 @@ async def product_items(
 async def bulk_items(client: Client, count: int, run_id: str) -> int:
     """Enqueue `count` items to the bulk destination in batches (one signal per shard per
     batch, the `queued` rows written as the API writes them) and wait for all to be sent."""
-    outbox = OutboxClient(client, load_destinations(CONFIG, ENV), WORKFLOW_TASK_QUEUE)
+    engine = make_engine(ENV["DATABASE_URL"])
+    # As the API hands over: each owner's route claimed in the read model first.
+    outbox = OutboxClient(
+        client,
+        load_destinations(CONFIG, ENV),
+        WORKFLOW_TASK_QUEUE,
+        routes=ReadModelRoutes(engine),
+    )
     destination = outbox.destinations.get("bench-bulk")
     assert destination is not None
-    engine = make_engine(ENV["DATABASE_URL"])
     writer = ProjectionWriter(engine)
     try:
         for start in range(0, count, BULK_BATCH):

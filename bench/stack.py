@@ -22,6 +22,7 @@ from devstack.fake_provider import FakeProvider, FaultConfig, run_fake_provider
 from devstack.temporal_server import dev_server_extra_args, temporal_cli_path
 from readmodel.db import create_schema, make_engine
 from readmodel.payload_store import claim_checks
+from readmodel.routes import ReadModelRoutes
 from worker import build_workers
 
 
@@ -82,8 +83,12 @@ async def webhook_stack(
         interceptors=interceptors,
     ):
         await exits.enter_async_context(worker)
+    # As the API hands over: a bulk owner's route is claimed in the read model first.
     outbox = OutboxClient(
-        env.client, DestinationRegistry({destination.name: destination}), workflow_task_queue
+        env.client,
+        DestinationRegistry({destination.name: destination}),
+        workflow_task_queue,
+        routes=ReadModelRoutes(engine),
     )
     return BenchStack(env, fake, engine, destination, outbox)
 

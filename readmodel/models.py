@@ -207,6 +207,20 @@ ITEMS = Table(
     ),
 )
 
+# Bulk mode's routes (`readmodel/routes.py`): the shard count each owner (an ordering lane's id,
+# or an unordered item's) was first handed over by. Every later hand-over of the owner goes by
+# it, so a change of `shards` moves only owners first seen after it.
+BULK_ROUTES = Table(
+    "bulk_routes",
+    metadata,
+    Column("destination", String(MAX_DESTINATION_LENGTH), primary_key=True),
+    Column("owner", String(MAX_ITEM_ID_LENGTH), primary_key=True),
+    Column("shards", Integer(), nullable=False),
+    # The last hand-over's time: retention drops a lane's route only once the lane has been idle
+    # since before it (a hand-over on its way has just moved it on).
+    Column("claimed_at", UTCDateTime(), nullable=False),
+)
+
 # The key memory of items whose rows retention deleted (`readmodel/retention.py`): what answers a
 # repeat of the key (its status, and the digest a repeat must match), so it is never sent again.
 ITEM_KEYS = Table(

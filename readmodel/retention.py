@@ -39,6 +39,7 @@ from sqlalchemy import (
 from sqlalchemy.dialects import postgresql, sqlite
 
 from readmodel.models import (
+    BULK_ROUTES,
     DISCARDS,
     EVENTS,
     ITEM_ATTEMPTS,
@@ -120,6 +121,12 @@ def prune_rows(
             (ITEM_REPLAYS, ITEM_REPLAYS.c.replay_item_id),
         ):
             connection.execute(delete(table).where(column.in_(gone)))
+        # A bulk item's route: a repeat of its key is answered by its key's memory from now on.
+        connection.execute(
+            delete(BULK_ROUTES).where(
+                BULK_ROUTES.c.destination == rule.destination, BULK_ROUTES.c.owner.in_(gone)
+            )
+        )
         connection.execute(delete(ITEMS).where(ITEMS.c.id.in_(gone)))
     return _page(page, limit, pruned=len(gone))
 
@@ -145,7 +152,17 @@ def prune_idle_lanes(
         page = _locked(connection, query)
         if not page:
             return PrunePageResult(pruned=0, more=False, last=after)
-        gone = connection.execute(delete(LANES).where(LANES.c.id.in_([r.id for r in page]), *idle))
+        lanes = [r.id for r in page]
+        # A bulk lane's route goes with its row, unless a hand-over claimed it since the cutoff
+        # (its items are on their way to the shard the route names): the key's next items take
+        # the count configured then (`readmodel.routes`).
+        still_idle = select(LANES.c.id).where(LANES.c.id.in_(lanes), *idle)
+        connection.execute(
+            delete(BULK_ROUTES).where(
+                BULK_ROUTES.c.owner.in_(still_idle), BULK_ROUTES.c.claimed_at < idle_before
+            )
+        )
+        gone = connection.execute(delete(LANES).where(LANES.c.id.in_(lanes), *idle))
     return _page(page, limit, pruned=gone.rowcount)
 
 

@@ -50,6 +50,7 @@ from sqlalchemy.sql.elements import BindParameter
 
 from readmodel.db import in_thread
 from readmodel.models import OUTBOX_PENDING
+from readmodel.routes import ReadModelRoutes
 
 log = logging.getLogger("outbox.relay")
 
@@ -322,7 +323,10 @@ async def run_alone() -> None:
     create_schema(engine)
     client = await connect()
     outbox = OutboxClient(
-        client, load_destinations(settings.outbox_config), settings.workflow_task_queue
+        client,
+        load_destinations(settings.outbox_config),
+        settings.workflow_task_queue,
+        routes=ReadModelRoutes(engine),
     )
     relay = Relay(
         outbox,

@@ -57,6 +57,7 @@ from devstack.archive import MANIFEST
 from devstack.fake_provider import FakeProvider, run_fake_provider
 from devstack.temporal_server import dev_server_extra_args, temporal_cli_path, test_server_path
 from readmodel.db import create_schema, make_engine
+from readmodel.routes import ReadModelRoutes
 from service.aggregate_types import AggregateTypes, load_aggregate_types
 from tests.ports import free_port
 from worker import build_workers
@@ -534,7 +535,10 @@ async def stack_factory(
             stack = Stack(
                 env=env,
                 fake=fake_provider,
-                outbox=TrackingOutboxClient(client, registry, task_queue),
+                # Bulk owners routed through the read model, as the API's client does.
+                outbox=TrackingOutboxClient(
+                    client, registry, task_queue, routes=ReadModelRoutes(engine)
+                ),
                 engine=engine,
                 destinations=list(destinations),
                 task_queue=task_queue,

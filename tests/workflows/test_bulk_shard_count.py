@@ -9,8 +9,12 @@ from datetime import UTC, datetime, timedelta
 
 from durable_outbox_temporal import OutboxClient
 from durable_outbox_temporal.contract import transitions
-from durable_outbox_temporal.contract.bulk import owner_id, shard_of
-from durable_outbox_temporal.contract.ids import item_workflow_id, provider_idempotency_key
+from durable_outbox_temporal.contract.bulk import owner_id, shard_of, shard_workflow_id
+from durable_outbox_temporal.contract.ids import (
+    item_workflow_id,
+    lane_workflow_id,
+    provider_idempotency_key,
+)
 from durable_outbox_temporal.contract.item import (
     DeliveryOutcome,
     DeliveryReport,
@@ -21,15 +25,18 @@ from durable_outbox_temporal.contract.item import (
     RecipientStatus,
 )
 from durable_outbox_temporal.destinations import Destination, DestinationRegistry
+from durable_outbox_temporal.placement import ItemRef
 
 from readmodel import store
+from readmodel.routes import ReadModelRoutes
 from readmodel.writer import ProjectionWriter
 from service.reports import DeliveryReportService
-from tests.conftest import email_destination, unique_name
+from tests.conftest import email_destination, unique_name, webhook_destination
 from tests.workflows.test_bulk import enqueue_all, sent_bulk_item, until_settled
 from tests.workflows.test_outbox_item import EMAIL
 
 ROUTED_BY = 2
+WAIT = timedelta(seconds=5)
 CONFIGURED_NOW = 4
 
 
@@ -138,3 +145,61 @@ async def test_an_item_records_the_count_it_is_routed_by(stack_factory, fake_pro
         "tests", NewItem(bulk.name, EMAIL, unique_name("laned"), ordering_key="k")
     )
     assert built.shards is None  # a laned item goes by its lane's shard
+
+
+def lane_key_whose_shard_moves(prefix: str) -> str:
+    """An ordering key whose lane another shard owns under the new count than under the old."""
+    while True:
+        key = unique_name(prefix)
+        owner = lane_workflow_id("tests", key)
+        if shard_of(owner, ROUTED_BY) != shard_of(owner, CONFIGURED_NOW):
+            return key
+
+
+async def test_a_lanes_items_keep_their_shard_and_order_when_the_count_changes(
+    stack_factory, fake_provider
+) -> None:
+    # A rolling restart that raises `shards`: a process configured with the new count hands
+    # the lane its next items while the first ones still wait in the shard that holds it. Both
+    # route through the read model, so every item goes to that shard, and they arrive in order.
+    destination = webhook_destination(fake_provider, mode="bulk", shards=ROUTED_BY, submit_rate=50)
+    stack = await stack_factory(destination)
+    changed = destination.model_copy(update={"shards": CONFIGURED_NOW})
+    restarted = OutboxClient(
+        stack.client,
+        DestinationRegistry({destination.name: changed}),
+        stack.task_queue,
+        routes=ReadModelRoutes(stack.engine),
+    )
+    ordering_key = lane_key_whose_shard_moves("moving")
+    keys = [unique_name(f"in-order-{n}") for n in range(6)]
+    # The first item's provider is slow: the others wait behind it, in the lane.
+    await fake_provider.admin.script(
+        provider_idempotency_key(item_workflow_id("tests", keys[0])), [{"latency_ms": 1500}]
+    )
+    for n, key in enumerate(keys):
+        client = stack.outbox if n < 3 else restarted
+        await client.enqueue(
+            "tests", destination.name, {"n": n}, key=key, ordering_key=ordering_key
+        )
+
+    # The last one is cancelled through the restarted process while it waits: its cancel goes
+    # to the lane's shard by the lane's route.
+    waiting = ItemRef("tests", keys[-1], destination.name, ordering_key)
+    await restarted.placement(destination.name, ordering_key).cancel(waiting, "not needed", WAIT)
+
+    item_ids = [item_workflow_id("tests", key) for key in keys]
+    await until_settled(stack, item_ids)
+    deliveries = await fake_provider.admin.deliveries(destination.name)
+    assert [entry["payload"]["n"] for entry in deliveries] == list(range(5))
+    rows = [store.get_item(stack.engine, item_id) for item_id in item_ids]
+    assert [row.view.status for row in rows if row is not None] == [ItemStatus.SENT] * 5 + [
+        ItemStatus.CANCELLED
+    ]
+    # The lane's verbs find it where its route says, from either process.
+    held_by = shard_workflow_id(
+        destination.name, shard_of(lane_workflow_id("tests", ordering_key), ROUTED_BY)
+    )
+    for client in (stack.outbox, restarted):
+        place = client.placement(destination.name, ordering_key)
+        assert await place.lane_holder("tests", ordering_key, destination.name) == held_by

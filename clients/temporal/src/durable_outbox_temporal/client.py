@@ -56,7 +56,7 @@ from durable_outbox_temporal.placement import (
     Placement,
     Redrive,
 )
-from durable_outbox_temporal.shards import Shards
+from durable_outbox_temporal.shards import Routes, Shards
 from durable_outbox_temporal.validation import (
     validate_key,
     validate_new_item,
@@ -90,6 +90,11 @@ class OutboxClient:
         destinations: the configured destinations; an item snapshots its destination's
             delivery policy when it is enqueued.
         task_queue: the task queue the workflow worker polls (`WORKFLOW_TASK_QUEUE`).
+        routes: where bulk-mode owners (ordering lanes, unordered items) are routed, shared
+            with every other process that hands items over (`readmodel.routes.ReadModelRoutes`:
+            the API, the relay and the worker pass theirs). Without it, bulk items go by the
+            configured `shards`, which must then not change while this client runs
+            (docs/how-to/bulk-mode.md).
     """
 
     def __init__(
@@ -97,6 +102,7 @@ class OutboxClient:
         client: Client | TemporalConnection,
         destinations: DestinationRegistry,
         task_queue: str = WORKFLOW_TASK_QUEUE,
+        routes: Routes | None = None,
     ) -> None:
         self._client = client
         self.task_queue = task_queue
@@ -104,7 +110,7 @@ class OutboxClient:
         self._keys_checked = False
         self._own = OwnWorkflows(self.temporal, destinations, task_queue)
         self._lanes = ItemLanes(self.temporal, destinations, task_queue)
-        self._shards = Shards(self.temporal, destinations, task_queue)
+        self._shards = Shards(self.temporal, destinations, task_queue, routes=routes)
         self._debouncer = Debouncer(self.temporal, task_queue)
         self._destinations = destinations
 
@@ -387,7 +393,7 @@ class OutboxClient:
         one in item mode: the lane's own workflow)."""
         validate_outbox(outbox)
         validate_ordering_key(ordering_key)
-        holder = self._hosted(destination).lane_holder(outbox, ordering_key, destination)
+        holder = await self._hosted(destination).lane_holder(outbox, ordering_key, destination)
         return await lanes.detail(await self.temporal(), holder, outbox, ordering_key)
 
     async def resume_lane(

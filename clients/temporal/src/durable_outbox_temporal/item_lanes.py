@@ -75,7 +75,7 @@ class ItemLanes(HostedItems):
         assert item.ordering_key is not None, "an item of a lane has an ordering key"
         return lane_workflow_id(item.outbox, item.ordering_key)
 
-    def lane_holder(self, outbox: str, ordering_key: str, destination: str | None) -> str:
+    async def lane_holder(self, outbox: str, ordering_key: str, destination: str | None) -> str:
         return lane_workflow_id(outbox, ordering_key)
 
     async def hand_over(self, items: Sequence[OutboxItemInput]) -> list[bool | Exception]:

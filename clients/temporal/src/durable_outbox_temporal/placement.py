@@ -163,7 +163,7 @@ class HostedItems(Reach, ABC):
         """The id of the workflow that holds the item."""
 
     @abstractmethod
-    def lane_holder(self, outbox: str, ordering_key: str, destination: str | None) -> str:
+    async def lane_holder(self, outbox: str, ordering_key: str, destination: str | None) -> str:
         """The id of the workflow that holds the lane."""
 
     @abstractmethod
@@ -174,14 +174,21 @@ class HostedItems(Reach, ABC):
         self, item: ItemRef, reason: str, wait: timedelta
     ) -> OutboxItemView | CancelRequested: ...
 
+    async def holder_of(self, item: ItemRef) -> str:
+        """The id of the workflow that holds the item, where finding it may take a lookup (a
+        bulk lane's route)."""
+        return self.holder(item)
+
     async def report(self, item: ItemRef, report: DeliveryReport) -> bool:
-        return await self.signal(self.holder(item), ITEM_REPORT_SIGNAL, ItemReport(item.id, report))
+        return await self.signal(
+            await self.holder_of(item), ITEM_REPORT_SIGNAL, ItemReport(item.id, report)
+        )
 
     async def signal_cancel(self, item: ItemRef, reason: str) -> CancelRequested | None:
         """The holder cancels the item if it is still queued when the signal arrives (no worker
         needs to answer first); None if the holder is not running."""
         signal = ItemCancel(item.id, CancelRequest(reason=reason))
-        if not await self.signal(self.holder(item), CANCEL_ITEM_SIGNAL, signal):
+        if not await self.signal(await self.holder_of(item), CANCEL_ITEM_SIGNAL, signal):
             return None
         return CancelRequested(item_id=item.id, outbox=item.outbox, key=item.key, reason=reason)
 
@@ -220,7 +227,7 @@ class HostedItems(Reach, ABC):
     async def _redrive_halted_head(self, item: ItemRef, again: Redrive) -> bool:
         assert item.ordering_key is not None
         client = await self._temporal()
-        holder = self.lane_holder(item.outbox, item.ordering_key, item.destination)
+        holder = await self.lane_holder(item.outbox, item.ordering_key, item.destination)
         lane = await lanes.detail(client, holder, item.outbox, item.ordering_key)
         if lane is None or lane.view.head_key != item.key or not lane.view.halted_reason:
             return False
@@ -249,7 +256,7 @@ class HostedItems(Reach, ABC):
         policy = target.policy() if target is not None and skip_reason is None else None
         return await lanes.resume(
             await self._temporal(),
-            self.lane_holder(outbox, ordering_key, destination),
+            await self.lane_holder(outbox, ordering_key, destination),
             outbox,
             ordering_key,
             redrive_policy=policy,
