@@ -17,6 +17,7 @@ it next has items. Why: docs/decisions/shard-routes.md
 from __future__ import annotations
 
 import asyncio
+import functools
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 
@@ -24,6 +25,7 @@ from durable_outbox_temporal.contract.item import ItemStatus
 from durable_outbox_temporal.contract.lane import LaneStatus
 from sqlalchemy import ColumnElement, Engine, and_, exists, func, literal, or_, select, union_all
 from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.sql import Executable
 
 from readmodel.models import BULK_ROUTES, ITEMS, LANES
 
@@ -43,21 +45,26 @@ def claim(
     if not owners:
         return {}
     now = now or datetime.now(UTC)
-    # Sorted, so that concurrent claims lock their rows in one order (PostgreSQL).
-    unique = sorted(set(owners))
-    insert = postgresql.insert if engine.dialect.name == "postgresql" else sqlite.insert
-    values = insert(BULK_ROUTES).values(
-        [
-            {"destination": destination, "owner": owner, "shards": shards, "claimed_at": now}
-            for owner in unique
-        ]
-    )
-    statement = values.on_conflict_do_update(
+    # Sorted, so that concurrent claims lock their rows in one order (PostgreSQL); one statement
+    # built once and sent with every owner's row (a statement of many VALUES compiled each time
+    # took three times as long).
+    rows = [
+        {"destination": destination, "owner": owner, "shards": shards, "claimed_at": now}
+        for owner in sorted(set(owners))
+    ]
+    with engine.begin() as connection:
+        found = connection.execute(_claim_statement(engine.dialect.name), rows)
+        return {row.owner: row.shards for row in found}
+
+
+@functools.cache
+def _claim_statement(dialect: str) -> Executable:
+    insert = postgresql.insert if dialect == "postgresql" else sqlite.insert
+    values = insert(BULK_ROUTES)
+    return values.on_conflict_do_update(
         index_elements=[BULK_ROUTES.c.destination, BULK_ROUTES.c.owner],
         set_={"claimed_at": values.excluded.claimed_at},
     ).returning(BULK_ROUTES.c.owner, BULK_ROUTES.c.shards)
-    with engine.begin() as connection:
-        return {row.owner: row.shards for row in connection.execute(statement)}
 
 
 def find(engine: Engine, destination: str, owner: str) -> int | None:

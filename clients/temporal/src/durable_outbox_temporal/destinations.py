@@ -179,7 +179,9 @@ class Destination(BaseModel):
         default=DEFAULT_SHARDS,
         ge=1,
         le=MAX_SHARDS,
-        description="Bulk mode: how many shard workflows hold the destination's items.",
+        description="Bulk mode: how many shard workflows hold the destination's items. May"
+        " change while they hold items: each ordering key and item keeps the count it was first"
+        " handed over by (its route), new ones take this one.",
     )
     # Bulk mode: polls falling due together share one poll activity of up to this many. The
     # poll queue then runs `poll_rate / poll_batch` activities a second, so the provider still
