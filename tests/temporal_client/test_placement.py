@@ -94,9 +94,12 @@ class Signalled(Shards):
     def __init__(self, *args: Any, routes: SharedRoutes | None = None) -> None:
         super().__init__(*args, routes=routes)
         self.sent: list[tuple[str, OutboxItemInput]] = []
+        # The count each went by: a shard it starts records it (its memo, `shards`).
+        self.counts: list[int] = []
 
     async def _signal_shard(self, workflow_id: str, handed: list[Any]) -> list[None]:
         self.sent += [(workflow_id, entry.item) for entry in handed]
+        self.counts += [entry.count for entry in handed]
         return [None] * len(handed)
 
 
@@ -145,6 +148,7 @@ async def test_with_routes_an_owner_keeps_the_count_it_was_first_handed_over_by(
         (item_shard, repeated, 4),
         (shard_workflow_id("bulk-dest", shard_of(owner_id("o", "v", None), 8)), "v", 8),
     ]
+    assert four.counts + eight.counts == [4, 4, 4, 4, 8]
     # A lane's verbs (resume, skip, its detail) and its items' cancels and reports find the
     # shard its route names, where the configured count alone would not.
     assert await eight.lane_holder("o", lane, "bulk-dest") == lane_shard

@@ -73,6 +73,8 @@ class _Handed:
 
     shard: int
     item: OutboxItemInput
+    # The shard count it was routed by (its owner's route's, or the configured one).
+    count: int
 
 
 class Shards(HostedItems):
@@ -139,7 +141,9 @@ class Shards(HostedItems):
                 item = dataclasses.replace(item, shards=count)
             shard = shard_of(owner, count)
             calls.append(
-                self._signals.call(shard_workflow_id(item.destination, shard), _Handed(shard, item))
+                self._signals.call(
+                    shard_workflow_id(item.destination, shard), _Handed(shard, item, count)
+                )
             )
         outcomes = await asyncio.gather(*calls, return_exceptions=True)
         return outcomes_of(outcomes)
@@ -177,7 +181,7 @@ class Shards(HostedItems):
             ),
             id=workflow_id,
             # The count this start's items were routed by (their route's, where it differs).
-            memo={SHARDS_MEMO: held[0].shards or target.shards},
+            memo={SHARDS_MEMO: handed[0].count},
             task_queue=self._task_queue,
             start_signal=ENQUEUE_SIGNAL,
             start_signal_args=[
