@@ -27,7 +27,7 @@ from activities.delivery import HEARTBEAT_TIMEOUT
 from readmodel import store
 from tests.conftest import email_destination, unique_name
 from tests.fakes import deliveries
-from tests.workflows.test_bulk import enqueue_all, until_settled
+from tests.workflows.test_bulk import enqueue_in_one_signal, until_settled
 from tests.workflows.test_effects import SEATS, PingingFlight, eventually, pinging_flight, settled
 from tests.workflows.test_outbox_item import EMAIL
 
@@ -143,7 +143,10 @@ async def test_a_shared_submit_that_never_ran_is_tried_again_after_its_heartbeat
     stack = await stack_factory(
         destination, interceptors=[FirstAttemptNeverRuns(SUBMIT_BATCH_ACTIVITY)]
     )
-    item_ids = await enqueue_all(stack, destination, [unique_name("lost") for _ in range(3)])
+    # Together, in one signal, so that they share one batch whatever the hand-overs' timing.
+    item_ids = await enqueue_in_one_signal(
+        stack, destination, [unique_name("lost") for _ in range(3)]
+    )
 
     await until_settled(stack, item_ids)
 

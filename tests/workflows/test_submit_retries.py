@@ -32,7 +32,7 @@ from activities.delivery import DeliveryActivities, went_through
 from readmodel import store
 from tests.conftest import email_destination, unique_name
 from tests.fakes import deliveries, submits
-from tests.workflows.test_bulk import enqueue_all, until_settled
+from tests.workflows.test_bulk import enqueue_all, enqueue_in_one_signal, until_settled
 from tests.workflows.test_lost_activity_tasks import Execute, FirstRunOf
 from tests.workflows.test_outbox_item import EMAIL
 from workflows.host import _Batcher
@@ -142,7 +142,9 @@ async def test_a_batch_tried_again_by_its_shard_sends_only_what_its_heartbeat_di
     destination = email_destination(fake_provider, mode="bulk", shards=1, submit_batch=5)
     dying = DiesOnceTheFirstIsRecorded()
     stack = await stack_factory(destination, interceptors=[dying])
-    item_ids = await enqueue_all(stack, destination, [unique_name("batch") for _ in range(3)])
+    # Together, in one signal, so that they go in one batch whatever the hand-overs' timing.
+    keys = [unique_name("batch") for _ in range(3)]
+    item_ids = await enqueue_in_one_signal(stack, destination, keys)
 
     await until_settled(stack, item_ids)
 
