@@ -4,6 +4,7 @@ destination's shards have drained) still reaches the shard that holds the item."
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 from datetime import UTC, datetime, timedelta
 
@@ -26,12 +27,14 @@ from durable_outbox_temporal.contract.item import (
 )
 from durable_outbox_temporal.destinations import Destination, DestinationRegistry
 from durable_outbox_temporal.placement import ItemRef
+from durable_outbox_temporal.shards import Routes
 
 from readmodel import store
 from readmodel.routes import ReadModelRoutes
 from readmodel.writer import ProjectionWriter
 from service.reports import DeliveryReportService
 from tests.conftest import email_destination, unique_name, webhook_destination
+from tests.fakes import submits
 from tests.workflows.test_bulk import enqueue_all, sent_bulk_item, until_settled
 from tests.workflows.test_outbox_item import EMAIL
 
@@ -49,11 +52,15 @@ def key_whose_shard_moves(prefix: str) -> str:
             return key
 
 
-def rescaled(stack, destination: Destination) -> OutboxClient:
-    """A client of the same destinations with the destination's `shards` changed."""
+def rescaled(stack, destination: Destination, routes: Routes | None = None) -> OutboxClient:
+    """A client of the same destinations with the destination's `shards` changed (with the read
+    model's `routes`, as a restarted API process has them)."""
     changed = destination.model_copy(update={"shards": CONFIGURED_NOW})
     return OutboxClient(
-        stack.client, DestinationRegistry({destination.name: changed}), stack.task_queue
+        stack.client,
+        DestinationRegistry({destination.name: changed}),
+        stack.task_queue,
+        routes=routes,
     )
 
 
@@ -164,13 +171,7 @@ async def test_a_lanes_items_keep_their_shard_and_order_when_the_count_changes(
     # route through the read model, so every item goes to that shard, and they arrive in order.
     destination = webhook_destination(fake_provider, mode="bulk", shards=ROUTED_BY, submit_rate=50)
     stack = await stack_factory(destination)
-    changed = destination.model_copy(update={"shards": CONFIGURED_NOW})
-    restarted = OutboxClient(
-        stack.client,
-        DestinationRegistry({destination.name: changed}),
-        stack.task_queue,
-        routes=ReadModelRoutes(stack.engine),
-    )
+    restarted = rescaled(stack, destination, routes=ReadModelRoutes(stack.engine))
     ordering_key = lane_key_whose_shard_moves("moving")
     keys = [unique_name(f"in-order-{n}") for n in range(6)]
     # The first item's provider is slow: the others wait behind it, in the lane.
@@ -203,3 +204,51 @@ async def test_a_lanes_items_keep_their_shard_and_order_when_the_count_changes(
     for client in (stack.outbox, restarted):
         place = client.placement(destination.name, ordering_key)
         assert await place.lane_holder("tests", ordering_key, destination.name) == held_by
+
+
+async def test_processes_of_two_counts_keep_each_keys_order_and_send_each_item_once(
+    stack_factory, fake_provider
+) -> None:
+    # Mid rolling restart, API processes of the old and the new count take a producer's awaited
+    # enqueues in turn, and a retried request reaches both at once: each key's items still go
+    # to one shard, in order, and each item to the provider once.
+    destination = webhook_destination(fake_provider, mode="bulk", shards=ROUTED_BY, submit_rate=200)
+    stack = await stack_factory(destination)
+    restarted = rescaled(stack, destination, routes=ReadModelRoutes(stack.engine))
+    clients = [stack.outbox, restarted]
+    lanes = [lane_key_whose_shard_moves("rolling") for _ in range(6)]
+    repeated = [key_whose_shard_moves("repeated") for _ in range(6)]
+
+    async def producer(index: int, ordering_key: str) -> None:
+        for n in range(4):
+            await clients[(index + n) % 2].enqueue(
+                "tests",
+                destination.name,
+                {"key": ordering_key, "n": n},
+                key=f"{ordering_key}-{n}",
+                ordering_key=ordering_key,
+            )
+
+    async def retried(key: str) -> None:
+        payload = {"key": key, "n": 0}
+        await asyncio.gather(
+            *(client.enqueue("tests", destination.name, payload, key=key) for client in clients)
+        )
+
+    await asyncio.gather(
+        *(producer(index, key) for index, key in enumerate(lanes)),
+        *(retried(key) for key in repeated),
+    )
+    item_ids = [
+        item_workflow_id("tests", key)
+        for key in [f"{lane}-{n}" for lane in lanes for n in range(4)] + repeated
+    ]
+    await until_settled(stack, item_ids)
+
+    for item_id in item_ids:
+        assert await submits(fake_provider, item_id) == 1, item_id
+    arrivals = [
+        entry["payload"] for entry in await fake_provider.admin.deliveries(destination.name)
+    ]
+    for lane in lanes:
+        assert [payload["n"] for payload in arrivals if payload["key"] == lane] == [0, 1, 2, 3]
