@@ -90,7 +90,7 @@ async def refuse_a_changed_shard_count(
     recorded is refused: a lane with no route would have its new items routed by the new count,
     to another shard than its waiting ones, and an item from before items recorded their count
     its cancels and reports (`shards.shard_count_conflicts`). Every other owner keeps the count
-    its route or its row names, so a change is otherwise taken. Where the running shards agree
+    its route or its row names, so a change is otherwise taken. Where shards run and all agree
     with the configured count, the lanes they hold without a route (handed over by a release
     before routes) are given it now, so that a later change is taken. Visibility unavailable
     (it can be down while the rest of Temporal works) does not keep the worker from starting:
@@ -105,13 +105,18 @@ async def refuse_a_changed_shard_count(
         for destination in registry:
             if not destination.is_bulk:
                 continue
-            if count_changed(destination, await running_shards(client, destination.name)):
+            running = await running_shards(client, destination.name)
+            if count_changed(destination, running):
                 log.info(
                     "destination %r: shards = %s now; owners keep the count their route names,"
                     " new ones take this one",
                     destination.name,
                     destination.shards,
                 )
+                continue
+            if not running:
+                # Nothing is held, or visibility does not show the shards yet (a moment after
+                # their start): which count held lanes went by is not known, so none is given.
                 continue
             given = await asyncio.to_thread(
                 routes.route_held_lanes, read_model, destination.name, destination.shards

@@ -88,6 +88,10 @@ async def test_a_changed_count_waits_for_held_lanes_to_have_their_routes(
     one = email_destination(fake_provider, mode="bulk", shards=1)
     two = email_destination(fake_provider, name=one.name, mode="bulk", shards=2)
     lane_id = lane(engine, "k", LaneStatus.RUNNING, destination=one.name, now=datetime.now(UTC))
+    # No shard shows in visibility yet: which count the lane went by is not known, so a worker
+    # of either count gives it none.
+    await refuse_a_changed_shard_count(dev_env.client, DestinationRegistry({two.name: two}), engine)
+    assert routes.find(engine, one.name, lane_id) is None
     handle = await dev_env.client.start_workflow(
         SHARD_WORKFLOW_TYPE,
         ShardInput(destination=one.name, shard=0),
