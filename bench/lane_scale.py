@@ -231,8 +231,10 @@ def findings_problems(findings: Findings, expected: int) -> list[str]:
 class Ends:
     """Each item's end, as the read model shows it; `at` is when the last one was seen."""
 
-    def __init__(self, engine: Engine, expected: int, progress: Progress) -> None:
-        self.engine, self.expected, self.progress = engine, expected, progress
+    def __init__(
+        self, engine: Engine, expected: int, progress: Progress, outbox: str = OUTBOX
+    ) -> None:
+        self.engine, self.expected, self.progress, self.outbox = engine, expected, progress, outbox
         self.final: dict[str, str] = {}
         self.at = time.monotonic()
 
@@ -240,12 +242,12 @@ class Ends:
         with self.engine.connect() as connection:
             rows = connection.execute(
                 select(ITEMS.c.key, ITEMS.c.status).where(
-                    ITEMS.c.outbox == OUTBOX, ITEMS.c.status.in_(FINAL_STATUSES)
+                    ITEMS.c.outbox == self.outbox, ITEMS.c.status.in_(FINAL_STATUSES)
                 )
             )
             return [(str(key), str(status)) for key, status in rows]
 
-    async def wait(self, appending: asyncio.Task[Any]) -> dict[str, str]:
+    async def wait(self, appending: asyncio.Future[Any]) -> dict[str, str]:
         """Until every item has ended, the appends failed, or none ended for STALL_S."""
         while len(self.final) < self.expected:
             for key, status in await asyncio.to_thread(self._read):

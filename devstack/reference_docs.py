@@ -193,7 +193,8 @@ BENCH_VARIABLES = (
         "READMODEL_POSTGRES_URL",
         "`postgresql+psycopg://postgres@127.0.0.1:5432/test`",
         "the PostgreSQL `bench.flow_ledger` and the read model's tests run on, and where"
-        " `make bench` creates and drops the DBOS baseline's scratch system databases",
+        " `make bench` creates and drops the DBOS baseline's scratch system databases (and"
+        " `bench.reshard` its read model's with `RESHARD_READ_MODEL=postgres`)",
     ),
     Variable("CHAOS_ITEMS", "`1000` (`200` with `QUICK=1`)", "`make chaos`: items to deliver"),
     Variable(
@@ -218,6 +219,25 @@ BENCH_VARIABLES = (
         "LANE_SEED",
         "random (printed)",
         "`bench.lane_scale`: the fake's fault draws and the worker kills' random seed",
+    ),
+    Variable(
+        "RESHARD_PRODUCERS",
+        "`12` (`6` with `QUICK=1`)",
+        "`bench.reshard`: producers, each sending lanes one after another, each enqueue awaited",
+    ),
+    Variable("RESHARD_LANE_ITEMS", "`20`", "`bench.reshard`: items in each lane"),
+    Variable(
+        "RESHARD_STEP_ENQUEUES",
+        "`300` (`100` with `QUICK=1`)",
+        "`bench.reshard`: items enqueued before each step of the rollout",
+    ),
+    Variable("RESHARD_STALL_S", "`120`", "`bench.reshard`: fail when no item ends for this long"),
+    Variable("RESHARD_SEED", "random (printed)", "`bench.reshard`: the fake's fault draws"),
+    Variable(
+        "RESHARD_READ_MODEL",
+        "`sqlite`",
+        "`bench.reshard`: `sqlite` (a file of the run's) or `postgres` (a scratch database on"
+        " `READMODEL_POSTGRES_URL`'s server, dropped afterwards)",
     ),
     Variable("LOST_TASKS_ITEMS", "`500`", "`bench.lost_tasks`: items enqueued together each round"),
     Variable(
