@@ -137,7 +137,7 @@ class RetentionActivities:
 
     @activity.defn(name=PRUNE_LANES_PAGE_ACTIVITY)
     async def prune_lanes_page(self, request: PruneLanesRequest) -> PrunePageResult:
-        """One page of idle lanes' rows."""
+        """One page of idle lanes' rows (the last also takes routes left with no owner's row)."""
         return await asyncio.to_thread(
             prune_idle_lanes, self.engine, request.idle_before, request.limit, request.after
         )

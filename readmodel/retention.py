@@ -11,7 +11,9 @@ items by what is not pruned yet, so a page retried, or a run stopped and started
 where it was (docs/decisions/retention-pages.md).
 
 Ordering lanes' rows (`outbox_lanes`) go too, once a lane has been idle longer than the longest
-item retention (`prune_idle_lanes`): every ordering key ever used left one, for good.
+item retention (`prune_idle_lanes`): every ordering key ever used left one, for good. Bulk
+routes go with their owner's row, and the run's last page of lanes takes those left without one
+past the same cutoff (a hand-over that failed after its claim).
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from sqlalchemy import (
     Select,
     and_,
     delete,
+    exists,
     literal,
     select,
     tuple_,
@@ -150,6 +153,9 @@ def prune_idle_lanes(
     )
     with engine.begin() as connection:
         page = _locked(connection, query)
+        if len(page) < limit:
+            # The run's last page of lanes: routes left with nothing they route go too.
+            _prune_orphan_routes(connection, idle_before, limit)
         if not page:
             return PrunePageResult(pruned=0, more=False, last=after)
         lanes = [r.id for r in page]
@@ -164,6 +170,33 @@ def prune_idle_lanes(
         )
         gone = connection.execute(delete(LANES).where(LANES.c.id.in_(lanes), *idle))
     return _page(page, limit, pruned=gone.rowcount)
+
+
+def _prune_orphan_routes(connection: Connection, claimed_before: datetime, limit: int) -> int:
+    """Delete up to `limit` bulk routes claimed before `claimed_before` whose owner has no row,
+    neither an item's nor a lane's; how many. A route outlives its owner's row when the
+    hand-over that claimed it failed and was never sent again (no item or lane came of it), or
+    when its idle lane's row went while a hand-over had claimed it lately (that hand-over then
+    failed). An owner a shard holds has its row within moments (the API's `queued` row, the
+    shard's projections), so one past the cutoff with none holds nothing; and a claim that
+    comes meanwhile moves `claimed_at` past it, which the delete checks again (a claim's new
+    row version, on PostgreSQL)."""
+    orphans = (
+        select(BULK_ROUTES.c.destination, BULK_ROUTES.c.owner)
+        .where(
+            BULK_ROUTES.c.claimed_at < claimed_before,
+            ~exists().where(ITEMS.c.id == BULK_ROUTES.c.owner),
+            ~exists().where(LANES.c.id == BULK_ROUTES.c.owner),
+        )
+        .limit(limit)
+    )
+    gone = connection.execute(
+        delete(BULK_ROUTES).where(
+            tuple_(BULK_ROUTES.c.destination, BULK_ROUTES.c.owner).in_(orphans),
+            BULK_ROUTES.c.claimed_at < claimed_before,
+        )
+    )
+    return gone.rowcount
 
 
 def _selected(

@@ -138,6 +138,44 @@ def test_an_idle_lanes_route_goes_with_its_row_unless_claimed_since_the_cutoff(
     assert routes.find(engine, "d", busy) == 4
 
 
+def test_routes_left_without_an_owner_go_on_the_last_page_of_lanes(engine: Engine) -> None:
+    # A hand-over that failed after its claim and was never sent again: an item that never had
+    # a row, a lane that never had one, and a lane whose idle row went while a hand-over had
+    # claimed it (that hand-over failed too).
+    never_item, never_lane = "outbox/o/never", "lane/o/never"
+    kept_lane = lane(engine, "kept", LaneStatus.IDLE, updated_days_ago=5)
+    routes.claim(engine, "d", [never_item, never_lane, kept_lane], 4, now=NOW - 5 * DAY)
+    routes.claim(engine, "d", [kept_lane], 4, now=NOW - 3 * DAY)
+    # Owners that have rows, and a route claimed since the cutoff (a hand-over on its way).
+    item(engine, "held", ItemStatus.QUEUED, ended_days_ago=None)
+    busy = lane(engine, "busy", LaneStatus.RUNNING, updated_days_ago=5)
+    routes.claim(engine, "d", ["outbox/o/held", busy], 4, now=NOW - 5 * DAY)
+    routes.claim(engine, "d", ["outbox/o/recent"], 4, now=NOW - timedelta(hours=1))
+
+    # The lane's row goes, its route stays: it was claimed since the first cutoff.
+    assert prune_idle_lanes(engine, NOW - 4 * DAY, limit=10).pruned == 1
+    assert routes.find(engine, "d", kept_lane) == 4
+    assert routes.find(engine, "d", never_item) is None
+    assert routes.find(engine, "d", never_lane) is None
+    # A later run, past that claim: the route with no lane row goes now.
+    assert prune_idle_lanes(engine, NOW - 2 * DAY, limit=10).pruned == 0
+    assert routes.find(engine, "d", kept_lane) is None
+    for owner in ("outbox/o/held", busy, "outbox/o/recent"):
+        assert routes.find(engine, "d", owner) == 4
+
+
+def test_orphan_routes_wait_for_the_runs_last_page_of_lanes(engine: Engine) -> None:
+    for n in range(3):
+        lane(engine, f"idle{n}", LaneStatus.IDLE, updated_days_ago=5)
+    routes.claim(engine, "d", ["outbox/o/never"], 4, now=NOW - 5 * DAY)
+    first = prune_idle_lanes(engine, NOW - 2 * DAY, limit=2)
+    assert (first.pruned, first.more) == (2, True)
+    assert routes.find(engine, "d", "outbox/o/never") == 4
+    last = prune_idle_lanes(engine, NOW - 2 * DAY, limit=2, after=first.last)
+    assert (last.pruned, last.more) == (1, False)
+    assert routes.find(engine, "d", "outbox/o/never") is None
+
+
 def test_an_unordered_items_route_goes_with_its_row(engine: Engine) -> None:
     # Until then a repeat of the item's hand-over finds its shard by the route; after, the key's
     # memory answers the repeat before anything is handed over.
