@@ -65,8 +65,8 @@ bench: install
 # any loss, duplicate or early retry.
 # Then 10,000 items in one ordering lane (1,000 with QUICK=1), in item mode and then in bulk mode,
 # with three worker SIGKILLs each: none lost, duplicated or reordered.
-# Then a bulk destination's shards changed from 2 to 4 in a rolling restart (two API processes,
-# workers SIGKILLed): each lane in order, each item once.
+# Then a bulk destination's shards changed from 2 to 4, and from 4 to 2, in a rolling restart
+# (two API processes, workers SIGKILLed): each lane in order, each item once.
 # Then 100,000 commands to one aggregate (10,000): none lost, refused or applied twice.
 # Then an upgrade from the previous release with work in flight: everything finishes, none lost,
 # doubled or reordered, no non-determinism (docs/how-to/upgrade.md#the-upgrade-test).
@@ -77,6 +77,7 @@ chaos: install
 	QUICK=$(QUICK) LANE_MODE=item $(BIN)/python -m bench.lane_scale
 	QUICK=$(QUICK) LANE_MODE=bulk $(BIN)/python -m bench.lane_scale
 	QUICK=$(QUICK) $(BIN)/python -m bench.reshard
+	QUICK=$(QUICK) RESHARD_FROM=4 RESHARD_TO=2 $(BIN)/python -m bench.reshard
 	QUICK=$(QUICK) $(BIN)/python -m bench.aggregate_scale
 	QUICK=$(QUICK) $(BIN)/python -m bench.bounded_load
 	$(BIN)/python -m bench.upgrade

@@ -3,8 +3,9 @@ changed in a rolling restart, under load, with workers SIGKILLed.
 
 A stack of its own: a dev server on a SQLite file, the fake provider in this process (1% of
 submits answered 503), and the release's worker and API in two generations that differ only in
-the destination's `shards` (`DEST_RESHARD_WEBHOOK_SHARDS`): the old generation at 2, the new at
-4, two API processes on the one read model while both run. RESHARD_PRODUCERS producers each send
+the destination's `shards` (`DEST_RESHARD_WEBHOOK_SHARDS`): the old generation at RESHARD_FROM
+(2), the new at RESHARD_TO (4; `make chaos` also runs 4 to 2), two API processes on the one read
+model while both run. RESHARD_PRODUCERS producers each send
 ordering lanes of RESHARD_LANE_ITEMS items, one lane after another, each enqueue awaited before
 the next, to the APIs that are up in turn; a request that fails (a refused connection, a 5xx) is
 sent again to another API with the same idempotency key, as a client behind a load balancer
@@ -20,11 +21,13 @@ After one more step's worth of enqueues each producer finishes its lane and stop
 fake: every item arrived exactly once, each lane's items in the order they were sent, and no item
 was submitted again after a later item of its lane had arrived unless a worker was killed in
 between (`bench.lane_scale`'s judge); in the read model every item ended `sent`. The run must
-also have tested the change: lanes routed by each count, and a shard past the old count
-delivering. Prints its report, writes `.bench/reshard.json`, and exits 1 on any problem.
+also have tested the change: owners routed by each count, and a lane whose items both
+generations' APIs accepted where the two counts place it on different shards. Prints its report,
+writes `.bench/reshard-{from}-{to}.json`, and exits 1 on any problem.
 
-Environment: RESHARD_PRODUCERS, RESHARD_LANE_ITEMS, RESHARD_STEP_ENQUEUES, RESHARD_STALL_S (the
-run fails if no item ends for this long), RESHARD_SEED (the fake's fault draws; printed),
+Environment: RESHARD_FROM, RESHARD_TO, RESHARD_PRODUCERS, RESHARD_LANE_ITEMS,
+RESHARD_STEP_ENQUEUES, RESHARD_STALL_S (the run fails if no item ends for this long),
+RESHARD_SEED (the fake's fault draws; printed),
 RESHARD_READ_MODEL (`sqlite`, the default, or `postgres`: a scratch database on the machine's
 PostgreSQL, where routes are claimed by concurrent transactions of both API processes and the
 workers).
@@ -43,16 +46,20 @@ import sys
 import threading
 import time
 import uuid
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
 import psycopg
-from durable_outbox_temporal.contract.bulk import shard_workflow_id
-from durable_outbox_temporal.contract.ids import item_workflow_id, provider_idempotency_key
-from sqlalchemy import Engine, func, make_url, select
+from durable_outbox_temporal.contract.bulk import MAX_SHARDS, shard_of, shard_workflow_id
+from durable_outbox_temporal.contract.ids import (
+    item_workflow_id,
+    lane_workflow_id,
+    provider_idempotency_key,
+)
+from sqlalchemy import Engine, make_url, select
 from temporalio.client import Client
 from temporalio.service import RPCError, RPCStatusCode
 
@@ -85,7 +92,9 @@ POSTGRES_URL = os.environ.get(
     "READMODEL_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test"
 )
 SEED = int(os.environ.get("RESHARD_SEED") or random.randrange(1_000_000))
-OLD_SHARDS, NEW_SHARDS = 2, 4
+# The count the old generation runs with and the new one's (lower, for a run that lowers it).
+OLD_SHARDS = int(os.environ.get("RESHARD_FROM") or 2)
+NEW_SHARDS = int(os.environ.get("RESHARD_TO") or 4)
 ERROR_RATE = 0.01
 # Each producer rests this long after each confirmed enqueue, so the enqueues span the rollout
 # (whose steps wait for processes to start) on a slow machine without a backlog of minutes.
@@ -100,7 +109,7 @@ OUTBOX = "reshard"
 DESTINATION = "reshard-webhook"
 SHARDS_VARIABLE = "DEST_RESHARD_WEBHOOK_SHARDS"
 DATA_DIR = PROJECT_ROOT / ".bench" / "reshard"
-RESULT = PROJECT_ROOT / ".bench" / "reshard.json"
+RESULT = PROJECT_ROOT / ".bench" / f"reshard-{OLD_SHARDS}-{NEW_SHARDS}.json"
 # Clear of `make dev`, `make bench`, `bench.chaos` and `bench.lane_scale`.
 TEMPORAL_PORT, UI_PORT, OLD_API_PORT, NEW_API_PORT = "7273", "8273", "8040", "8041"
 
@@ -151,6 +160,8 @@ class Fleet:
     unordered: int = 0
     retried_requests: int = 0
     answered_by: dict[str, int] = field(default_factory=lambda: defaultdict(int))
+    # The APIs that accepted each lane's items.
+    lane_apis: dict[str, set[str]] = field(default_factory=lambda: defaultdict(set))
     problems: list[str] = field(default_factory=list)
 
     def confirmed(self) -> None:
@@ -176,9 +187,9 @@ class GaveUp(Exception):
 
 async def send_once(
     http: httpx.AsyncClient, fleet: Fleet, key: str, body: dict[str, Any], first: int
-) -> bool:
+) -> str | None:
     """POST one item under idempotency key `key` to the APIs up, starting at index `first` and
-    going round on a failure; True once one accepted it."""
+    going round on a failure; the API that accepted it, None if none did."""
     for attempt in range(REQUEST_ATTEMPTS):
         apis = list(fleet.apis)
         api = apis[(first + attempt) % len(apis)]
@@ -190,14 +201,14 @@ async def send_once(
             response = None
         if response is not None and response.status_code in (200, 202):
             fleet.answered_by[api] += 1
-            return True
+            return api
         if response is not None and response.status_code < 500 and response.status_code != 429:
             fleet.gave_up(f"{key}: HTTP {response.status_code} {response.text[:200]}")
-            return False
+            return None
         fleet.retried_requests += 1
         await asyncio.sleep(RETRY_PAUSE_S)
     fleet.gave_up(f"{key}: refused {REQUEST_ATTEMPTS} times")
-    return False
+    return None
 
 
 async def produce(
@@ -216,8 +227,10 @@ async def produce(
                 "ordering_key": lane,
             }
             # Each item starts at the next API: a lane's items reach both generations.
-            if not await send_once(http, fleet, key, body, first=i):
+            api = await send_once(http, fleet, key, body, first=i)
+            if api is None:
                 return
+            fleet.lane_apis[lane].add(api)
             fleet.confirmed()
             await asyncio.sleep(PRODUCER_PAUSE_S)
         lane_number += 1
@@ -334,21 +347,34 @@ async def roll_out(
     await fleet.enqueued_at_least(fleet.enqueued + STEP_ENQUEUES)
 
 
-def routes_by_count(engine: Engine) -> dict[int, int]:
-    """Owners of the destination by the count they are routed by."""
+def routes_of(engine: Engine) -> dict[str, int]:
+    """Each owner of the destination's count, by its route."""
     with engine.connect() as connection:
         rows = connection.execute(
-            select(BULK_ROUTES.c.shards, func.count())
-            .where(BULK_ROUTES.c.destination == DESTINATION)
-            .group_by(BULK_ROUTES.c.shards)
+            select(BULK_ROUTES.c.owner, BULK_ROUTES.c.shards).where(
+                BULK_ROUTES.c.destination == DESTINATION
+            )
         )
-        return {int(shards): int(count) for shards, count in rows}
+        return {str(owner): int(shards) for owner, shards in rows}
+
+
+def lanes_across_counts(routes: dict[str, int], lane_apis: dict[str, set[str]]) -> int:
+    """Lanes whose items both generations' APIs accepted and which the two counts place on
+    different shards: where a sender going by its own count would have split the lane."""
+    across = 0
+    for lane, apis in lane_apis.items():
+        owner = lane_workflow_id(OUTBOX, lane)
+        if len(apis) < 2 or owner not in routes:
+            continue
+        if shard_of(owner, OLD_SHARDS) != shard_of(owner, NEW_SHARDS):
+            across += 1
+    return across
 
 
 async def shards_started(client: Client) -> list[int]:
     """The destination's shards that have a workflow."""
     started = []
-    for n in range(NEW_SHARDS):
+    for n in range(max(OLD_SHARDS, NEW_SHARDS)):
         try:
             await client.get_workflow_handle(shard_workflow_id(DESTINATION, n)).describe()
         except RPCError as err:
@@ -446,16 +472,19 @@ def unordered_resubmits(count: int, answers: SubmitAnswers, kills: Sequence[floa
     return resubmitted
 
 
-def coverage_problems(routes: dict[int, int], shards: Sequence[int]) -> list[str]:
-    """A run that never routed by both counts, or never used a shard past the old count, tested
-    nothing of the change."""
+def coverage_problems(routes_by_count: dict[int, int], across: int) -> list[str]:
+    """A run that never routed owners by both counts, or sent no lane through both generations
+    where their counts disagree on its shard, tested nothing of the change."""
     problems = [
         f"no owner was routed by shards = {count}"
         for count in (OLD_SHARDS, NEW_SHARDS)
-        if not routes.get(count)
+        if not routes_by_count.get(count)
     ]
-    if not any(n >= OLD_SHARDS for n in shards):
-        problems.append(f"no shard past the old count ({OLD_SHARDS}) was started")
+    if not across:
+        problems.append(
+            "no lane had items accepted by both generations' APIs where their counts place it "
+            "on different shards"
+        )
     return problems
 
 
@@ -508,12 +537,14 @@ async def rolling_restart(
     finally:
         reporter.cancel()
     elapsed = time.monotonic() - began
-    routes = routes_by_count(engine)
+    routes = routes_of(engine)
     engine.dispose()
+    by_count = dict(Counter(routes.values()))
+    across = lanes_across_counts(routes, fleet.lane_apis)
     client = await Client.connect(env["TEMPORAL_ADDRESS"])
     shards = await shards_started(client)
     figures, problems = judge(sent, state.delivery_log, answers, kills)
-    problems = [*fleet.problems, *problems, *coverage_problems(routes, shards)]
+    problems = [*fleet.problems, *problems, *coverage_problems(by_count, across)]
     not_sent = sorted(key for key in keys if final.get(key) != "sent")
     if not_sent:
         problems.append(
@@ -530,7 +561,10 @@ async def rolling_restart(
         **figures,
         "retried_requests": fleet.retried_requests,
         "answered_by": dict(fleet.answered_by),
-        "routes_by_shards": {str(count): owners for count, owners in sorted(routes.items())},
+        "from_shards": OLD_SHARDS,
+        "to_shards": NEW_SHARDS,
+        "routes_by_shards": {str(count): owners for count, owners in sorted(by_count.items())},
+        "lanes_across_counts": across,
         "shards_started": shards,
         "steps": [dataclasses.asdict(step) for step in steps],
         "worker_kills": len(kills),
@@ -617,6 +651,15 @@ async def run_on(database_url: str) -> tuple[dict[str, Any], list[str]]:
 
 
 def main() -> int:
+    if not (1 <= OLD_SHARDS <= MAX_SHARDS and 1 <= NEW_SHARDS <= MAX_SHARDS) or (
+        OLD_SHARDS == NEW_SHARDS
+    ):
+        print(
+            f"reshard: RESHARD_FROM and RESHARD_TO must be two different counts from 1 to "
+            f"{MAX_SHARDS}, not {OLD_SHARDS} and {NEW_SHARDS}",
+            file=sys.stderr,
+        )
+        return 2
     if READ_MODEL not in READ_MODELS:
         print(
             f"reshard: RESHARD_READ_MODEL must be one of {', '.join(READ_MODELS)}, not "

@@ -221,6 +221,13 @@ BENCH_VARIABLES = (
         "`bench.lane_scale`: the fake's fault draws and the worker kills' random seed",
     ),
     Variable(
+        "RESHARD_FROM",
+        "`2`",
+        "`bench.reshard`: the bulk destination's `shards` in the old generation (the worker and"
+        " API the rollout replaces)",
+    ),
+    Variable("RESHARD_TO", "`4`", "`bench.reshard`: its `shards` in the new generation"),
+    Variable(
         "RESHARD_PRODUCERS",
         "`12` (`6` with `QUICK=1`)",
         "`bench.reshard`: producers, each sending lanes one after another, each enqueue awaited",

@@ -6,7 +6,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from durable_outbox_temporal.contract.ids import item_workflow_id, provider_idempotency_key
+from durable_outbox_temporal.contract.bulk import shard_of
+from durable_outbox_temporal.contract.ids import (
+    item_workflow_id,
+    lane_workflow_id,
+    provider_idempotency_key,
+)
 from starlette.types import Receive, Scope, Send
 
 from bench.chaos import SubmitAnswers
@@ -22,6 +27,7 @@ from bench.reshard import (
     coverage_problems,
     destinations_toml,
     judge,
+    lanes_across_counts,
     ordered_item_key,
     unordered_item_key,
 )
@@ -105,13 +111,38 @@ def test_an_unordered_item_accepted_twice_with_no_kill_between_is_a_problem() ->
 
 
 def test_a_run_that_never_used_both_counts_tested_nothing() -> None:
-    assert coverage_problems({OLD_SHARDS: 5, NEW_SHARDS: 3}, [0, 1, 3]) == []
-    assert coverage_problems({OLD_SHARDS: 5}, [0, 1, 3]) == [
+    assert coverage_problems({OLD_SHARDS: 5, NEW_SHARDS: 3}, across=1) == []
+    assert coverage_problems({OLD_SHARDS: 5}, across=1) == [
         f"no owner was routed by shards = {NEW_SHARDS}"
     ]
-    assert coverage_problems({OLD_SHARDS: 5, NEW_SHARDS: 3}, [0, 1]) == [
-        f"no shard past the old count ({OLD_SHARDS}) was started"
+    assert coverage_problems({OLD_SHARDS: 5, NEW_SHARDS: 3}, across=0) == [
+        "no lane had items accepted by both generations' APIs where their counts place it on "
+        "different shards"
     ]
+
+
+def test_a_lane_crosses_counts_only_through_both_apis_where_the_counts_disagree() -> None:
+    def owner(lane: str) -> str:
+        return lane_workflow_id(OUTBOX, lane)
+
+    lanes = [f"p0-l{n}" for n in range(40)]
+    split = next(
+        lane
+        for lane in lanes
+        if shard_of(owner(lane), OLD_SHARDS) != shard_of(owner(lane), NEW_SHARDS)
+    )
+    same = next(
+        lane
+        for lane in lanes
+        if shard_of(owner(lane), OLD_SHARDS) == shard_of(owner(lane), NEW_SHARDS)
+    )
+    both, one = {"http://a", "http://b"}, {"http://a"}
+    routes = {owner(split): OLD_SHARDS, owner(same): OLD_SHARDS}
+    assert lanes_across_counts(routes, {split: both}) == 1
+    # Through one API only, or where both counts agree on its shard: nothing crossed.
+    assert lanes_across_counts(routes, {split: one, same: both}) == 0
+    # A lane with no route (never handed over through the read model) is not counted.
+    assert lanes_across_counts({}, {split: both}) == 0
 
 
 def test_each_generations_environment_gives_its_count(tmp_path: Path) -> None:
