@@ -178,9 +178,12 @@ def _prune_orphan_routes(connection: Connection, claimed_before: datetime, limit
     hand-over that claimed it failed and was never sent again (no item or lane came of it), or
     when its idle lane's row went while a hand-over had claimed it lately (that hand-over then
     failed). An owner a shard holds has its row within moments (the API's `queued` row, the
-    shard's projections), so one past the cutoff with none holds nothing; and a claim that
-    comes meanwhile moves `claimed_at` past it, which the delete checks again (a claim's new
-    row version, on PostgreSQL)."""
+    shard's lane projections), so one past the cutoff with none holds nothing, with one
+    exception: an unordered item whose `queued` row failed to write is left to its first
+    submit to write, which an item due later than the cutoff makes later; a repeat of its
+    hand-over after the cutoff then goes by the sender's count. A claim that comes meanwhile
+    moves `claimed_at` past the cutoff, which the delete checks again (a claim's new row
+    version, on PostgreSQL)."""
     orphans = (
         select(BULK_ROUTES.c.destination, BULK_ROUTES.c.owner)
         .where(
