@@ -3,6 +3,7 @@ dev stack end-to-end tests and the README tour's test start it."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
@@ -100,8 +101,20 @@ class DevStack:
         return code
 
     def stop(self) -> int | None:
-        """SIGTERM the stack if it still runs (as Ctrl-C would) and wait; its exit code."""
+        """SIGTERM the stack if it still runs (as Ctrl-C would) and wait; its exit code. A
+        stack that does not stop in time is SIGKILLed, its processes first (each runs in a
+        session of its own, so killing dev.py alone would leave them running), and the
+        timeout raised: a test that failed on a loaded machine once left its whole stack
+        running for good, holding its ports."""
         if self.process is None or self.process.poll() is not None:
             return None
         self.process.send_signal(signal.SIGTERM)
-        return self.wait()
+        try:
+            return self.wait()
+        except subprocess.TimeoutExpired:
+            for pid in self.children().values():
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+            self.process.kill()
+            self.wait()
+            raise
