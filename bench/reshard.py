@@ -45,21 +45,19 @@ import signal
 import sys
 import threading
 import time
-import uuid
 from collections import Counter, defaultdict
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
-import psycopg
 from durable_outbox_temporal.contract.bulk import MAX_SHARDS, shard_of, shard_workflow_id
 from durable_outbox_temporal.contract.ids import (
     item_workflow_id,
     lane_workflow_id,
     provider_idempotency_key,
 )
-from sqlalchemy import Engine, make_url, select
+from sqlalchemy import Engine, select
 from temporalio.client import Client
 from temporalio.service import RPCError, RPCStatusCode
 
@@ -67,6 +65,7 @@ from bench.chaos import LOG_DIR, Progress, SubmitAnswers, report_progress, start
 from bench.chaos_analysis import SubmitAnswer
 from bench.lane_scale import Ends, findings_problems, judge_arrivals
 from bench.run import machine
+from bench.upgrade import fresh_database
 from bench.verdict import verdict
 from configuration.settings import PROJECT_ROOT
 from devstack.dev import Child, StartupError, build_children, stop
@@ -578,21 +577,13 @@ async def rolling_restart(
 @contextlib.contextmanager
 def read_model_database() -> Iterator[str]:
     """The run's read model: a SQLite file under the run's directory, or with
-    RESHARD_READ_MODEL=postgres a scratch database on the machine's PostgreSQL (the base URL
-    `READMODEL_POSTGRES_URL`, as the read model's tests take it), dropped afterwards."""
+    RESHARD_READ_MODEL=postgres a scratch database on the machine's PostgreSQL (the server
+    `READMODEL_POSTGRES_URL` names, as the read model's tests take it), dropped afterwards."""
     if READ_MODEL == "sqlite":
         yield f"sqlite:///{DATA_DIR / 'readmodel.db'}"
         return
-    base = make_url(POSTGRES_URL)
-    database = f"reshard_{uuid.uuid4().hex[:8]}"
-    admin = base.set(drivername="postgresql").render_as_string(hide_password=False)
-    with psycopg.connect(admin, autocommit=True) as connection:
-        connection.execute(f'CREATE DATABASE "{database}"')
-    try:
-        yield base.set(database=database).render_as_string(hide_password=False)
-    finally:
-        with psycopg.connect(admin, autocommit=True) as connection:
-            connection.execute(f'DROP DATABASE IF EXISTS "{database}" WITH (FORCE)')
+    with fresh_database(POSTGRES_URL, "reshard") as database_url:
+        yield database_url
 
 
 async def run() -> tuple[dict[str, Any], list[str]]:

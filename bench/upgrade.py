@@ -246,14 +246,15 @@ def old_python(tree: Path, work: Path) -> str:
 
 
 @contextlib.contextmanager
-def fresh_database() -> Iterator[str]:
-    """A database of its own on the PostgreSQL server, dropped afterwards; yields its URL."""
-    admin = create_engine(normalise_url(POSTGRES_URL), isolation_level="AUTOCOMMIT")
-    name = f"upgrade_{uuid.uuid4().hex[:12]}"
+def fresh_database(server_url: str = POSTGRES_URL, prefix: str = "upgrade") -> Iterator[str]:
+    """A database of its own on the PostgreSQL server at `server_url`, dropped afterwards;
+    yields its URL."""
+    admin = create_engine(normalise_url(server_url), isolation_level="AUTOCOMMIT")
+    name = f"{prefix}_{uuid.uuid4().hex[:12]}"
     with admin.connect() as connection:
         connection.execute(text(f'CREATE DATABASE "{name}"'))
     try:
-        url = make_url(normalise_url(POSTGRES_URL)).set(database=name)
+        url = make_url(normalise_url(server_url)).set(database=name)
         yield url.render_as_string(hide_password=False)
     finally:
         with admin.connect() as connection:

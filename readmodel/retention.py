@@ -172,9 +172,9 @@ def prune_idle_lanes(
     return _page(page, limit, pruned=gone.rowcount)
 
 
-def _prune_orphan_routes(connection: Connection, claimed_before: datetime, limit: int) -> int:
+def _prune_orphan_routes(connection: Connection, claimed_before: datetime, limit: int) -> None:
     """Delete up to `limit` bulk routes claimed before `claimed_before` whose owner has no row,
-    neither an item's nor a lane's; how many. A route outlives its owner's row when the
+    neither an item's nor a lane's. A route outlives its owner's row when the
     hand-over that claimed it failed and was never sent again (no item or lane came of it), or
     when its idle lane's row went while a hand-over had claimed it lately (that hand-over then
     failed). An owner a shard holds has its row within moments (the API's `queued` row, the
@@ -193,13 +193,12 @@ def _prune_orphan_routes(connection: Connection, claimed_before: datetime, limit
         )
         .limit(limit)
     )
-    gone = connection.execute(
+    connection.execute(
         delete(BULK_ROUTES).where(
             tuple_(BULK_ROUTES.c.destination, BULK_ROUTES.c.owner).in_(orphans),
             BULK_ROUTES.c.claimed_at < claimed_before,
         )
     )
-    return gone.rowcount
 
 
 def _selected(
