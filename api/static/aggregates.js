@@ -1,6 +1,6 @@
 "use strict";
 const $ = (id) => document.getElementById(id);
-const page = { types: [], type: null, id: null, socket: null, effectsTimer: null };
+const page = { types: [], type: null, id: null, socket: null, effectsTimer: null, effectsShown: null };
 const tokenInput = $("token");
 // The tab's session only: a token in localStorage would outlive it and be readable by any page
 // script of this origin for good. An older page's stored copy is dropped.
@@ -97,6 +97,19 @@ async function showEffects() {
   try { effects = await api(`${base()}/effects`); } catch (error) { $("effects-summary").textContent = error.message; return; }
   const count = (status) => effects.filter((e) => e.status === status).length;
   $("effects-summary").textContent = `${count("pending")} pending · ${count("done")} done · ${count("failed")} failed`;
+  // Rows are built again only when the ledger changed: every live event and every second of a
+  // pending effect asks for it, and a link or a Retry button replaced under the pointer loses
+  // the click that was landing on it.
+  const shown = JSON.stringify([page.type, page.id, effects]);
+  if (shown !== page.effectsShown) {
+    page.effectsShown = shown;
+    renderEffects(effects);
+  }
+  // Executions finish without an event: look again while any is under way.
+  if (count("pending")) page.effectsTimer = setTimeout(showEffects, 1000);
+}
+
+function renderEffects(effects) {
   $("effects").replaceChildren(...effects.map((e) => {
     const action = document.createElement("td");
     if (e.status === "failed") {
@@ -111,8 +124,6 @@ async function showEffects() {
     tr.dataset.key = e.key; tr.title = e.key;
     return tr;
   }));
-  // Executions finish without an event: look again while any is under way.
-  if (count("pending")) page.effectsTimer = setTimeout(showEffects, 1000);
 }
 
 // A WebSocket cannot carry an Authorization header: the token goes as the subprotocols

@@ -85,6 +85,39 @@ async def test_labour_view_and_effects_update_live(served_api_factory, browser: 
         await page.screenshot(path=str(ARTIFACTS / "labour.png"), full_page=True)
 
 
+async def test_an_event_that_leaves_the_effects_as_they_were_leaves_their_rows_in_place(
+    served_api_factory, browser: Browser
+) -> None:
+    """Each live event asks for the ledger again: rows built again for an unchanged ledger
+    replaced a link or a Retry button under the pointer, and the click landing on it was lost
+    (the test below clicked an effect's link while the page's first events arrived)."""
+    api = await served_api_factory()
+    async with httpx.AsyncClient() as http:
+        labour = Labour(http, api.url, "lab-still")
+        await labour.with_subscriber("birth_partner")
+        page = await open_labour(browser, api.url, "lab-still")
+        await expect(page.locator("#effects-summary")).to_have_text("0 pending · 1 done · 0 failed")
+        await expect(page.locator("#subscribers tr")).to_contain_text("birth_partner")
+        await page.evaluate(
+            """() => {
+                window.effectsMutations = 0;
+                new MutationObserver((seen) => { window.effectsMutations += seen.length; })
+                    .observe(document.getElementById("effects"), { childList: true, subtree: true });
+            }"""
+        )
+
+        # An event with no effect: the page asks for the ledger again and gets the same one.
+        async with page.expect_response(lambda response: response.url.endswith("/effects")):
+            await labour.run("start_contraction", actor="s1")
+        await expect(page.locator("#contractions tr")).to_have_count(1)
+        await page.wait_for_timeout(500)
+
+        assert await page.evaluate("window.effectsMutations") == 0
+        await expect(page.locator("#effects tr", has_text="subscription-token")).to_contain_text(
+            "done"
+        )
+
+
 async def test_an_effect_that_enqueued_an_item_links_to_it(
     served_api_factory, browser: Browser, fake_provider, own_time_skipping_env
 ) -> None:
@@ -105,6 +138,8 @@ async def test_an_effect_that_enqueued_an_item_links_to_it(
         await expect(link).to_contain_text(f"in {NOTIFICATIONS_OUTBOX}")
         href = await link.get_attribute("href")
         assert href is not None and href.startswith(f"/#/outboxes/{NOTIFICATIONS_OUTBOX}/items/")
+        # Nothing left to change the ledger, so no row is built again under the click.
+        await expect(page.locator("#effects-summary")).to_contain_text("0 pending")
 
         await link.click()
         # The dashboard opens that item: the same key, the email destination, its status.
