@@ -101,8 +101,9 @@ async def test_an_event_that_leaves_the_effects_as_they_were_leaves_their_rows_i
         await page.evaluate(
             """() => {
                 window.effectsMutations = 0;
-                new MutationObserver((seen) => { window.effectsMutations += seen.length; })
-                    .observe(document.getElementById("effects"), { childList: true, subtree: true });
+                const count = (seen) => { window.effectsMutations += seen.length; };
+                new MutationObserver(count).observe(
+                    document.getElementById("effects"), { childList: true, subtree: true });
             }"""
         )
 
