@@ -1,6 +1,6 @@
 "use strict";
 const $ = (id) => document.getElementById(id);
-const page = { types: [], type: null, id: null, socket: null, effectsTimer: null, effectsShown: null };
+const page = { types: [], type: null, id: null, socket: null, effectsTimer: null, effectsShown: null, stateReading: null, stateAgain: false };
 const tokenInput = $("token");
 // The tab's session only: a token in localStorage would outlive it and be readable by any page
 // script of this origin for good. An older page's stored copy is dropped.
@@ -72,6 +72,18 @@ async function showState() {
     $("version").textContent = ""; $("state").textContent = error.message;
   }
   await showEffects();
+}
+
+// Events come as fast as the aggregate takes commands (hundreds a second for a hot one), and
+// opening an aggregate streams every event it has: one state read per event would send the API
+// two requests for each. At most one read is out, and one more follows it if events came
+// meanwhile, so the page ends on the state after the last event.
+function refreshState() {
+  if (page.stateReading) { page.stateAgain = true; return; }
+  page.stateReading = showState().finally(() => {
+    page.stateReading = null;
+    if (page.stateAgain) { page.stateAgain = false; refreshState(); }
+  });
 }
 
 function showLabour(state) {
@@ -209,7 +221,7 @@ function connect() {
   socket.onmessage = (message) => {
     const e = JSON.parse(message.data);
     $("events").append(eventRow(e));
-    showState();
+    refreshState();
   };
   socket.onclose = () => { if (page.socket === socket) $("live").textContent = "not connected"; };
 }

@@ -119,6 +119,39 @@ async def test_an_event_that_leaves_the_effects_as_they_were_leaves_their_rows_i
         )
 
 
+async def test_an_aggregate_opened_with_many_events_has_its_state_read_a_few_times(
+    served_api_factory, browser: Browser
+) -> None:
+    """Opening an aggregate streams every event it has, and each event is a change of state: a
+    state read for each sent the API two requests an event (the state and the effects), from
+    one tab, as many for a hot aggregate's hundreds of commands a second."""
+    updates = 40
+    api = await served_api_factory()
+    async with httpx.AsyncClient() as http:
+        labour = Labour(http, api.url, "lab-many")
+        await labour.run("plan_labour", actor="m1", mother_name="Ada", contact={"email": "a@x.io"})
+        for n in range(updates):
+            await labour.run("post_update", actor="m1", message=f"{n} cm", kind="status")
+        state_url = f"{api.url}/v1/aggregates/labour/lab-many"
+        version = (await http.get(state_url, params={"actor": "m1"})).json()["version"]
+
+    page = await browser.new_page()
+    reads: list[str] = []
+    page.on("request", lambda request: reads.append(request.url.split("?")[0]))
+    await page.goto(api.url + "/aggregates")
+    await page.locator("#types li", has_text="labour").click()
+    await page.fill("#open-id", "lab-many")
+    await page.click("#open-form button")
+
+    await expect(page.locator("#events tr")).to_have_count(version)
+    # The page ends on the state after the last event.
+    await expect(page.locator("#version")).to_have_text(f"version {version}")
+    await expect(page.locator("#updates tr")).to_have_count(updates)
+    await page.wait_for_timeout(500)
+    state_reads = reads.count(state_url)
+    assert 1 <= state_reads <= 10, state_reads
+
+
 async def test_an_effect_that_enqueued_an_item_links_to_it(
     served_api_factory, browser: Browser, fake_provider, own_time_skipping_env
 ) -> None:
