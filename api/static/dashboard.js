@@ -460,6 +460,35 @@ function row(item) {
   return tr;
 }
 
+// Rows changed by live events are read again together, a few times a second, one batch at a
+// time: a busy outbox sends hundreds of events a second, and reading a running item's row is a
+// query to its workflow (Temporal limits a namespace's queries). Past ROWS_AT_ONCE changed rows,
+// the page is read again instead: one request, from the read model.
+const ROWS_AT_ONCE = 10;
+const ROWS_EVERY_MS = 250;
+const changedRows = new Set();
+let rowsTimer = null;
+function scheduleRow(key) {
+  changedRows.add(key);
+  if (!rowsTimer) rowsTimer = setTimeout(refreshRows, ROWS_EVERY_MS);
+}
+async function refreshRows() {
+  try {
+    // While the table loads, a row updated now could be overwritten by the page's older copy.
+    if (state.loading) await state.loading.catch(() => {});
+    const keys = [...changedRows];
+    changedRows.clear();
+    if (keys.length > ROWS_AT_ONCE) {
+      await loadItems().catch(() => {});
+      if (state.selected && keys.includes(state.selected)) showItem(state.selected).catch(() => {});
+    } else {
+      await Promise.all(keys.map((key) => updateRow(key).catch(() => {})));
+    }
+  } finally {
+    rowsTimer = changedRows.size ? setTimeout(refreshRows, ROWS_EVERY_MS) : null;
+  }
+}
+
 async function updateRow(key) {
   const item = await api(`/v1/outboxes/${encodeURIComponent(state.outbox)}/items/${encodeURIComponent(key)}`);
   const fresh = row(item);
@@ -526,9 +555,7 @@ function connect() {
   socket.onmessage = (message) => {
     const event = JSON.parse(message.data);
     state.lastId = Math.max(state.lastId, event.id);
-    // While the table loads, a row updated now could be overwritten by the page's older copy.
-    const update = () => updateRow(event.key).catch(() => {});
-    if (state.loading) state.loading.then(update, update); else update();
+    scheduleRow(event.key);
     scheduleCounts();
   };
   socket.onclose = () => {

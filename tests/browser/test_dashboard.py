@@ -6,11 +6,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import httpx
 from durable_outbox_temporal.codec import new_key_setting
 from durable_outbox_temporal.contract.flow import flow_workflow_id
-from playwright.async_api import Browser, expect
+from playwright.async_api import Browser, Page, expect
 from temporalio.service import RPCError
 
 from api.main import create_app
@@ -23,20 +25,26 @@ from tests.browser.conftest import ARTIFACTS, accept_dialogs, reload_until
 from tests.conftest import email_destination, webhook_destination
 
 
-async def test_row_appears_and_turns_sent_without_reload(
-    served_api_factory, browser: Browser
-) -> None:
-    api = await served_api_factory()
+async def dashboard_on_one_sent_item(api: Any, browser: Browser, outbox: str) -> Page:
+    """The dashboard, live on `outbox`, which holds one item, sent."""
     async with httpx.AsyncClient(base_url=api.url) as http:
         first = await http.post(
-            "/v1/outboxes/demo/items",
+            f"/v1/outboxes/{outbox}/items",
             json={"destination": api.webhook.name, "payload": {"n": 0}},
             headers={"Idempotency-Key": "seed"},
         )
         await api.stack.result(first.json()["id"])
     page = await browser.new_page()
     await page.goto(api.url + "/")
-    await expect(page.locator("#live")).to_have_text("live: demo", timeout=10_000)
+    await expect(page.locator("#live")).to_have_text(f"live: {outbox}", timeout=10_000)
+    return page
+
+
+async def test_row_appears_and_turns_sent_without_reload(
+    served_api_factory, browser: Browser
+) -> None:
+    api = await served_api_factory()
+    page = await dashboard_on_one_sent_item(api, browser, "demo")
     loads = []
     page.on("load", lambda _: loads.append(1))
 
@@ -57,6 +65,45 @@ async def test_row_appears_and_turns_sent_without_reload(
     await page.screenshot(path=str(ARTIFACTS / "dashboard.png"), full_page=True)
 
     assert loads == []  # the row changed without the page reloading
+
+
+async def test_a_burst_of_events_is_read_in_a_few_requests_not_one_per_event(
+    served_api_factory, browser: Browser
+) -> None:
+    """Each live event's row was read again on its own (a running item's read is a query to its
+    workflow): a batch of 40 items sent the API 40 requests from each open page. Rows changed
+    together are read in batches a few times a second, and a burst that changes more than a
+    few reads the page once instead."""
+    burst = 40
+    api = await served_api_factory()
+    page = await dashboard_on_one_sent_item(api, browser, "burst")
+    item_reads: list[str] = []
+    page.on(
+        "request",
+        lambda request: (
+            item_reads.append(request.url) if "/v1/outboxes/burst/items/" in request.url else None
+        ),
+    )
+
+    # Held for an hour: one event each (`queued`), all at once.
+    later = (datetime.now(UTC) + timedelta(hours=1)).isoformat()
+    items = [
+        {
+            "destination": api.webhook.name,
+            "payload": {"n": n},
+            "idempotency_key": f"b-{n}",
+            "not_before": later,
+        }
+        for n in range(burst)
+    ]
+    async with httpx.AsyncClient(base_url=api.url) as http:
+        response = await http.post("/v1/outboxes/burst/items:batch", json={"items": items})
+    assert response.status_code == 200, response.text
+
+    await expect(page.locator("tr.item .status-queued")).to_have_count(burst, timeout=15_000)
+    await expect(page.locator("tr.item")).to_have_count(burst + 1)
+    await page.wait_for_timeout(1_000)
+    assert len(item_reads) < burst // 2, len(item_reads)
 
 
 async def test_enqueue_form_creates_an_item(served_api_factory, browser: Browser) -> None:
