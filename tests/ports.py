@@ -11,9 +11,9 @@ Another test's server could still take it: a port is free when picked and bound 
 once the process that serves it is up (a dev stack's worker binds its metrics port last), and
 `make test` runs several test processes at once, each picking ports at random from one range. CI
 lost the README tour's test to its worker's metrics port, taken in that window. So each port
-handed out is also reserved, for every process on the machine, by a file created exclusively in
-a directory shared by them all, and no process hands it out again while the reservation is
-younger than `RESERVATION_S`: longer than any test holds a server it started.
+handed out is also reserved, for every process of the user on the machine, by a file created
+exclusively in a directory they all share, and no process hands it out again while the
+reservation is younger than `RESERVATION_S`: longer than any test holds a server it started.
 """
 
 from __future__ import annotations
@@ -28,7 +28,8 @@ from pathlib import Path
 _FALLBACK_EPHEMERAL_LOW = 32768
 _LOWEST = 20000
 RESERVATION_S = 30 * 60
-RESERVATIONS = Path(tempfile.gettempdir()) / "durable-outbox-test-ports"
+# One directory per user: another user's would not let this one create files in it.
+RESERVATIONS = Path(tempfile.gettempdir()) / f"durable-outbox-test-ports-{os.getuid()}"
 
 
 def _ephemeral_low() -> int:
