@@ -63,8 +63,10 @@ async function pickAggregate(id) {
 }
 
 async function showState() {
+  const opened = base();
   try {
-    const view = await api(base());
+    const view = await api(opened);
+    if (base() !== opened) return; // another aggregate was opened meanwhile
     $("version").textContent = `version ${view.version}` + (view.rejected ? ` · ${view.rejected} rejected command(s)` : "");
     $("state").textContent = JSON.stringify({ state: view.state, views: view.views }, null, 2);
     showLabour(view.state);
@@ -76,13 +78,14 @@ async function showState() {
 
 // Events come as fast as the aggregate takes commands (hundreds a second for a hot one), and
 // opening an aggregate streams every event it has: one state read per event would send the API
-// two requests for each. At most one read is out, and one more follows it if events came
-// meanwhile, so the page ends on the state after the last event.
+// two requests for each. One read at a time, at most four a second: events that come during a
+// read get one more read after it, so the page ends on the state after the last event.
+const STATE_EVERY_MS = 250;
 function refreshState() {
   if (page.stateReading) { page.stateAgain = true; return; }
   page.stateReading = showState().finally(() => {
-    page.stateReading = null;
-    if (page.stateAgain) { page.stateAgain = false; refreshState(); }
+    if (!page.stateAgain) { page.stateReading = null; return; }
+    setTimeout(() => { page.stateReading = null; page.stateAgain = false; refreshState(); }, STATE_EVERY_MS);
   });
 }
 
@@ -105,14 +108,16 @@ function showLabour(state) {
 async function showEffects() {
   clearTimeout(page.effectsTimer);
   if (!page.id) return;
+  const opened = base();
   let effects;
-  try { effects = await api(`${base()}/effects`); } catch (error) { $("effects-summary").textContent = error.message; return; }
+  try { effects = await api(`${opened}/effects`); } catch (error) { $("effects-summary").textContent = error.message; return; }
+  if (base() !== opened) return; // another aggregate was opened meanwhile
   const count = (status) => effects.filter((e) => e.status === status).length;
   $("effects-summary").textContent = `${count("pending")} pending · ${count("done")} done · ${count("failed")} failed`;
   // Rows are built again only when the ledger changed: every live event and every second of a
   // pending effect asks for it, and a link or a Retry button replaced under the pointer loses
   // the click that was landing on it.
-  const shown = JSON.stringify([page.type, page.id, effects]);
+  const shown = JSON.stringify([opened, effects]);
   if (shown !== page.effectsShown) {
     page.effectsShown = shown;
     renderEffects(effects);

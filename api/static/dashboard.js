@@ -463,7 +463,7 @@ function row(item) {
 // Rows changed by live events are read again together, a few times a second, one batch at a
 // time: a busy outbox sends hundreds of events a second, and reading a running item's row is a
 // query to its workflow (Temporal limits a namespace's queries). Past ROWS_AT_ONCE changed rows,
-// the page is read again instead: one request, from the read model.
+// the page is read again instead (its list and its counts, from the read model).
 const ROWS_AT_ONCE = 10;
 const ROWS_EVERY_MS = 250;
 const changedRows = new Set();

@@ -8,7 +8,7 @@ import urllib.parse
 from typing import Any
 
 import httpx
-from playwright.async_api import Browser, Page, expect
+from playwright.async_api import Browser, Page, Route, expect
 
 from examples.labour.domainmodel import EMAIL_DESTINATION, NOTIFICATIONS_OUTBOX
 from tests.browser.conftest import ARTIFACTS
@@ -150,6 +150,38 @@ async def test_an_aggregate_opened_with_many_events_has_its_state_read_a_few_tim
     await page.wait_for_timeout(500)
     state_reads = reads.count(state_url)
     assert 1 <= state_reads <= 10, state_reads
+
+
+async def test_a_slow_read_of_the_aggregate_opened_before_shows_nothing_of_it(
+    served_api_factory, browser: Browser
+) -> None:
+    """A state read of the aggregate opened first that comes back after another was opened (a
+    slow answer, or a read a live event started) would show the first one's state under the
+    second's title."""
+    api = await served_api_factory()
+    async with httpx.AsyncClient() as http:
+        for labour_id, mother in (("lab-first", "Ada"), ("lab-second", "Bea")):
+            await Labour(http, api.url, labour_id).run(
+                "plan_labour", actor="m1", mother_name=mother, contact={"email": "a@x.io"}
+            )
+    page = await browser.new_page()
+
+    async def slowly(route: Route) -> None:
+        await asyncio.sleep(1.5)
+        await route.continue_()
+
+    await page.route(f"{api.url}/v1/aggregates/labour/lab-first", slowly)
+    await page.goto(api.url + "/aggregates")
+    await page.locator("#types li", has_text="labour").click()
+    await page.fill("#open-id", "lab-first")
+    await page.click("#open-form button")
+    await page.fill("#open-id", "lab-second")
+    await page.click("#open-form button")
+
+    await expect(page.locator("#labour-title")).to_have_text("Bea · planned")
+    await page.wait_for_timeout(2_500)  # the first one's answer has come back by now
+    await expect(page.locator("#labour-title")).to_have_text("Bea · planned")
+    await expect(page.locator("#title")).to_have_text("labour lab-second")
 
 
 async def test_an_effect_that_enqueued_an_item_links_to_it(
