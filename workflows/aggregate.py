@@ -177,6 +177,8 @@ class AggregateWorkflow:
         self._loaded = start.carry is not None or not self._passivates
         self._erased = False
         self._last_active = workflow.now()
+        # When the idle check was last armed: a command or effect after it keeps the run open.
+        self._armed_at = self._last_active
         self._idle_check_due = False
         self._executing: set[str] = set()
         # Strong references to the running executions (the loop keeps only weak ones).
@@ -793,6 +795,7 @@ class AggregateWorkflow:
         at = at or self._last_active + timedelta(seconds=after)
         # Never a timer that rings at once: a check that keeps failing would spin.
         due = max(at - workflow.now(), timedelta(seconds=1))
+        self._armed_at = workflow.now()
         self._idle_check_due = False
 
         async def ring() -> None:
@@ -819,7 +822,13 @@ class AggregateWorkflow:
         """Whether the run ends now: idle since long enough, its carry stored. Otherwise the
         check is armed again."""
         after = timedelta(seconds=self._passivate_after or 0)
-        if workflow.now() - self._last_active < after:
+        # Active since the check was armed: idle for less than a period, look again when it
+        # will be. Decided by the order of events, never by `now() - _last_active`: a task that
+        # completed with no command (an effect's completion, say) is replayed merged into the
+        # next task, under that task's later time, so a measured idle time can be a period on
+        # the run and less on its replay (the next task then found the run not yet idle, a
+        # nondeterminism error, where the run had stored itself and ended).
+        if self._last_active > self._armed_at:
             self._arm_idle_check()
             return False
         if not self._idle():

@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import random
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -22,14 +23,18 @@ from durable_outbox_temporal.contract.aggregate import (
 )
 from durable_outbox_temporal.contract.aggregate import aggregate_workflow_id as workflow_id_of
 from durable_outbox_temporal.errors import CommandConflict, UnknownAggregate, UnknownEffect
-from temporalio.client import WorkflowExecutionStatus
+from temporalio.client import WorkflowExecutionStatus, WorkflowHistory
+from temporalio.worker import Replayer
 
 from readmodel import aggregates as event_store
 from service.aggregates import AggregateService
 from tests.conftest import SEED_TYPES, unique_name
 from tests.workflows.test_effects import eventually
+from worker import WORKFLOWS, SandboxCheckingOnce
+from workflows.aggregate_types import host
 
 SEATS = {"seats": ["1A", "1B", "2A"]}
+DATA = Path(__file__).parent / "data"
 
 
 def idle_after(aggregate_type: str, after: timedelta | None) -> AggregateDefinition[Any]:
@@ -302,3 +307,24 @@ SEATED = {"opened": True, "seats": {"1A": None}}
 def opened(flight: str) -> StoreEvents:
     event = RecordedEvent(1, "FlightOpened", {"seats": ["1A"]}, T0)
     return StoreEvents("flight", flight, [event], 1, SEATED, T0)
+
+
+async def test_an_idle_check_after_a_task_without_commands_replays() -> None:
+    """A history recorded under the suite's load (the labour example on the time-skipping
+    server): two effects completed in a task that sent no command (events 109-115), the next
+    task came 92 ms later with nothing new, and an hour after, the run found itself idle since a
+    period and 53 ms, stored itself and ended (a local activity, then the run's end). A replay
+    takes a task that sent no command together with the next one, under the later task's time:
+    measured from there, the run had been idle 39 ms short of the period, looked again instead
+    of ending, and the replay failed on the stored-and-ended task (a nondeterminism error, which
+    a worker that lost the run from its cache hits on its next task or query). Whether the run
+    was active since its idle check was armed is a matter of the events' order, the same on
+    the run and on its replay."""
+    history = WorkflowHistory.from_json(
+        "labour", (DATA / "aggregate_idle_after_a_task_without_commands.json").read_text()
+    )
+    host(SEED_TYPES.definitions)
+
+    await Replayer(workflows=WORKFLOWS, workflow_runner=SandboxCheckingOnce()).replay_workflow(
+        history
+    )
