@@ -827,7 +827,8 @@ class AggregateWorkflow:
         # completed with no command (an effect's completion, say) is replayed merged into the
         # next task, under that task's later time, so a measured idle time can be a period on
         # the run and less on its replay (the next task then found the run not yet idle, a
-        # nondeterminism error, where the run had stored itself and ended).
+        # nondeterminism error, where the run had stored itself and ended). The SDK core's
+        # merge: temporalio/sdk-rust#1606. Why: docs/decisions/aggregate-passivation.md
         if self._last_active > self._armed_at:
             self._arm_idle_check()
             return False
