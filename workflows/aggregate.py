@@ -129,6 +129,9 @@ SIGNALS_PER_RUN = 2000
 # Runs started before passivation existed replay without it: they neither load a stored carry
 # nor end idle; their next run (continue-as-new) does both.
 _PASSIVATION_PATCH = "aggregate-passivation"
+# How soon an idle check looks again when the run was active since it was armed and has been
+# idle a period by then.
+_SOON = timedelta(milliseconds=100)
 # The reason a command to an aggregate erased while it had no run is refused with.
 ERASED_REASON = "AggregateErased"
 
@@ -785,7 +788,9 @@ class AggregateWorkflow:
     def _touch(self) -> None:
         self._last_active = workflow.now()
 
-    def _arm_idle_check(self, at: datetime | None = None) -> None:
+    def _arm_idle_check(
+        self, at: datetime | None = None, *, least: timedelta = timedelta(seconds=1)
+    ) -> None:
         """A timer that rings at `at` (by default when the run will have been idle long enough)
         to see whether it may end: one per idle period at most, however many commands come (a
         timer per wait would add two events to each command's task)."""
@@ -794,7 +799,7 @@ class AggregateWorkflow:
             return
         at = at or self._last_active + timedelta(seconds=after)
         # Never a timer that rings at once: a check that keeps failing would spin.
-        due = max(at - workflow.now(), timedelta(seconds=1))
+        due = max(at - workflow.now(), least)
         self._armed_at = workflow.now()
         self._idle_check_due = False
 
@@ -822,15 +827,17 @@ class AggregateWorkflow:
         """Whether the run ends now: idle since long enough, its carry stored. Otherwise the
         check is armed again."""
         after = timedelta(seconds=self._passivate_after or 0)
-        # Active since the check was armed: idle for less than a period, look again when it
-        # will be. Decided by the order of events, never by `now() - _last_active`: a task that
+        # Active since the check was armed: look again a period after the last command or
+        # effect. Decided by the order of events, never by `now() - _last_active`: a task that
         # completed with no command (an effect's completion, say) is replayed merged into the
         # next task, under that task's later time, so a measured idle time can be a period on
         # the run and less on its replay (the next task then found the run not yet idle, a
         # nondeterminism error, where the run had stored itself and ended). The SDK core's
         # merge: temporalio/sdk-rust#1606. Why: docs/decisions/aggregate-passivation.md
+        # If that is past already (a late ring: a period of 0.5 s rings after 1 s at the
+        # earliest), soon: such a check cannot spin, each needs a command since the one before.
         if self._last_active > self._armed_at:
-            self._arm_idle_check()
+            self._arm_idle_check(least=_SOON)
             return False
         if not self._idle():
             # Something pending (a timer, an effect, a failed effect waiting for an operator):
