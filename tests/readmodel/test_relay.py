@@ -137,7 +137,7 @@ async def test_three_relays_share_six_hundred_rows_on_postgres(
             )
 
     # Twelve batches of 50 for three relays: each claims batches while the others hold theirs
-    # (2,000 rows proved no more, for 40 s of a test process's CPU in the suite).
+    # (the same check with 2,000 rows took 40 s of a test process's CPU in the suite).
     relays = [Relay(outbox, postgres_engine, batch=50) for _ in range(3)]
 
     async def drain(relay: Relay) -> None:
