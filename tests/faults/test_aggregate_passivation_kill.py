@@ -14,6 +14,7 @@ from typing import Any
 
 from durable_outbox_temporal.aggregates import AggregateClient
 from durable_outbox_temporal.contract.aggregate import CommandResult, aggregate_workflow_id
+from temporalio.client import Client, WorkflowExecutionStatus
 
 from readmodel import aggregates as event_store
 from readmodel.db import make_engine
@@ -24,6 +25,10 @@ from tests.workflows.test_aggregate_passivation import idle_after
 
 ROUNDS = 16
 CALLERS = 6
+# Rounds before which the test waits for both flights' runs to have ended idle: one while both
+# workers run, one after the kill (worker B alone), one after the restart. With the run that
+# opens and the one the last burst ends, each flight has at least four runs.
+ENDED_BEFORE = (2, ROUNDS // 3 + 1, 2 * ROUNDS // 3 + 1)
 
 
 async def test_aggregates_ending_idle_on_two_workers_one_killed_lose_and_double_nothing(
@@ -71,6 +76,11 @@ async def test_aggregates_ending_idle_on_two_workers_one_killed_lose_and_double_
                 assert await asyncio.to_thread(workers[0].wait, 10) == -signal.SIGKILL
             if round_ == 2 * ROUNDS // 3:
                 workers[0] = worker("a-again")
+            if round_ in ENDED_BEFORE:
+                # Here the runs surely end idle before the burst: the one after the kill on
+                # worker B alone (it ends what the killed worker held and starts what comes
+                # next), whatever the pauses elsewhere did on a loaded machine.
+                await ended_idle(dev_env.client, flights)
             burst = [
                 command(
                     flight,
@@ -88,7 +98,7 @@ async def test_aggregates_ending_idle_on_two_workers_one_killed_lose_and_double_
             await asyncio.sleep(jitter.uniform(0.6, 1.2))
         # The last burst's runs end idle too: a run's idle check may ring a moment past the
         # period (a loaded machine runs its timers and tasks late), so wait for it, up to a bound.
-        await asyncio.to_thread(passivated, env["DATABASE_URL"], flights)
+        await ended_idle(dev_env.client, flights)
         views = [await client.state("flight", flight) for flight in flights]
         metrics = await scrape(f"http://{worker_b_metrics}/metrics")
         runs = [
@@ -122,19 +132,17 @@ async def test_aggregates_ending_idle_on_two_workers_one_killed_lose_and_double_
     assert ended >= 1 and resumed >= 1, metrics
 
 
-def passivated(url: str, flights: list[str], limit_s: float = 20) -> None:
-    """Until every flight's row says its last run ended idle (or `limit_s` passed: the
-    assertions then say which did not)."""
-    engine = make_engine(url)
-    try:
-        deadline = time.monotonic() + limit_s
-        while time.monotonic() < deadline:
-            records = [event_store.get(engine, "flight", flight) for flight in flights]
-            if all(record is not None and record.passivated_at for record in records):
-                return
-            time.sleep(0.1)
-    finally:
-        engine.dispose()
+async def ended_idle(client: Client, flights: list[str], limit_s: float = 30) -> None:
+    """Until every flight's last run has ended (or `limit_s` passed: the assertions then say
+    which did not). A run that ends idle completes; Temporal's own word, not the store's row (its
+    `passivated_at` stays from an earlier run)."""
+    handles = [client.get_workflow_handle(aggregate_workflow_id("flight", f)) for f in flights]
+    deadline = time.monotonic() + limit_s
+    while time.monotonic() < deadline:
+        statuses = [(await handle.describe()).status for handle in handles]
+        if all(status != WorkflowExecutionStatus.RUNNING for status in statuses):
+            return
+        await asyncio.sleep(0.1)
 
 
 def sample(metrics: str, name: str, label: str) -> float:
