@@ -278,10 +278,19 @@ async def test_max_rate_counts_a_burst_by_prefix_and_window(fake, http) -> None:
     await asyncio.sleep(0.3)
     for n in range(3):
         await post_webhook(http, fake.url, f"later-{n}")
-
-    assert await fake.admin.max_rate("/webhook/test", 0.2) == 5
     assert await fake.admin.max_rate("/webhook/test", 10.0) == 8
     assert await fake.admin.max_rate("/emails", 10.0) == 0
+    # The windows on times of the test's own: as posted, a burst's spacing is the machine's (a
+    # loaded one spread five posts over more than 0.2 s). Five 10 ms apart, three half a second on.
+    posted = [path for _, path in fake.state.requests]
+    assert len(posted) == 8
+    fake.state.requests[:] = [
+        (1_000.0 + 0.01 * n + (0.5 if n >= 5 else 0.0), path) for n, path in enumerate(posted)
+    ]
+
+    assert await fake.admin.max_rate("/webhook/test", 0.2) == 5
+    assert await fake.admin.max_rate("/webhook/test", 0.6) == 8
+    assert await fake.admin.max_rate("/webhook/test", 0.025) == 3
 
 
 async def test_deduped_repeats_are_not_duplicates(fake, http) -> None:
