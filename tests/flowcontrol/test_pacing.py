@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import time
 
-import pytest
 from durable_outbox_temporal.destinations import Destination
 
 from flowcontrol.pacing import PacedQueue, RequestPacer, paced_queues
@@ -69,8 +68,11 @@ async def test_concurrent_requests_queue_behind_each_other() -> None:
     pacer = RequestPacer({"q": PacedQueue("q", 200.0)})
     started = time.monotonic()
     await asyncio.gather(*(pacer.acquire("q") for _ in range(70)))
-    # 50 go at once (a quarter second at 200/s), the other 20 at 5 ms each.
-    assert time.monotonic() - started == pytest.approx(0.1, abs=0.05)
+    # 50 go at once (a quarter second at 200/s), the other 20 at 5 ms each: 0.1 s, never less.
+    # A loaded machine wakes the last sleeper late, so the top bound is only below what 70 at
+    # 5 ms each would take without the burst (0.35 s).
+    elapsed = time.monotonic() - started
+    assert 0.095 <= elapsed < 0.3, elapsed
 
 
 async def test_the_rate_follows_the_server_run_time_rate_read_in_the_background() -> None:
