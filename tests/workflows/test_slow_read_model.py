@@ -1,0 +1,143 @@
+"""A shard whose writes to the read model outlast its workflow tasks: each task that takes new
+events meanwhile sends a command, so a replay takes each as it ran, never together with the
+next one under a later time (temporalio/sdk-rust#1606; docs/decisions/aggregate-passivation.md).
+On the dev server, the read model held by the test, the shard started with a short task
+timeout (a task waiting on a local activity is completed at four fifths of it)."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import time
+from datetime import UTC, datetime, timedelta
+
+from durable_outbox_temporal.contract.bulk import (
+    SHARD_WORKFLOW_TYPE,
+    SHARDS_MEMO,
+    ShardInput,
+    shard_workflow_id,
+)
+from temporalio.api.enums.v1 import EventType
+from temporalio.api.history.v1 import HistoryEvent
+from temporalio.client import WorkflowHandle, WorkflowHistory
+from temporalio.worker import Replayer
+
+from tests.conftest import email_destination, unique_name
+from tests.fakes import deliveries
+from tests.workflows.test_bulk import until_settled
+from tests.workflows.test_outbox_item import EMAIL
+from worker import WORKFLOWS, SandboxCheckingOnce
+from workflows.host import SLOW_WRITE_TASKS_MEMO
+
+TASK_TIMEOUT = timedelta(seconds=1.5)
+HEARTBEAT = TASK_TIMEOUT * 0.8
+COMPLETED = EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED
+# Events a workflow task is scheduled for (not a heartbeat of a task waiting on its local
+# activity, which has none).
+NEW_WORK = {
+    EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED,
+    EventType.EVENT_TYPE_TIMER_FIRED,
+    EventType.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED,
+}
+
+
+async def test_tasks_that_run_while_a_projection_is_held_each_send_a_command(
+    dev_env, stack_factory, fake_provider
+) -> None:
+    destination = email_destination(fake_provider, mode="bulk", shards=1)
+    stack = await stack_factory(destination, env=dev_env)
+    shard = await stack.client.start_workflow(
+        SHARD_WORKFLOW_TYPE,
+        ShardInput(destination=destination.name, shard=0),
+        id=shard_workflow_id(destination.name, 0),
+        task_queue=stack.task_queue,
+        memo={SHARDS_MEMO: 1},
+        task_timeout=TASK_TIMEOUT,
+    )
+    now = datetime.now(UTC)
+    # Both wait for their time while the read model is held: the first one's projection
+    # before its submit waits for it, and the second one's timer fires while it is out.
+    items = [
+        await stack.outbox.enqueue(
+            "tests", destination.name, EMAIL, key=unique_name("slow"), not_before=now + delay
+        )
+        for delay in (timedelta(seconds=1), timedelta(seconds=2))
+    ]
+    held = stack.engine.connect()
+    held.exec_driver_sql("BEGIN IMMEDIATE")
+    try:
+        await _fired_and_taken(shard, count=2)
+    finally:
+        held.rollback()
+        held.close()
+    await until_settled(stack, [item.item_id for item in items], skip_time=False)
+    for item in items:
+        assert await deliveries(fake_provider, item.item_id) == 1
+
+    # The run started here (the dev server suggests continue-as-new at 40 events: the held
+    # stretch's tasks take it past that, and a later run takes the items on).
+    first_run = stack.client.get_workflow_handle(shard.id, run_id=shard.result_run_id)
+    events = (await first_run.fetch_history()).events
+    taken = _tasks_with_new_work_while_writing(events)
+    assert taken, "a task took new events while the first projection was out"
+    for completed in taken:
+        assert events[completed + 1].event_type != EventType.EVENT_TYPE_WORKFLOW_TASK_SCHEDULED, (
+            f"the task completed at event {events[completed].event_id} sent no command"
+        )
+    assert await (await first_run.describe()).memo_value(SLOW_WRITE_TASKS_MEMO) >= len(taken)
+    await Replayer(workflows=WORKFLOWS, workflow_runner=SandboxCheckingOnce()).replay_workflow(
+        WorkflowHistory(shard.id, events)
+    )
+
+
+async def _fired_and_taken(shard: WorkflowHandle, *, count: int) -> None:
+    """Until the `count`th timer's firing was taken by a completed task."""
+    deadline = time.monotonic() + 30
+    while True:
+        events = (await shard.fetch_history()).events
+        fired = [
+            i for i, e in enumerate(events) if e.event_type == EventType.EVENT_TYPE_TIMER_FIRED
+        ]
+        if len(fired) >= count and any(
+            e.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED
+            for e in events[fired[count - 1] :]
+        ):
+            return
+        assert time.monotonic() < deadline, "the timers never fired"
+        await asyncio.sleep(0.05)
+
+
+def _tasks_with_new_work_while_writing(events: list[HistoryEvent]) -> list[int]:
+    """The completions of the workflow tasks that took new events while the first projection
+    was out since an earlier task: before that projection's marker, each right after a task
+    completed at its heartbeat (a local activity out through it)."""
+    marker = next(
+        i
+        for i, e in enumerate(events)
+        if e.event_type == EventType.EVENT_TYPE_MARKER_RECORDED
+        and b"project_items" in e.SerializeToString()
+    )
+    started = [
+        i
+        for i in range(marker)
+        if events[i].event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_STARTED
+    ]
+    taken = []
+    for before, task in itertools.pairwise(started):
+        completed = next(i for i in range(task, len(events)) if events[i].event_type == COMPLETED)
+        scheduled = max(
+            i
+            for i in range(task)
+            if events[i].event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_SCHEDULED
+        )
+        took_new_work = events[scheduled - 1].event_type in NEW_WORK
+        if completed < marker and took_new_work and _at_heartbeat(events, before):
+            taken.append(completed)
+    return taken
+
+
+def _at_heartbeat(events: list[HistoryEvent], started: int) -> bool:
+    """Whether the task started at `started` was completed by its worker's heartbeat."""
+    completed = next(i for i in range(started, len(events)) if events[i].event_type == COMPLETED)
+    took = events[completed].event_time.ToDatetime() - events[started].event_time.ToDatetime()
+    return took >= HEARTBEAT * 0.9
