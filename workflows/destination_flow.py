@@ -46,6 +46,7 @@ with workflow.unsafe.imports_passed_through():
 
     from activities.flow import apply_flow_rate
     from flowcontrol import adaptive, breaker, disable, throttle
+    from workflows.slow_local_activities import SlowLocalActivities
 
 # Idle this long with the rate whole and the circuit closed, the flow ends (the next throttle
 # or failing report starts it again).
@@ -71,6 +72,12 @@ _LINGER_PATCH = "flow-lingers-across-runs"
 # was sent), and remembers that as where congestion begins (`flowcontrol.adaptive.HOLD_OFF`).
 # Runs from before move as they did on replay.
 _EPISODES_PATCH = "adaptive-congestion-episodes"
+# A task that runs while a rate change begun in an earlier task is still out (Temporal slow to
+# take it, or refusing it and the change tried again) upserts the memo below from now on
+# (`SlowLocalActivities`): the reports' handlers reckon from `now()`. Runs from before replay
+# without it.
+_SLOW_CHANGE_TASKS_PATCH = "flow-tasks-marked-while-a-change-is-slow"
+SLOW_CHANGE_TASKS_MEMO = "tasks_while_rate_change_slow"
 
 
 @workflow.defn(name=FLOW_WORKFLOW_TYPE)
@@ -87,6 +94,7 @@ class DestinationFlowWorkflow:
         # Events notified so far (`FlowState.events_recorded`), and the notices under way.
         self._notified = state.events_recorded
         self._notices: list[workflow.ActivityHandle[bool]] = []
+        self._changes = SlowLocalActivities(_SLOW_CHANGE_TASKS_PATCH, SLOW_CHANGE_TASKS_MEMO)
 
     def _another_report(self) -> bool:
         return self._seen != self._seen_before
@@ -236,11 +244,13 @@ class DestinationFlowWorkflow:
             )
 
     async def _apply(self, change: RateChange) -> RateApplied:
-        return await workflow.execute_local_activity(
-            apply_flow_rate,
-            change,
-            start_to_close_timeout=timedelta(seconds=10),
-            retry_policy=_RETRIES,
+        return await self._changes.run(
+            workflow.execute_local_activity(
+                apply_flow_rate,
+                change,
+                start_to_close_timeout=timedelta(seconds=10),
+                retry_policy=_RETRIES,
+            )
         )
 
     async def _probe(self) -> ProbeResult:

@@ -30,7 +30,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-import functools
 import heapq
 import math
 from collections.abc import Awaitable, Callable
@@ -109,6 +108,7 @@ with workflow.unsafe.imports_passed_through():
         retried_by_the_workflow,
     )
     from workflows.ordering import PROJECT_EVERY, Ended, Lane
+    from workflows.slow_local_activities import SlowLocalActivities
 
 # Waits are rounded up to this, so the items waiting in one tick share one timer.
 TICK = timedelta(milliseconds=100)
@@ -137,7 +137,7 @@ _ENQUEUES_LATER_PATCH = "shard-admits-enqueues-later"
 _LATE_REPORTS_PATCH = "late-reports-recorded"
 
 # A task that runs while a read-model write begun in an earlier task is still out upserts the
-# memo below from now on (`_mark_tasks_while_writing`); runs from before replay without it.
+# memo below from now on (`SlowLocalActivities`); runs from before replay without it.
 _SLOW_WRITE_TASKS_PATCH = "tasks-marked-while-read-model-slow"
 # The memo entry counting this run's workflow tasks that ran while a write to the read model
 # was out since an earlier task (a read model slower than four fifths of the task timeout).
@@ -470,11 +470,9 @@ class DeliveryHostWorkflow:
         self._lanes_changed: dict[str, Lane] = {}
         self._lanes_flushing = False
         self._lanes_flush_later = False
-        # Writes to the read model out (local activities), whether a task watches for the
-        # workflow tasks that run meanwhile, and how many did.
-        self._writes_out = 0
-        self._watching_writes = False
-        self._slow_write_tasks = 0
+        # Writes to the read model (local activities), marking the tasks that run while one is
+        # slow.
+        self._writes = SlowLocalActivities(_SLOW_WRITE_TASKS_PATCH, SLOW_WRITE_TASKS_MEMO)
         # The shared timer: when it is set to fire, and whether a wait wants it earlier.
         self._timer_at: datetime | None = None
         self._wake_ats: list[datetime] = []
@@ -1002,47 +1000,19 @@ class DeliveryHostWorkflow:
         rows: Written,
         summary: str,
     ) -> None:
-        """A write to the read model in a local activity, tried again until it goes through."""
-        self._writes_out += 1
-        if not self._watching_writes:
-            self._watching_writes = True
-            asyncio.create_task(self._mark_tasks_while_writing())
-        try:
-            await workflow.execute_local_activity_method(
+        """A write to the read model in a local activity, tried again until it goes through;
+        each workflow task that runs while it is out after the one it began in (a slow read
+        model) upserts `tasks_while_read_model_slow` (`workflows/slow_local_activities.py`): a
+        wait joining the shared timer, or a cap's hold, is reckoned from `now()` there."""
+        await self._writes.run(
+            workflow.execute_local_activity_method(
                 write,
                 rows,
                 start_to_close_timeout=timedelta(seconds=30),
                 retry_policy=_PROJECTION_RETRIES,
                 summary=summary,
             )
-        finally:
-            self._writes_out -= 1
-
-    async def _mark_tasks_while_writing(self) -> None:
-        """Give each workflow task that runs while a write begun in an earlier task is out a
-        command of its own (the memo's count). A task waiting on a local activity completes at
-        four fifths of its timeout with whatever commands it has, the next scheduled at once,
-        and a replay takes a task that sent no command, after another such, together with the
-        next one under a later time (temporalio/sdk-rust#1606): a wait joining the shared timer
-        (`wait`) or a cap's hold reckoned from `now()` there would come out otherwise, and a
-        worker replaying the run would fail it. A write that ends in the task it began in (the
-        read model answering in time) marks nothing. Why: docs/decisions/aggregate-passivation.md"""
-        try:
-            task = workflow.info().get_current_history_length()
-            while True:
-                await workflow.wait_condition(functools.partial(self._task_or_written, task))
-                if not self._writes_out:
-                    return
-                task = workflow.info().get_current_history_length()
-                if workflow.patched(_SLOW_WRITE_TASKS_PATCH):
-                    self._slow_write_tasks += 1
-                    workflow.upsert_memo({SLOW_WRITE_TASKS_MEMO: self._slow_write_tasks})
-        finally:
-            self._watching_writes = False
-
-    def _task_or_written(self, task: int) -> bool:
-        """A workflow task after `task` (by history length) runs, or every write is in."""
-        return not self._writes_out or workflow.info().get_current_history_length() != task
+        )
 
     # -- DeliveryHost ----------------------------------------------------------------------------
 

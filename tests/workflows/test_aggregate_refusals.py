@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 from datetime import UTC, datetime, timedelta
-from typing import Any
 
 import pytest
 from durable_outbox_temporal.aggregate_definition import (
@@ -28,20 +27,17 @@ from durable_outbox_temporal.contract.aggregate import (
 )
 from pydantic import BaseModel
 from sqlalchemy import Engine
-from temporalio import activity
 from temporalio.api.enums.v1 import EventType
 from temporalio.api.history.v1 import HistoryEvent
 from temporalio.client import WorkflowHistory
 from temporalio.worker import (
-    ActivityInboundInterceptor,
-    ExecuteActivityInput,
-    Interceptor,
     Replayer,
 )
 
 from readmodel import aggregates as event_store
 from service.aggregate_types import load_aggregate_types
 from tests.conftest import unique_name
+from tests.workflows.held_activities import HoldActivities
 from tests.workflows.test_effects import eventually
 from worker import WORKFLOWS, SandboxCheckingOnce
 from workflows.aggregate import REFUSED_MEMO
@@ -129,29 +125,6 @@ TASK_TIMEOUT = timedelta(seconds=1.5)
 HEARTBEAT = TASK_TIMEOUT * 0.8
 
 
-class HoldStores(Interceptor):
-    """While `held`, each store of an aggregate's events takes `hold_s` longer (a slow read
-    model): the workflow task waiting on it is completed and scheduled again meanwhile."""
-
-    def __init__(self, hold_s: float) -> None:
-        self.hold_s = hold_s
-        self.held = False
-
-    def intercept_activity(self, next: ActivityInboundInterceptor) -> ActivityInboundInterceptor:
-        return _HeldStore(next, self)
-
-
-class _HeldStore(ActivityInboundInterceptor):
-    def __init__(self, next: ActivityInboundInterceptor, hold: HoldStores) -> None:
-        super().__init__(next)
-        self.hold = hold
-
-    async def execute_activity(self, input: ExecuteActivityInput) -> Any:
-        if self.hold.held and activity.info().activity_type == STORE_ACTIVITY:
-            await asyncio.sleep(self.hold.hold_s)
-        return await super().execute_activity(input)
-
-
 @pytest.mark.parametrize(
     ("signalled", "rejected"),
     [
@@ -167,7 +140,7 @@ async def test_a_signalled_command_decided_by_the_clock_while_a_store_is_slow_re
     # after it started): the signal below comes before the first, and the task after that
     # heartbeat decides it; before this change, that task sent no command and the second
     # heartbeat completed it.
-    hold = HoldStores(hold_s=HEARTBEAT.total_seconds() * 2.5)
+    hold = HoldActivities(STORE_ACTIVITY, HEARTBEAT.total_seconds() * 2.5)
     stack = await stack_factory(env=dev_env, aggregate_types=types, interceptors=[hold])
     client = AggregateClient(stack.client, stack.task_queue, definitions=[WINDOW])
     window = unique_name("w")

@@ -60,6 +60,34 @@ class Probes:
         return ProbeResult(ok=ok, detail="HTTP 204" if ok else "HTTP 503")
 
 
+def failing_report(
+    destination: str,
+    submit_queue: str,
+    poll_queue: str,
+    *,
+    probe_interval_s: float = 0.3,
+    disable_after_s: float | None = None,
+) -> Failing:
+    """A worker's report that five of its five submits failed (HTTP 502) just now."""
+    now = datetime.now(UTC)
+    return Failing(
+        destination=destination,
+        task_queue=submit_queue,
+        poll_task_queue=poll_queue,
+        failures=5,
+        submits=5,
+        window_s=10.0,
+        since=now,
+        seen_at=now,
+        last_error="HTTP 502",
+        configured_rate=4.0,
+        probe_interval_s=probe_interval_s,
+        close_after=2,
+        failing_since=now,
+        disable_after_s=disable_after_s,
+    )
+
+
 @dataclass
 class Flow:
     client: Client
@@ -70,22 +98,8 @@ class Flow:
     probes: Probes
 
     async def report(self, disable_after_s: float | None = None) -> None:
-        now = datetime.now(UTC)
-        seen = Failing(
-            destination=self.destination,
-            task_queue=self.submit_queue,
-            poll_task_queue=self.poll_queue,
-            failures=5,
-            submits=5,
-            window_s=10.0,
-            since=now,
-            seen_at=now,
-            last_error="HTTP 502",
-            configured_rate=4.0,
-            probe_interval_s=0.3,
-            close_after=2,
-            failing_since=now,
-            disable_after_s=disable_after_s,
+        seen = failing_report(
+            self.destination, self.submit_queue, self.poll_queue, disable_after_s=disable_after_s
         )
         await self._signal_with_start(FAILING_SIGNAL, seen)
 
