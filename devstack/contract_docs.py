@@ -63,9 +63,7 @@ _USES = {
     ),
     "send_command": (
         "the same command, recorded even while no worker runs; `command_id` required (dedupe);"
-        " a refused one goes to the rejected log; a task whose signalled commands left no event,"
-        " or that ran while a store was out, upserts the memo `refused_signalled_commands` (the"
-        " run's count of refused ones)"
+        " a refused one goes to the rejected log"
     ),
     "commands": (
         "up to 100 commands in one update, run in order as `command` runs each, with one outcome"

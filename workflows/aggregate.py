@@ -100,6 +100,7 @@ with workflow.unsafe.imports_passed_through():
     from activities.aggregate_store import AggregateStoreActivities
     from activities.delivery import HEARTBEAT_TIMEOUT
     from workflows.aggregate_types import HOSTED
+    from workflows.slow_local_activities import SlowLocalActivities
 
 # The event store must get every event, so a write is retried until the database is back.
 _STORE_RETRIES = RetryPolicy(
@@ -129,12 +130,11 @@ SIGNALS_PER_RUN = 2000
 # Runs started before passivation existed replay without it: they neither load a stored carry
 # nor end idle; their next run (continue-as-new) does both.
 _PASSIVATION_PATCH = "aggregate-passivation"
-# Signalled commands decided from now on give their task a command where it might send none
-# (`_mark_decided`): runs recorded before replay without it.
-_DECIDED_MARKED_PATCH = "aggregate-signal-decided-marked"
-# The memo entry counting the signalled commands this run refused (the rejected log keeps the
-# last ones), upserted where a task that decided signalled commands needs a command.
-REFUSED_MEMO = "refused_signalled_commands"
+# A task that runs while one of the run's local activities begun in an earlier task is still
+# out (a slow event store) upserts the memo below from now on (`SlowLocalActivities`): a signal
+# handler's `decide` reckons from `now()` there. Runs from before replay without it.
+_SLOW_STORE_TASKS_PATCH = "aggregate-tasks-marked-while-store-slow"
+SLOW_STORE_TASKS_MEMO = "tasks_while_store_slow"
 # How soon an idle check looks again when the run was active since it was armed and has been
 # idle a period by then.
 _SOON = timedelta(milliseconds=100)
@@ -200,9 +200,9 @@ class AggregateWorkflow:
         # Updates and signals this run took: Temporal limits both per run.
         self._updates = 0
         self._signals = 0
-        self._refused_signalled = 0
-        # Local activities out (a store, the idle end's): the task waits on them.
-        self._locals_out = 0
+        # The run's local activities (loading, storing), marking the tasks that run while one
+        # is slow (`workflows/slow_local_activities.py`).
+        self._locals = SlowLocalActivities(_SLOW_STORE_TASKS_PATCH, SLOW_STORE_TASKS_MEMO)
 
     @workflow.run
     async def run(self, start: AggregateInput) -> AggregateView:
@@ -302,9 +302,7 @@ class AggregateWorkflow:
         """The same command without an answer; a refused one goes to the rejected log."""
         self._signals += 1
         await self._wait_loaded()
-        version = self._version
-        refused = self._record(request)
-        self._mark_decided(refused, quiet=self._version == version)
+        self._record(request)
         self._show_details()
 
     @workflow.signal(name=COMMANDS_SIGNAL)
@@ -312,40 +310,22 @@ class AggregateWorkflow:
         """Signalled commands in a batch, in order, each as `send_command` would run it."""
         self._signals += 1
         await self._wait_loaded()
-        version = self._version
-        refused = sum(self._record(request) for request in batch.commands)
-        self._mark_decided(refused, quiet=self._version == version)
+        for request in batch.commands:
+            self._record(request)
         self._show_details()
 
-    def _record(self, request: CommandRequest) -> bool:
-        """Apply a signalled command; a refused one (or one without an id) is logged. Whether
-        it was refused."""
+    def _record(self, request: CommandRequest) -> None:
+        """Apply a signalled command; a refused one (or one without an id) is logged."""
         if not request.command_id:
             self._reject(
                 request,
                 _Refused("a signalled command needs a command_id", AggregateErrorType.INVALID),
             )
-            return True
+            return
         try:
             self._apply(request)
         except _Refused as refused:
             self._reject(request, refused)
-            return True
-        return False
-
-    def _mark_decided(self, refused: int, *, quiet: bool) -> None:
-        """Give a task that decided signalled commands a command of its own (the memo's count)
-        where it could otherwise send none: when they left no event to store, or while a store
-        is out (a task waiting on a local activity completes with no command at four fifths
-        of its timeout, the next scheduled at once). A replay takes a task with no command
-        after another such together with the next task, deciding under a later time
-        (temporalio/sdk-rust#1606): a `decide` that looks at `now` could come out otherwise,
-        and a worker that replays the run would hold another state than the one stored.
-        Why: docs/decisions/aggregate-passivation.md"""
-        self._refused_signalled += refused
-        if not (quiet or self._locals_out) or not workflow.patched(_DECIDED_MARKED_PATCH):
-            return
-        workflow.upsert_memo({REFUSED_MEMO: self._refused_signalled})
 
     def _outcome(self, request: CommandRequest) -> CommandOutcome:
         try:
@@ -578,9 +558,8 @@ class AggregateWorkflow:
     async def _store(self) -> None:
         """Write the events not yet in the event store, with the state they lead to."""
         batch = list(self._unstored)
-        self._locals_out += 1
-        try:
-            await workflow.execute_local_activity_method(
+        await self._locals.run(
+            workflow.execute_local_activity_method(
                 AggregateStoreActivities.store_aggregate_events,
                 StoreEvents(
                     type=self._type,
@@ -594,8 +573,7 @@ class AggregateWorkflow:
                 retry_policy=_STORE_RETRIES,
                 summary=f"store events {batch[0].seq}..{batch[-1].seq}",
             )
-        finally:
-            self._locals_out -= 1
+        )
         # Only what was written: a command may have appended more meanwhile.
         stored = {event.seq for event in batch}
         self._unstored = [event for event in self._unstored if event.seq not in stored]
@@ -758,12 +736,14 @@ class AggregateWorkflow:
         """Load what the aggregate's last run stored (nothing for a new aggregate)."""
         definition = self._definition
         assert definition is not None
-        resumed: ResumedAggregate | None = await workflow.execute_local_activity_method(
-            AggregateStoreActivities.resume_aggregate,
-            args=[self._type, self._id],
-            start_to_close_timeout=timedelta(seconds=10),
-            retry_policy=_STORE_RETRIES,
-            summary="load the stored aggregate",
+        resumed: ResumedAggregate | None = await self._locals.run(
+            workflow.execute_local_activity_method(
+                AggregateStoreActivities.resume_aggregate,
+                args=[self._type, self._id],
+                start_to_close_timeout=timedelta(seconds=10),
+                retry_policy=_STORE_RETRIES,
+                summary="load the stored aggregate",
+            )
         )
         if resumed is not None:
             source = "carry" if resumed.carry else "erased" if resumed.erased else "state"
@@ -796,12 +776,14 @@ class AggregateWorkflow:
             return
         after = 0
         while after < self._version:
-            page: list[RecordedEvent] = await workflow.execute_local_activity_method(
-                AggregateStoreActivities.read_aggregate_events,
-                args=[self._type, self._id, after],
-                start_to_close_timeout=timedelta(seconds=10),
-                retry_policy=_STORE_RETRIES,
-                summary=f"fold the views from event {after + 1}",
+            page: list[RecordedEvent] = await self._locals.run(
+                workflow.execute_local_activity_method(
+                    AggregateStoreActivities.read_aggregate_events,
+                    args=[self._type, self._id, after],
+                    start_to_close_timeout=timedelta(seconds=10),
+                    retry_policy=_STORE_RETRIES,
+                    summary=f"fold the views from event {after + 1}",
+                )
             )
             for recorded in page:
                 if is_shredded(recorded.data):
@@ -879,9 +861,8 @@ class AggregateWorkflow:
             return False
         before = self._activity_mark()
         if not self._erased and self._version > 0:
-            self._locals_out += 1
-            try:
-                stored = await workflow.execute_local_activity_method(
+            stored = await self._locals.run(
+                workflow.execute_local_activity_method(
                     AggregateStoreActivities.passivate_aggregate,
                     PassivateAggregate(
                         type=self._type,
@@ -893,8 +874,7 @@ class AggregateWorkflow:
                     retry_policy=_STORE_RETRIES,
                     summary="store the idle aggregate",
                 )
-            finally:
-                self._locals_out -= 1
+            )
             if not stored:
                 workflow.logger.warning(
                     "%s %s not ended: the store is not at its version", self._type, self._id
