@@ -108,7 +108,11 @@ with workflow.unsafe.imports_passed_through():
         retried_by_the_workflow,
     )
     from workflows.ordering import PROJECT_EVERY, Ended, Lane
-    from workflows.slow_local_activities import SlowLocalActivities
+    from workflows.slow_local_activities import (
+        READ_MODEL_WRITES_PATCH,
+        SLOW_WRITE_TASKS_MEMO,
+        SlowLocalActivities,
+    )
 
 # Waits are rounded up to this, so the items waiting in one tick share one timer.
 TICK = timedelta(milliseconds=100)
@@ -136,12 +140,6 @@ _ENQUEUES_LATER_PATCH = "shard-admits-enqueues-later"
 # from before dropped it).
 _LATE_REPORTS_PATCH = "late-reports-recorded"
 
-# A task that runs while a read-model write begun in an earlier task is still out upserts the
-# memo below from now on (`SlowLocalActivities`); runs from before replay without it.
-_SLOW_WRITE_TASKS_PATCH = "tasks-marked-while-read-model-slow"
-# The memo entry counting this run's workflow tasks that ran while a write to the read model
-# was out since an earlier task (a read model slower than four fifths of the task timeout).
-SLOW_WRITE_TASKS_MEMO = "tasks_while_read_model_slow"
 
 Written = TypeVar("Written")
 
@@ -472,7 +470,7 @@ class DeliveryHostWorkflow:
         self._lanes_flush_later = False
         # Writes to the read model (local activities), marking the tasks that run while one is
         # slow.
-        self._writes = SlowLocalActivities(_SLOW_WRITE_TASKS_PATCH, SLOW_WRITE_TASKS_MEMO)
+        self._writes = SlowLocalActivities(READ_MODEL_WRITES_PATCH, SLOW_WRITE_TASKS_MEMO)
         # The shared timer: when it is set to fire, and whether a wait wants it earlier.
         self._timer_at: datetime | None = None
         self._wake_ats: list[datetime] = []

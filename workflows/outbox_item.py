@@ -39,6 +39,11 @@ with workflow.unsafe.imports_passed_through():
 
     from activities.projection import ProjectionActivities
     from workflows.delivery import Delivery, DeliveryFailed
+    from workflows.slow_local_activities import (
+        READ_MODEL_WRITES_PATCH,
+        SLOW_WRITE_TASKS_MEMO,
+        SlowLocalActivities,
+    )
 
 # The read model must see every transition, so a projection is retried until the DB is back.
 _PROJECTION_RETRIES = RetryPolicy(
@@ -54,6 +59,7 @@ class OutboxItemWorkflow:
     def __init__(self, item: OutboxItemInput) -> None:
         self._item = item
         self._delivery = Delivery(workflow.info().workflow_id, item, self)
+        self._writes = SlowLocalActivities(READ_MODEL_WRITES_PATCH, SLOW_WRITE_TASKS_MEMO)
 
     @workflow.run
     async def run(self, item: OutboxItemInput) -> OutboxItemView:
@@ -92,13 +98,18 @@ class OutboxItemWorkflow:
     # -- DeliveryHost ------------------------------------------------------------------------
 
     async def project(self, projection: ItemProjection) -> None:
-        """A local activity: no task of its own, written by the worker's group commit."""
-        await workflow.execute_local_activity_method(
-            ProjectionActivities.project_item,
-            projection,
-            start_to_close_timeout=timedelta(seconds=10),
-            retry_policy=_PROJECTION_RETRIES,
-            summary="project to read model",
+        """A local activity: no task of its own, written by the worker's group commit. Each
+        workflow task that runs while it is out after the one it began in (a slow read model)
+        upserts `tasks_while_read_model_slow` (`workflows/slow_local_activities.py`): a
+        delivery report's handler records its event at `now()` there."""
+        await self._writes.run(
+            workflow.execute_local_activity_method(
+                ProjectionActivities.project_item,
+                projection,
+                start_to_close_timeout=timedelta(seconds=10),
+                retry_policy=_PROJECTION_RETRIES,
+                summary="project to read model",
+            )
         )
 
     def status_changed(self, status: ItemStatus) -> None:

@@ -22,6 +22,12 @@ from temporalio import workflow
 
 Result = TypeVar("Result")
 
+# A workflow whose local activities write the read model (a bulk shard's host, an item-mode
+# item) marks from this patch on, and counts its marked tasks in this memo entry; runs from
+# before replay without the upserts.
+READ_MODEL_WRITES_PATCH = "tasks-marked-while-read-model-slow"
+SLOW_WRITE_TASKS_MEMO = "tasks_while_read_model_slow"
+
 
 class SlowLocalActivities:
     """Wraps a workflow's awaits of its local activities (`run`); counts, in the memo entry

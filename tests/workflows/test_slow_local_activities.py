@@ -1,9 +1,9 @@
-"""A workflow whose local activity outlasts its workflow tasks (a shard's write to a held read
-model, a flow's rate change held by the test): each task that takes new events meanwhile sends
-a command, so a replay takes each as it ran, never together with the next one under a later
-time (`workflows/slow_local_activities.py`, temporalio/sdk-rust#1606). On the dev server, each
-workflow started with a short task timeout (a task waiting on a local activity is completed at
-four fifths of it)."""
+"""A workflow whose local activity outlasts its workflow tasks (a shard's or an item's write to a
+held read model, a flow's rate change held by the test): each task that takes new events
+meanwhile sends a command, so a replay takes each as it ran, never together with the next one
+under a later time (`workflows/slow_local_activities.py`, temporalio/sdk-rust#1606). On the dev
+server, each workflow started with a short task timeout (a task waiting on a local activity is
+completed at four fifths of it)."""
 
 from __future__ import annotations
 
@@ -25,6 +25,16 @@ from durable_outbox_temporal.contract.flow import (
     Failing,
     FlowState,
 )
+from durable_outbox_temporal.contract.ids import item_workflow_id
+from durable_outbox_temporal.contract.item import (
+    DELIVERY_REPORT_SIGNAL,
+    PROJECT_ACTIVITY,
+    DeliveryOutcome,
+    ItemStatus,
+    NewItem,
+    RecipientStatus,
+)
+from durable_outbox_temporal.contract.item import WORKFLOW_TYPE as ITEM_WORKFLOW_TYPE
 from temporalio.api.enums.v1 import EventType
 from temporalio.api.history.v1 import HistoryEvent
 from temporalio.client import Client, WorkflowHandle, WorkflowHistory
@@ -39,11 +49,12 @@ from tests.conftest import email_destination, unique_name
 from tests.fakes import deliveries
 from tests.workflows.held_activities import HoldActivities
 from tests.workflows.test_bulk import until_settled
+from tests.workflows.test_delivery_reports import HOUR, TWO_RECIPIENTS, reported
 from tests.workflows.test_destination_flow import failing_report
-from tests.workflows.test_outbox_item import EMAIL
+from tests.workflows.test_outbox_item import EMAIL, wait_for_status
 from worker import WORKFLOWS, SandboxCheckingOnce
 from workflows.destination_flow import SLOW_CHANGE_TASKS_MEMO, DestinationFlowWorkflow
-from workflows.host import SLOW_WRITE_TASKS_MEMO
+from workflows.slow_local_activities import SLOW_WRITE_TASKS_MEMO
 
 TASK_TIMEOUT = timedelta(seconds=1.5)
 HEARTBEAT = TASK_TIMEOUT * 0.8
@@ -101,10 +112,88 @@ async def test_tasks_that_run_while_a_projection_is_held_each_send_a_command(
     )
 
 
-def assert_each_sent_a_command(events: list[HistoryEvent], activity_type: str) -> int:
+async def test_an_items_tasks_while_its_projection_is_held_each_send_a_command(
+    dev_env, stack_factory, fake_provider
+) -> None:
+    """An item-mode item listening for its recipients' reports: the first report's handler
+    writes it to a held read model, the second comes in a task after that write's first
+    heartbeat and settles nothing. Its event is recorded at that task's `now()`: a replay that
+    took the task with the next one would record it later."""
+    destination = email_destination(fake_provider, report_window_s=HOUR)
+    stack = await stack_factory(destination, env=dev_env)
+    key = unique_name("slow-item")
+    item = stack.outbox.new_item(
+        "tests", NewItem(destination=destination.name, payload=TWO_RECIPIENTS, key=key)
+    )
+    handle = await stack.client.start_workflow(
+        ITEM_WORKFLOW_TYPE,
+        item,
+        id=item_workflow_id(item.outbox, item.key),
+        task_queue=stack.task_queue,
+        task_timeout=TASK_TIMEOUT,
+    )
+    await wait_for_status(stack, key, status=ItemStatus.SENT)
+    since = len((await handle.fetch_history()).events)
+    held = stack.engine.connect()
+    held.exec_driver_sql("BEGIN IMMEDIATE")
+    try:
+        await handle.signal(
+            DELIVERY_REPORT_SIGNAL,
+            reported(handle.id, "ada@example.com", RecipientStatus.DELIVERED),
+        )
+        # Past the first heartbeat of the task whose handler began the held write.
+        await asyncio.sleep(HEARTBEAT.total_seconds() * 1.5)
+        # Not settled (a quarantined message may still be released): the report window's
+        # timer stays, so the task taking it has no command of its own to send.
+        await handle.signal(
+            DELIVERY_REPORT_SIGNAL,
+            reported(handle.id, "bob@example.com", RecipientStatus.QUARANTINED, seconds=1),
+        )
+        await _signals_taken(handle, since, count=2)
+    finally:
+        held.rollback()
+        held.close()
+    await handle.signal(
+        DELIVERY_REPORT_SIGNAL,
+        reported(handle.id, "bob@example.com", RecipientStatus.DELIVERED, seconds=2),
+    )
+    view = await stack.result(handle.id)
+
+    assert view.status is ItemStatus.SENT and view.delivery is DeliveryOutcome.DELIVERED
+    assert await deliveries(fake_provider, handle.id) == 1
+    events = list((await handle.fetch_history()).events)
+    assert_each_sent_a_command(events, PROJECT_ACTIVITY, since)
+    assert await (await handle.describe()).memo_value(SLOW_WRITE_TASKS_MEMO) >= 1
+    await Replayer(workflows=WORKFLOWS, workflow_runner=SandboxCheckingOnce()).replay_workflow(
+        WorkflowHistory(handle.id, events)
+    )
+    await stack.record_history(handle.id)
+
+
+async def _signals_taken(handle: WorkflowHandle, since: int, *, count: int) -> None:
+    """Until the `count`th signal after event index `since` was taken by a completed task."""
+    deadline = time.monotonic() + 30
+    while True:
+        events = (await handle.fetch_history()).events
+        signalled = [
+            i
+            for i, e in enumerate(events)
+            if i >= since and e.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED
+        ]
+        if len(signalled) >= count and any(
+            e.event_type == COMPLETED for e in events[signalled[count - 1] :]
+        ):
+            return
+        assert time.monotonic() < deadline, "the signals were never taken"
+        await asyncio.sleep(0.05)
+
+
+def assert_each_sent_a_command(
+    events: list[HistoryEvent], activity_type: str, since: int = 0
+) -> int:
     """Each task that took new events while the local activity was out sent a command (its
     completion is not followed at once by the next task's scheduling); how many there were."""
-    taken = tasks_with_new_work_while_out(events, activity_type)
+    taken = tasks_with_new_work_while_out(events, activity_type, since)
     assert taken, f"a task took new events while {activity_type} was out"
     for completed in taken:
         assert events[completed + 1].event_type != EventType.EVENT_TYPE_WORKFLOW_TASK_SCHEDULED, (
@@ -130,19 +219,23 @@ async def _fired_and_taken(shard: WorkflowHandle, *, count: int) -> None:
         await asyncio.sleep(0.05)
 
 
-def tasks_with_new_work_while_out(events: list[HistoryEvent], activity_type: str) -> list[int]:
+def tasks_with_new_work_while_out(
+    events: list[HistoryEvent], activity_type: str, since: int = 0
+) -> list[int]:
     """The completions of the workflow tasks that took new events while the first local
-    activity of `activity_type` was out since an earlier task: before its marker, each right
-    after a task completed at its heartbeat (a local activity out through it)."""
+    activity of `activity_type` recorded after event index `since` was out since an earlier
+    task: before its marker, each right after a task completed at its heartbeat (a local
+    activity out through it)."""
     marker = next(
         i
         for i, e in enumerate(events)
-        if e.event_type == EventType.EVENT_TYPE_MARKER_RECORDED
+        if i >= since
+        and e.event_type == EventType.EVENT_TYPE_MARKER_RECORDED
         and activity_type.encode() in e.SerializeToString()
     )
     started = [
         i
-        for i in range(marker)
+        for i in range(since, marker)
         if events[i].event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_STARTED
     ]
     taken = []
