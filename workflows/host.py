@@ -140,7 +140,6 @@ _ENQUEUES_LATER_PATCH = "shard-admits-enqueues-later"
 # from before dropped it).
 _LATE_REPORTS_PATCH = "late-reports-recorded"
 
-
 Written = TypeVar("Written")
 
 

@@ -93,7 +93,7 @@ async def test_tasks_that_run_while_a_projection_is_held_each_send_a_command(
     held = stack.engine.connect()
     held.exec_driver_sql("BEGIN IMMEDIATE")
     try:
-        await _fired_and_taken(shard, count=2)
+        await _taken(shard, EventType.EVENT_TYPE_TIMER_FIRED, count=2)
     finally:
         held.rollback()
         held.close()
@@ -149,7 +149,7 @@ async def test_an_items_tasks_while_its_projection_is_held_each_send_a_command(
             DELIVERY_REPORT_SIGNAL,
             reported(handle.id, "bob@example.com", RecipientStatus.QUARANTINED, seconds=1),
         )
-        await _signals_taken(handle, since, count=2)
+        await _taken(handle, EventType.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED, count=2, since=since)
     finally:
         held.rollback()
         held.close()
@@ -170,24 +170,6 @@ async def test_an_items_tasks_while_its_projection_is_held_each_send_a_command(
     await stack.record_history(handle.id)
 
 
-async def _signals_taken(handle: WorkflowHandle, since: int, *, count: int) -> None:
-    """Until the `count`th signal after event index `since` was taken by a completed task."""
-    deadline = time.monotonic() + 30
-    while True:
-        events = (await handle.fetch_history()).events
-        signalled = [
-            i
-            for i, e in enumerate(events)
-            if i >= since and e.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED
-        ]
-        if len(signalled) >= count and any(
-            e.event_type == COMPLETED for e in events[signalled[count - 1] :]
-        ):
-            return
-        assert time.monotonic() < deadline, "the signals were never taken"
-        await asyncio.sleep(0.05)
-
-
 def assert_each_sent_a_command(
     events: list[HistoryEvent], activity_type: str, since: int = 0
 ) -> int:
@@ -202,20 +184,20 @@ def assert_each_sent_a_command(
     return len(taken)
 
 
-async def _fired_and_taken(shard: WorkflowHandle, *, count: int) -> None:
-    """Until the `count`th timer's firing was taken by a completed task."""
+async def _taken(
+    handle: WorkflowHandle, event_type: EventType.ValueType, *, count: int, since: int = 0
+) -> None:
+    """Until the `count`th event of `event_type` after event index `since` (a timer's firing, a
+    signal) was taken by a completed task."""
     deadline = time.monotonic() + 30
     while True:
-        events = (await shard.fetch_history()).events
-        fired = [
-            i for i, e in enumerate(events) if e.event_type == EventType.EVENT_TYPE_TIMER_FIRED
-        ]
-        if len(fired) >= count and any(
-            e.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED
-            for e in events[fired[count - 1] :]
+        events = (await handle.fetch_history()).events
+        found = [i for i, e in enumerate(events) if i >= since and e.event_type == event_type]
+        if len(found) >= count and any(
+            e.event_type == COMPLETED for e in events[found[count - 1] :]
         ):
             return
-        assert time.monotonic() < deadline, "the timers never fired"
+        assert time.monotonic() < deadline, f"{count} of {EventType.Name(event_type)} never taken"
         await asyncio.sleep(0.05)
 
 
