@@ -96,14 +96,15 @@ class ProjectedHere:
             result.projected_at = at
 
     async def _follow_earlier_attempt(self, item_id: str, context: ProjectionContext) -> bool:
-        """On a retry, number this attempt's events after any an earlier attempt wrote; whether
-        that moved them.
+        """On a retry (or an attempt whose item says an earlier activity's rows may lead,
+        `OutboxItemState.rows_may_lead`), number this attempt's events after any an earlier
+        attempt wrote; whether that moved them.
 
         An attempt killed after it wrote its outcome's events and before it reported them leaves
         those rows behind, and the retry's provider answer may differ (a poll that saw Running,
         then Succeeded). Rows are idempotent by (item, seq), so a retry that reused the numbers
         would be dropped and the read model would never see the item end."""
-        if activity.info().attempt == 1:
+        if activity.info().attempt == 1 and not context.state.rows_may_lead:
             return False
         written = await self._writer.run(functools.partial(last_event_seq, item_id=item_id))
         if written is None or written <= context.state.last_event_seq:

@@ -167,6 +167,11 @@ class SharedActivityHost(Protocol):
         """Take back a shared submit no worker has sent (answered with `error`); False when
         it cannot be (gone out, a lane run's, or submits are not shared)."""
 
+    def withdraws_to_hand_over(self) -> bool:
+        """Whether this run of the host takes back, when it hands over (continues as new), what
+        its deliveries have out that no worker has taken (`Delivery.withdraw_to_hand_over`):
+        their polls then wait for a cancel's outcome, as withdrawable submits do."""
+
     def poll_batched(self) -> bool:
         """Whether polls go through `poll` (shared activities) rather than one activity each."""
 
@@ -202,8 +207,9 @@ class _Failed(Exception):
         self.error_code = error_code
 
 
-class _SubmitWithdrawn(Exception):
-    """A queued item's submit was cancelled before any worker took it."""
+class Withdrawn(Exception):
+    """A submit or poll was taken back before any worker sent it: a queued item's submit by a
+    cancel, or either by its host handing over (`Delivery.withdraw_to_hand_over`)."""
 
 
 class _SharedFailed(Exception):
@@ -251,8 +257,11 @@ class Delivery:
         # A submit or poll is scheduled and not yet answered (a host continues as new only
         # when none is).
         self.activity_out = False
-        # A queued item's submit while it is scheduled: a cancel withdraws it (`_execute`).
-        self._submit_out: asyncio.Task[Any] | None = None
+        # A queued item's submit while it is scheduled, or a poll its host may withdraw: a
+        # cancel withdraws the submit, the host's hand-over either (`_execute`).
+        self._withdrawable_out: asyncio.Task[Any] | None = None
+        # Its host is handing over: what it had out was taken back (`withdraw_to_hand_over`).
+        self._handing_over = False
         # The same while it waits to go in an activity shared with others
         # (`SharedActivityHost.submit`).
         self._shared_submit: SubmitRequest | None = None
@@ -352,10 +361,11 @@ class Delivery:
 
     def _withdraw_submit(self) -> None:
         """Ask the server to cancel the submit that is out, if any: one no worker has taken
-        ends cancelled at once (`_SubmitWithdrawn`); one a worker runs finishes (submits do not
-        heartbeat), so a cancel never leaves a submit's fate unknown. Histories from before
-        this waited for the submit whatever came."""
-        out = self._submit_out
+        ends cancelled at once (`Withdrawn`); one a worker runs finishes once its request went
+        (`activities.delivery._to_the_end`), so a cancel never leaves a submit's fate unknown.
+        Histories from before this waited for the submit whatever came. (Only a queued item
+        is cancelled, so what is out is a submit, never a poll.)"""
+        out = self._withdrawable_out
         if out is not None and not out.done() and workflow.patched(_CANCEL_WAITING_SUBMIT):
             out.cancel()
         shared = self._shared_submit
@@ -365,7 +375,18 @@ class Delivery:
             and self._sharing is not None
             and workflow.patched(_CANCEL_SHARED_SUBMIT)
         ):
-            self._sharing.withdraw_submit(shared, _SubmitWithdrawn())
+            self._sharing.withdraw_submit(shared, Withdrawn())
+
+    def withdraw_to_hand_over(self) -> None:
+        """Its host hands over (continues as new) and what it has out waits on the server (a
+        paused queue): ask the server to cancel this delivery's own submit or poll. One no
+        worker has taken ends at once (`Withdrawn`), and the item is carried as it was before
+        it; one a worker runs finishes once its request went. The host takes back the shared
+        ones itself (`workflows.host._Batcher.withdraw_all`)."""
+        self._handing_over = True
+        out = self._withdrawable_out
+        if out is not None and not out.done():
+            out.cancel()
 
     async def delivery_report(self, report: DeliveryReport) -> None:
         """Record the provider's report on one recipient; a repeat or an older report changes
@@ -444,6 +465,7 @@ class Delivery:
             )
             self.sequence = None
             seq_before = state.last_event_seq
+            first_submitted_at = state.first_submitted_at
             result: SubmitResult
             try:
                 sharing = self._submits_shared()
@@ -467,12 +489,14 @@ class Delivery:
                             else request.first_poll_after_s + policy.poll_timeout_s
                         ),
                         f"submit to {item.destination}, attempt {state.attempts}",
-                        cancellable=True,
+                        withdrawable=True,
                     )
-            except _SubmitWithdrawn:
-                # Cancelled before any worker took the submit (its queue paused, say): it never
-                # went, so it spent no attempt; the loop's head ends the item cancelled.
+            except Withdrawn:
+                # Taken back before any worker sent the submit (its queue paused, say): it never
+                # went, so it spent no attempt and set no first-sent time; the loop's head ends
+                # the item cancelled, or its host's gate holds it for the next run.
                 state.attempts -= 1
+                state.first_submitted_at = first_submitted_at
                 continue
             except (ActivityError, _SharedFailed) as err:
                 error_type, message, details = _failure(err)
@@ -533,14 +557,18 @@ class Delivery:
         timeout_s: float,
         summary: str,
         *,
-        cancellable: bool = False,
+        withdrawable: bool = False,
     ) -> Result:
         """Run a submit or poll on the destination's queue (its rate), with the outbox as its
         fairness key; while one that projects its own transition is out, reports wait.
 
-        A `cancellable` one (a queued item's submit) is withdrawn by a cancel (see
-        `_withdraw_submit`); it is awaited directly all the same, so deliveries sharing a host
-        schedule their activities in the order they always did."""
+        A `withdrawable` one is taken back by a cancel (a queued item's submit:
+        `_withdraw_submit`) or by its host's hand-over (`withdraw_to_hand_over`), and waits for
+        the cancel's outcome; it is awaited directly all the same, so deliveries sharing a host
+        schedule their activities in the order they always did. A submit's attempts after a
+        failed one are the workflow's, never withdrawn (`WITHDRAWABLE_ATTEMPT`); a poll, which
+        sends nothing, keeps the server's retries."""
+        submit = isinstance(request, SubmitRequest)
         self._projecting_activity_out = request.projection is not None
         self.activity_out = True
         try:
@@ -559,23 +587,27 @@ class Delivery:
                     priority=self._priority(),
                     cancellation_type=(
                         ActivityCancellationType.WAIT_CANCELLATION_COMPLETED
-                        if cancellable
+                        if withdrawable
                         else ActivityCancellationType.TRY_CANCEL
                     ),
                 )
 
-            if not cancellable:
+            if not withdrawable:
                 return await start(_INFRASTRUCTURE_RETRIES, summary)
-            handle = self._submit_out = start(WITHDRAWABLE_ATTEMPT, summary)
+            handle = self._withdrawable_out = start(
+                WITHDRAWABLE_ATTEMPT if submit else _INFRASTRUCTURE_RETRIES, summary
+            )
             try:
                 return await handle
             except ActivityError as err:
-                if isinstance(err.cause, CancelledError) and self.state.cancel_requested:
-                    raise _SubmitWithdrawn from None
-                if not retried_by_the_workflow(err):
+                if isinstance(err.cause, CancelledError) and (
+                    self.state.cancel_requested or self._handing_over
+                ):
+                    raise Withdrawn from None
+                if not (submit and retried_by_the_workflow(err)):
                     raise
             finally:
-                self._submit_out = None
+                self._withdrawable_out = None
             # Its attempt may have reached the provider: the rest is never withdrawn.
             return await start(AFTER_A_WITHDRAWABLE_ATTEMPT, f"{summary}, tried again")
         finally:
@@ -793,7 +825,16 @@ class Delivery:
                     policy.poll_task_queue,
                     policy.poll_timeout_s,
                     f"poll operation #{state.poll_count}",
+                    withdrawable=self._sharing is not None
+                    and self._sharing.withdraws_to_hand_over(),
                 )
+        except Withdrawn:
+            # Taken back by the host's hand-over before any worker took it: not a poll; the
+            # host's gate holds the item for the next run. The cancel may have come while the
+            # server's retry waited out its backoff, after an attempt that wrote its rows.
+            state.poll_count -= 1
+            state.rows_may_lead = True
+            return None
         except (ActivityError, _SharedFailed) as err:
             error_type, message, details = _failure(err)
             if error_type is ItemErrorType.HELD:
@@ -819,6 +860,7 @@ class Delivery:
 
     def _take_poll(self, result: PollResult, seq_before: int) -> None:
         """Apply a poll's result (a failed or cancelled operation is left to `_end_if_done`)."""
+        self.state.rows_may_lead = False
         at = result.projected_at or workflow.now()
         if transitions.apply_poll_result(self.item, self.state, result, at):
             self._follow_activity_numbering(result.projected_seq, seq_before)

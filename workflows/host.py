@@ -105,6 +105,7 @@ with workflow.unsafe.imports_passed_through():
         WITHDRAWABLE_ATTEMPT,
         Delivery,
         DeliveryFailed,
+        Withdrawn,
         retried_by_the_workflow,
     )
     from workflows.ordering import PROJECT_EVERY, Ended, Lane
@@ -135,6 +136,13 @@ _PROJECTION_RETRIES = RetryPolicy(
 )
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _CARRY_IN_PARTS_PATCH = "shard-carry-in-parts"
+# How long a hand-over (continue-as-new) waits for the submits and polls out before it takes
+# back what no worker has taken: on a paused queue they would wait for the resume, and the run
+# with them (docs/decisions/hand-over-while-paused.md).
+HAND_OVER_GRACE = timedelta(seconds=10)
+# The patch that has the hand-over take them back, and the host's own polls wait for a cancel's
+# outcome so that they can be (runs from before waited for all of them).
+_HAND_OVER_WITHDRAWS_PATCH = "hand-over-withdraws-what-waits"
 _ENQUEUES_LATER_PATCH = "shard-admits-enqueues-later"
 # A delivery report for an item the host no longer holds is recorded in the item's row (runs
 # from before dropped it).
@@ -225,6 +233,25 @@ class _Batcher(Generic[Request, Outcome]):
                     out.withdrawn[id(outcome)] = error
                     return True
         return False
+
+    def withdraw_all(self) -> None:
+        """Take back every request no worker has sent (the host hands over): those waiting here
+        are answered `Withdrawn` at once, lanes' runs included; each batch out has its activity
+        cancelled, and one no worker had taken answers all its requests `Withdrawn`
+        (`_ask_again`), while one a worker runs finishes and its outcomes stand."""
+        waiting = [*self._asked, *(entry for run in self._sequences.values() for entry in run)]
+        self._asked.clear()
+        self._sequences.clear()
+        for _, _, waits in waiting:
+            self._priorities.pop(id(waits), None)
+            waits.set_exception(Withdrawn())
+        for out in self._out_batches:
+            if out.handle is None:
+                continue
+            if not out.withdrawn:
+                out.handle.cancel()
+            for _, _, answer in out.entries:
+                out.withdrawn.setdefault(id(answer), Withdrawn())
 
     async def ask(
         self, request: Request, policy: DeliveryPolicy, priority: int | None = None
@@ -425,6 +452,8 @@ class _Batcher(Generic[Request, Outcome]):
             sequence = self.sequence_of(request)
             if error is not None:
                 outcome.set_exception(error)
+                if sequence is not None:
+                    self._sequences_out.discard(sequence)
             elif sequence is None:
                 again.append(entry)
                 if out.priorities.get(id(outcome)) is not None:
@@ -1087,6 +1116,9 @@ class DeliveryHostWorkflow:
     def submit_batched(self) -> bool:
         return self._submits.size > 1
 
+    def withdraws_to_hand_over(self) -> bool:
+        return workflow.patched(_HAND_OVER_WITHDRAWS_PATCH)
+
     def withdraw_submit(self, request: SubmitRequest, error: Exception) -> bool:
         return self._submits.withdraw(request, error)
 
@@ -1127,9 +1159,27 @@ class DeliveryHostWorkflow:
         running = (delivery for lane in self._lanes.values() for delivery in lane.running)
         return any(d.activity_out for d in (*self._deliveries.values(), *running))
 
+    def _withdraw_to_hand_over(self) -> None:
+        """Take back every submit and poll out that no worker has taken (see `HAND_OVER_GRACE`):
+        each such item is carried as it was before it, its attempt not spent."""
+        self._submits.withdraw_all()
+        self._polls.withdraw_all()
+        running = (delivery for lane in self._lanes.values() for delivery in lane.running)
+        for delivery in (*self._deliveries.values(), *running):
+            delivery.withdraw_to_hand_over()
+
     async def _continue_as_new(self) -> None:
         self._draining = True
         self._project_lanes()
+        if self._deliveries_out() and self.withdraws_to_hand_over():
+            try:
+                await workflow.wait_condition(
+                    lambda: not self._deliveries_out(),
+                    timeout=HAND_OVER_GRACE,
+                    timeout_summary="hand-over: submits and polls out",
+                )
+            except TimeoutError:
+                self._withdraw_to_hand_over()
         # Submits and polls out finish (new ones wait at the gate), projections are written,
         # and enqueues deferred meanwhile are admitted: what is carried is only what is held.
         await workflow.wait_condition(

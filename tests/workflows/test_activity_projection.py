@@ -11,6 +11,7 @@ from contextlib import AsyncExitStack
 from typing import Any
 
 import httpx
+import pytest
 from durable_outbox_temporal import OutboxClient
 from durable_outbox_temporal.contract import transitions
 from durable_outbox_temporal.contract.ids import item_workflow_id, provider_idempotency_key
@@ -217,12 +218,17 @@ async def test_a_failed_write_leaves_the_transition_to_the_workflow(
     assert result.delivered and result.projected_at is None
 
 
+@pytest.mark.parametrize("again", ["retried", "taken-back"])
 async def test_a_retried_poll_numbers_its_outcome_after_a_killed_attempt_that_projected(
-    fake_provider, tmp_path
+    fake_provider, tmp_path, again: str
 ) -> None:
     """Attempt 1 of a poll saw Running and wrote it, then its worker died before reporting;
     attempt 2 sees Succeeded. Rows are idempotent by (item, seq): had the retry reused seq 2,
-    the read model would keep `sending` for ever (seen in a full bulk `make chaos`)."""
+    the read model would keep `sending` for ever (seen in a full bulk `make chaos`).
+
+    `taken-back`: the server's retry never ran, its host took the poll back at a hand-over
+    while the retry waited out its backoff (`workflows.delivery.Delivery._poll_once`); the
+    next run's poll is a first attempt, told by the item's state that rows may lead."""
     destination = email_destination(fake_provider)
     engine = make_engine(f"sqlite:///{tmp_path / 'readmodel.db'}")
     create_schema(engine)
@@ -242,7 +248,8 @@ async def test_a_retried_poll_numbers_its_outcome_after_a_killed_attempt_that_pr
     await fake_provider.admin.script(key, [{"running_polls": 1}])
     state = OutboxItemState(started=True, attempts=1)
     first, retry = ActivityEnvironment(), ActivityEnvironment()
-    retry.info = dataclasses.replace(retry.info, attempt=2)
+    if again == "retried":
+        retry.info = dataclasses.replace(retry.info, attempt=2)
     async with httpx.AsyncClient() as http:
         activities = DeliveryActivities(
             {destination.name: build_provider(destination, http)},
@@ -271,6 +278,9 @@ async def test_a_retried_poll_numbers_its_outcome_after_a_killed_attempt_that_pr
         )
         # The server retries with the request it scheduled (the activity changes its copy).
         same_request = copy.deepcopy(request)
+        if again == "taken-back":
+            assert same_request.projection is not None
+            same_request.projection.state.rows_may_lead = True
         lost = await first.run(activities.poll_operation, request)
         assert lost.status is OperationStatus.RUNNING and lost.projected_at is not None
         assert lost.projected_seq is None
