@@ -120,6 +120,13 @@ def retried_by_the_workflow(err: ActivityError) -> bool:
     )
 
 
+def rows_may_lead(request: SubmitRequest | PollRequest) -> None:
+    """Tell the request's next activity that an earlier one may have written rows past the
+    item's state (it failed after its provider answered): it numbers its own after them."""
+    if request.projection is not None:
+        request.projection.state.rows_may_lead = True
+
+
 class DeliveryHost(Protocol):
     """What a delivery needs from any workflow that hosts it."""
 
@@ -608,7 +615,10 @@ class Delivery:
                     raise
             finally:
                 self._withdrawable_out = None
-            # Its attempt may have reached the provider: the rest is never withdrawn.
+            # Its attempt may have reached the provider: the rest is never withdrawn, and it may
+            # have written its outcome's rows, which the new activity's first attempt numbers
+            # its own after (`OutboxItemState.rows_may_lead`).
+            rows_may_lead(request)
             return await start(AFTER_A_WITHDRAWABLE_ATTEMPT, f"{summary}, tried again")
         finally:
             self._projecting_activity_out = False

@@ -107,6 +107,7 @@ with workflow.unsafe.imports_passed_through():
         DeliveryFailed,
         Withdrawn,
         retried_by_the_workflow,
+        rows_may_lead,
     )
     from workflows.ordering import PROJECT_EVERY, Ended, Lane
     from workflows.slow_local_activities import (
@@ -415,6 +416,8 @@ class _Batcher(Generic[Request, Outcome]):
                 rest.append(index)
         if rest:
             again = [requests[index] for index in rest]
+            for request in again:
+                rows_may_lead(request)
             try:
                 sent = await start(again)
             except ActivityError as err:

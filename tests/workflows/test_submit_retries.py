@@ -11,6 +11,7 @@ import contextlib
 from typing import Any
 
 from durable_outbox_temporal.contract.bulk import shard_workflow_id
+from durable_outbox_temporal.contract.ids import item_workflow_id
 from durable_outbox_temporal.contract.item import (
     SUBMIT_ACTIVITY,
     SUBMIT_BATCH_ACTIVITY,
@@ -31,7 +32,7 @@ from temporalio.worker import ExecuteActivityInput
 from activities.delivery import DeliveryActivities, went_through
 from readmodel import store
 from tests.conftest import email_destination, unique_name
-from tests.fakes import deliveries, submits
+from tests.fakes import deliveries, script, submits
 from tests.workflows.test_bulk import enqueue_all, enqueue_in_one_signal, until_settled
 from tests.workflows.test_lost_activity_tasks import Execute, FirstRunOf
 from tests.workflows.test_outbox_item import EMAIL
@@ -115,6 +116,32 @@ async def test_a_cancel_after_a_shared_submit_attempt_failed_leaves_the_item_to_
     assert row is not None and row.view.status is ItemStatus.SENT, row
     assert await deliveries(fake_provider, item_id) == 1
     await stack.record_history(shard_workflow_id(destination.name, 0), "_shard")
+
+
+async def test_a_submit_tried_again_by_its_workflow_numbers_its_rows_after_the_failed_attempts(
+    stack_factory, fake_provider, dev_env
+) -> None:
+    # The failed attempt wrote `accepted` and its first poll's `polled` (Running) before it
+    # failed; the workflow's retry, the first attempt of a new activity, finds the operation
+    # succeeded. Rows are idempotent by (item, seq): had the retry reused those numbers, its
+    # `sent` would have been dropped and the read model would show the item sending for ever.
+    destination = email_destination(
+        fake_provider, poll_in_submit=True, poll_interval_s=0.2, poll_rate=200
+    )
+    failing = FailsOnceItSent(SUBMIT_ACTIVITY)
+    stack = await stack_factory(destination, env=dev_env, interceptors=[failing])
+    key = unique_name("renumbered")
+    await script(fake_provider, item_workflow_id("tests", key), [{"running_polls": 1}])
+    item = await stack.enqueue(destination, EMAIL, key=key)
+
+    view = await stack.result(item.item_id)
+
+    assert view.status is ItemStatus.SENT, view
+    assert await deliveries(fake_provider, item.item_id) == 1
+    await until_settled(stack, [item.item_id], timeout_s=10, skip_time=False)
+    events = [(e.seq, e.type.value) for e in store.item_events(stack.engine, item.item_id)]
+    assert [kind for _, kind in events][-1] == "sent", events
+    assert len({seq for seq, _ in events}) == len(events), events
 
 
 class DiesOnceTheFirstIsRecorded(FirstRunOf):

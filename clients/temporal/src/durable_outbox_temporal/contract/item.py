@@ -431,9 +431,10 @@ class OutboxItemState:
     # When this generation's first submit attempt was made (`SubmitRequest.first_submitted_at`).
     first_submitted_at: datetime | None = None
     # The read model may hold events past `last_event_seq`, written by an activity whose outcome
-    # the workflow never took (a poll taken back while its server retry waited out its backoff):
-    # the next activity numbers its events after them whatever its attempt
-    # (`activities.delivery_projection`). Cleared once an activity's transition is taken.
+    # the workflow never took (a submit the workflow tries again in a new activity, a poll taken
+    # back while its server retry waited out its backoff): the next activity numbers its events
+    # after them whatever its attempt (`activities.delivery_projection`). Cleared once a poll's
+    # transition is taken.
     rows_may_lead: bool = False
 
 
