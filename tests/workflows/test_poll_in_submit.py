@@ -127,17 +127,22 @@ async def test_a_submit_retried_after_its_poll_sends_once_and_numbers_on(
     # The provider dedupes the second submit by the item's key: one message.
     assert await deliveries(fake_provider, item.item_id) == 1
     events = store.item_events(stack.engine, item.item_id)
-    # What the lost attempt wrote stays as what the provider answered then; the retry's events
-    # follow, and the workflow's view counts them as its row does.
+    # What each lost attempt wrote stays as what the provider answered then: the first activity's
+    # (its one attempt: `accepted`, its first poll's `polled`), then the workflow's retry's first
+    # attempt (lost as well, after the operation had succeeded); the server's retry of that
+    # follows, and the workflow's view counts them as its row does. Each numbers its rows after
+    # the ones before, so none is dropped over another.
     assert [(event.seq, str(event.type)) for event in events] == [
         (1, "enqueued"),
         (2, "accepted"),
         (3, "polled"),
         (4, "accepted"),
         (5, "sent"),
+        (6, "accepted"),
+        (7, "sent"),
     ]
     row = store.get_item(stack.engine, item.item_id)
-    assert row is not None and row.view.last_event_seq == view.last_event_seq == 5
+    assert row is not None and row.view.last_event_seq == view.last_event_seq == 7
 
 
 def submit_request(first_poll_after_s: float | None) -> SubmitRequest:
