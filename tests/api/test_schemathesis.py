@@ -20,8 +20,9 @@ from tests.conftest import webhook_destination
 MAX_EXAMPLES = 10
 # The whole run, generation and requests included; past it the run is stopped and the test
 # fails rather than hold up `make test`. About 2,000 cases over 50-odd operations: 40-60 s on a
-# quiet 2-core machine beside the rest of the suite, 150 s with the machine loaded twice over.
-BUDGET_S = 180
+# quiet 2-core machine beside the rest of the suite, 150 s with the machine loaded twice over,
+# and past 180 s in a fresh-clone run (837 s in all) on a machine 1.6 times slower at the suite.
+BUDGET_S = 300
 
 
 @pytest.mark.timeout(BUDGET_S + 60)
