@@ -45,11 +45,14 @@ async def webhook_stack(
     fairness: bool = True,
     interceptors: Sequence[Interceptor] = (),
     claim_check_bytes: int = 0,
+    suggest_continue_as_new_events: int | None = None,
     **destination_fields: Any,
 ) -> BenchStack:
     """Start it all; `db_file` is the read model (recreated), `destination_fields` the webhook
     destination's settings beyond its name and URL (rates, backoff...). `claim_check_bytes`:
-    payloads above it stored in the read model, as `worker.py` does by default (0: inline)."""
+    payloads above it stored in the read model, as `worker.py` does by default (0: inline).
+    `suggest_continue_as_new_events`: the server suggests continuing as new past this many history
+    events (the dev server's default when None), for a scenario about hand-overs."""
     engine = _fresh_read_model(db_file)
     exits.callback(engine.dispose)
     env = await exits.enter_async_context(
@@ -61,6 +64,14 @@ async def webhook_stack(
                 *dev_server_extra_args(None, fairness=fairness),
                 "--log-level",
                 "error",
+                *(
+                    []
+                    if suggest_continue_as_new_events is None
+                    else [
+                        "--dynamic-config-value",
+                        f"limit.historyCount.suggestContinueAsNew={suggest_continue_as_new_events}",
+                    ]
+                ),
             ],
         )
     )

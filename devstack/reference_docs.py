@@ -295,6 +295,29 @@ BENCH_VARIABLES = (
         "`50`",
         "`bench.shard_backlog`: the destination's submits per second (lower: a longer backlog)",
     ),
+    Variable(
+        "SLOW_RATE",
+        "`10`",
+        "`bench.hand_over_slow_queue`: the destination's submits per second (the shard has up to"
+        " 100 out)",
+    ),
+    Variable(
+        "SLOW_ITEMS",
+        "`2000` (`600` with `QUICK=1`)",
+        "`bench.hand_over_slow_queue`: items each round hands over to the one shard",
+    ),
+    Variable(
+        "SLOW_SUGGEST_EVENTS",
+        "`300`",
+        "`bench.hand_over_slow_queue`: history events past which its dev server suggests"
+        " continuing as new",
+    ),
+    Variable(
+        "SLOW_ROUNDS",
+        "`2`",
+        "`bench.hand_over_slow_queue`: rounds, each one with the hand-over's grace and one"
+        " waiting for everything out",
+    ),
 )
 
 

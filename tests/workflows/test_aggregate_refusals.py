@@ -159,8 +159,14 @@ async def test_a_signalled_command_decided_by_the_clock_while_a_store_is_slow_re
     await client.send("window", window, "note", {}, command_id="first")
     await asyncio.sleep(0.2)
     await client.send("window", window, signalled, {}, command_id="early")
-    # Decided before the window's time: refused (close) or taken (note).
-    await eventually(lambda: _decided(client, window, rejected))
+    # Decided before the window's time: refused (close) or taken (note). On a machine too
+    # loaded to signal within the window's 1.8 s, the task that decided it came after the
+    # window's time, and the run cannot show what this test is about.
+    await eventually(lambda: _decided(client, window))
+    so_far = (await handle.fetch_history()).events
+    if so_far[_task_after_signal(so_far, "early") - 1].event_time.ToDatetime(UTC) >= until:
+        pytest.skip("the signal was decided after the window's time: too late to tell")
+    assert await _decided(client, window) == (3 - rejected, rejected)
     hold.held = False
     stored = 2 + (1 - rejected)
     await eventually(lambda: _stored(stack.engine, window, version=stored))
@@ -209,9 +215,10 @@ async def test_a_signalled_command_decided_by_the_clock_while_a_store_is_slow_re
     )
 
 
-async def _decided(client: AggregateClient, window: str, rejected: int) -> bool:
+async def _decided(client: AggregateClient, window: str) -> tuple[int, int] | None:
+    """The window's version and refused commands once the open and both notes are decided."""
     view = await client.state("window", window)
-    return view.rejected == rejected and view.version == 3 - rejected
+    return (view.version, view.rejected) if view.version + view.rejected == 3 else None
 
 
 async def _stored(engine: Engine, window: str, *, version: int) -> bool:
