@@ -296,6 +296,22 @@ BENCH_VARIABLES = (
         "`bench.shard_backlog`: the destination's submits per second (lower: a longer backlog)",
     ),
     Variable(
+        "HOSTED_HOSTS",
+        "`4`",
+        "`bench.hosted_aggregates`: the prototype's host workflows for the flight type",
+    ),
+    Variable(
+        "HOSTED_FLIGHTS",
+        "`300`",
+        "`bench.hosted_aggregates`: new flights each round opens and takes a seat in",
+    ),
+    Variable(
+        "HOSTED_ROUNDS",
+        "`2`",
+        "`bench.hosted_aggregates`: rounds, each one with the prototype and one with a workflow"
+        " per aggregate",
+    ),
+    Variable(
         "SLOW_RATE",
         "`10`",
         "`bench.hand_over_slow_queue`: the destination's submits per second (the shard has up to"
