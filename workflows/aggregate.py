@@ -2,9 +2,10 @@
 
 Replaces a Durable Object per entity (docs/explanation/seeds.md). Commands arrive as updates
 (answered) or signals (recorded even while no worker runs); each runs `decide` -> append ->
-`evolve` synchronously, with no `await` in between, so commands to one aggregate serialise. The
-main loop only waits: to write new events to the event store (a local activity), for the next
-timer a definition asked for, or to continue-as-new when the history grows long.
+`evolve` synchronously in the aggregate's cell (`workflows/aggregate_cell.py`), with no `await`
+in between, so commands to one aggregate serialise. The main loop only waits: to write new
+events to the event store (a local activity), for the next timer a definition asked for, or to
+continue-as-new when the history grows long.
 
 An aggregate with nothing pending (no timer, effect or unstored event) that no command reached for
 its `passivate_after` stores what it carries on its `aggregates` row and ends; the next command
@@ -22,7 +23,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
 import json
 from datetime import datetime, timedelta
 from typing import Any
@@ -34,35 +34,22 @@ from temporalio.exceptions import ActivityError, ApplicationError
 with workflow.unsafe.imports_passed_through():
     from durable_outbox_temporal.aggregate_definition import (
         AggregateDefinition,
-        Conflict,
-        DomainError,
-        Event,
-        PlannedEffect,
         Timer,
-        describe_invalid,
-    )
-    from durable_outbox_temporal.aggregate_definition import (
-        InvalidCommand as DomainInvalidCommand,
     )
     from durable_outbox_temporal.contract.aggregate import (
         COMMAND_SIGNAL,
         COMMAND_UPDATE,
         COMMANDS_SIGNAL,
         COMMANDS_UPDATE,
-        DEDUPE_WINDOW,
-        DONE_EFFECTS_KEPT,
         EFFECT_ACTIVITY,
         EFFECTS_QUERY,
         MAX_COMMAND_BATCH,
-        REJECTED_LOG,
         REJECTED_QUERY,
         RETRY_EFFECT_UPDATE,
         RUNS_ENDED_METRIC,
         RUNS_RESUMED_METRIC,
-        SHREDDED,
         STATE_QUERY,
         WORKFLOW_TYPE,
-        AggregateCarry,
         AggregateErrorType,
         AggregateInput,
         AggregateView,
@@ -79,7 +66,6 @@ with workflow.unsafe.imports_passed_through():
         RejectedCommand,
         ResumedAggregate,
         StoreEvents,
-        effect_counts,
         is_shredded,
     )
     from durable_outbox_temporal.contract.ids import (
@@ -94,11 +80,10 @@ with workflow.unsafe.imports_passed_through():
         SubmitRequest,
         SubmitResult,
     )
-    from pydantic import ValidationError
-    from pydantic_core import to_jsonable_python
 
     from activities.aggregate_store import AggregateStoreActivities
     from activities.delivery import HEARTBEAT_TIMEOUT
+    from workflows.aggregate_cell import AggregateCell, Refused
     from workflows.aggregate_types import HOSTED
     from workflows.slow_local_activities import SlowLocalActivities
 
@@ -121,8 +106,6 @@ _EFFECT_RETRIES = RetryPolicy(
 _PROVIDER_CALL_ATTEMPTS = 6
 # Effects of one aggregate running at once: an event that fans out to many stays a trickle.
 _EFFECTS_IN_FLIGHT = 20
-# The bases a definition's own refusals derive from: raised as such, they name no reason.
-_DOMAIN_BASES = (DomainError, Conflict, DomainInvalidCommand)
 # Temporal refuses a run's 2,001st update and 10,001st signal: a run hands over well before,
 # leaving room for what arrives while the hand-over is tried again.
 UPDATES_PER_RUN = 1000
@@ -138,22 +121,6 @@ SLOW_STORE_TASKS_MEMO = "tasks_while_store_slow"
 # How soon an idle check looks again when the run was active since it was armed and has been
 # idle a period by then.
 _SOON = timedelta(milliseconds=100)
-# The reason a command to an aggregate erased while it had no run is refused with.
-ERASED_REASON = "AggregateErased"
-
-
-class _Refused(Exception):
-    """A command refused before or by `decide`; becomes the update's ApplicationError, whose
-    details carry the domain's `reason` (its error's class name) when it gave one."""
-
-    def __init__(self, message: str, error_type: str, reason: str | None = None) -> None:
-        super().__init__(message)
-        self.error_type = error_type
-        self.reason = reason
-
-    def to_application_error(self) -> ApplicationError:
-        details = [self.reason] if self.reason else []
-        return ApplicationError(str(self), *details, type=self.error_type, non_retryable=True)
 
 
 @workflow.defn(name=WORKFLOW_TYPE)
@@ -165,38 +132,23 @@ class AggregateWorkflow:
         self._type, self._id = start.type, start.id
         definition = HOSTED.get(start.type)
         self._definition: AggregateDefinition[Any] | None = definition
-        self._state: Any = None if definition is None else definition.initial_state()
-        self._views: dict[str, Any] = (
-            {} if definition is None else {n: p.initial() for n, p in definition.projectors.items()}
-        )
-        self._version = 0
-        self._seen: dict[str, int] = {}
-        self._seen_hashes: dict[str, str] = {}
-        self._rejected: list[RejectedCommand] = []
-        self._updated_at: datetime | None = None
-        self._unstored: list[RecordedEvent] = []
-        self._effects: dict[str, EffectRecord] = {}
+        # The aggregate itself: what its commands decide and leave (`workflows/aggregate_cell.py`).
+        self._cell = AggregateCell(start.type, start.id, definition)
         if start.carry is not None and definition is not None:
-            self._take(start.carry)
+            self._cell.take(start.carry)
         # Decided before any handler runs (they run before `run` in a run's first task).
         self._passivates = workflow.patched(_PASSIVATION_PATCH)
         self._passivate_after = start.passivate_after_s
         # A run with no carry may follow one that ended idle: `run` loads what it stored first,
         # and commands wait for it.
         self._loaded = start.carry is not None or not self._passivates
-        self._erased = False
-        self._last_active = workflow.now()
         # When the idle check was last armed: a command or effect after it keeps the run open.
-        self._armed_at = self._last_active
+        self._armed_at = self._cell.last_active
         self._idle_check_due = False
         self._executing: set[str] = set()
         # Strong references to the running executions (the loop keeps only weak ones).
         self._executions: set[asyncio.Task[None]] = set()
         self._operations_queue = start.operations_task_queue or OPERATIONS_TASK_QUEUE
-        # Timers already fired at the current version: a timer whose command changed nothing
-        # must not fire again in a loop.
-        self._fired: set[tuple[datetime, str]] = set()
-        self._fired_version = self._version
         # Updates and signals this run took: Temporal limits both per run.
         self._updates = 0
         self._signals = 0
@@ -217,7 +169,7 @@ class AggregateWorkflow:
         self._arm_idle_check()
         self._show_details()
         while True:
-            timer = self._next_timer()
+            timer = self._cell.next_timer()
             if not self._has_work():
                 timeout = None if timer is None else max(timer.at - workflow.now(), timedelta(0))
                 with contextlib.suppress(TimeoutError):
@@ -226,28 +178,28 @@ class AggregateWorkflow:
                         timeout=timeout,
                         timeout_summary=f"timer: {timer.command}" if timer else None,
                     )
-            timer = self._next_timer()
+            timer = self._cell.next_timer()
             if timer is not None and timer.at <= workflow.now():
                 self._fire(timer)
             if self._idle_check_due and await self._idle_end():
-                return self.view()
+                return self._cell.view()
             self._start_effects()
             if self._continue_as_new_suggested():
                 await self._settle_for_hand_over()
-                if self._erased:
+                if self._cell.erased:
                     # It holds nothing to carry (its state was erased): it ends, and the next
                     # command's run finds it erased again.
-                    return self.view()
+                    return self._cell.view()
                 workflow.continue_as_new(
                     AggregateInput(
                         type=self._type,
                         id=self._id,
-                        carry=self._carry(),
+                        carry=self._cell.carry(),
                         operations_task_queue=self._operations_queue,
                         passivate_after_s=self._next_passivate_after(),
                     )
                 )
-            if self._unstored:
+            if self._cell.unstored:
                 await self._store()
 
     @workflow.update(name=COMMAND_UPDATE)
@@ -256,8 +208,8 @@ class AggregateWorkflow:
         self._updates += 1
         await self._wait_loaded()
         try:
-            return self._apply(request)
-        except _Refused as refused:
+            return self._cell.apply(request)
+        except Refused as refused:
             raise refused.to_application_error() from None
         finally:
             self._show_details()
@@ -291,10 +243,10 @@ class AggregateWorkflow:
         if not self._loaded:
             return
         try:
-            if self._repeated_version(request) is not None:
+            if self._cell.repeated_version(request) is not None:
                 return  # a repeat: the handler answers the first outcome
-            self._check(request)
-        except _Refused as refused:
+            self._cell.check(request)
+        except Refused as refused:
             raise refused.to_application_error() from None
 
     @workflow.signal(name=COMMAND_SIGNAL)
@@ -317,20 +269,20 @@ class AggregateWorkflow:
     def _record(self, request: CommandRequest) -> None:
         """Apply a signalled command; a refused one (or one without an id) is logged."""
         if not request.command_id:
-            self._reject(
+            self._cell.reject(
                 request,
-                _Refused("a signalled command needs a command_id", AggregateErrorType.INVALID),
+                Refused("a signalled command needs a command_id", AggregateErrorType.INVALID),
             )
             return
         try:
-            self._apply(request)
-        except _Refused as refused:
-            self._reject(request, refused)
+            self._cell.apply(request)
+        except Refused as refused:
+            self._cell.reject(request, refused)
 
     def _outcome(self, request: CommandRequest) -> CommandOutcome:
         try:
-            return CommandOutcome(result=self._apply(request))
-        except _Refused as refused:
+            return CommandOutcome(result=self._cell.apply(request))
+        except Refused as refused:
             return CommandOutcome(
                 error_type=refused.error_type, message=str(refused), reason=refused.reason
             )
@@ -340,9 +292,9 @@ class AggregateWorkflow:
         """Run a failed effect again (an operator's call): pending now, executed anew."""
         self._updates += 1
         await self._wait_loaded()
-        self._touch()
+        self._cell.touch()
         self._check_retry_effect(key)
-        record = self._effects[key]
+        record = self._cell.effects[key]
         record.status, record.error, record.finished_at = EffectStatus.PENDING, None, None
         self._show_details()
         return record
@@ -353,7 +305,7 @@ class AggregateWorkflow:
             self._check_retry_effect(key)
 
     def _check_retry_effect(self, key: str) -> None:
-        record = self._effects.get(key)
+        record = self._cell.effects.get(key)
         if record is None:
             raise ApplicationError(
                 f"no effect {key!r} in the ledger",
@@ -370,194 +322,25 @@ class AggregateWorkflow:
     @workflow.query(name=EFFECTS_QUERY)
     def effects(self) -> list[EffectRecord]:
         """The effect ledger, oldest first: pending, done (the newest) and failed effects."""
-        return list(self._effects.values())
+        return list(self._cell.effects.values())
 
     @workflow.query(name=STATE_QUERY)
     def state(self) -> AggregateView:
         """State, version and the definition's per-aggregate read models."""
-        return self.view()
+        return self._cell.view()
 
     @workflow.query(name=REJECTED_QUERY)
     def rejected_commands(self) -> list[RejectedCommand]:
         """Signalled and timer commands that `decide` refused, newest last."""
-        return list(self._rejected)
-
-    def view(self) -> AggregateView:
-        return AggregateView(
-            type=self._type,
-            id=self._id,
-            version=self._version,
-            state=self._state_json(),
-            views=to_jsonable_python(self._views),
-            updated_at=self._updated_at,
-            rejected=len(self._rejected),
-            effects=self._effect_counts(),
-        )
-
-    def _check(self, request: CommandRequest) -> list[Event]:
-        """The events the command would cause now; raises `_Refused` if it is refused."""
-        definition = self._definition
-        assert definition is not None
-        if self._erased:
-            raise _Refused(
-                f"{self._type} {self._id!r} was erased while idle: its state is gone, and it"
-                " takes no more commands",
-                AggregateErrorType.CONFLICT,
-                ERASED_REASON,
-            )
-        if request.expected_version is not None and request.expected_version != self._version:
-            raise _Refused(
-                f"expected version {request.expected_version}, the aggregate is at {self._version}",
-                AggregateErrorType.CONFLICT,
-                "VersionConflict",
-            )
-        try:
-            command = definition.parse_command(request.name, request.payload)
-        except KeyError:
-            raise _Refused(
-                f"{self._type} has no command {request.name!r}", AggregateErrorType.UNKNOWN_COMMAND
-            ) from None
-        except ValidationError as err:
-            raise _Refused(describe_invalid(err), AggregateErrorType.INVALID) from None
-        try:
-            return definition.decide(self._state, command, workflow.now())
-        except DomainError as err:
-            kind = (
-                AggregateErrorType.CONFLICT
-                if isinstance(err, Conflict)
-                else AggregateErrorType.INVALID
-            )
-            # A definition's own error class names the reason; the bases name none.
-            reason = None if type(err) in _DOMAIN_BASES else type(err).__name__
-            raise _Refused(f"{type(err).__name__}: {err}", kind, reason) from None
-
-    def _repeated_version(self, request: CommandRequest) -> int | None:
-        """The version a repeat of a remembered command id left the aggregate at; None for a
-        new id. Refused when the id was used for another command or payload."""
-        if request.command_id is None or request.command_id not in self._seen:
-            return None
-        remembered = self._seen_hashes.get(request.command_id)
-        if remembered is not None and remembered != _command_hash(request):
-            raise _Refused(
-                f"command id {request.command_id!r} is already used by another command or"
-                " payload; use a new id for a new command",
-                AggregateErrorType.IDEMPOTENCY_CONFLICT,
-            )
-        return self._seen[request.command_id]
-
-    def _apply(self, request: CommandRequest) -> CommandResult:
-        definition = self._definition
-        assert definition is not None
-        self._touch()
-        repeated = self._repeated_version(request)
-        if repeated is not None:
-            return CommandResult(events=[], version=repeated, duplicate=True)
-        events = self._check(request)
-        # Fold and plan on copies first: a policy that fails refuses the command whole, rather
-        # than leaving half its events applied.
-        state, views, planned = self._state, dict(self._views), []
-        for seq, event in enumerate(events, start=self._version + 1):
-            if type(event) not in definition.events:
-                raise TypeError(f"{self._type}.decide returned an unregistered {event!r}")
-            state = definition.evolve(state, event)
-            for name, projector in definition.projectors.items():
-                views[name] = projector.apply(views[name], event)
-            planned += self._plan(seq, event, state)
-        now = workflow.now()
-        recorded = [
-            RecordedEvent(
-                seq=seq,
-                type=type(event).__name__,
-                data=event.model_dump(mode="json"),
-                recorded_at=now,
-                actor=request.actor,
-                command_id=request.command_id,
-            )
-            for seq, event in enumerate(events, start=self._version + 1)
-        ]
-        self._state, self._views = state, views
-        self._version += len(recorded)
-        if recorded:
-            self._updated_at = now
-            self._unstored.extend(recorded)
-        for effect in planned:
-            self._add_effect(effect, now)
-        if request.command_id is not None:
-            self._seen[request.command_id] = self._version
-            self._seen_hashes[request.command_id] = _command_hash(request)
-            while len(self._seen) > DEDUPE_WINDOW:
-                forgotten = next(iter(self._seen))
-                del self._seen[forgotten]
-                self._seen_hashes.pop(forgotten, None)
-        return CommandResult(events=recorded, version=self._version)
-
-    def _plan(self, seq: int, event: Event, state: Any) -> list[PlannedEffect]:
-        definition = self._definition
-        assert definition is not None
-        try:
-            return definition.plan_effects(self._id, seq, event, state)
-        except Exception as err:
-            # A policy bug: refuse the command that triggered it, with the reason.
-            raise _Refused(
-                f"the {type(event).__name__} policy failed: {type(err).__name__}: {err}",
-                AggregateErrorType.INVALID,
-            ) from None
-
-    def _add_effect(self, effect: PlannedEffect, now: datetime) -> None:
-        """Into the ledger, unless its key is there already: a duplicate is ignored."""
-        if effect.key in self._effects:
-            return
-        self._effects[effect.key] = EffectRecord(
-            key=effect.key,
-            event_seq=effect.event_seq,
-            name=effect.name,
-            kind=effect.kind,
-            action=to_jsonable_python(effect.action_json()),
-            created_at=now,
-        )
-
-    def _reject(self, request: CommandRequest, refused: _Refused) -> None:
-        self._rejected.append(
-            RejectedCommand(
-                request=request,
-                error_type=refused.error_type,
-                message=str(refused),
-                at=workflow.now(),
-            )
-        )
-        del self._rejected[:-REJECTED_LOG]
-        workflow.logger.warning("command %s refused: %s", request.name, refused)
-
-    def _next_timer(self) -> Timer | None:
-        definition = self._definition
-        if definition is None:
-            return None
-        if self._fired_version != self._version:
-            self._fired, self._fired_version = set(), self._version
-        pending = [
-            timer
-            for timer in definition.timers(self._state)
-            if (timer.at, timer.command) not in self._fired
-        ]
-        return min(pending, key=lambda timer: timer.at, default=None)
+        return list(self._cell.rejected)
 
     def _fire(self, timer: Timer) -> None:
-        self._fired.add((timer.at, timer.command))
-        request = CommandRequest(
-            name=timer.command,
-            payload=to_jsonable_python(dict(timer.payload)),
-            command_id=f"timer:{timer.command}:{timer.at.isoformat()}",
-            actor="timer",
-        )
-        try:
-            self._apply(request)
-        except _Refused as refused:
-            self._reject(request, refused)
+        self._cell.fire(timer)
         self._show_details()
 
     async def _store(self) -> None:
         """Write the events not yet in the event store, with the state they lead to."""
-        batch = list(self._unstored)
+        batch = list(self._cell.unstored)
         await self._locals.run(
             workflow.execute_local_activity_method(
                 AggregateStoreActivities.store_aggregate_events,
@@ -565,9 +348,9 @@ class AggregateWorkflow:
                     type=self._type,
                     id=self._id,
                     events=batch,
-                    version=self._version,
-                    state=self._state_json(),
-                    updated_at=self._updated_at or workflow.now(),
+                    version=self._cell.version,
+                    state=self._cell.state_json(),
+                    updated_at=self._cell.updated_at or workflow.now(),
                 ),
                 start_to_close_timeout=timedelta(seconds=10),
                 retry_policy=_STORE_RETRIES,
@@ -576,7 +359,7 @@ class AggregateWorkflow:
         )
         # Only what was written: a command may have appended more meanwhile.
         stored = {event.seq for event in batch}
-        self._unstored = [event for event in self._unstored if event.seq not in stored]
+        self._cell.unstored = [event for event in self._cell.unstored if event.seq not in stored]
 
     async def _settle_for_hand_over(self) -> None:
         """Handlers and effects in flight finish first (no new effect starts meanwhile); the
@@ -598,7 +381,7 @@ class AggregateWorkflow:
     def _has_work(self) -> bool:
         return (
             self._idle_check_due
-            or bool(self._unstored)
+            or bool(self._cell.unstored)
             or self._continue_as_new_suggested()
             or bool(self._startable_effects())
         )
@@ -611,7 +394,7 @@ class AggregateWorkflow:
         room = _EFFECTS_IN_FLIGHT - len(self._executing)
         pending = [
             record
-            for record in self._effects.values()
+            for record in self._cell.effects.values()
             if record.status == EffectStatus.PENDING and record.key not in self._executing
         ]
         return pending[: max(room, 0)]
@@ -650,9 +433,9 @@ class AggregateWorkflow:
             workflow.logger.warning("effect %s failed: %s", record.key, record.error)
         finally:
             record.finished_at = workflow.now()
-            self._touch()
+            self._cell.touch()
             self._executing.discard(record.key)
-            self._forget_old_done_effects()
+            self._cell.forget_old_done_effects()
             self._show_details()
 
     async def _call_provider(self, record: EffectRecord) -> dict[str, Any]:
@@ -704,33 +487,9 @@ class AggregateWorkflow:
             }
         raise AssertionError("unreachable: the last attempt returns or raises")
 
-    def _forget_old_done_effects(self) -> None:
-        done = [key for key, r in self._effects.items() if r.status == EffectStatus.DONE]
-        for key in done[:-DONE_EFFECTS_KEPT]:
-            del self._effects[key]
-
-    def _effect_counts(self) -> dict[str, int]:
-        return effect_counts(list(self._effects.values()))
-
-    # Passivation: an idle run stores its carry and ends; the next run loads it.
-
     async def _wait_loaded(self) -> None:
         if not self._loaded:
             await workflow.wait_condition(lambda: self._loaded)
-
-    def _take(self, carry: AggregateCarry) -> None:
-        """Start from what a run carried (across continue-as-new, or stored as it ended)."""
-        definition = self._definition
-        assert definition is not None
-        self._state = definition.load_state(carry.state)
-        self._views = dict(carry.views)
-        self._version = carry.version
-        self._seen = dict(carry.seen_commands)
-        self._seen_hashes = dict(carry.seen_command_hashes)
-        self._rejected = list(carry.rejected)
-        self._updated_at = carry.updated_at
-        self._unstored = list(carry.unstored)
-        self._effects = {e.key: e for e in carry.effects}
 
     async def _resume(self) -> None:
         """Load what the aggregate's last run stored (nothing for a new aggregate)."""
@@ -749,21 +508,21 @@ class AggregateWorkflow:
             source = "carry" if resumed.carry else "erased" if resumed.erased else "state"
             self._count(RUNS_RESUMED_METRIC, source=source)
         if resumed is not None and resumed.carry is not None:
-            self._take(resumed.carry)
+            self._cell.take(resumed.carry)
         elif resumed is not None:
             # A run that ended without storing its carry (terminated): the stored state and
             # version hold, the views are folded again from the stored events; the dedupe
             # window, rejected log and effect ledger are gone.
-            self._version, self._updated_at = resumed.version, resumed.updated_at
-            self._erased = resumed.erased
+            self._cell.version, self._cell.updated_at = resumed.version, resumed.updated_at
+            self._cell.erased = resumed.erased
             if not resumed.erased:
-                self._state = definition.load_state(resumed.state)
+                self._cell.state = definition.load_state(resumed.state)
                 await self._refold_views()
                 workflow.logger.warning(
                     "%s %s resumed from its stored state at version %d, without a carry",
                     self._type,
                     self._id,
-                    self._version,
+                    self._cell.version,
                 )
         self._loaded = True
 
@@ -775,7 +534,7 @@ class AggregateWorkflow:
         if not definition.projectors:
             return
         after = 0
-        while after < self._version:
+        while after < self._cell.version:
             page: list[RecordedEvent] = await self._locals.run(
                 workflow.execute_local_activity_method(
                     AggregateStoreActivities.read_aggregate_events,
@@ -790,7 +549,7 @@ class AggregateWorkflow:
                     continue
                 event = definition.parse_event(recorded.type, recorded.data)
                 for name, projector in definition.projectors.items():
-                    self._views[name] = projector.apply(self._views[name], event)
+                    self._cell.views[name] = projector.apply(self._cell.views[name], event)
             if not page:
                 break
             after = page[-1].seq
@@ -799,9 +558,6 @@ class AggregateWorkflow:
         name, description = metric
         counter = workflow.metric_meter().create_counter(name, description)
         counter.add(1, {"aggregate_type": self._type, **attributes})
-
-    def _touch(self) -> None:
-        self._last_active = workflow.now()
 
     def _arm_idle_check(
         self, at: datetime | None = None, *, least: timedelta = timedelta(seconds=1)
@@ -812,7 +568,7 @@ class AggregateWorkflow:
         after = self._passivate_after
         if not self._passivates or not after or after <= 0:
             return
-        at = at or self._last_active + timedelta(seconds=after)
+        at = at or self._cell.last_active + timedelta(seconds=after)
         # Never a timer that rings at once: a check that keeps failing would spin.
         due = max(at - workflow.now(), least)
         self._armed_at = workflow.now()
@@ -830,10 +586,10 @@ class AggregateWorkflow:
         """Nothing pending that the run must be open for: no unstored event, timer, effect
         (failed ones wait for an operator's retry), handler, or hand-over."""
         return (
-            not self._unstored
-            and self._next_timer() is None
+            not self._cell.unstored
+            and self._cell.next_timer() is None
             and not self._executing
-            and all(r.status == EffectStatus.DONE for r in self._effects.values())
+            and all(r.status == EffectStatus.DONE for r in self._cell.effects.values())
             and workflow.all_handlers_finished()
             and not self._continue_as_new_suggested()
         )
@@ -851,7 +607,7 @@ class AggregateWorkflow:
         # merge: temporalio/sdk-rust#1606. Why: docs/decisions/aggregate-passivation.md
         # If that is past already (a late ring: a period of 0.5 s rings after 1 s at the
         # earliest), soon: such a check cannot spin, each needs a command since the one before.
-        if self._last_active > self._armed_at:
+        if self._cell.last_active > self._armed_at:
             self._arm_idle_check(least=_SOON)
             return False
         if not self._idle():
@@ -860,14 +616,14 @@ class AggregateWorkflow:
             self._arm_idle_check(workflow.now() + after)
             return False
         before = self._activity_mark()
-        if not self._erased and self._version > 0:
+        if not self._cell.erased and self._cell.version > 0:
             stored = await self._locals.run(
                 workflow.execute_local_activity_method(
                     AggregateStoreActivities.passivate_aggregate,
                     PassivateAggregate(
                         type=self._type,
                         id=self._id,
-                        carry=self._carry(),
+                        carry=self._cell.carry(),
                         passivated_at=workflow.now(),
                     ),
                     start_to_close_timeout=timedelta(seconds=10),
@@ -886,11 +642,11 @@ class AggregateWorkflow:
         if stored and self._activity_mark() == before and self._idle():
             self._count(RUNS_ENDED_METRIC)
             return True
-        self._arm_idle_check(max(self._last_active, workflow.now()) + after)
+        self._arm_idle_check(max(self._cell.last_active, workflow.now()) + after)
         return False
 
     def _activity_mark(self) -> tuple[int, int, int, datetime]:
-        return (self._version, self._updates, self._signals, self._last_active)
+        return (self._cell.version, self._updates, self._signals, self._cell.last_active)
 
     def _next_passivate_after(self) -> float | None:
         if self._passivate_after is not None:
@@ -899,68 +655,32 @@ class AggregateWorkflow:
         assert definition is not None
         return definition.passivate_after_s()
 
-    def _carry(self) -> AggregateCarry:
-        return AggregateCarry(
-            state=self._state_json(),
-            version=self._version,
-            views=to_jsonable_python(self._views),
-            seen_commands=dict(self._seen),
-            seen_command_hashes=dict(self._seen_hashes),
-            rejected=list(self._rejected),
-            updated_at=self._updated_at,
-            unstored=list(self._unstored),
-            effects=list(self._effects.values()),
-        )
-
-    def _state_json(self) -> dict[str, Any]:
-        if self._erased:
-            return dict(SHREDDED)
-        if self._state is None:
-            return {}
-        state: dict[str, Any] = self._state.model_dump(mode="json")
-        return state
-
     def _show_details(self) -> None:
-        state = json.dumps(self._state_json(), sort_keys=True)
+        state = json.dumps(self._cell.state_json(), sort_keys=True)
         if len(state) > _DETAILS_STATE_CHARS:
             state = state[:_DETAILS_STATE_CHARS] + "…"
-        lines = [f"**{self._type} {self._id}** — version {self._version}", f"State: `{state}`"]
-        if self._rejected:
-            lines.append(f"Rejected commands: {len(self._rejected)} (newest last)")
+        lines = [f"**{self._type} {self._id}** — version {self._cell.version}", f"State: `{state}`"]
+        if self._cell.rejected:
+            lines.append(f"Rejected commands: {len(self._cell.rejected)} (newest last)")
             lines += [
                 f"- {r.at:%H:%M:%S} `{r.request.name}` ({r.request.command_id}): {r.message}"
-                for r in self._rejected[-5:]
+                for r in self._cell.rejected[-5:]
             ]
         lines += self._effect_lines()
         workflow.set_current_details("\n\n".join(lines))
 
     def _effect_lines(self) -> list[str]:
-        if not self._effects:
+        if not self._cell.effects:
             return []
-        counts = self._effect_counts()
+        counts = self._cell.effect_counts()
         lines = ["Effects: " + ", ".join(f"{n} {status}" for status, n in counts.items())]
-        unsettled = [r for r in self._effects.values() if r.status != EffectStatus.DONE]
+        unsettled = [r for r in self._cell.effects.values() if r.status != EffectStatus.DONE]
         lines += [
             f"- {r.status} `{r.key}` ({r.kind}, {r.executions} executions)"
             + (f": {r.error}" if r.error else "")
             for r in unsettled[:10]
         ]
         return lines
-
-
-def _command_hash(request: CommandRequest) -> str:
-    """What a command id stands for: the command's name and payload (but the fields its sender
-    generates afresh on each try), as canonical JSON."""
-    payload = {
-        name: value
-        for name, value in request.payload.items()
-        if name not in request.generated_fields
-    }
-    canonical = json.dumps(
-        [request.name, payload], sort_keys=True, separators=(",", ":"), default=str
-    )
-    # 128 bits tell payloads apart; the carry holds up to `DEDUPE_WINDOW` of them.
-    return hashlib.sha256(canonical.encode()).hexdigest()[:32]
 
 
 def _describe(err: ActivityError) -> str:
