@@ -4,12 +4,14 @@
 Not product code: `PrototypeHost` is the least a host of many aggregates must do to answer the
 question the `aggregates_commands_per_s` bar asks (what several aggregates to a workflow would
 give on these 2 cores), and nothing else of an aggregate (no signals, timers, effects, erasure,
-passivation or hand-over). Each cell holds one aggregate's state, version, views, the command ids
-it has seen and its unstored events; the one update takes a batch of commands to aggregates of
-one type, loads the cells it does not hold in one local activity and stores the batch's events
-in another, with the read model's own functions (`readmodel.aggregates.resume`,
-`store_events`: sealed under each aggregate's data key, as the product writes them). A client
-sends through one `Mailbox` per host (`HOSTS` of them), an aggregate's host a hash of its id.
+passivation or hand-over). Each cell is the product's own `AggregateCell`
+(`workflows/aggregate_cell.py`: state, version, views, dedupe window, unstored events, `decide`
+-> append -> `evolve`, as an aggregate's own workflow runs it); the one update takes a batch of
+commands to aggregates of one type, loads the cells it does not hold in one local activity and
+stores the batch's events in another, with the read model's own functions
+(`readmodel.aggregates.resume`, `store_events`: sealed under each aggregate's data key, as the
+product writes them). A client sends through one `Mailbox` per host (`HOSTS` of them), an
+aggregate's host a hash of its id.
 
 The load is the spread half of the hot-aggregate scenario without the API: `FLIGHTS` new
 flights, 30 callers, each flight opened then a seat taken, in rounds alternating with the
@@ -41,7 +43,6 @@ from durable_outbox_temporal.aggregate_definition import AggregateDefinition
 from durable_outbox_temporal.aggregates import AggregateClient
 from durable_outbox_temporal.contract.aggregate import (
     CommandRequest,
-    RecordedEvent,
     ResumedAggregate,
     StoreEvents,
 )
@@ -59,6 +60,7 @@ from readmodel.db import create_schema, make_engine
 from readmodel.models import AGGREGATES
 from service.aggregate_types import load_aggregate_types
 from worker import build_workers
+from workflows.aggregate_cell import AggregateCell, Refused
 
 HOSTS = int(os.environ.get("HOSTED_HOSTS", "4"))
 FLIGHTS = int(os.environ.get("HOSTED_FLIGHTS", "300"))
@@ -114,21 +116,20 @@ async def store_aggregates(batches: list[StoreEvents]) -> None:
     await asyncio.to_thread(write)
 
 
-class Cell:
-    """One hosted aggregate."""
-
-    def __init__(self, resumed: ResumedAggregate | None) -> None:
-        self.state = FLIGHT.initial_state() if resumed is None else FLIGHT.load_state(resumed.state)
-        self.version = 0 if resumed is None else resumed.version
-        self.views = {name: projector.initial() for name, projector in FLIGHT.projectors.items()}
-        self.seen: dict[str, int] = {}
-        self.unstored: list[RecordedEvent] = []
+def _cell(aggregate_id: str, resumed: ResumedAggregate | None) -> AggregateCell:
+    """A flight's cell, from what the read model holds of it (a new flight: nothing)."""
+    cell = AggregateCell("flight", aggregate_id, FLIGHT)
+    if resumed is not None and resumed.carry is not None:
+        cell.take(resumed.carry)
+    elif resumed is not None:
+        cell.version, cell.state = resumed.version, FLIGHT.load_state(resumed.state)
+    return cell
 
 
 @workflow.defn(name="PrototypeAggregateHost", sandboxed=False)
 class PrototypeHost:
     def __init__(self) -> None:
-        self.cells: dict[str, Cell] = {}
+        self.cells: dict[str, AggregateCell] = {}
         self.to_load: set[str] = set()
 
     @workflow.run
@@ -145,7 +146,7 @@ class PrototypeHost:
                     start_to_close_timeout=timedelta(seconds=10),
                 )
                 for aggregate_id in ids:
-                    self.cells[aggregate_id] = Cell(loaded.get(aggregate_id))
+                    self.cells[aggregate_id] = _cell(aggregate_id, loaded.get(aggregate_id))
                     self.to_load.discard(aggregate_id)
             pending = [(i, cell) for i, cell in self.cells.items() if cell.unstored]
             if pending:
@@ -155,8 +156,8 @@ class PrototypeHost:
                         id=aggregate_id,
                         events=list(cell.unstored),
                         version=cell.version,
-                        state=cell.state.model_dump(mode="json"),
-                        updated_at=workflow.now(),
+                        state=cell.state_json(),
+                        updated_at=cell.updated_at or workflow.now(),
                     )
                     for aggregate_id, cell in pending
                 ]
@@ -175,33 +176,12 @@ class PrototypeHost:
         return HostOutcomes([self._apply(c) for c in batch.commands])
 
     def _apply(self, addressed: Addressed) -> Outcome:
-        cell, request = self.cells[addressed.id], addressed.request
-        if request.command_id is not None and request.command_id in cell.seen:
-            return Outcome(version=cell.seen[request.command_id], duplicate=True)
+        cell = self.cells[addressed.id]
         try:
-            command = FLIGHT.parse_command(request.name, request.payload)
-            events = FLIGHT.decide(cell.state, command, workflow.now())
-        except Exception as err:
-            return Outcome(version=cell.version, error=f"{type(err).__name__}: {err}")
-        now = workflow.now()
-        for seq, event in enumerate(events, start=cell.version + 1):
-            cell.state = FLIGHT.evolve(cell.state, event)
-            for name, projector in FLIGHT.projectors.items():
-                cell.views[name] = projector.apply(cell.views[name], event)
-            cell.unstored.append(
-                RecordedEvent(
-                    seq=seq,
-                    type=type(event).__name__,
-                    data=event.model_dump(mode="json"),
-                    recorded_at=now,
-                    actor=request.actor,
-                    command_id=request.command_id,
-                )
-            )
-        cell.version += len(events)
-        if request.command_id is not None:
-            cell.seen[request.command_id] = cell.version
-        return Outcome(version=cell.version)
+            result = cell.apply(addressed.request)
+        except Refused as refused:
+            return Outcome(version=cell.version, error=f"{refused.error_type}: {refused}")
+        return Outcome(version=result.version, duplicate=result.duplicate)
 
 
 def host_of(aggregate_id: str, hosts: int) -> str:
